@@ -1,0 +1,39 @@
+//! The `uncaged-workflow` binary: parse, execute, print the error once, exit with its code.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use uncaged_workflow::cli::Cli;
+use uncaged_workflow::error::exit;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE as u8 } else { 0 });
+        }
+    };
+    init_tracing(cli.global.verbose);
+    let code = match cli.execute().await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("uncaged-workflow: {}", format!("{e:#}").replace('\n', " "));
+            e.downcast_ref::<uncaged_workflow::Error>().map_or(1, |e| e.exit_code())
+        }
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "uncaged_workflow=info,warn",
+        _ => "uncaged_workflow=debug,info",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).without_time().init();
+}

@@ -1,0 +1,113 @@
+//! The command line: the top-level parser, one subcommand per file under `cli/`, and the
+//! small output helpers they share. Commands are thin; the work is in the library.
+
+mod add;
+mod history;
+mod list;
+mod output;
+mod remove;
+mod rollback;
+mod run;
+mod show;
+mod thread;
+mod threads;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::home::{HOME_ENV, Home};
+
+const AFTER_HELP: &str = "\
+Examples:
+  uncaged-workflow add solve-issue solve_issue.wasm
+  uncaged-workflow run solve-issue -p \"Fix the crash on empty input\"
+  uncaged-workflow run solve-issue -p \"...\" --agent-for reviewer=command:./review.sh
+  uncaged-workflow threads solve-issue
+  uncaged-workflow thread 01KQXKW18CT8G75T53R8F4G7YG
+
+Exit codes: 0 success; a thread's own return code for `run` (1-63); 64 usage error;
+65 invalid input data; 66 not found; 70 thread or host failure; 74 I/O error.";
+
+/// Run multi-role AI agent workflows, each a sandboxed WebAssembly component.
+#[derive(Debug, Parser)]
+#[command(name = "uncaged-workflow", version, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOptions,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub struct GlobalOptions {
+    /// Home directory of registry, bundles and threads [default: ~/.uncaged/workflow]
+    #[arg(long, global = true, env = HOME_ENV, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+
+    /// More diagnostics on stderr (-v: info, -vv: debug); RUST_LOG overrides
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl GlobalOptions {
+    /// The home directory to work in.
+    pub fn home(&self) -> crate::Result<Home> {
+        match &self.home {
+            Some(dir) => Ok(Home::new(dir)),
+            None => Home::from_env(),
+        }
+    }
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate a bundle, store it by hash, precompile it, and register it under a name
+    Add(add::AddCommand),
+    /// List registered workflows
+    List(list::ListCommand),
+    /// Show a workflow: description, current hash, roles and their schemas
+    Show(show::ShowCommand),
+    /// Unregister a workflow (its bundles and threads stay on disk)
+    Remove(remove::RemoveCommand),
+    /// Show a workflow's version history
+    History(history::HistoryCommand),
+    /// Switch a workflow back to an earlier version
+    Rollback(rollback::RollbackCommand),
+    /// Start a thread of a workflow and print its steps as they happen
+    Run(run::RunCommand),
+    /// List threads, newest last
+    Threads(threads::ThreadsCommand),
+    /// Show a thread's state and steps, or delete it (`thread rm <ID>`)
+    Thread(thread::ThreadCommand),
+}
+
+impl Cli {
+    /// Runs the command; returns the process exit code.
+    pub async fn execute(self) -> anyhow::Result<i32> {
+        let global = &self.global;
+        match self.command {
+            Command::Add(c) => c.execute(global).await,
+            Command::List(c) => c.execute(global),
+            Command::Show(c) => c.execute(global),
+            Command::Remove(c) => c.execute(global),
+            Command::History(c) => c.execute(global),
+            Command::Rollback(c) => c.execute(global),
+            Command::Run(c) => c.execute(global).await,
+            Command::Threads(c) => c.execute(global),
+            Command::Thread(c) => c.execute(global),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn verify_cli() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,57 @@
+//! `add <name> <file.wasm>`.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde_json::json;
+
+use super::GlobalOptions;
+use super::output::print_json;
+use crate::catalog::Catalog;
+use crate::engine::Runtime;
+use crate::registry::Registered;
+
+/// Validate a bundle, store it by hash, precompile it, and register it under a name.
+///
+/// The bundle must be a WebAssembly component built for the `bundle` world in wit/: it may
+/// import only uncaged:workflow/host and WASI, and must export uncaged:workflow/workflow.
+/// Adding new bytes under an existing name makes them current and keeps the old version in
+/// the workflow's history.
+#[derive(Debug, Parser)]
+pub struct AddCommand {
+    /// Name to register the workflow under
+    pub name: String,
+    /// The bundle: a `.wasm` component
+    pub file: PathBuf,
+    /// Print the result as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl AddCommand {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let home = global.home()?;
+        let runtime = Runtime::new(&home)?;
+        let added = Catalog::new(&home).add(&runtime, &self.name, &self.file).await?;
+        let (status, previous) = match added.registered {
+            Registered::New => ("new", None),
+            Registered::Updated { previous } => ("updated", Some(previous.to_string())),
+            Registered::Unchanged => ("unchanged", None),
+        };
+        if self.json {
+            let roles: Vec<_> = added.descriptor.roles.iter().map(|r| &r.name).collect();
+            print_json(&json!({
+                "name": added.name, "hash": added.hash.to_string(), "status": status,
+                "previous": previous, "roles": roles,
+            }))?;
+        } else {
+            let roles: Vec<_> = added.descriptor.roles.iter().map(|r| r.name.as_str()).collect();
+            let note = match previous {
+                Some(previous) => format!("updated from {previous}"),
+                None => status.to_string(),
+            };
+            println!("added {} {} ({note}; roles: {})", added.name, added.hash, roles.join(", "));
+        }
+        Ok(0)
+    }
+}

@@ -1,0 +1,52 @@
+//! `list`.
+
+use clap::Parser;
+use serde_json::json;
+
+use super::GlobalOptions;
+use super::output::{age, print_json, print_table};
+use crate::catalog::Catalog;
+
+/// List registered workflows.
+#[derive(Debug, Parser)]
+pub struct ListCommand {
+    /// Print as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ListCommand {
+    pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let catalog = Catalog::new(&global.home()?);
+        let registry = catalog.registry().load()?;
+        if self.json {
+            let list: Vec<_> = registry
+                .workflows
+                .iter()
+                .map(|(name, e)| {
+                    json!({"name": name, "hash": e.hash.to_string(), "timestamp": e.timestamp, "versions": e.history.len() + 1})
+                })
+                .collect();
+            print_json(&list)?;
+            return Ok(0);
+        }
+        if registry.workflows.is_empty() {
+            println!("no workflows registered (add one with `uncaged-workflow add <name> <file.wasm>`)");
+            return Ok(0);
+        }
+        let rows: Vec<Vec<String>> = registry
+            .workflows
+            .iter()
+            .map(|(name, e)| {
+                let description = catalog
+                    .store()
+                    .descriptor(e.hash)
+                    .map(|d| super::output::one_line(&d.description, 60))
+                    .unwrap_or_else(|err| format!("(descriptor unreadable: {err})"));
+                vec![name.clone(), e.hash.to_string(), (e.history.len() + 1).to_string(), age(e.timestamp), description]
+            })
+            .collect();
+        print_table(&["NAME", "HASH", "VERSIONS", "UPDATED", "DESCRIPTION"], &rows);
+        Ok(0)
+    }
+}

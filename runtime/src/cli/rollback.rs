@@ -1,0 +1,30 @@
+//! `rollback <name> [hash]`.
+
+use clap::Parser;
+
+use super::GlobalOptions;
+use crate::catalog::Catalog;
+use crate::ids::BundleHash;
+use crate::thread_log::now_ms;
+
+/// Switch a workflow to an earlier version (default: the one before the current).
+///
+/// The version left becomes the most recent history entry, so rolling back twice returns to
+/// where you started.
+#[derive(Debug, Parser)]
+pub struct RollbackCommand {
+    /// The workflow
+    pub name: String,
+    /// A hash from `history <name>`
+    pub hash: Option<String>,
+}
+
+impl RollbackCommand {
+    pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let target = self.hash.as_deref().map(str::parse::<BundleHash>).transpose()?;
+        let catalog = Catalog::new(&global.home()?);
+        let (from, to) = catalog.registry().update(|r| r.rollback(&self.name, target, now_ms()))?;
+        println!("rolled {} back from {from} to {to}", self.name);
+        Ok(0)
+    }
+}

@@ -1,0 +1,49 @@
+//! `show <name>`.
+
+use clap::Parser;
+use serde_json::json;
+
+use super::GlobalOptions;
+use super::output::print_json;
+use crate::catalog::Catalog;
+
+/// Show a workflow: description, current hash, roles and their schemas.
+#[derive(Debug, Parser)]
+pub struct ShowCommand {
+    /// The workflow
+    pub name: String,
+    /// Print as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ShowCommand {
+    pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let catalog = Catalog::new(&global.home()?);
+        let entry = catalog.entry(&self.name)?;
+        let descriptor = catalog.store().descriptor(entry.hash)?;
+        if self.json {
+            print_json(&json!({
+                "name": self.name, "hash": entry.hash.to_string(), "timestamp": entry.timestamp,
+                "description": descriptor.description, "maxRounds": descriptor.max_rounds,
+                "roles": descriptor.roles,
+            }))?;
+            return Ok(0);
+        }
+        println!("{} {}", self.name, entry.hash);
+        println!("{}", descriptor.description);
+        println!("max rounds: {}", descriptor.max_rounds);
+        for role in &descriptor.roles {
+            println!();
+            println!("role {}: {}", role.name, role.description);
+            println!("  system prompt:  {}", super::output::one_line(&role.system_prompt, 200));
+            println!("  extract prompt: {}", super::output::one_line(&role.extract_prompt, 200));
+            let schema = serde_json::to_string_pretty(&role.schema)?;
+            println!("  schema:");
+            for line in schema.lines() {
+                println!("    {line}");
+            }
+        }
+        Ok(0)
+    }
+}

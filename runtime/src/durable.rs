@@ -1,0 +1,90 @@
+//! Writes that survive a crash: atomic replacement of whole files and fsynced appends.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Creates `dir` and its parents.
+pub fn create_dir(dir: &Path) -> Result<()> {
+    fs::create_dir_all(dir).map_err(Error::io("create directory", dir))
+}
+
+/// Replaces `path` with `bytes` atomically: a reader sees the old file or the new one, never
+/// a mix, and after return the new content is on disk (temp file + fsync + rename + fsync of
+/// the directory).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    create_dir(dir)?;
+    let mut temp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(dir)
+        .map_err(Error::io("create a temporary file in", dir))?;
+    temp.write_all(bytes).map_err(Error::io("write", temp.path()))?;
+    temp.as_file().sync_all().map_err(Error::io("sync", temp.path()))?;
+    temp.persist(path).map_err(|e| Error::Io { action: "replace", path: path.to_path_buf(), source: e.error })?;
+    sync_dir(dir)
+}
+
+/// Makes a rename or a file creation in `dir` durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(Error::io("sync directory", dir))
+}
+
+/// An append-only file whose every [`append`](AppendFile::append) is on disk when it returns.
+#[derive(Debug)]
+pub struct AppendFile {
+    file: File,
+    durable: bool,
+}
+
+impl AppendFile {
+    /// Opens (creating if needed) `path` for appending. `durable` fsyncs every append.
+    ///
+    /// If a crash tore the file's last line, the partial line is terminated first, so the
+    /// next record starts on a line of its own and readers can skip the torn one.
+    pub fn open(path: &Path, durable: bool) -> Result<Self> {
+        let existed = path.exists();
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(path)
+            .map_err(Error::io("open", path))?;
+        if existed && !ends_with_newline(&file).map_err(Error::io("read", path))? {
+            file.write_all(b"\n").map_err(Error::io("repair torn last line of", path))?;
+        }
+        if !existed && durable {
+            if let Some(dir) = path.parent() {
+                sync_dir(dir)?;
+            }
+        }
+        Ok(AppendFile { file, durable })
+    }
+
+    /// Appends one line (a newline is added) and, if durable, fsyncs it.
+    pub fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
+        let mut buf = Vec::with_capacity(line.len() + 1);
+        buf.extend_from_slice(line);
+        buf.push(b'\n');
+        // One write call, so that concurrent readers see whole lines or a torn tail, never
+        // two interleaved halves.
+        self.file.write_all(&buf)?;
+        if self.durable {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+}
+
+fn ends_with_newline(file: &File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(true);
+    }
+    let mut last = [0u8; 1];
+    file.read_exact_at(&mut last, len - 1)?;
+    Ok(last[0] == b'\n')
+}

@@ -1,0 +1,197 @@
+//! The wasmtime embedding: one engine configuration, the linker every thread uses, the AOT
+//! cache of compiled bundles, and the check that a component fits the `bundle` world.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
+use wasmtime::{Config, Engine};
+
+use crate::bindings::{Bundle, BundlePre};
+use crate::durable;
+use crate::error::{Error, Result};
+use crate::home::Home;
+use crate::ids::BundleHash;
+use crate::sandbox::ThreadState;
+
+/// WIT names of what a bundle must export and may import, besides WASI.
+pub const WORKFLOW_EXPORT: &str = "uncaged:workflow/workflow@0.1.0";
+const HOST_IMPORTS: [&str; 2] = ["uncaged:workflow/host@0.1.0", "uncaged:workflow/types@0.1.0"];
+
+/// How often the epoch advances; the granularity of CPU deadlines.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The engine, the linker and the home's AOT cache. One per process, shared by all threads.
+#[derive(Clone)]
+pub struct Runtime {
+    engine: Engine,
+    linker: Arc<Linker<ThreadState>>,
+    home: Home,
+    engine_key: String,
+}
+
+/// Where a compiled bundle came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Loaded precompiled code from `cache/`.
+    Hit,
+    /// Compiled now (and written to `cache/`).
+    Miss,
+}
+
+impl Runtime {
+    /// Builds the engine and linker, and starts the epoch ticker that bounds guest CPU time.
+    pub fn new(home: &Home) -> Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        // CPU deadlines (and, later, kill) interrupt guest code at epoch checks.
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(|e| internal("create the wasmtime engine", e))?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| internal("link WASI", e))?;
+        Bundle::add_to_linker::<ThreadState, HasSelf<ThreadState>>(&mut linker, |state| state)
+            .map_err(|e| internal("link the host interface", e))?;
+
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("epoch-ticker".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .map_err(Error::io("start the epoch thread", "epoch-ticker"))?;
+
+        let mut hasher = twox_hash::XxHash64::with_seed(0);
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let engine_key = BundleHash::from_value(hasher.finish()).to_string();
+        Ok(Runtime { engine, linker: Arc::new(linker), home: home.clone(), engine_key })
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// `cache/<HASH>-<engine>.cwasm`: keyed by bundle and by engine version + configuration,
+    /// so code compiled by another build is never loaded.
+    pub fn cache_file(&self, hash: BundleHash) -> PathBuf {
+        self.home.cache_dir().join(format!("{hash}-{}.cwasm", self.engine_key))
+    }
+
+    /// Compiles `bytes` (or loads them precompiled from the cache) and checks the component
+    /// against the `bundle` world. `path` names the file in errors.
+    pub fn load(&self, hash: BundleHash, bytes: &[u8], path: &Path) -> Result<(BundlePre<ThreadState>, CacheOutcome)> {
+        let (component, outcome) = match self.load_cached(hash) {
+            Some(component) => (component, CacheOutcome::Hit),
+            None => {
+                let component = compile(&self.engine, bytes, path)?;
+                self.store_cached(hash, &component);
+                (component, CacheOutcome::Miss)
+            }
+        };
+        let pre = self.check_world(&component, path)?;
+        Ok((pre, outcome))
+    }
+
+    fn load_cached(&self, hash: BundleHash) -> Option<Component> {
+        let path = self.cache_file(hash);
+        if !path.exists() {
+            return None;
+        }
+        // SAFETY: the file was written by `store_cached` from `Component::serialize` under
+        // this home, and its name carries the engine's compatibility hash. wasmtime checks
+        // the header and refuses code from another engine version or configuration; a file
+        // it refuses is treated as a miss and rewritten. The home directory is trusted like
+        // the binary itself (see SECURITY notes in the README).
+        #[allow(unsafe_code)]
+        let loaded = unsafe { Component::deserialize_file(&self.engine, &path) };
+        match loaded {
+            Ok(component) => {
+                tracing::info!(target: "uncaged_workflow::cache", "AOT cache hit: loaded {}", path.display());
+                Some(component)
+            }
+            Err(e) => {
+                tracing::warn!("ignoring unusable AOT cache file {}: {e:#}", path.display());
+                None
+            }
+        }
+    }
+
+    fn store_cached(&self, hash: BundleHash, component: &Component) {
+        let path = self.cache_file(hash);
+        let written = component
+            .serialize()
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| durable::write_atomic(&path, &bytes).map_err(|e| e.to_string()));
+        match written {
+            Ok(()) => tracing::info!(target: "uncaged_workflow::cache", "AOT cache miss: compiled and wrote {}", path.display()),
+            // The cache only saves time; failing to fill it must not fail the command.
+            Err(e) => tracing::warn!("cannot write AOT cache file {}: {e}", path.display()),
+        }
+    }
+
+    /// Checks imports and exports against the world and pre-instantiates.
+    fn check_world(&self, component: &Component, path: &Path) -> Result<BundlePre<ThreadState>> {
+        let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
+        let ty = component.component_type();
+        for (name, _) in ty.imports(&self.engine) {
+            if !(HOST_IMPORTS.contains(&name) || name.starts_with("wasi:")) {
+                return Err(invalid(format!(
+                    "it imports `{name}`, which the host does not provide (a bundle may import \
+                     only uncaged:workflow/host and WASI p2)"
+                )));
+            }
+        }
+        let exports_workflow = ty
+            .exports(&self.engine)
+            .any(|(name, item)| name == WORKFLOW_EXPORT && matches!(item.ty, ComponentItem::ComponentInstance(_)));
+        if !exports_workflow {
+            return Err(invalid(format!(
+                "it does not export `{WORKFLOW_EXPORT}`: not an uncaged-workflow bundle (build \
+                 it against wit/ with the SDK)"
+            )));
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(component)
+            .map_err(|e| invalid(format!("it does not fit the host: {}", one_line(&e))))?;
+        BundlePre::new(pre)
+            .map_err(|e| invalid(format!("it does not match the `bundle` world: {}", one_line(&e))))
+    }
+}
+
+/// Compiles a component, turning wasmtime's errors into what a user can act on.
+fn compile(engine: &Engine, bytes: &[u8], path: &Path) -> Result<Component> {
+    let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(invalid(
+            "not a WebAssembly file (it does not start with the `\\0asm` magic bytes)".into(),
+        ));
+    }
+    // Bytes 4..8: version and layer. Core modules are layer 0, components layer 1.
+    if bytes[6..8] == [0, 0] {
+        return Err(invalid(
+            "a core WebAssembly module, not a component: build the bundle for `wasm32-wasip2` \
+             (or wrap it with `wasm-tools component new`)"
+                .into(),
+        ));
+    }
+    Component::new(engine, bytes)
+        .map_err(|e| invalid(format!("not a valid WebAssembly component: {}", one_line(&e))))
+}
+
+fn internal(action: &str, e: wasmtime::Error) -> Error {
+    Error::Host(format!("cannot {action}: {}", one_line(&e)))
+}
+
+/// An error chain on one line.
+pub fn one_line(e: &wasmtime::Error) -> String {
+    format!("{e:#}").replace('\n', " ")
+}

@@ -1,0 +1,101 @@
+//! Library errors that callers match on, and the process exit codes they map to.
+
+use std::path::PathBuf;
+
+/// Exit codes of the `uncaged-workflow` binary, so scripts can tell failures apart.
+///
+/// A thread's own return code (0–63 by convention) is passed through by `run`; host-side
+/// failures use the `sysexits.h` range above it.
+pub mod exit {
+    /// Bad command line (unknown flag, missing argument, malformed id).
+    pub const USAGE: i32 = 64;
+    /// Bad input data: a file that is not a bundle, a corrupt registry or config.
+    pub const DATA: i32 = 65;
+    /// Something named does not exist: workflow, thread, bundle file.
+    pub const NOT_FOUND: i32 = 66;
+    /// The host failed running a thread: a trap, an exceeded limit, an internal error.
+    pub const SOFTWARE: i32 = 70;
+    /// Reading or writing the home directory failed.
+    pub const IO: i32 = 74;
+}
+
+/// Errors from the uncaged-workflow library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An id given by the user does not parse.
+    #[error("invalid {kind} `{id}`: expected {expected}")]
+    InvalidId { kind: &'static str, id: String, expected: &'static str },
+
+    /// No workflow is registered under this name.
+    #[error("no workflow named `{0}` (see `uncaged-workflow list`)")]
+    UnknownWorkflow(String),
+
+    /// No thread with this id exists.
+    #[error("no thread `{0}` (see `uncaged-workflow threads`)")]
+    UnknownThread(String),
+
+    /// A file that should be a bundle is not one.
+    #[error("{}: {reason}", path.display())]
+    InvalidBundle { path: PathBuf, reason: String },
+
+    /// A YAML or JSON file the host reads does not parse.
+    #[error("{}: {reason}", path.display())]
+    Corrupt { path: PathBuf, reason: String },
+
+    /// A registered bundle's file is gone.
+    #[error("bundle `{hash}` of workflow `{name}` is missing: {} does not exist", path.display())]
+    MissingBundle { name: String, hash: String, path: PathBuf },
+
+    /// `rollback` has nothing to roll back to.
+    #[error("workflow `{name}` has no earlier version to roll back to")]
+    NoHistory { name: String },
+
+    /// `rollback <hash>` names a version not in the workflow's history.
+    #[error("workflow `{name}` has no version `{hash}` in its history (see `uncaged-workflow history {name}`)")]
+    UnknownVersion { name: String, hash: String },
+
+    /// An agent binding cannot be used as written.
+    #[error("agent binding `{binding}`: {reason}")]
+    InvalidAgent { binding: String, reason: String },
+
+    /// The host itself failed (wasmtime setup, an internal invariant).
+    #[error("{0}")]
+    Host(String),
+
+    /// Filesystem trouble, with what was being done.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The process exit code this error maps to.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::InvalidId { .. } => exit::USAGE,
+            Error::UnknownWorkflow(_)
+            | Error::UnknownThread(_)
+            | Error::MissingBundle { .. }
+            | Error::UnknownVersion { .. } => exit::NOT_FOUND,
+            Error::InvalidBundle { .. } | Error::Corrupt { .. } | Error::InvalidAgent { .. } => {
+                exit::DATA
+            }
+            Error::NoHistory { .. } => exit::USAGE,
+            Error::Io { .. } => exit::IO,
+            Error::Host(_) => exit::SOFTWARE,
+        }
+    }
+
+    /// Wraps an I/O error with the action and path.
+    pub fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { action, path, source }
+    }
+}
+
+/// Result with the library's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,154 @@
+//! The extractor: structured data out of an agent's text, validated against a JSON Schema.
+//!
+//! Candidates are tried in order — the whole text, each fenced code block (last first), the
+//! last JSON object in the text — and the first one valid against the schema wins. (An LLM
+//! extractor for text with no usable JSON is a later addition.)
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+/// Why nothing valid was found. Becomes the WIT `extract-error`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExtractFailure {
+    #[error("the schema is not valid JSON Schema: {0}")]
+    InvalidSchema(String),
+    #[error("no JSON value found in the agent's answer")]
+    NoJson,
+    #[error("the JSON in the agent's answer does not match the schema: {0}")]
+    SchemaMismatch(String),
+}
+
+/// Compiled schemas by their text, so a role's schema is compiled once per thread.
+#[derive(Default)]
+pub struct Extractor {
+    validators: HashMap<String, jsonschema::Validator>,
+}
+
+impl std::fmt::Debug for Extractor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extractor").field("schemas", &self.validators.len()).finish()
+    }
+}
+
+/// How many `{` positions from the end are tried when looking for the last JSON object.
+const MAX_OBJECT_STARTS: usize = 64;
+
+impl Extractor {
+    /// Extracts a value valid against `schema` (JSON text) from `content`. `preferred` is a
+    /// meta the agent supplied itself, tried first.
+    pub fn extract(
+        &mut self,
+        schema: &str,
+        content: &str,
+        preferred: Option<&Value>,
+    ) -> Result<Value, ExtractFailure> {
+        let validator = self.validator(schema)?;
+        let mut first_mismatch = None;
+        let candidates = preferred.cloned().into_iter().chain(candidates(content));
+        for candidate in candidates {
+            match validator.validate(&candidate) {
+                Ok(()) => return Ok(candidate),
+                Err(error) => {
+                    first_mismatch.get_or_insert_with(|| {
+                        let path = error.instance_path.to_string();
+                        let at = if path.is_empty() { "at the top level".to_string() } else { format!("at `{path}`") };
+                        format!("{error} ({at})")
+                    });
+                }
+            }
+        }
+        Err(first_mismatch.map_or(ExtractFailure::NoJson, ExtractFailure::SchemaMismatch))
+    }
+
+    fn validator(&mut self, schema: &str) -> Result<&jsonschema::Validator, ExtractFailure> {
+        if !self.validators.contains_key(schema) {
+            let value: Value = serde_json::from_str(schema)
+                .map_err(|e| ExtractFailure::InvalidSchema(e.to_string()))?;
+            let validator = jsonschema::validator_for(&value)
+                .map_err(|e| ExtractFailure::InvalidSchema(e.to_string()))?;
+            self.validators.insert(schema.to_string(), validator);
+        }
+        Ok(&self.validators[schema])
+    }
+}
+
+/// JSON values found in `text`, most likely first.
+fn candidates(text: &str) -> impl Iterator<Item = Value> + '_ {
+    let whole = serde_json::from_str::<Value>(text.trim()).ok();
+    let fenced = fenced_blocks(text).into_iter().rev().filter_map(|b| serde_json::from_str(b.trim()).ok());
+    whole.into_iter().chain(fenced).chain(last_object(text))
+}
+
+/// Bodies of ``` fenced blocks (any info string), in order.
+fn fenced_blocks(text: &str) -> Vec<&str> {
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find("```") {
+        let after_fence = &rest[open + 3..];
+        // Skip the info string (e.g. `json`) up to the end of the line.
+        let Some(newline) = after_fence.find('\n') else { break };
+        let body = &after_fence[newline + 1..];
+        let Some(close) = body.find("```") else { break };
+        blocks.push(&body[..close]);
+        rest = &body[close + 3..];
+    }
+    blocks
+}
+
+/// The last `{...}` in `text` that parses as a JSON object.
+fn last_object(text: &str) -> Option<Value> {
+    text.char_indices()
+        .rev()
+        .filter(|&(_, c)| c == '{')
+        .take(MAX_OBJECT_STARTS)
+        .find_map(|(i, _)| {
+            let mut stream = serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>();
+            match stream.next() {
+                Some(Ok(value @ Value::Object(_))) => Some(value),
+                _ => None,
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SCHEMA: &str = r#"{"type":"object","required":["approved"],"properties":{"approved":{"type":"boolean"}}}"#;
+
+    fn extract(text: &str) -> Result<Value, ExtractFailure> {
+        Extractor::default().extract(SCHEMA, text, None)
+    }
+
+    #[test]
+    fn finds_whole_fenced_and_trailing_json() {
+        assert_eq!(extract(r#" {"approved": true} "#).unwrap(), json!({"approved": true}));
+        let fenced = "Looks good.\n```json\n{\"approved\": true}\n```\nThanks";
+        assert_eq!(extract(fenced).unwrap(), json!({"approved": true}));
+        let trailing = "I reviewed it. Verdict: {\"approved\": false, \"note\": {\"x\": 1}} done";
+        assert_eq!(extract(trailing).unwrap(), json!({"approved": false, "note": {"x": 1}}));
+        // The last fenced block wins over earlier ones.
+        let two = "```\n{\"approved\": false}\n```\nthen\n```json\n{\"approved\": true}\n```";
+        assert_eq!(extract(two).unwrap(), json!({"approved": true}));
+    }
+
+    #[test]
+    fn reports_why_nothing_matched() {
+        assert_eq!(extract("no json here"), Err(ExtractFailure::NoJson));
+        match extract(r#"{"approved": "yes"}"#) {
+            Err(ExtractFailure::SchemaMismatch(msg)) => assert!(msg.contains("approved"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
+        let bad = Extractor::default().extract("{\"type\": 12}", "{}", None);
+        assert!(matches!(bad, Err(ExtractFailure::InvalidSchema(_))), "{bad:?}");
+    }
+
+    #[test]
+    fn agent_supplied_meta_is_tried_first() {
+        let meta = json!({"approved": true});
+        let got = Extractor::default().extract(SCHEMA, "{\"approved\": false}", Some(&meta)).unwrap();
+        assert_eq!(got, meta);
+    }
+}

@@ -1,0 +1,105 @@
+//! The home directory and where everything lives in it (SPEC §4).
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::ids::{BundleHash, ThreadId};
+
+/// Environment variable overriding the home directory.
+pub const HOME_ENV: &str = "UNCAGED_WORKFLOW_HOME";
+
+/// The root of all state: `$UNCAGED_WORKFLOW_HOME`, default `~/.uncaged/workflow`.
+#[derive(Debug, Clone)]
+pub struct Home {
+    root: PathBuf,
+}
+
+impl Home {
+    /// A home rooted at `root`; nothing is created until something is written.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Home { root: root.into() }
+    }
+
+    /// The home from `$UNCAGED_WORKFLOW_HOME`, or `~/.uncaged/workflow`.
+    pub fn from_env() -> Result<Self> {
+        if let Some(root) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
+            return Ok(Home::new(root));
+        }
+        let user_home = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or_else(|| {
+            Error::Io {
+                action: "locate the home directory",
+                path: PathBuf::from("~"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("neither {HOME_ENV} nor HOME is set"),
+                ),
+            }
+        })?;
+        Ok(Home::new(PathBuf::from(user_home).join(".uncaged").join("workflow")))
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `workflow.yaml`: the registry.
+    pub fn registry_file(&self) -> PathBuf {
+        self.root.join("workflow.yaml")
+    }
+
+    /// The lock taken while the registry or the bundle store is changed.
+    pub fn registry_lock(&self) -> PathBuf {
+        self.root.join("workflow.lock")
+    }
+
+    /// `config.yaml`: agent bindings and limits.
+    pub fn config_file(&self) -> PathBuf {
+        self.root.join("config.yaml")
+    }
+
+    /// `bundles/`.
+    pub fn bundles_dir(&self) -> PathBuf {
+        self.root.join("bundles")
+    }
+
+    /// `bundles/<HASH>.wasm`.
+    pub fn bundle_file(&self, hash: BundleHash) -> PathBuf {
+        self.bundles_dir().join(format!("{hash}.wasm"))
+    }
+
+    /// `bundles/<HASH>.yaml`: the descriptor read at `add` time.
+    pub fn descriptor_file(&self, hash: BundleHash) -> PathBuf {
+        self.bundles_dir().join(format!("{hash}.yaml"))
+    }
+
+    /// `cache/`: precompiled code, safe to delete.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.root.join("cache")
+    }
+
+    /// `logs/`.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    /// `logs/<HASH>/`: the threads of one bundle version.
+    pub fn thread_dir(&self, hash: BundleHash) -> PathBuf {
+        self.logs_dir().join(hash.to_string())
+    }
+
+    /// `logs/<HASH>/<ULID>.data.jsonl`: the thread's durable state.
+    pub fn thread_data_file(&self, hash: BundleHash, id: ThreadId) -> PathBuf {
+        self.thread_dir(hash).join(format!("{id}.data.jsonl"))
+    }
+
+    /// `logs/<HASH>/<ULID>.info.jsonl`: the thread's debug log.
+    pub fn thread_info_file(&self, hash: BundleHash, id: ThreadId) -> PathBuf {
+        self.thread_dir(hash).join(format!("{id}.info.jsonl"))
+    }
+
+    /// `run/`: sockets and locks of live worker processes.
+    pub fn run_dir(&self) -> PathBuf {
+        self.root.join("run")
+    }
+}

@@ -1,0 +1,184 @@
+//! Identifiers: bundle hashes (XXH64, Crockford Base32), thread ids (ULID) and log tags.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::Error;
+
+/// Crockford's Base32 alphabet: no I, L, O or U, so ids survive being read aloud or retyped.
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// Encodes the low `chars * 5` bits of `value`, most significant first.
+fn crockford(value: u128, chars: usize) -> String {
+    (0..chars)
+        .rev()
+        .map(|i| CROCKFORD[((value >> (i * 5)) & 31) as usize] as char)
+        .collect()
+}
+
+/// Decodes Crockford Base32, accepting lower case and the usual aliases (O→0, I/L→1).
+fn decode_crockford(text: &str) -> Option<u128> {
+    text.chars().try_fold(0u128, |acc, c| {
+        let c = match c.to_ascii_uppercase() {
+            'O' => '0',
+            'I' | 'L' => '1',
+            c => c,
+        };
+        let digit = CROCKFORD.iter().position(|&d| d as char == c)?;
+        Some((acc << 5) | digit as u128)
+    })
+}
+
+/// A bundle's id: XXH64 (seed 0) of its bytes, as 13 Crockford Base32 characters.
+///
+/// 13 characters hold 65 bits, so the first character is always `0`–`F`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BundleHash(u64);
+
+impl BundleHash {
+    /// Length of the textual form.
+    pub const LEN: usize = 13;
+
+    /// Hashes bundle bytes.
+    pub fn of(bytes: &[u8]) -> Self {
+        BundleHash(twox_hash::XxHash64::oneshot(0, bytes))
+    }
+
+    /// Wraps a 64-bit value already computed (e.g. another XXH64).
+    pub fn from_value(value: u64) -> Self {
+        BundleHash(value)
+    }
+
+    /// The raw XXH64 value.
+    pub fn value(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for BundleHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crockford(self.0 as u128, Self::LEN))
+    }
+}
+
+impl FromStr for BundleHash {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let bad = || Error::InvalidId {
+            kind: "bundle hash",
+            id: s.to_string(),
+            expected: "13 Crockford Base32 characters, e.g. `C9NMV6V2TQT81`",
+        };
+        if s.len() != Self::LEN {
+            return Err(bad());
+        }
+        let value = decode_crockford(s).ok_or_else(bad)?;
+        u64::try_from(value).map(BundleHash).map_err(|_| bad())
+    }
+}
+
+/// A thread's id: a ULID (26 Crockford Base32 characters, time-ordered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadId(ulid::Ulid);
+
+impl ThreadId {
+    /// A fresh id for a thread starting now.
+    pub fn new() -> Self {
+        ThreadId(ulid::Ulid::new())
+    }
+
+    /// Milliseconds since the Unix epoch at which the thread was created.
+    pub fn timestamp_ms(self) -> u64 {
+        self.0.timestamp_ms()
+    }
+}
+
+impl Default for ThreadId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for ThreadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for ThreadId {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        ulid::Ulid::from_string(s).map(ThreadId).map_err(|_| Error::InvalidId {
+            kind: "thread id",
+            id: s.to_string(),
+            expected: "a ULID: 26 Crockford Base32 characters, e.g. `01KQXKW18CT8G75T53R8F4G7YG`",
+        })
+    }
+}
+
+/// Log tags: 8 Crockford Base32 characters (40 random bits) fixed at each call site, so that
+/// `grep TAG` over the source finds the code that wrote a log line.
+pub mod tag {
+    /// Is `text` a well-formed tag?
+    pub fn is_valid(text: &str) -> bool {
+        text.len() == 8 && super::decode_crockford(text).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundle_hash_known_vectors() {
+        // XXH64 (seed 0) reference values from the xxHash test suite.
+        assert_eq!(BundleHash::of(b"").value(), 0xEF46DB3751D8E999);
+        assert_eq!(BundleHash::of(b"a").value(), 0xD24EC4F1A98C6E5B);
+        assert_eq!(BundleHash::of(b"abc").value(), 0x44BC2CF5AD770999);
+        // 0xEF46DB3751D8E999 in 5-bit groups, most significant first (computed independently).
+        assert_eq!(BundleHash::of(b"").to_string(), "EYHPV6X8XHTCS");
+        assert_eq!(BundleHash(0).to_string(), "0000000000000");
+        assert_eq!(BundleHash(u64::MAX).to_string(), "FZZZZZZZZZZZZ");
+        assert_eq!(BundleHash(1).to_string(), "0000000000001");
+        assert_eq!(BundleHash(32).to_string(), "0000000000010");
+    }
+
+    #[test]
+    fn bundle_hash_round_trips_and_rejects_garbage() {
+        for bytes in [&b""[..], b"a", b"abc", b"\0asm"] {
+            let hash = BundleHash::of(bytes);
+            let text = hash.to_string();
+            assert_eq!(text.len(), 13);
+            assert_eq!(text.parse::<BundleHash>().unwrap(), hash);
+            assert_eq!(text.to_lowercase().parse::<BundleHash>().unwrap(), hash);
+        }
+        assert!("".parse::<BundleHash>().is_err());
+        assert!("EX3DPDX8V3MC".parse::<BundleHash>().is_err(), "12 chars");
+        assert!("EX3DPDX8V3MCUU".parse::<BundleHash>().is_err(), "14 chars");
+        assert!("EX3DPDX8V3MCU".parse::<BundleHash>().is_err(), "U is not Crockford");
+        assert!("ZZZZZZZZZZZZZ".parse::<BundleHash>().is_err(), "65 bits");
+    }
+
+    #[test]
+    fn thread_ids_are_ulids() {
+        let id = ThreadId::new();
+        let text = id.to_string();
+        assert_eq!(text.len(), 26);
+        assert_eq!(text.parse::<ThreadId>().unwrap(), id);
+        assert_eq!("01KQXKW18CT8G75T53R8F4G7YG".parse::<ThreadId>().unwrap().to_string(), "01KQXKW18CT8G75T53R8F4G7YG");
+        assert!("01KQXKW18CT8G75T53R8F4G7Y".parse::<ThreadId>().is_err());
+        assert!("not-a-thread-id-at-all-xxx".parse::<ThreadId>().is_err());
+        // ULID time prefix: 01ARZ3NDEK is 1469918176385 ms (ulid spec example).
+        let t: ThreadId = "01ARZ3NDEKTSV4RRFFQ69G5FAV".parse().unwrap();
+        assert_eq!(t.timestamp_ms(), 1469918176385);
+    }
+
+    #[test]
+    fn tags() {
+        assert!(tag::is_valid("4KNMR2PX"));
+        assert!(!tag::is_valid("4KNMR2P"));
+        assert!(!tag::is_valid("4KNMR2PU"));
+    }
+}

@@ -1,0 +1,232 @@
+//! The registry (`workflow.yaml`): workflow names, their current bundle and version history,
+//! and the SHA-256 of every stored bundle.
+//!
+//! Reads take no lock (the file is only ever replaced atomically); changes hold an exclusive
+//! lock on `workflow.lock` across read-modify-write, so concurrent CLI processes never lose
+//! each other's updates. A file that does not parse is reported with its line and is never
+//! overwritten.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+
+use serde::{Deserialize, Serialize};
+
+use crate::durable;
+use crate::error::{Error, Result};
+use crate::home::Home;
+use crate::ids::BundleHash;
+
+/// The whole of `workflow.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RegistryFile {
+    /// Registered workflows by name.
+    #[serde(default)]
+    pub workflows: BTreeMap<String, WorkflowEntry>,
+    /// Every bundle ever stored, by hash: its integrity record.
+    #[serde(default)]
+    pub bundles: BTreeMap<BundleHash, BundleRecord>,
+}
+
+/// A registered workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowEntry {
+    /// The current version.
+    pub hash: BundleHash,
+    /// When the current version became current (ms since the Unix epoch).
+    pub timestamp: u64,
+    /// Earlier versions, most recent first.
+    #[serde(default)]
+    pub history: Vec<Version>,
+}
+
+/// A version a workflow once had.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Version {
+    pub hash: BundleHash,
+    /// When it became current.
+    pub timestamp: u64,
+}
+
+/// Integrity record of a stored bundle: XXH64 names it, SHA-256 vouches for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BundleRecord {
+    pub sha256: String,
+    pub size: u64,
+}
+
+/// What [`Registry::register`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registered {
+    /// The name is new.
+    New,
+    /// The name now points at the new hash; the previous one went to history.
+    Updated { previous: BundleHash },
+    /// The name already pointed at this hash.
+    Unchanged,
+}
+
+/// Access to `workflow.yaml` under a home.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    home: Home,
+}
+
+impl Registry {
+    /// The registry of `home`.
+    pub fn new(home: &Home) -> Self {
+        Registry { home: home.clone() }
+    }
+
+    /// Reads the registry; a missing file is an empty registry.
+    pub fn load(&self) -> Result<RegistryFile> {
+        let path = self.home.registry_file();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RegistryFile::default()),
+            Err(e) => return Err(Error::io("read registry", &path)(e)),
+        };
+        if text.trim().is_empty() {
+            return Ok(RegistryFile::default());
+        }
+        serde_yaml::from_str(&text).map_err(|e| Error::Corrupt { path, reason: yaml_reason(&e) })
+    }
+
+    /// The entry for `name`.
+    pub fn get(&self, name: &str) -> Result<WorkflowEntry> {
+        self.load()?.workflows.remove(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))
+    }
+
+    /// Changes the registry under its lock: read, apply `change`, write atomically. Nothing is
+    /// written if `change` fails or the file does not parse.
+    pub fn update<T>(&self, change: impl FnOnce(&mut RegistryFile) -> Result<T>) -> Result<T> {
+        let _lock = self.lock()?;
+        let mut file = self.load()?;
+        let before = file.clone();
+        let out = change(&mut file)?;
+        if file != before {
+            let yaml = serde_yaml::to_string(&file).expect("registry serializes");
+            durable::write_atomic(&self.home.registry_file(), yaml.as_bytes())?;
+        }
+        Ok(out)
+    }
+
+    /// Takes the exclusive registry lock, released when the returned file is dropped.
+    pub fn lock(&self) -> Result<File> {
+        durable::create_dir(self.home.root())?;
+        let path = self.home.registry_lock();
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(Error::io("open lock", &path))?;
+        file.lock().map_err(Error::io("lock", &path))?;
+        Ok(file)
+    }
+}
+
+impl RegistryFile {
+    /// Points `name` at `hash`, moving its previous version to history.
+    pub fn register(&mut self, name: &str, hash: BundleHash, now: u64) -> Registered {
+        match self.workflows.get_mut(name) {
+            None => {
+                self.workflows
+                    .insert(name.to_string(), WorkflowEntry { hash, timestamp: now, history: vec![] });
+                Registered::New
+            }
+            Some(entry) if entry.hash == hash => Registered::Unchanged,
+            Some(entry) => {
+                let previous = entry.hash;
+                entry.history.insert(0, Version { hash: previous, timestamp: entry.timestamp });
+                entry.hash = hash;
+                entry.timestamp = now;
+                Registered::Updated { previous }
+            }
+        }
+    }
+
+    /// Switches `name` to `target` (default: the version before the current one). The
+    /// version it leaves becomes the most recent history entry, so a second `rollback`
+    /// returns to it. Returns `(from, to)`.
+    pub fn rollback(
+        &mut self,
+        name: &str,
+        target: Option<BundleHash>,
+        now: u64,
+    ) -> Result<(BundleHash, BundleHash)> {
+        let entry =
+            self.workflows.get_mut(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))?;
+        let index = match target {
+            None if entry.history.is_empty() => {
+                return Err(Error::NoHistory { name: name.to_string() });
+            }
+            None => 0,
+            Some(hash) => entry.history.iter().position(|v| v.hash == hash).ok_or_else(|| {
+                Error::UnknownVersion { name: name.to_string(), hash: hash.to_string() }
+            })?,
+        };
+        let to = entry.history.remove(index).hash;
+        let from = entry.hash;
+        entry.history.insert(0, Version { hash: from, timestamp: entry.timestamp });
+        entry.hash = to;
+        entry.timestamp = now;
+        Ok((from, to))
+    }
+
+    /// Is `hash` the current or a past version of any workflow?
+    pub fn references(&self, hash: BundleHash) -> bool {
+        self.workflows
+            .values()
+            .any(|e| e.hash == hash || e.history.iter().any(|v| v.hash == hash))
+    }
+}
+
+impl Serialize for BundleHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for BundleHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// serde_yaml's message already names line and column; keep it on one line.
+pub(crate) fn yaml_reason(e: &serde_yaml::Error) -> String {
+    e.to_string().replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(n: u8) -> BundleHash {
+        BundleHash::of(&[n])
+    }
+
+    #[test]
+    fn register_and_rollback_keep_every_version() {
+        let mut reg = RegistryFile::default();
+        assert_eq!(reg.register("w", h(1), 1), Registered::New);
+        assert_eq!(reg.register("w", h(1), 2), Registered::Unchanged);
+        assert_eq!(reg.register("w", h(2), 3), Registered::Updated { previous: h(1) });
+        assert_eq!(reg.register("w", h(3), 4), Registered::Updated { previous: h(2) });
+        let history: Vec<_> = reg.workflows["w"].history.iter().map(|v| v.hash).collect();
+        assert_eq!(history, vec![h(2), h(1)]);
+
+        assert_eq!(reg.rollback("w", None, 5).unwrap(), (h(3), h(2)));
+        assert_eq!(reg.workflows["w"].hash, h(2));
+        // A second rollback returns to where the first one left.
+        assert_eq!(reg.rollback("w", None, 6).unwrap(), (h(2), h(3)));
+        assert_eq!(reg.rollback("w", Some(h(1)), 7).unwrap(), (h(3), h(1)));
+        let all: Vec<_> = reg.workflows["w"].history.iter().map(|v| v.hash).collect();
+        assert_eq!(all, vec![h(3), h(2)]);
+        assert!(matches!(reg.rollback("w", Some(h(9)), 8), Err(Error::UnknownVersion { .. })));
+        assert!(matches!(reg.rollback("x", None, 8), Err(Error::UnknownWorkflow(_))));
+        reg.register("fresh", h(4), 9);
+        assert!(matches!(reg.rollback("fresh", None, 9), Err(Error::NoHistory { .. })));
+    }
+}
