@@ -60,7 +60,9 @@ pub enum RoleError {
 impl fmt::Display for RoleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RoleError::Agent { role, reason } => write!(f, "agent for role `{role}` failed: {reason}"),
+            RoleError::Agent { role, reason } => {
+                write!(f, "agent for role `{role}` failed: {reason}")
+            }
             RoleError::Extract { role, reason } => {
                 write!(f, "could not extract the meta of role `{role}`: {reason}")
             }

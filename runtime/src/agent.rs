@@ -80,9 +80,11 @@ impl Agent {
         Ok(match config {
             AgentConfig::Scripted { answers } => {
                 let file = answers.as_ref().map(|path| base_dir.join(path));
-                Agent::Scripted(ScriptedAgent::new(file.as_deref(), descriptor).map_err(|reason| {
-                    Error::InvalidAgent { binding: name.to_string(), reason }
-                })?)
+                Agent::Scripted(
+                    ScriptedAgent::new(file.as_deref(), descriptor).map_err(|reason| {
+                        Error::InvalidAgent { binding: name.to_string(), reason }
+                    })?,
+                )
             }
             AgentConfig::Command { command, args, timeout } => {
                 Agent::Command(CommandAgent::new(command.clone(), args.clone(), *timeout))
@@ -121,7 +123,8 @@ impl AgentSet {
     /// The descriptor supplies the roles' schemas, from which the scripted agent answers when
     /// it has no answers file, and lets a binding for a role the bundle lacks be refused.
     pub fn resolve(config: &Config, flags: &AgentFlags, descriptor: &Descriptor) -> Result<Self> {
-        let default_spec = flags.default.as_deref().or(config.agent.as_deref()).unwrap_or("scripted");
+        let default_spec =
+            flags.default.as_deref().or(config.agent.as_deref()).unwrap_or("scripted");
         let default = bind(config, default_spec, descriptor)?;
         let mut by_role = BTreeMap::new();
         for (role, spec) in &config.roles {
@@ -132,7 +135,10 @@ impl AgentSet {
                 let known: Vec<_> = descriptor.roles.iter().map(|r| r.name.as_str()).collect();
                 return Err(Error::InvalidAgent {
                     binding: format!("{role}={spec}"),
-                    reason: format!("the workflow has no role `{role}` (roles: {})", known.join(", ")),
+                    reason: format!(
+                        "the workflow has no role `{role}` (roles: {})",
+                        known.join(", ")
+                    ),
                 });
             }
             by_role.insert(role.clone(), bind(config, spec, descriptor)?);

@@ -64,10 +64,9 @@ impl Catalog {
     pub async fn add(&self, runtime: &Runtime, name: &str, path: &Path) -> Result<Added> {
         validate_name(name)?;
         let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::InvalidBundle {
-                path: path.to_path_buf(),
-                reason: "no such file".into(),
-            },
+            std::io::ErrorKind::NotFound => {
+                Error::InvalidBundle { path: path.to_path_buf(), reason: "no such file".into() }
+            }
             _ => Error::io("read bundle", path)(e),
         })?;
         let hash = BundleHash::of(&bytes);
@@ -127,7 +126,11 @@ fn validate_name(name: &str) -> Result<()> {
 }
 
 /// Instantiates the bundle once, in a sandbox with no agents, to read its descriptor.
-async fn describe(runtime: &Runtime, pre: &BundlePre<ThreadState>, path: &Path) -> Result<Descriptor> {
+async fn describe(
+    runtime: &Runtime,
+    pre: &BundlePre<ThreadState>,
+    path: &Path,
+) -> Result<Descriptor> {
     let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
     let host = HostContext::detached();
     let mut store = Store::new(runtime.engine(), ThreadState::new(host, &Limits::default()));

@@ -23,7 +23,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(Error::io("create a temporary file in", dir))?;
     temp.write_all(bytes).map_err(Error::io("write", temp.path()))?;
     temp.as_file().sync_all().map_err(Error::io("sync", temp.path()))?;
-    temp.persist(path).map_err(|e| Error::Io { action: "replace", path: path.to_path_buf(), source: e.error })?;
+    temp.persist(path).map_err(|e| Error::Io {
+        action: "replace",
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
     sync_dir(dir)
 }
 
@@ -55,10 +59,11 @@ impl AppendFile {
         if existed && !ends_with_newline(&file).map_err(Error::io("read", path))? {
             file.write_all(b"\n").map_err(Error::io("repair torn last line of", path))?;
         }
-        if !existed && durable {
-            if let Some(dir) = path.parent() {
-                sync_dir(dir)?;
-            }
+        if !existed
+            && durable
+            && let Some(dir) = path.parent()
+        {
+            sync_dir(dir)?;
         }
         Ok(AppendFile { file, durable })
     }

@@ -87,7 +87,12 @@ impl Runtime {
 
     /// Compiles `bytes` (or loads them precompiled from the cache) and checks the component
     /// against the `bundle` world. `path` names the file in errors.
-    pub fn load(&self, hash: BundleHash, bytes: &[u8], path: &Path) -> Result<(BundlePre<ThreadState>, CacheOutcome)> {
+    pub fn load(
+        &self,
+        hash: BundleHash,
+        bytes: &[u8],
+        path: &Path,
+    ) -> Result<(BundlePre<ThreadState>, CacheOutcome)> {
         let (component, outcome) = match self.load_cached(hash) {
             Some(component) => (component, CacheOutcome::Hit),
             None => {
@@ -131,7 +136,9 @@ impl Runtime {
             .map_err(|e| e.to_string())
             .and_then(|bytes| durable::write_atomic(&path, &bytes).map_err(|e| e.to_string()));
         match written {
-            Ok(()) => tracing::info!(target: "uncaged_workflow::cache", "AOT cache miss: compiled and wrote {}", path.display()),
+            Ok(()) => {
+                tracing::info!(target: "uncaged_workflow::cache", "AOT cache miss: compiled and wrote {}", path.display())
+            }
             // The cache only saves time; failing to fill it must not fail the command.
             Err(e) => tracing::warn!("cannot write AOT cache file {}: {e}", path.display()),
         }
@@ -149,9 +156,9 @@ impl Runtime {
                 )));
             }
         }
-        let exports_workflow = ty
-            .exports(&self.engine)
-            .any(|(name, item)| name == WORKFLOW_EXPORT && matches!(item.ty, ComponentItem::ComponentInstance(_)));
+        let exports_workflow = ty.exports(&self.engine).any(|(name, item)| {
+            name == WORKFLOW_EXPORT && matches!(item.ty, ComponentItem::ComponentInstance(_))
+        });
         if !exports_workflow {
             return Err(invalid(format!(
                 "it does not export `{WORKFLOW_EXPORT}`: not an uncaged-workflow bundle (build \

@@ -51,7 +51,9 @@ pub enum Error {
     NoHistory { name: String },
 
     /// `rollback <hash>` names a version not in the workflow's history.
-    #[error("workflow `{name}` has no version `{hash}` in its history (see `uncaged-workflow history {name}`)")]
+    #[error(
+        "workflow `{name}` has no version `{hash}` in its history (see `uncaged-workflow history {name}`)"
+    )]
     UnknownVersion { name: String, hash: String },
 
     /// An agent binding cannot be used as written.
@@ -91,7 +93,10 @@ impl Error {
     }
 
     /// Wraps an I/O error with the action and path.
-    pub fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+    pub fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { action, path, source }
     }

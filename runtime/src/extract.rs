@@ -52,7 +52,11 @@ impl Extractor {
                 Err(error) => {
                     first_mismatch.get_or_insert_with(|| {
                         let path = error.instance_path.to_string();
-                        let at = if path.is_empty() { "at the top level".to_string() } else { format!("at `{path}`") };
+                        let at = if path.is_empty() {
+                            "at the top level".to_string()
+                        } else {
+                            format!("at `{path}`")
+                        };
                         format!("{error} ({at})")
                     });
                 }
@@ -76,8 +80,9 @@ impl Extractor {
 /// JSON values found in `text`, most likely first.
 fn candidates(text: &str) -> impl Iterator<Item = Value> + '_ {
     let whole = serde_json::from_str::<Value>(text.trim()).ok();
-    let fenced = fenced_blocks(text).into_iter().rev().filter_map(|b| serde_json::from_str(b.trim()).ok());
-    whole.into_iter().chain(fenced).chain(last_object(text))
+    let fenced =
+        fenced_blocks(text).into_iter().rev().filter_map(|b| serde_json::from_str(b.trim()).ok());
+    whole.into_iter().chain(fenced).chain(objects_from_end(text))
 }
 
 /// Bodies of ``` fenced blocks (any info string), in order.
@@ -87,7 +92,9 @@ fn fenced_blocks(text: &str) -> Vec<&str> {
     while let Some(open) = rest.find("```") {
         let after_fence = &rest[open + 3..];
         // Skip the info string (e.g. `json`) up to the end of the line.
-        let Some(newline) = after_fence.find('\n') else { break };
+        let Some(newline) = after_fence.find('\n') else {
+            break;
+        };
         let body = &after_fence[newline + 1..];
         let Some(close) = body.find("```") else { break };
         blocks.push(&body[..close]);
@@ -96,19 +103,18 @@ fn fenced_blocks(text: &str) -> Vec<&str> {
     blocks
 }
 
-/// The last `{...}` in `text` that parses as a JSON object.
-fn last_object(text: &str) -> Option<Value> {
-    text.char_indices()
-        .rev()
-        .filter(|&(_, c)| c == '{')
-        .take(MAX_OBJECT_STARTS)
-        .find_map(|(i, _)| {
+/// `{...}` spans of `text` that parse as JSON objects, by start position from the end: the
+/// last object first (after the objects nested in it, which the schema usually rejects).
+fn objects_from_end(text: &str) -> impl Iterator<Item = Value> + '_ {
+    text.char_indices().rev().filter(|&(_, c)| c == '{').take(MAX_OBJECT_STARTS).filter_map(
+        |(i, _)| {
             let mut stream = serde_json::Deserializer::from_str(&text[i..]).into_iter::<Value>();
             match stream.next() {
                 Some(Ok(value @ Value::Object(_))) => Some(value),
                 _ => None,
             }
-        })
+        },
+    )
 }
 
 #[cfg(test)]
@@ -116,7 +122,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const SCHEMA: &str = r#"{"type":"object","required":["approved"],"properties":{"approved":{"type":"boolean"}}}"#;
+    const SCHEMA: &str =
+        r#"{"type":"object","required":["approved"],"properties":{"approved":{"type":"boolean"}}}"#;
 
     fn extract(text: &str) -> Result<Value, ExtractFailure> {
         Extractor::default().extract(SCHEMA, text, None)
@@ -148,7 +155,8 @@ mod tests {
     #[test]
     fn agent_supplied_meta_is_tried_first() {
         let meta = json!({"approved": true});
-        let got = Extractor::default().extract(SCHEMA, "{\"approved\": false}", Some(&meta)).unwrap();
+        let got =
+            Extractor::default().extract(SCHEMA, "{\"approved\": false}", Some(&meta)).unwrap();
         assert_eq!(got, meta);
     }
 }

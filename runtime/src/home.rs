@@ -25,16 +25,15 @@ impl Home {
         if let Some(root) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
             return Ok(Home::new(root));
         }
-        let user_home = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or_else(|| {
-            Error::Io {
+        let user_home =
+            std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or_else(|| Error::Io {
                 action: "locate the home directory",
                 path: PathBuf::from("~"),
                 source: std::io::Error::new(
                     std::io::ErrorKind::NotFound,
                     format!("neither {HOME_ENV} nor HOME is set"),
                 ),
-            }
-        })?;
+            })?;
         Ok(Home::new(PathBuf::from(user_home).join(".uncaged").join("workflow")))
     }
 

@@ -19,10 +19,15 @@ const TAG_BAD_TAG: &str = "BDT6G0N3";
 impl types::Host for ThreadState {}
 
 impl host::Host for ThreadState {
-    async fn agent(&mut self, request: AgentRequest) -> wasmtime::Result<Result<String, AgentError>> {
+    async fn agent(
+        &mut self,
+        request: AgentRequest,
+    ) -> wasmtime::Result<Result<String, AgentError>> {
         let started = Instant::now();
         let Some(agents) = &self.host.agents else {
-            return Ok(Err(AgentError::Unavailable("no agent may be asked outside a thread".into())));
+            return Ok(Err(AgentError::Unavailable(
+                "no agent may be asked outside a thread".into(),
+            )));
         };
         let bound = agents.for_role(&request.role).clone();
         let context = AgentContext {
@@ -33,7 +38,8 @@ impl host::Host for ThreadState {
                 .steps
                 .into_iter()
                 .map(|s| StepRecord {
-                    meta: serde_json::from_str(&s.meta).unwrap_or(serde_json::Value::String(s.meta)),
+                    meta: serde_json::from_str(&s.meta)
+                        .unwrap_or(serde_json::Value::String(s.meta)),
                     role: s.role,
                     content: s.content,
                     timestamp: s.timestamp,
@@ -42,7 +48,11 @@ impl host::Host for ThreadState {
             role: RoleRef { name: request.role, system_prompt: request.system_prompt },
         };
         let role = &context.role.name;
-        self.host.info.write("info", TAG_AGENT, &format!("role `{role}`: asking agent `{}`", bound.label));
+        self.host.info.write(
+            "info",
+            TAG_AGENT,
+            &format!("role `{role}`: asking agent `{}`", bound.label),
+        );
         let answer = bound.agent.answer(&context).await;
         let spent = started.elapsed();
         self.clock.add_host_time(spent);
@@ -52,7 +62,11 @@ impl host::Host for ThreadState {
                 self.host.info.write(
                     "info",
                     TAG_AGENT,
-                    &format!("role `{role}`: agent `{}` answered in {ms} ms ({} bytes)", bound.label, answer.content.len()),
+                    &format!(
+                        "role `{role}`: agent `{}` answered in {ms} ms ({} bytes)",
+                        bound.label,
+                        answer.content.len()
+                    ),
                 );
                 self.host.agent_meta = answer.meta.map(|meta| (answer.content.clone(), meta));
                 Ok(answer.content)
@@ -61,7 +75,10 @@ impl host::Host for ThreadState {
                 self.host.info.write(
                     "error",
                     TAG_AGENT,
-                    &format!("role `{role}`: agent `{}` failed after {ms} ms: {failure}", bound.label),
+                    &format!(
+                        "role `{role}`: agent `{}` failed after {ms} ms: {failure}",
+                        bound.label
+                    ),
                 );
                 Err(match failure {
                     AgentFailure::Unavailable(m) => AgentError::Unavailable(m),
@@ -72,13 +89,17 @@ impl host::Host for ThreadState {
         })
     }
 
-    async fn extract(&mut self, request: ExtractRequest) -> wasmtime::Result<Result<String, ExtractError>> {
+    async fn extract(
+        &mut self,
+        request: ExtractRequest,
+    ) -> wasmtime::Result<Result<String, ExtractError>> {
         let started = Instant::now();
         let preferred = match self.host.agent_meta.take() {
             Some((content, meta)) if content == request.content => Some(meta),
             _ => None,
         };
-        let result = self.host.extractor.extract(&request.schema, &request.content, preferred.as_ref());
+        let result =
+            self.host.extractor.extract(&request.schema, &request.content, preferred.as_ref());
         self.clock.add_host_time(started.elapsed());
         Ok(match result {
             Ok(value) => Ok(value.to_string()),
@@ -87,7 +108,9 @@ impl host::Host for ThreadState {
                 Err(match failure {
                     ExtractFailure::InvalidSchema(m) => ExtractError::InvalidSchema(m),
                     ExtractFailure::NoJson => ExtractError::NoJson(failure.to_string()),
-                    ExtractFailure::SchemaMismatch(_) => ExtractError::SchemaMismatch(failure.to_string()),
+                    ExtractFailure::SchemaMismatch(_) => {
+                        ExtractError::SchemaMismatch(failure.to_string())
+                    }
                 })
             }
         })
@@ -105,7 +128,11 @@ impl host::Host for ThreadState {
             self.host.info.write(level, &tag, &message);
         } else {
             // Keep the line, but make clear the tag is not a code location.
-            self.host.info.write(level, TAG_BAD_TAG, &format!("[guest tag `{tag}` is not 8 Crockford characters] {message}"));
+            self.host.info.write(
+                level,
+                TAG_BAD_TAG,
+                &format!("[guest tag `{tag}` is not 8 Crockford characters] {message}"),
+            );
         }
         Ok(())
     }

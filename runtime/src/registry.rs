@@ -82,7 +82,9 @@ impl Registry {
         let path = self.home.registry_file();
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(RegistryFile::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(RegistryFile::default());
+            }
             Err(e) => return Err(Error::io("read registry", &path)(e)),
         };
         if text.trim().is_empty() {
@@ -130,8 +132,10 @@ impl RegistryFile {
     pub fn register(&mut self, name: &str, hash: BundleHash, now: u64) -> Registered {
         match self.workflows.get_mut(name) {
             None => {
-                self.workflows
-                    .insert(name.to_string(), WorkflowEntry { hash, timestamp: now, history: vec![] });
+                self.workflows.insert(
+                    name.to_string(),
+                    WorkflowEntry { hash, timestamp: now, history: vec![] },
+                );
                 Registered::New
             }
             Some(entry) if entry.hash == hash => Registered::Unchanged,
@@ -175,9 +179,7 @@ impl RegistryFile {
 
     /// Is `hash` the current or a past version of any workflow?
     pub fn references(&self, hash: BundleHash) -> bool {
-        self.workflows
-            .values()
-            .any(|e| e.hash == hash || e.history.iter().any(|v| v.hash == hash))
+        self.workflows.values().any(|e| e.hash == hash || e.history.iter().any(|v| v.hash == hash))
     }
 }
 

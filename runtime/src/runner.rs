@@ -68,18 +68,27 @@ pub async fn run_thread(
     };
     let mut writer = ThreadWriter::create(home, &start, &spec.steps)?;
     let info = InfoLog::open(home, bundle.hash, spec.id)?;
-    info.write("info", TAG_START, &format!("thread {} of `{}` ({}) starting", spec.id, bundle.name, bundle.hash));
-    info.write("info", TAG_CACHE, match bundle.cache {
-        crate::engine::CacheOutcome::Hit => "bundle loaded from the AOT cache (no compilation)",
-        crate::engine::CacheOutcome::Miss => "bundle compiled (AOT cache miss)",
-    });
+    info.write(
+        "info",
+        TAG_START,
+        &format!("thread {} of `{}` ({}) starting", spec.id, bundle.name, bundle.hash),
+    );
+    info.write(
+        "info",
+        TAG_CACHE,
+        match bundle.cache {
+            crate::engine::CacheOutcome::Hit => "bundle loaded from the AOT cache (no compilation)",
+            crate::engine::CacheOutcome::Miss => "bundle compiled (AOT cache miss)",
+        },
+    );
 
-    let end = drive(runtime, bundle, &spec, agents, limits, info.clone(), |step, elapsed, count| {
-        writer.append_step(step)?;
-        on_event(ThreadEvent::Step { index: count, step, elapsed });
-        Ok(())
-    })
-    .await?;
+    let end =
+        drive(runtime, bundle, &spec, agents, limits, info.clone(), |step, elapsed, count| {
+            writer.append_step(step)?;
+            on_event(ThreadEvent::Step { index: count, step, elapsed });
+            Ok(())
+        })
+        .await?;
     info.write("info", TAG_END, &format!("thread ended {}: {}", end.status.as_str(), end.summary));
     let record = EndRecord { end, timestamp: now_ms() };
     writer.append_end(&record)?;
@@ -97,7 +106,8 @@ async fn drive(
     info: InfoLog,
     mut persist: impl FnMut(&StepRecord, Duration, usize) -> Result<()>,
 ) -> Result<End> {
-    let failed = |summary: String| End { return_code: exit::SOFTWARE, summary, status: EndStatus::Failed };
+    let failed =
+        |summary: String| End { return_code: exit::SOFTWARE, summary, status: EndStatus::Failed };
     let host = HostContext::new(spec.id.to_string(), agents, info);
     let mut store = Store::new(runtime.engine(), ThreadState::new(host, limits));
     store.limiter(|state| &mut state.limits);
@@ -108,7 +118,8 @@ async fn drive(
         Err(e) => return Ok(failed(format!("bundle failed to start: {}", one_line(&e)))),
     };
     let generator = instance.uncaged_workflow_workflow().thread();
-    let input = RunInput { prompt: spec.prompt.clone(), steps: spec.steps.iter().map(to_wit).collect() };
+    let input =
+        RunInput { prompt: spec.prompt.clone(), steps: spec.steps.iter().map(to_wit).collect() };
     let options = RunOptions { thread_id: spec.id.to_string(), max_rounds: spec.max_rounds };
     store.data_mut().clock.start_step();
     let thread = match generator.call_constructor(&mut store, &input, &options).await {
@@ -122,12 +133,19 @@ async fn drive(
         store.data_mut().clock.start_step();
         let step = match generator.call_next(&mut store, thread).await {
             Ok(step) => step,
-            Err(e) => return Ok(failed(trap_reason(&store, &format!("step {}", count + 1), &e))),
+            Err(e) => {
+                return Ok(failed(trap_reason(&store, &format!("step {}", count + 1), &e)));
+            }
         };
         let output = match step {
             Step::Done(result) => {
-                let status = if result.return_code == 0 { EndStatus::Completed } else { EndStatus::Failed };
-                return Ok(End { return_code: result.return_code, summary: result.summary, status });
+                let status =
+                    if result.return_code == 0 { EndStatus::Completed } else { EndStatus::Failed };
+                return Ok(End {
+                    return_code: result.return_code,
+                    summary: result.summary,
+                    status,
+                });
             }
             Step::Output(output) => output,
         };
@@ -145,10 +163,18 @@ async fn drive(
         let meta: serde_json::Value = match serde_json::from_str(&output.meta) {
             Ok(meta) => meta,
             Err(e) => {
-                return Ok(failed(format!("bundle yielded a `{}` step whose meta is not JSON: {e}", role.name)));
+                return Ok(failed(format!(
+                    "bundle yielded a `{}` step whose meta is not JSON: {e}",
+                    role.name
+                )));
             }
         };
-        let step = StepRecord { role: output.role, content: output.content, meta, timestamp: output.timestamp };
+        let step = StepRecord {
+            role: output.role,
+            content: output.content,
+            meta,
+            timestamp: output.timestamp,
+        };
         count += 1;
         persist(&step, started.elapsed(), count)?;
     }
@@ -175,7 +201,10 @@ pub(crate) fn install_cpu_deadline(store: &mut Store<ThreadState>) {
 fn trap_reason(store: &Store<ThreadState>, during: &str, e: &wasmtime::Error) -> String {
     let clock = &store.data().clock;
     if clock.exhausted() {
-        return format!("CPU limit exceeded during {during}: more than {:?} of guest computation", clock.budget());
+        return format!(
+            "CPU limit exceeded during {during}: more than {:?} of guest computation",
+            clock.budget()
+        );
     }
     format!("bundle trapped during {during}: {}", one_line(e))
 }

@@ -66,7 +66,13 @@ pub struct HostContext {
 impl HostContext {
     /// A thread's host context.
     pub fn new(thread_id: String, agents: AgentSet, info: InfoLog) -> Self {
-        HostContext { thread_id, agents: Some(agents), extractor: Extractor::default(), info, agent_meta: None }
+        HostContext {
+            thread_id,
+            agents: Some(agents),
+            extractor: Extractor::default(),
+            info,
+            agent_meta: None,
+        }
     }
 
     /// For instances that are not threads (reading a descriptor): no agents, and the debug
@@ -194,7 +200,11 @@ impl GuestStream {
         budget.remaining -= take;
         if take < bytes.len() && !budget.noted_overflow {
             budget.noted_overflow = true;
-            self.output.info.write("warn", TAG_GUEST_OUTPUT, "guest output limit reached; further output dropped");
+            self.output.info.write(
+                "warn",
+                TAG_GUEST_OUTPUT,
+                "guest output limit reached; further output dropped",
+            );
         }
         drop(budget);
         let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
@@ -220,7 +230,11 @@ impl StdoutStream for GuestStream {
 }
 
 impl tokio::io::AsyncWrite for GuestStream {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.write(buf);
         Poll::Ready(Ok(buf.len()))
     }

@@ -46,17 +46,17 @@ impl BundleStore {
         let hash = BundleHash::of(bytes);
         let sha256 = sha256_hex(bytes);
         let path = self.home.bundle_file(hash);
-        if let Some(record) = registry.bundles.get(&hash) {
-            if record.sha256 != sha256 {
-                return Err(Error::InvalidBundle {
-                    path,
-                    reason: format!(
-                        "XXH64 collision: a different bundle with id `{hash}` is already stored \
-                         (SHA-256 {} vs {sha256})",
-                        record.sha256
-                    ),
-                });
-            }
+        if let Some(record) = registry.bundles.get(&hash)
+            && record.sha256 != sha256
+        {
+            return Err(Error::InvalidBundle {
+                path,
+                reason: format!(
+                    "XXH64 collision: a different bundle with id `{hash}` is already stored \
+                     (SHA-256 {} vs {sha256})",
+                    record.sha256
+                ),
+            });
         }
         // Rewrite the file unless it is already intact, so a damaged copy is repaired by
         // adding the right bytes again.

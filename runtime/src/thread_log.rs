@@ -269,7 +269,9 @@ pub fn all_threads(home: &Home) -> Result<Vec<(BundleHash, ThreadId, PathBuf)>> 
         let entries = std::fs::read_dir(&dir).map_err(Error::io("list threads in", &dir))?;
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".data.jsonl")) else { continue };
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".data.jsonl")) else {
+                continue;
+            };
             if let Ok(id) = id.parse::<ThreadId>() {
                 threads.push((hash, id, entry.path()));
             }
@@ -320,14 +322,24 @@ mod tests {
             timestamp: 1,
             forked_from: None,
         };
-        let step = StepRecord { role: "r".into(), content: "c".into(), meta: serde_json::json!({}), timestamp: 2 };
+        let step = StepRecord {
+            role: "r".into(),
+            content: "c".into(),
+            meta: serde_json::json!({}),
+            timestamp: 2,
+        };
         let path = {
             let mut writer = ThreadWriter::create(&home, &start, &[])?;
             writer.append_step(&step)?;
             writer.path().to_path_buf()
         };
         // Simulate a crash in the middle of the next append.
-        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(br#"{"role":"r","cont"#).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(br#"{"role":"r","cont"#)
+            .unwrap();
         let torn = read_thread(&path)?;
         assert_eq!(torn.steps, vec![step.clone()]);
         assert_eq!(torn.skipped_lines, vec![3]);

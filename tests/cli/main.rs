@@ -1,1 +1,140 @@
-fn main(){}
+//! Integration tests: the real `uncaged-workflow` binary, each test in a fresh temporary home.
+
+mod agents;
+mod bad_input;
+mod registry;
+mod run;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use anyhow::{Context, Result, ensure};
+use serde_json::Value;
+
+pub use uncaged_test_artifacts as artifacts;
+
+/// A temporary home and a way to run the binary in it.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+/// What a finished command left.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Env {
+    pub fn new() -> Result<Self> {
+        Ok(Env { dir: tempfile::tempdir()? })
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// Runs the binary with `args`, whatever its exit code.
+    pub fn run(&self, args: &[&str]) -> Result<Run> {
+        let output: Output = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
+            .args(args)
+            .env("UNCAGED_WORKFLOW_HOME", self.home())
+            .env_remove("RUST_LOG")
+            .current_dir(self.dir.path())
+            .output()
+            .context("failed to start uncaged-workflow")?;
+        Ok(Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8(output.stdout)?,
+            stderr: String::from_utf8(output.stderr)?,
+        })
+    }
+
+    /// Runs and requires exit code 0; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> Result<String> {
+        let run = self.run(args)?;
+        ensure!(
+            run.code == 0,
+            "`{}` exited {}:\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            run.code,
+            run.stdout,
+            run.stderr
+        );
+        Ok(run.stdout)
+    }
+
+    /// Runs and requires exit code `code`; returns stderr. Our own errors must be one line;
+    /// clap's usage errors keep clap's format (the error, then a hint).
+    pub fn fails(&self, args: &[&str], code: i32) -> Result<String> {
+        let run = self.run(args)?;
+        ensure!(
+            run.code == code,
+            "`{}` exited {} (wanted {code}):\nstdout: {}\nstderr: {}",
+            args.join(" "),
+            run.code,
+            run.stdout,
+            run.stderr
+        );
+        if run.stderr.starts_with("uncaged-workflow: ") {
+            ensure!(
+                run.stderr.trim().lines().count() == 1,
+                "error is not one line: {}",
+                run.stderr
+            );
+        } else {
+            ensure!(run.stderr.starts_with("error: "), "not a usage error: {}", run.stderr);
+        }
+        Ok(run.stderr)
+    }
+
+    /// Runs with `--json` appended and parses stdout.
+    pub fn json(&self, args: &[&str]) -> Result<Value> {
+        let mut args = args.to_vec();
+        args.push("--json");
+        let out = self.ok(&args)?;
+        serde_json::from_str(&out).with_context(|| format!("not JSON: {out}"))
+    }
+
+    /// Writes a file in the test directory and returns its path.
+    pub fn write(&self, name: &str, content: impl AsRef<[u8]>) -> Result<PathBuf> {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, content)?;
+        Ok(path)
+    }
+
+    /// Adds `solve-issue` and returns its hash.
+    pub fn add_solve_issue(&self) -> Result<String> {
+        let added = self.json(&["add", "solve-issue", artifacts::SOLVE_ISSUE])?;
+        Ok(added["hash"].as_str().context("hash")?.to_string())
+    }
+
+    /// The lines of a thread's data file, parsed.
+    pub fn thread_lines(&self, hash: &str, thread: &str) -> Result<Vec<Value>> {
+        let path = self.home().join("logs").join(hash).join(format!("{thread}.data.jsonl"));
+        read_jsonl(&path)
+    }
+}
+
+pub fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    text.lines().map(|l| serde_json::from_str(l).with_context(|| format!("bad line {l}"))).collect()
+}
+
+/// The thread id printed by a human-readable `run` (`thread <ULID>: ...`).
+pub fn thread_id_of(run_stdout: &str) -> Result<String> {
+    let first = run_stdout.lines().next().context("no output")?;
+    let id =
+        first.strip_prefix("thread ").and_then(|r| r.split(':').next()).context("no thread id")?;
+    Ok(id.to_string())
+}
+
+/// Roles of a thread's steps, in order.
+pub fn roles(lines: &[Value]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l.get("role").is_some())
+        .map(|l| l["role"].as_str().unwrap_or_default().to_string())
+        .collect()
+}

@@ -99,10 +99,10 @@ impl CommandAgent {
 
 /// `{"content": ..., "meta": ...}` is taken apart; anything else is the content itself.
 fn parse_answer(text: String) -> AgentAnswer {
-    if let Ok(serde_json::Value::Object(mut object)) = serde_json::from_str(text.trim()) {
-        if let Some(serde_json::Value::String(content)) = object.remove("content") {
-            return AgentAnswer { content, meta: object.remove("meta") };
-        }
+    if let Ok(serde_json::Value::Object(mut object)) = serde_json::from_str(text.trim())
+        && let Some(serde_json::Value::String(content)) = object.remove("content")
+    {
+        return AgentAnswer { content, meta: object.remove("meta") };
     }
     AgentAnswer { content: text, meta: None }
 }
@@ -123,7 +123,10 @@ mod tests {
 
     #[test]
     fn answers_are_text_or_content_and_meta() {
-        assert_eq!(parse_answer("plain".into()), AgentAnswer { content: "plain".into(), meta: None });
+        assert_eq!(
+            parse_answer("plain".into()),
+            AgentAnswer { content: "plain".into(), meta: None }
+        );
         let answer = parse_answer(r#"{"content": "done", "meta": {"ok": true}}"#.into());
         assert_eq!(answer.content, "done");
         assert_eq!(answer.meta, Some(serde_json::json!({"ok": true})));

@@ -60,7 +60,11 @@ fn read_answers(path: &Path) -> Result<BTreeMap<String, Vec<String>>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read scripted answers {}: {e}", path.display()))?;
     let raw: BTreeMap<String, Value> = serde_yaml::from_str(&text).map_err(|e| {
-        format!("scripted answers {} do not parse: {}", path.display(), e.to_string().replace('\n', " "))
+        format!(
+            "scripted answers {} do not parse: {}",
+            path.display(),
+            e.to_string().replace('\n', " ")
+        )
     })?;
     Ok(raw
         .into_iter()

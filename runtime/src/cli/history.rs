@@ -31,7 +31,11 @@ impl HistoryCommand {
         }
         let rows: Vec<Vec<String>> = versions
             .map(|(hash, timestamp, current)| {
-                vec![hash.to_string(), age(timestamp), if current { "current".into() } else { String::new() }]
+                vec![
+                    hash.to_string(),
+                    age(timestamp),
+                    if current { "current".into() } else { String::new() },
+                ]
             })
             .collect();
         print_table(&["HASH", "SINCE", ""], &rows);

@@ -31,7 +31,9 @@ impl ListCommand {
             return Ok(0);
         }
         if registry.workflows.is_empty() {
-            println!("no workflows registered (add one with `uncaged-workflow add <name> <file.wasm>`)");
+            println!(
+                "no workflows registered (add one with `uncaged-workflow add <name> <file.wasm>`)"
+            );
             return Ok(0);
         }
         let rows: Vec<Vec<String>> = registry
@@ -43,7 +45,13 @@ impl ListCommand {
                     .descriptor(e.hash)
                     .map(|d| super::output::one_line(&d.description, 60))
                     .unwrap_or_else(|err| format!("(descriptor unreadable: {err})"));
-                vec![name.clone(), e.hash.to_string(), (e.history.len() + 1).to_string(), age(e.timestamp), description]
+                vec![
+                    name.clone(),
+                    e.hash.to_string(),
+                    (e.history.len() + 1).to_string(),
+                    age(e.timestamp),
+                    description,
+                ]
             })
             .collect();
         print_table(&["NAME", "HASH", "VERSIONS", "UPDATED", "DESCRIPTION"], &rows);

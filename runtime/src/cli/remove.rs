@@ -15,7 +15,10 @@ pub struct RemoveCommand {
 impl RemoveCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let entry = Catalog::new(&global.home()?).remove(&self.name)?;
-        println!("removed {} (was {}; its bundle files and threads stay on disk)", self.name, entry.hash);
+        println!(
+            "removed {} (was {}; its bundle files and threads stay on disk)",
+            self.name, entry.hash
+        );
         Ok(0)
     }
 }

@@ -75,23 +75,31 @@ impl RunCommand {
             println!("thread {id}: {} {} ({cache})", self.name, bundle.hash);
         }
         let json = self.json;
-        let end = run_thread(&runtime, &home, &bundle, spec, agents.clone(), &Limits::default(), |event| {
-            let ThreadEvent::Step { index, step, elapsed } = event;
-            if json {
-                let line = json!({"thread": id.to_string(), "index": index, "role": step.role,
+        let end = run_thread(
+            &runtime,
+            &home,
+            &bundle,
+            spec,
+            agents.clone(),
+            &Limits::default(),
+            |event| {
+                let ThreadEvent::Step { index, step, elapsed } = event;
+                if json {
+                    let line = json!({"thread": id.to_string(), "index": index, "role": step.role,
                     "content": step.content, "meta": step.meta, "timestamp": step.timestamp,
                     "durationMs": elapsed.as_millis() as u64});
-                println!("{line}");
-            } else {
-                let agent = &agents.for_role(&step.role).label;
-                println!(
-                    "[{index}] {:<10} {agent}, {} ms  {}",
-                    step.role,
-                    elapsed.as_millis(),
-                    one_line(&step.meta.to_string(), 100)
-                );
-            }
-        })
+                    println!("{line}");
+                } else {
+                    let agent = &agents.for_role(&step.role).label;
+                    println!(
+                        "[{index}] {:<10} {agent}, {} ms  {}",
+                        step.role,
+                        elapsed.as_millis(),
+                        one_line(&step.meta.to_string(), 100)
+                    );
+                }
+            },
+        )
         .await?;
         if json {
             println!("{}", json!({"thread": id.to_string(), "end": end.end}));

@@ -42,10 +42,10 @@ impl ThreadCommand {
                 let (hash, data) = find_thread(&home, id)?;
                 std::fs::remove_file(&data).map_err(Error::io("delete thread", &data))?;
                 let info = home.thread_info_file(hash, id);
-                if let Err(e) = std::fs::remove_file(&info) {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        return Err(Error::io("delete thread log", &info)(e).into());
-                    }
+                if let Err(e) = std::fs::remove_file(&info)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    return Err(Error::io("delete thread log", &info)(e).into());
                 }
                 println!("deleted thread {id}");
                 Ok(0)
@@ -62,7 +62,13 @@ impl ThreadCommand {
                     return Ok(0);
                 }
                 let start = &thread.start;
-                println!("thread {}  {} {}  {}", start.thread_id, start.name, start.hash, thread.status());
+                println!(
+                    "thread {}  {} {}  {}",
+                    start.thread_id,
+                    start.name,
+                    start.hash,
+                    thread.status()
+                );
                 println!("prompt: {}", start.parameters.prompt);
                 println!("max rounds: {}", start.parameters.options.max_rounds);
                 if let Some(fork) = &start.forked_from {
@@ -77,7 +83,12 @@ impl ThreadCommand {
                 }
                 if let Some(end) = &thread.end {
                     println!();
-                    println!("{} ({}): {}", end.end.status.as_str(), end.end.return_code, end.end.summary);
+                    println!(
+                        "{} ({}): {}",
+                        end.end.status.as_str(),
+                        end.end.return_code,
+                        end.end.summary
+                    );
                 }
                 Ok(0)
             }

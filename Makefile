@@ -1,0 +1,53 @@
+# uncaged-workflow: build, demo, test, lint.
+#
+#   make demo    build everything and run the solve-issue example on the offline agent
+#   make test    run every test (unit, integration, guest fixtures)
+#   make lint    rustfmt and clippy, host and guests
+#
+# Every target installs what it needs (the wasm32-wasip2 Rust target) when missing.
+
+CARGO        ?= cargo
+GUEST_TARGET := wasm32-wasip2
+GUEST_DIR    := target/$(GUEST_TARGET)/guest
+BIN          := target/debug/uncaged-workflow
+# The demo keeps its state inside the repository, never in your real home.
+DEMO_HOME    ?= $(CURDIR)/target/demo-home
+BUNDLES      := solve-issue develop
+
+.PHONY: all build bundles demo test lint fmt clean guest-target
+
+all: build bundles
+
+guest-target:
+	@rustup target list --installed 2>/dev/null | grep -qx $(GUEST_TARGET) || rustup target add $(GUEST_TARGET)
+
+build:
+	$(CARGO) build -p uncaged-workflow
+
+bundles: guest-target
+	$(CARGO) build --target $(GUEST_TARGET) --profile guest $(addprefix -p ,$(BUNDLES))
+
+demo: build bundles
+	@echo "== add the solve-issue bundle (home: $(DEMO_HOME))"
+	UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) add solve-issue $(GUEST_DIR)/solve_issue.wasm
+	@echo "== run it with the built-in scripted agent (offline)"
+	UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) run solve-issue -p "Fix the crash when the input file is empty" \
+		--agent scripted:bundles/solve-issue/demo-answers.yaml
+	@echo "== the thread it left on disk"
+	UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) threads solve-issue
+	UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) thread $$(UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) threads solve-issue --json | sed -n 's/.*"threadId": "\([0-9A-Z]*\)".*/\1/p' | tail -n 1)
+
+test: guest-target
+	$(CARGO) test
+
+lint: guest-target
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -p uncaged-workflow -p uncaged-test-artifacts -- -D warnings
+	$(CARGO) clippy --target $(GUEST_TARGET) -p uncaged-workflow-sdk $(addprefix -p ,$(BUNDLES)) \
+		-p guest-bad-import -p guest-no-workflow-export -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,141 @@
+//! run, threads, thread: a thread's life on disk.
+
+use anyhow::Result;
+use serde_json::json;
+
+use crate::{Env, read_jsonl, roles, thread_id_of};
+
+#[test]
+fn run_prints_steps_and_records_the_thread() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let out = env.ok(&["run", "solve-issue", "-p", "Fix the crash on empty input"])?;
+    let thread = thread_id_of(&out)?;
+    let printed: Vec<_> = out.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(printed.len(), 5, "{out}");
+    for (line, role) in
+        printed.iter().zip(["planner", "developer", "reviewer", "developer", "reviewer"])
+    {
+        assert!(line.contains(role) && line.contains("scripted"), "{line}");
+    }
+    assert!(
+        out.trim_end().ends_with("completed (0): approved after 2 development round(s)"),
+        "{out}"
+    );
+
+    // The data file: start record, one line per step, end record.
+    let lines = env.thread_lines(&hash, &thread)?;
+    assert_eq!(lines.len(), 7);
+    let start = &lines[0];
+    assert_eq!(start["name"], "solve-issue");
+    assert_eq!(start["hash"], hash.as_str());
+    assert_eq!(start["threadId"], thread.as_str());
+    assert_eq!(
+        start["parameters"],
+        json!({"prompt": "Fix the crash on empty input", "options": {"maxRounds": 10}})
+    );
+    assert!(start["timestamp"].as_u64().unwrap() > 1_700_000_000_000);
+    assert_eq!(roles(&lines), ["planner", "developer", "reviewer", "developer", "reviewer"]);
+    assert_eq!(
+        lines[3]["meta"],
+        json!({"approved": false, "comments": ["Handle the empty-input case"]})
+    );
+    assert_eq!(lines[5]["meta"]["approved"], true);
+    assert!(lines[1]["content"].as_str().unwrap().contains("```json"));
+    let end = &lines[6]["end"];
+    assert_eq!(
+        end,
+        &json!({"returnCode": 0, "summary": "approved after 2 development round(s)", "status": "completed"})
+    );
+
+    // The debug log names the thread and where the code came from.
+    let info = read_jsonl(&env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    assert!(info.iter().all(|l| l["tag"].as_str().unwrap().len() == 8));
+    assert!(
+        info.iter().any(|l| { l["content"].as_str().unwrap().contains("asking agent `scripted`") })
+    );
+
+    // threads and thread show it.
+    let threads = env.json(&["threads"])?;
+    assert_eq!(threads[0]["threadId"], thread.as_str());
+    assert_eq!(threads[0]["status"], "completed");
+    assert_eq!(threads[0]["steps"], 5);
+    assert!(env.ok(&["threads", "solve-issue"])?.contains(&thread));
+    assert!(env.ok(&["threads", "develop"])?.contains("no threads"));
+    let shown = env.json(&["thread", &thread])?;
+    assert_eq!(shown["steps"].as_array().unwrap().len(), 5);
+    assert_eq!(shown["end"]["end"]["status"], "completed");
+    let human = env.ok(&["thread", &thread])?;
+    assert!(
+        human.contains("prompt: Fix the crash on empty input") && human.contains("[5] reviewer"),
+        "{human}"
+    );
+    Ok(())
+}
+
+#[test]
+fn second_run_loads_precompiled_code() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    for _ in 0..2 {
+        let run = env.run(&["-v", "run", "solve-issue", "-p", "x"])?;
+        assert_eq!(run.code, 0, "{run:?}");
+        assert!(run.stderr.contains("AOT cache hit"), "{}", run.stderr);
+        assert!(!run.stderr.contains("AOT cache miss"), "{}", run.stderr);
+        assert!(run.stdout.lines().next().unwrap().ends_with("(precompiled)"), "{}", run.stdout);
+    }
+    // A deleted cache is rebuilt, not an error.
+    std::fs::remove_dir_all(env.home().join("cache"))?;
+    let run = env.run(&["-v", "run", "solve-issue", "-p", "x"])?;
+    assert!(run.code == 0 && run.stderr.contains("AOT cache miss"), "{run:?}");
+    let run = env.run(&["-v", "run", "solve-issue", "-p", "x"])?;
+    assert!(run.code == 0 && run.stderr.contains("AOT cache hit"), "{run:?}");
+    Ok(())
+}
+
+#[test]
+fn max_rounds_ends_the_thread_with_code_2() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let run = env.run(&["run", "solve-issue", "-p", "x", "--max-rounds", "3"])?;
+    assert_eq!(run.code, 2, "{run:?}");
+    let thread = thread_id_of(&run.stdout)?;
+    let lines = env.thread_lines(&hash, &thread)?;
+    assert_eq!(roles(&lines), ["planner", "developer", "reviewer"]);
+    let end = &lines.last().unwrap()["end"];
+    assert_eq!(end["status"], "failed");
+    assert_eq!(end["returnCode"], 2);
+    assert!(end["summary"].as_str().unwrap().contains("max rounds (3)"), "{end}");
+    assert_eq!(lines[0]["parameters"]["options"]["maxRounds"], 3);
+    env.fails(&["run", "solve-issue", "-p", "x", "--max-rounds", "0"], 64)?;
+    Ok(())
+}
+
+#[test]
+fn run_json_prints_one_object_per_step() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let out = env.ok(&["run", "solve-issue", "-p", "x", "--json"])?;
+    let objects: Vec<serde_json::Value> =
+        out.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    assert_eq!(objects.len(), 6);
+    assert_eq!(objects[0]["index"], 1);
+    assert_eq!(objects[0]["role"], "planner");
+    assert!(objects[0]["meta"]["steps"].is_array());
+    assert_eq!(objects[5]["end"]["status"], "completed");
+    Ok(())
+}
+
+#[test]
+fn thread_rm_deletes_a_thread() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let thread = thread_id_of(&env.ok(&["run", "solve-issue", "-p", "x"])?)?;
+    assert_eq!(env.ok(&["thread", "rm", &thread])?.trim(), format!("deleted thread {thread}"));
+    assert!(!env.home().join(format!("logs/{hash}/{thread}.data.jsonl")).exists());
+    assert!(!env.home().join(format!("logs/{hash}/{thread}.info.jsonl")).exists());
+    let err = env.fails(&["thread", &thread], 66)?;
+    assert!(err.contains(&format!("no thread `{thread}`")), "{err}");
+    env.fails(&["thread", "rm", &thread], 66)?;
+    Ok(())
+}
