@@ -76,6 +76,7 @@ impl Agent {
         config: &AgentConfig,
         base_dir: &Path,
         descriptor: &Descriptor,
+        cwd: Option<&Path>,
     ) -> Result<Agent> {
         Ok(match config {
             AgentConfig::Scripted { answers } => {
@@ -86,20 +87,59 @@ impl Agent {
                     })?,
                 )
             }
-            AgentConfig::Command { command, args, timeout } => {
-                Agent::Command(CommandAgent::new(command.clone(), args.clone(), *timeout))
-            }
+            AgentConfig::Command { command, args, timeout } => Agent::Command(CommandAgent::new(
+                command.clone(),
+                args.clone(),
+                *timeout,
+                cwd.map(Path::to_path_buf),
+            )),
         })
     }
 }
 
-/// Agent choices given on the command line (`--agent`, `--agent-for role=A`).
+/// Agent choices given on the command line (`--agent`, `--agent-for role=A`), and the
+/// directory they were given in.
 #[derive(Debug, Clone, Default)]
 pub struct AgentFlags {
     /// `--agent`: the binding for every role not bound more specifically.
     pub default: Option<String>,
     /// `--agent-for role=A`, in order; a later one for the same role wins.
     pub for_roles: Vec<(String, String)>,
+    /// Where command agents run, and what relative paths in specs are relative to.
+    pub cwd: Option<std::path::PathBuf>,
+}
+
+impl AgentFlags {
+    /// Makes relative paths in `scripted:FILE` and `command:./PROGRAM` specs absolute against
+    /// `cwd`, so the specs mean the same in a worker started elsewhere.
+    pub fn absolutize(mut self, cwd: &Path) -> Self {
+        let fix = |spec: &mut String| *spec = absolutize_spec(spec, cwd);
+        if let Some(spec) = &mut self.default {
+            fix(spec);
+        }
+        for (_, spec) in &mut self.for_roles {
+            fix(spec);
+        }
+        self.cwd = Some(cwd.to_path_buf());
+        self
+    }
+}
+
+fn absolutize_spec(spec: &str, cwd: &Path) -> String {
+    if let Some(path) = spec.strip_prefix("scripted:") {
+        return format!("scripted:{}", cwd.join(path).display());
+    }
+    if let Some(command_line) = spec.strip_prefix("command:")
+        && let Some(mut words) = shlex::split(command_line)
+        && let Some(program) = words.first_mut()
+        && program.contains('/')
+        && !program.starts_with('/')
+    {
+        *program = cwd.join(&*program).display().to_string();
+        let quoted = shlex::try_join(words.iter().map(String::as_str)).unwrap_or_default();
+        return format!("command:{quoted}");
+    }
+    spec.to_string()
 }
 
 /// The agents of one thread, by role.
@@ -125,10 +165,11 @@ impl AgentSet {
     pub fn resolve(config: &Config, flags: &AgentFlags, descriptor: &Descriptor) -> Result<Self> {
         let default_spec =
             flags.default.as_deref().or(config.agent.as_deref()).unwrap_or("scripted");
-        let default = bind(config, default_spec, descriptor)?;
+        let cwd = flags.cwd.as_deref();
+        let default = bind(config, default_spec, descriptor, cwd)?;
         let mut by_role = BTreeMap::new();
         for (role, spec) in &config.roles {
-            by_role.insert(role.clone(), bind(config, spec, descriptor)?);
+            by_role.insert(role.clone(), bind(config, spec, descriptor, cwd)?);
         }
         for (role, spec) in &flags.for_roles {
             if descriptor.role(role).is_none() {
@@ -141,7 +182,7 @@ impl AgentSet {
                     ),
                 });
             }
-            by_role.insert(role.clone(), bind(config, spec, descriptor)?);
+            by_role.insert(role.clone(), bind(config, spec, descriptor, cwd)?);
         }
         Ok(AgentSet { default, by_role })
     }
@@ -154,10 +195,10 @@ impl AgentSet {
 
 /// Parses an agent spec: a name from `agents:` in the config, `scripted`, `scripted:FILE` or
 /// `command:PROGRAM [ARGS]` (split like a shell would, but never run by one).
-fn bind(config: &Config, spec: &str, descriptor: &Descriptor) -> Result<Bound> {
+fn bind(config: &Config, spec: &str, descriptor: &Descriptor, cwd: Option<&Path>) -> Result<Bound> {
     let invalid = |reason: String| Error::InvalidAgent { binding: spec.to_string(), reason };
     let agent = if let Some(agent) = config.agents.get(spec) {
-        Agent::from_config(spec, agent, &config.base_dir, descriptor)?
+        Agent::from_config(spec, agent, &config.base_dir, descriptor, cwd)?
     } else if spec == "scripted" {
         Agent::Scripted(ScriptedAgent::new(None, descriptor).map_err(invalid)?)
     } else if let Some(path) = spec.strip_prefix("scripted:") {
@@ -170,7 +211,7 @@ fn bind(config: &Config, spec: &str, descriptor: &Descriptor) -> Result<Bound> {
             return Err(invalid("no program given after `command:`".into()));
         }
         let program = words.remove(0);
-        Agent::Command(CommandAgent::new(program, words, None))
+        Agent::Command(CommandAgent::new(program, words, None, cwd.map(Path::to_path_buf)))
     } else {
         return Err(invalid(
             "not defined under `agents:` in config.yaml, and not `scripted`, `scripted:FILE` or \

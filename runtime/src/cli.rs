@@ -2,15 +2,22 @@
 //! small output helpers they share. Commands are thin; the work is in the library.
 
 mod add;
+mod control;
+mod follow;
+mod fork;
 mod history;
 mod list;
 mod output;
+mod ps;
 mod remove;
+mod resume;
 mod rollback;
 mod run;
 mod show;
+mod step;
 mod thread;
 mod threads;
+mod worker;
 
 use std::path::PathBuf;
 
@@ -25,9 +32,11 @@ Examples:
   uncaged-workflow run solve-issue -p \"...\" --agent-for reviewer=command:./review.sh
   uncaged-workflow threads solve-issue
   uncaged-workflow thread 01KQXKW18CT8G75T53R8F4G7YG
+  uncaged-workflow fork 01KQXKW18CT8G75T53R8F4G7YG --from-role reviewer
 
 Exit codes: 0 success; a thread's own return code for `run` (1-63); 64 usage error;
-65 invalid input data; 66 not found; 70 thread or host failure; 74 I/O error.";
+65 invalid input data; 66 not found; 70 thread or host failure; 74 I/O error; 75 the thread
+is not in a state for the command (running, paused, ended); 130 interrupted.";
 
 /// Run multi-role AI agent workflows, each a sandboxed WebAssembly component.
 #[derive(Debug, Parser)]
@@ -81,8 +90,23 @@ pub enum Command {
     Run(run::RunCommand),
     /// List threads, newest last
     Threads(threads::ThreadsCommand),
-    /// Show a thread's state and steps, or delete it (`thread rm <ID>`)
+    /// Show a thread (`thread <ID>`), create one without running it (`thread start`), or
+    /// delete one (`thread rm <ID>`)
     Thread(thread::ThreadCommand),
+    /// List threads running in live worker processes
+    Ps(ps::PsCommand),
+    /// Terminate a running thread now
+    Kill(control::KillCommand),
+    /// Stop a running thread after its current step
+    Pause(control::PauseCommand),
+    /// Continue a paused or interrupted thread
+    Resume(resume::ResumeCommand),
+    /// Start a new thread from a prefix of another's steps
+    Fork(fork::ForkCommand),
+    /// Run exactly one role of a thread and exit
+    Step(step::StepCommand),
+    #[command(hide = true)]
+    Worker(worker::WorkerCommand),
 }
 
 impl Cli {
@@ -99,6 +123,13 @@ impl Cli {
             Command::Run(c) => c.execute(global).await,
             Command::Threads(c) => c.execute(global),
             Command::Thread(c) => c.execute(global),
+            Command::Ps(c) => c.execute(global).await,
+            Command::Kill(c) => c.execute(global).await,
+            Command::Pause(c) => c.execute(global).await,
+            Command::Resume(c) => c.execute(global).await,
+            Command::Fork(c) => c.execute(global).await,
+            Command::Step(c) => c.execute(global).await,
+            Command::Worker(c) => c.execute(global).await,
         }
     }
 }

@@ -68,6 +68,16 @@ impl AppendFile {
         Ok(AppendFile { file, durable })
     }
 
+    /// Takes an exclusive lock on the file, held until it is closed (or the process dies).
+    pub fn lock(&self) -> std::io::Result<()> {
+        self.file.lock()
+    }
+
+    /// Takes the exclusive lock if nobody holds it.
+    pub fn try_lock(&self) -> std::result::Result<(), std::fs::TryLockError> {
+        self.file.try_lock()
+    }
+
     /// Appends one line (a newline is added) and, if durable, fsyncs it.
     pub fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
         let mut buf = Vec::with_capacity(line.len() + 1);

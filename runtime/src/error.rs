@@ -15,6 +15,8 @@ pub mod exit {
     pub const NOT_FOUND: i32 = 66;
     /// The host failed running a thread: a trap, an exceeded limit, an internal error.
     pub const SOFTWARE: i32 = 70;
+    /// The thread is not in a state that allows the command (running, ended, not running).
+    pub const STATE: i32 = 75;
     /// Reading or writing the home directory failed.
     pub const IO: i32 = 74;
 }
@@ -33,6 +35,14 @@ pub enum Error {
     /// No thread with this id exists.
     #[error("no thread `{0}` (see `uncaged-workflow threads`)")]
     UnknownThread(String),
+
+    /// The thread is being run by another process.
+    #[error("thread `{0}` is running (see `uncaged-workflow ps`)")]
+    ThreadBusy(String),
+
+    /// The thread cannot do what was asked in its current state.
+    #[error("thread `{id}` is {status}: {reason}")]
+    ThreadState { id: String, status: &'static str, reason: String },
 
     /// A file that should be a bundle is not one.
     #[error("{}: {reason}", path.display())]
@@ -59,6 +69,10 @@ pub enum Error {
     /// An agent binding cannot be used as written.
     #[error("agent binding `{binding}`: {reason}")]
     InvalidAgent { binding: String, reason: String },
+
+    /// A worker process reported a failure; `code` is the exit code it maps to.
+    #[error("{message}")]
+    Remote { message: String, code: i32 },
 
     /// The host itself failed (wasmtime setup, an internal invariant).
     #[error("{0}")]
@@ -87,8 +101,10 @@ impl Error {
                 exit::DATA
             }
             Error::NoHistory { .. } => exit::USAGE,
+            Error::ThreadBusy(_) | Error::ThreadState { .. } => exit::STATE,
             Error::Io { .. } => exit::IO,
             Error::Host(_) => exit::SOFTWARE,
+            Error::Remote { code, .. } => *code,
         }
     }
 

@@ -97,6 +97,11 @@ impl Home {
         self.thread_dir(hash).join(format!("{id}.info.jsonl"))
     }
 
+    /// `logs/<HASH>/<ULID>.calls.jsonl`: the thread's call journal.
+    pub fn thread_calls_file(&self, hash: BundleHash, id: ThreadId) -> PathBuf {
+        self.thread_dir(hash).join(format!("{id}.calls.jsonl"))
+    }
+
     /// `run/`: sockets and locks of live worker processes.
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run")

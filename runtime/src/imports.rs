@@ -7,7 +7,9 @@ use crate::agent::{AgentContext, AgentFailure, RoleRef};
 use crate::bindings::uncaged::workflow::{host, types};
 use crate::bindings::{AgentError, AgentRequest, ExtractError, ExtractRequest, LogLevel};
 use crate::extract::ExtractFailure;
+use crate::faults::crash_point;
 use crate::ids::tag;
+use crate::journal::{CallKind, CallResponse, Replay, digest};
 use crate::sandbox::ThreadState;
 use crate::thread_log::{StepRecord, now_ms};
 
@@ -24,68 +26,87 @@ impl host::Host for ThreadState {
         request: AgentRequest,
     ) -> wasmtime::Result<Result<String, AgentError>> {
         let started = Instant::now();
-        let Some(agents) = &self.host.agents else {
-            return Ok(Err(AgentError::Unavailable(
-                "no agent may be asked outside a thread".into(),
-            )));
-        };
-        let bound = agents.for_role(&request.role).clone();
-        let context = AgentContext {
-            thread_id: request.context.thread_id,
-            prompt: request.context.prompt,
-            steps: request
-                .context
-                .steps
-                .into_iter()
-                .map(|s| StepRecord {
-                    meta: serde_json::from_str(&s.meta)
-                        .unwrap_or(serde_json::Value::String(s.meta)),
-                    role: s.role,
-                    content: s.content,
-                    timestamp: s.timestamp,
-                })
-                .collect(),
-            role: RoleRef { name: request.role, system_prompt: request.system_prompt },
-        };
-        let role = &context.role.name;
-        self.host.info.write(
-            "info",
-            TAG_AGENT,
-            &format!("role `{role}`: asking agent `{}`", bound.label),
-        );
-        let answer = bound.agent.answer(&context).await;
-        let spent = started.elapsed();
-        self.clock.add_host_time(spent);
-        let ms = spent.as_millis();
-        Ok(match answer {
-            Ok(answer) => {
+        let context = agent_context(request);
+        let role = context.role.name.clone();
+        self.host.control.set_role(Some(role.clone()));
+        let (seq, replay) =
+            self.host.journal.next_call(CallKind::Agent, &role, &digest(&context))?;
+        let response = match replay {
+            Replay::Recorded(response) => {
                 self.host.info.write(
                     "info",
                     TAG_AGENT,
-                    &format!(
-                        "role `{role}`: agent `{}` answered in {ms} ms ({} bytes)",
-                        bound.label,
-                        answer.content.len()
-                    ),
+                    &format!("role `{role}`: answer replayed from the call journal"),
                 );
-                self.host.agent_meta = answer.meta.map(|meta| (answer.content.clone(), meta));
-                Ok(answer.content)
+                response
             }
-            Err(failure) => {
+            Replay::Fresh => {
+                let Some(agents) = &self.host.agents else {
+                    return Ok(Err(AgentError::Unavailable(
+                        "no agent may be asked outside a thread".into(),
+                    )));
+                };
+                let bound = agents.for_role(&role).clone();
                 self.host.info.write(
-                    "error",
+                    "info",
                     TAG_AGENT,
-                    &format!(
-                        "role `{role}`: agent `{}` failed after {ms} ms: {failure}",
-                        bound.label
-                    ),
+                    &format!("role `{role}`: asking agent `{}`", bound.label),
                 );
-                Err(match failure {
-                    AgentFailure::Unavailable(m) => AgentError::Unavailable(m),
-                    AgentFailure::Failed(m) => AgentError::Failed(m),
-                    AgentFailure::Timeout(m) => AgentError::Timeout(m),
-                })
+                crash_point("agent-call");
+                let answer = bound.agent.answer(&context).await;
+                let ms = started.elapsed().as_millis();
+                let response = match answer {
+                    Ok(answer) => {
+                        self.host.info.write(
+                            "info",
+                            TAG_AGENT,
+                            &format!(
+                                "role `{role}`: agent `{}` answered in {ms} ms ({} bytes)",
+                                bound.label,
+                                answer.content.len()
+                            ),
+                        );
+                        CallResponse::Ok { value: answer.content, meta: answer.meta }
+                    }
+                    Err(failure) => {
+                        self.host.info.write(
+                            "error",
+                            TAG_AGENT,
+                            &format!(
+                                "role `{role}`: agent `{}` failed after {ms} ms: {failure}",
+                                bound.label
+                            ),
+                        );
+                        let kind = match failure {
+                            AgentFailure::Unavailable(_) => "unavailable",
+                            AgentFailure::Failed(_) => "failed",
+                            AgentFailure::Timeout(_) => "timeout",
+                        };
+                        CallResponse::Error { kind: kind.into(), message: failure.to_string() }
+                    }
+                };
+                self.host.journal.record(
+                    seq,
+                    CallKind::Agent,
+                    &role,
+                    digest(&context),
+                    response.clone(),
+                )?;
+                crash_point("agent-recorded");
+                response
             }
+        };
+        self.clock.add_host_time(started.elapsed());
+        Ok(match response {
+            CallResponse::Ok { value, meta } => {
+                self.host.agent_meta = meta.map(|meta| (value.clone(), meta));
+                Ok(value)
+            }
+            CallResponse::Error { kind, message } => Err(match kind.as_str() {
+                "unavailable" => AgentError::Unavailable(message),
+                "timeout" => AgentError::Timeout(message),
+                _ => AgentError::Failed(message),
+            }),
         })
     }
 
@@ -98,21 +119,39 @@ impl host::Host for ThreadState {
             Some((content, meta)) if content == request.content => Some(meta),
             _ => None,
         };
-        let result =
-            self.host.extractor.extract(&request.schema, &request.content, preferred.as_ref());
-        self.clock.add_host_time(started.elapsed());
-        Ok(match result {
-            Ok(value) => Ok(value.to_string()),
-            Err(failure) => {
-                self.host.info.write("warn", TAG_EXTRACT, &failure.to_string());
-                Err(match failure {
-                    ExtractFailure::InvalidSchema(m) => ExtractError::InvalidSchema(m),
-                    ExtractFailure::NoJson => ExtractError::NoJson(failure.to_string()),
-                    ExtractFailure::SchemaMismatch(_) => {
-                        ExtractError::SchemaMismatch(failure.to_string())
+        let key = digest(&(&request.schema, &request.prompt, &request.content, &preferred));
+        let (seq, replay) = self.host.journal.next_call(CallKind::Extract, "", &key)?;
+        let response = match replay {
+            Replay::Recorded(response) => response,
+            Replay::Fresh => {
+                let response = match self.host.extractor.extract(
+                    &request.schema,
+                    &request.content,
+                    preferred.as_ref(),
+                ) {
+                    Ok(value) => CallResponse::Ok { value: value.to_string(), meta: None },
+                    Err(failure) => {
+                        self.host.info.write("warn", TAG_EXTRACT, &failure.to_string());
+                        let kind = match failure {
+                            ExtractFailure::InvalidSchema(_) => "invalid-schema",
+                            ExtractFailure::NoJson => "no-json",
+                            ExtractFailure::SchemaMismatch(_) => "schema-mismatch",
+                        };
+                        CallResponse::Error { kind: kind.into(), message: failure.to_string() }
                     }
-                })
+                };
+                self.host.journal.record(seq, CallKind::Extract, "", key, response.clone())?;
+                response
             }
+        };
+        self.clock.add_host_time(started.elapsed());
+        Ok(match response {
+            CallResponse::Ok { value, .. } => Ok(value),
+            CallResponse::Error { kind, message } => Err(match kind.as_str() {
+                "invalid-schema" => ExtractError::InvalidSchema(message),
+                "no-json" => ExtractError::NoJson(message),
+                _ => ExtractError::SchemaMismatch(message),
+            }),
         })
     }
 
@@ -139,5 +178,25 @@ impl host::Host for ThreadState {
 
     async fn now(&mut self) -> wasmtime::Result<u64> {
         Ok(now_ms())
+    }
+}
+
+/// The agent context as agents see it (and as its digest is taken).
+fn agent_context(request: AgentRequest) -> AgentContext {
+    AgentContext {
+        thread_id: request.context.thread_id,
+        prompt: request.context.prompt,
+        steps: request
+            .context
+            .steps
+            .into_iter()
+            .map(|s| StepRecord {
+                meta: serde_json::from_str(&s.meta).unwrap_or(serde_json::Value::String(s.meta)),
+                role: s.role,
+                content: s.content,
+                timestamp: s.timestamp,
+            })
+            .collect(),
+        role: RoleRef { name: request.role, system_prompt: request.system_prompt },
     }
 }

@@ -15,13 +15,18 @@ pub mod durable;
 pub mod engine;
 pub mod error;
 pub mod extract;
+pub mod faults;
 pub mod home;
 pub mod ids;
 mod imports;
+pub mod ipc;
+pub mod journal;
 pub mod registry;
 pub mod runner;
 pub mod sandbox;
 pub mod store;
 pub mod thread_log;
+pub mod threads;
+pub mod worker;
 
 pub use error::{Error, Result};

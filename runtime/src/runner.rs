@@ -1,6 +1,9 @@
-//! Running a thread: instantiate the bundle in a fresh sandbox, drive its `run` generator,
-//! persist every role output before asking for the next, and write the end record.
+//! Running a thread: instantiate the bundle in a fresh sandbox, hand it the recorded steps
+//! (the continuation contract), drive its `run` generator, persist every role output before
+//! asking for the next, and end, pause or stop after a given number of steps.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wasmtime::{Store, UpdateDeadline};
@@ -8,140 +11,253 @@ use wasmtime::{Store, UpdateDeadline};
 use crate::agent::AgentSet;
 use crate::bindings::{RoleOutput, RunInput, RunOptions, Step};
 use crate::catalog::LoadedBundle;
-use crate::engine::{Runtime, one_line};
+use crate::engine::{CacheOutcome, Runtime, one_line};
 use crate::error::{Result, exit};
+use crate::faults::crash_point;
 use crate::home::Home;
 use crate::ids::ThreadId;
+use crate::journal::Journal;
 use crate::sandbox::{HostContext, Limits, ThreadState};
 use crate::thread_log::{
-    End, EndRecord, EndStatus, ForkedFrom, InfoLog, Parameters, RunParameters, StartRecord,
-    StepRecord, ThreadWriter, now_ms,
+    End, EndRecord, EndStatus, InfoLog, StepRecord, ThreadRecord, ThreadWriter, now_ms,
 };
 
 /// Log tags of this module's call sites.
 const TAG_START: &str = "RN8STA2T";
 const TAG_CACHE: &str = "RNC4CH3E";
 const TAG_END: &str = "RN3ND0NE";
+const TAG_PAUSE: &str = "RNPA5E0K";
+const TAG_TORN: &str = "RNT0RN1N";
 
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct ThreadSpec {
-    pub id: ThreadId,
-    pub prompt: String,
-    pub max_rounds: u32,
-    /// Steps the thread starts with (a fork's prefix); the generator continues after them.
-    pub steps: Vec<StepRecord>,
-    pub forked_from: Option<ForkedFrom>,
+/// Shared between a running thread and whoever controls it (the worker, `ps`).
+#[derive(Debug, Default)]
+pub struct ThreadControl {
+    pause: AtomicBool,
+    role: Mutex<Option<String>>,
+    steps: AtomicUsize,
+}
+
+impl ThreadControl {
+    /// Asks the thread to stop after its current step is persisted.
+    pub fn request_pause(&self) {
+        self.pause.store(true, Ordering::SeqCst);
+    }
+
+    /// The role being worked on, if a step is in progress.
+    pub fn current_role(&self) -> Option<String> {
+        self.role.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records the role being worked on.
+    pub fn set_role(&self, role: Option<String>) {
+        *self.role.lock().unwrap_or_else(|p| p.into_inner()) = role;
+    }
+
+    /// Steps recorded so far.
+    pub fn steps(&self) -> usize {
+        self.steps.load(Ordering::SeqCst)
+    }
+}
+
+/// How far to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// To the end (or a pause).
+    End,
+    /// At most this many new steps (`step` runs one).
+    Steps(usize),
+}
+
+/// How a run stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// The thread ended; the end record was written.
+    Ended(EndRecord),
+    /// A pause was requested; the pause marker was written.
+    Paused,
+    /// The requested number of steps was taken; the thread goes on later.
+    Stepped,
 }
 
 /// Something that happened in a running thread, for progress output.
-#[derive(Debug)]
-pub enum ThreadEvent<'a> {
+#[derive(Debug, Clone)]
+pub enum ThreadEvent {
     /// A role output was persisted; `index` is its 1-based position in the thread.
-    Step { index: usize, step: &'a StepRecord, elapsed: Duration },
+    Step { index: usize, step: StepRecord, agent: String, elapsed: Duration },
 }
 
-/// Runs `spec` on `bundle` to its end and returns the end record (also written to the file).
+/// Everything a run needs besides the bundle.
+pub struct RunContext<'a> {
+    pub runtime: &'a Runtime,
+    pub home: &'a Home,
+    pub agents: AgentSet,
+    pub limits: Limits,
+    pub control: Arc<ThreadControl>,
+}
+
+/// Runs the thread held by `writer` (whose recorded state is `record`) until it ends, is
+/// paused, or has taken the steps `until` allows.
 ///
-/// Every failure of the guest — a trap, an exceeded limit, a malformed step — ends the thread
-/// as `failed` with the reason in its end record; what was recorded before stays. Only
-/// failures to write the thread's own files are returned as errors.
+/// Every failure of the guest — a trap, an exceeded limit, a malformed step, a call that
+/// diverges from the journal — ends the thread as `failed` with the reason in its end record;
+/// what was recorded before stays. Only failures to write the thread's files are errors.
 pub async fn run_thread(
-    runtime: &Runtime,
-    home: &Home,
+    ctx: &RunContext<'_>,
     bundle: &LoadedBundle,
-    spec: ThreadSpec,
-    agents: AgentSet,
-    limits: &Limits,
-    mut on_event: impl FnMut(ThreadEvent<'_>),
-) -> Result<EndRecord> {
-    let start = StartRecord {
-        name: bundle.name.clone(),
-        hash: bundle.hash,
-        thread_id: spec.id.to_string(),
-        parameters: Parameters {
-            prompt: spec.prompt.clone(),
-            options: RunParameters { max_rounds: spec.max_rounds },
-        },
-        timestamp: now_ms(),
-        forked_from: spec.forked_from.clone(),
+    writer: &mut ThreadWriter,
+    record: &ThreadRecord,
+    until: Until,
+    mut on_event: impl FnMut(ThreadEvent),
+) -> Result<RunOutcome> {
+    let id = record.id();
+    let info = InfoLog::open(ctx.home, bundle.hash, id)?;
+    let resumed = if record.steps.is_empty() {
+        String::new()
+    } else {
+        format!(" after step {}", record.steps.len())
     };
-    let mut writer = ThreadWriter::create(home, &start, &spec.steps)?;
-    let info = InfoLog::open(home, bundle.hash, spec.id)?;
     info.write(
         "info",
         TAG_START,
-        &format!("thread {} of `{}` ({}) starting", spec.id, bundle.name, bundle.hash),
+        &format!("thread {id} of `{}` ({}) running{resumed}", bundle.name, bundle.hash),
     );
     info.write(
         "info",
         TAG_CACHE,
         match bundle.cache {
-            crate::engine::CacheOutcome::Hit => "bundle loaded from the AOT cache (no compilation)",
-            crate::engine::CacheOutcome::Miss => "bundle compiled (AOT cache miss)",
+            CacheOutcome::Hit => "bundle loaded from the AOT cache (no compilation)",
+            CacheOutcome::Miss => "bundle compiled (AOT cache miss)",
         },
     );
+    if !record.skipped_lines.is_empty() {
+        info.write(
+            "warn",
+            TAG_TORN,
+            &format!(
+                "skipped unreadable lines {:?} of the thread file (torn write?)",
+                record.skipped_lines
+            ),
+        );
+    }
+    let journal = Journal::open(&ctx.home.thread_calls_file(bundle.hash, id))?;
+    ctx.control.steps.store(record.steps.len(), Ordering::SeqCst);
 
-    let end =
-        drive(runtime, bundle, &spec, agents, limits, info.clone(), |step, elapsed, count| {
-            writer.append_step(step)?;
-            on_event(ThreadEvent::Step { index: count, step, elapsed });
-            Ok(())
-        })
-        .await?;
+    let host = HostContext::new(
+        id.to_string(),
+        ctx.agents.clone(),
+        info.clone(),
+        journal,
+        ctx.control.clone(),
+    );
+    let mut generator = match Generator::start(ctx, bundle, host, id, record).await {
+        Ok(generator) => generator,
+        Err(end) => return finish(writer, &info, end),
+    };
+
+    let mut count = record.steps.len();
+    let mut taken = 0;
+    loop {
+        if let Until::Steps(n) = until
+            && taken >= n
+        {
+            return Ok(RunOutcome::Stepped);
+        }
+        let started = Instant::now();
+        let step =
+            match generator.next(bundle, count, record.start.parameters.options.max_rounds).await {
+                Ok(step) => step,
+                Err(end) => return finish(writer, &info, end),
+            };
+        ctx.control.set_role(None);
+        count += 1;
+        taken += 1;
+        writer.append_step(&step)?;
+        crash_point("step-persisted");
+        ctx.control.steps.store(count, Ordering::SeqCst);
+        let agent = ctx.agents.for_role(&step.role).label.clone();
+        on_event(ThreadEvent::Step { index: count, step, agent, elapsed: started.elapsed() });
+        if ctx.control.pause.load(Ordering::SeqCst) {
+            writer.append_pause("pause")?;
+            info.write("info", TAG_PAUSE, &format!("paused after step {count}"));
+            return Ok(RunOutcome::Paused);
+        }
+    }
+}
+
+/// Writes the end record.
+fn finish(writer: &mut ThreadWriter, info: &InfoLog, end: End) -> Result<RunOutcome> {
     info.write("info", TAG_END, &format!("thread ended {}: {}", end.status.as_str(), end.summary));
     let record = EndRecord { end, timestamp: now_ms() };
     writer.append_end(&record)?;
-    Ok(record)
+    Ok(RunOutcome::Ended(record))
 }
 
-/// The generator loop. `persist` is called for each new step with the thread's step count
-/// after it; its error (the thread file cannot be written) aborts the run.
-async fn drive(
-    runtime: &Runtime,
-    bundle: &LoadedBundle,
-    spec: &ThreadSpec,
-    agents: AgentSet,
-    limits: &Limits,
-    info: InfoLog,
-    mut persist: impl FnMut(&StepRecord, Duration, usize) -> Result<()>,
-) -> Result<End> {
-    let failed =
-        |summary: String| End { return_code: exit::SOFTWARE, summary, status: EndStatus::Failed };
-    let host = HostContext::new(spec.id.to_string(), agents, info);
-    let mut store = Store::new(runtime.engine(), ThreadState::new(host, limits));
-    store.limiter(|state| &mut state.limits);
-    install_cpu_deadline(&mut store);
+/// An instantiated bundle and its generator resource.
+struct Generator {
+    store: Store<ThreadState>,
+    instance: crate::bindings::Bundle,
+    thread: wasmtime::component::ResourceAny,
+}
 
-    let instance = match bundle.pre.instantiate_async(&mut store).await {
-        Ok(instance) => instance,
-        Err(e) => return Ok(failed(format!("bundle failed to start: {}", one_line(&e)))),
-    };
-    let generator = instance.uncaged_workflow_workflow().thread();
-    let input =
-        RunInput { prompt: spec.prompt.clone(), steps: spec.steps.iter().map(to_wit).collect() };
-    let options = RunOptions { thread_id: spec.id.to_string(), max_rounds: spec.max_rounds };
-    store.data_mut().clock.start_step();
-    let thread = match generator.call_constructor(&mut store, &input, &options).await {
-        Ok(thread) => thread,
-        Err(e) => return Ok(failed(trap_reason(&store, "starting the generator", &e))),
-    };
-
-    let mut count = spec.steps.len();
-    loop {
-        let started = Instant::now();
-        store.data_mut().clock.start_step();
-        let step = match generator.call_next(&mut store, thread).await {
-            Ok(step) => step,
-            Err(e) => {
-                return Ok(failed(trap_reason(&store, &format!("step {}", count + 1), &e)));
-            }
+impl Generator {
+    /// Instantiates the bundle and constructs the generator with the recorded steps.
+    async fn start(
+        ctx: &RunContext<'_>,
+        bundle: &LoadedBundle,
+        host: HostContext,
+        id: ThreadId,
+        record: &ThreadRecord,
+    ) -> Result<Self, End> {
+        let mut store = Store::new(ctx.runtime.engine(), ThreadState::new(host, &ctx.limits));
+        store.limiter(|state| &mut state.limits);
+        install_cpu_deadline(&mut store);
+        let instance = bundle
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| failed(format!("bundle failed to start: {}", one_line(&e))))?;
+        let input = RunInput {
+            prompt: record.start.parameters.prompt.clone(),
+            steps: record.steps.iter().map(to_wit).collect(),
         };
+        let options = RunOptions {
+            thread_id: id.to_string(),
+            max_rounds: record.start.parameters.options.max_rounds,
+        };
+        store.data_mut().clock.start_step();
+        store.data_mut().host.journal.begin_step(record.steps.len());
+        let thread = instance
+            .uncaged_workflow_workflow()
+            .thread()
+            .call_constructor(&mut store, &input, &options)
+            .await
+            .map_err(|e| failed(trap_reason(&store, "starting the generator", &e)))?;
+        Ok(Generator { store, instance, thread })
+    }
+
+    /// Asks for step `count + 1` and checks it: `Ok(step)` to persist, `Err(end)` when the
+    /// thread is over (by the bundle's word or the host's).
+    async fn next(
+        &mut self,
+        bundle: &LoadedBundle,
+        count: usize,
+        max_rounds: u32,
+    ) -> Result<StepRecord, End> {
+        let store = &mut self.store;
+        store.data_mut().clock.start_step();
+        store.data_mut().host.journal.begin_step(count);
+        let step = self
+            .instance
+            .uncaged_workflow_workflow()
+            .thread()
+            .call_next(&mut *store, self.thread)
+            .await
+            .map_err(|e| failed(trap_reason(store, &format!("step {}", count + 1), &e)))?;
         let output = match step {
             Step::Done(result) => {
                 let status =
                     if result.return_code == 0 { EndStatus::Completed } else { EndStatus::Failed };
-                return Ok(End {
+                return Err(End {
                     return_code: result.return_code,
                     summary: result.summary,
                     status,
@@ -150,34 +266,32 @@ async fn drive(
             Step::Output(output) => output,
         };
         // The host's own checks: a bundle is untrusted and may not follow the contract.
-        if count >= spec.max_rounds as usize {
-            return Ok(failed(format!(
-                "bundle yielded step {} beyond max rounds ({}); stopped by the host",
-                count + 1,
-                spec.max_rounds
+        if count >= max_rounds as usize {
+            return Err(failed(format!(
+                "bundle yielded step {} beyond max rounds ({max_rounds}); stopped by the host",
+                count + 1
             )));
         }
-        let Some(role) = bundle.descriptor.role(&output.role) else {
-            return Ok(failed(format!("bundle yielded a step for unknown role `{}`", output.role)));
-        };
-        let meta: serde_json::Value = match serde_json::from_str(&output.meta) {
-            Ok(meta) => meta,
-            Err(e) => {
-                return Ok(failed(format!(
-                    "bundle yielded a `{}` step whose meta is not JSON: {e}",
-                    role.name
-                )));
-            }
-        };
-        let step = StepRecord {
+        if bundle.descriptor.role(&output.role).is_none() {
+            return Err(failed(format!(
+                "bundle yielded a step for unknown role `{}`",
+                output.role
+            )));
+        }
+        let meta = serde_json::from_str(&output.meta).map_err(|e| {
+            failed(format!("bundle yielded a `{}` step whose meta is not JSON: {e}", output.role))
+        })?;
+        Ok(StepRecord {
             role: output.role,
             content: output.content,
             meta,
             timestamp: output.timestamp,
-        };
-        count += 1;
-        persist(&step, started.elapsed(), count)?;
+        })
     }
+}
+
+fn failed(summary: String) -> End {
+    End { return_code: exit::SOFTWARE, summary, status: EndStatus::Failed }
 }
 
 /// Bounds guest CPU time per step: at every epoch tick the store checks its step clock, and

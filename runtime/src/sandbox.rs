@@ -13,6 +13,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::agent::AgentSet;
 use crate::extract::Extractor;
+use crate::journal::Journal;
+use crate::runner::ThreadControl;
 use crate::thread_log::InfoLog;
 
 /// Per-thread limits.
@@ -61,17 +63,29 @@ pub struct HostContext {
     /// The meta an agent supplied with its last answer, offered to the next `extract` of the
     /// same content.
     pub agent_meta: Option<(String, serde_json::Value)>,
+    /// Every call recorded before its answer reaches the guest.
+    pub journal: Journal,
+    /// Where the thread's controller sees the role being worked on.
+    pub control: Arc<ThreadControl>,
 }
 
 impl HostContext {
     /// A thread's host context.
-    pub fn new(thread_id: String, agents: AgentSet, info: InfoLog) -> Self {
+    pub fn new(
+        thread_id: String,
+        agents: AgentSet,
+        info: InfoLog,
+        journal: Journal,
+        control: Arc<ThreadControl>,
+    ) -> Self {
         HostContext {
             thread_id,
             agents: Some(agents),
             extractor: Extractor::default(),
             info,
             agent_meta: None,
+            journal,
+            control,
         }
     }
 
@@ -84,6 +98,8 @@ impl HostContext {
             extractor: Extractor::default(),
             info: InfoLog::tracing(),
             agent_meta: None,
+            journal: Journal::disabled(),
+            control: Arc::default(),
         }
     }
 }

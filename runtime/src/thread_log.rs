@@ -4,6 +4,7 @@
 //! Readers tolerate a torn last line (a crash mid-append): it is skipped and counted, and the
 //! next append terminates it so the file stays line-structured.
 
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,11 +38,21 @@ pub struct Parameters {
     pub options: RunParameters,
 }
 
-/// Options a thread runs with.
+/// Options a thread runs with. Agent bindings and the working directory are recorded so that
+/// a thread resumed in another process gets the same agents.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunParameters {
     pub max_rounds: u32,
+    /// `--agent`, with relative paths made absolute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// `--agent-for`, role → agent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agent_for: BTreeMap<String, String>,
+    /// Where command agents run: the directory the thread was started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
 }
 
 /// Where a fork came from.
@@ -101,25 +112,109 @@ impl EndStatus {
     }
 }
 
+/// A control line: the thread stopped without ending and waits for `resume` or `step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PauseRecord {
+    pub paused: Paused,
+    pub timestamp: u64,
+}
+
+/// Why a thread is paused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Paused {
+    /// `pause` (asked by a user), `start` (created by `thread start`, not run yet) or
+    /// `interrupt` (its foreground `run` was interrupted).
+    pub by: String,
+}
+
 /// A thread as read back from its data file.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThreadRecord {
     pub start: StartRecord,
     pub steps: Vec<StepRecord>,
     pub end: Option<EndRecord>,
+    /// The pause the thread is in: the last control line, if no step came after it.
+    pub paused: Option<Paused>,
     /// Lines that did not parse (a torn last line after a crash, or damage) and were skipped.
     #[serde(skip)]
     pub skipped_lines: Vec<usize>,
+    /// The data file.
+    #[serde(skip)]
+    pub path: PathBuf,
 }
 
-impl ThreadRecord {
-    /// `completed`, `failed`, `killed`, or `unfinished` for a thread with no end record.
-    pub fn status(&self) -> &'static str {
-        self.end.as_ref().map_or("unfinished", |e| e.end.status.as_str())
+/// Where a thread is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThreadStatus {
+    /// A process is running it now.
+    Running,
+    /// Stopped between steps; `resume` or `step` continues it.
+    Paused,
+    /// Its process died mid-run (crash, `kill -9`); `resume` continues from the last step.
+    Interrupted,
+    Completed,
+    Failed,
+    Killed,
+}
+
+impl ThreadStatus {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadStatus::Running => "running",
+            ThreadStatus::Paused => "paused",
+            ThreadStatus::Interrupted => "interrupted",
+            ThreadStatus::Completed => "completed",
+            ThreadStatus::Failed => "failed",
+            ThreadStatus::Killed => "killed",
+        }
+    }
+
+    /// Has the thread ended for good?
+    pub fn is_ended(self) -> bool {
+        matches!(self, ThreadStatus::Completed | ThreadStatus::Failed | ThreadStatus::Killed)
     }
 }
 
-/// Appends a thread's records.
+impl ThreadRecord {
+    /// The thread's status. A thread being run holds a lock on its data file, so "running"
+    /// is known without asking any process, and a crashed run's lock is gone with it.
+    pub fn status(&self) -> ThreadStatus {
+        if let Some(end) = &self.end {
+            return match end.end.status {
+                EndStatus::Completed => ThreadStatus::Completed,
+                EndStatus::Failed => ThreadStatus::Failed,
+                EndStatus::Killed => ThreadStatus::Killed,
+            };
+        }
+        if is_locked(&self.path) {
+            ThreadStatus::Running
+        } else if self.paused.is_some() {
+            ThreadStatus::Paused
+        } else {
+            ThreadStatus::Interrupted
+        }
+    }
+
+    /// The thread's id.
+    pub fn id(&self) -> ThreadId {
+        self.start.thread_id.parse().expect("start records hold valid thread ids")
+    }
+}
+
+/// Is someone holding the run lock of this data file?
+pub fn is_locked(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    match file.try_lock() {
+        Ok(()) => false,
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(_)) => false,
+    }
+}
+
+/// Appends a thread's records, holding the thread's run lock (an exclusive lock on its data
+/// file) for as long as it lives: one process at a time runs a thread.
 #[derive(Debug)]
 pub struct ThreadWriter {
     data: AppendFile,
@@ -127,18 +222,40 @@ pub struct ThreadWriter {
 }
 
 impl ThreadWriter {
-    /// Creates the thread's data file with its start record.
+    /// Creates the thread's data file with its start record and initial steps (a fork's
+    /// prefix). Fails if the file exists.
     pub fn create(home: &Home, start: &StartRecord, steps: &[StepRecord]) -> Result<Self> {
         let id: ThreadId = start.thread_id.parse()?;
         let dir = home.thread_dir(start.hash);
         durable::create_dir(&dir)?;
         let path = home.thread_data_file(start.hash, id);
-        let mut writer = ThreadWriter { data: AppendFile::open(&path, true)?, path };
+        if path.exists() {
+            return Err(Error::Host(format!("thread {id} already exists at {}", path.display())));
+        }
+        let data = AppendFile::open(&path, true)?;
+        data.lock().map_err(Error::io("lock thread", &path))?;
+        let mut writer = ThreadWriter { data, path };
         writer.append(start)?;
         for step in steps {
             writer.append(step)?;
         }
         Ok(writer)
+    }
+
+    /// Opens an existing thread to continue it, taking its run lock and reading it back
+    /// (after the lock, so nothing appends between the read and the continuation). A torn
+    /// last line is terminated so the next record starts cleanly.
+    pub fn open(path: &Path) -> Result<(Self, ThreadRecord)> {
+        let data = AppendFile::open(path, true)?;
+        let locked = data.try_lock();
+        let record = read_thread(path)?;
+        locked.map_err(|_| Error::ThreadBusy(record.start.thread_id.clone()))?;
+        Ok((ThreadWriter { data, path: path.to_path_buf() }, record))
+    }
+
+    /// Appends a pause marker.
+    pub fn append_pause(&mut self, by: &str) -> Result<()> {
+        self.append(&PauseRecord { paused: Paused { by: by.to_string() }, timestamp: now_ms() })
     }
 
     /// Appends a role output; on disk when this returns.
@@ -219,6 +336,7 @@ pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
     let mut start = None;
     let mut steps = Vec::new();
     let mut end = None;
+    let mut paused = None;
     let mut skipped_lines = Vec::new();
     for (index, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.map_err(Error::io("read thread", path))?;
@@ -236,8 +354,13 @@ pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
             serde_json::from_value(value).map(|s| start = Some(s))
         } else if value.get("end").is_some() {
             serde_json::from_value(value).map(|e| end = Some(e))
+        } else if value.get("paused").is_some() {
+            serde_json::from_value::<PauseRecord>(value).map(|p| paused = Some(p.paused))
         } else {
-            serde_json::from_value(value).map(|s| steps.push(s))
+            serde_json::from_value(value).map(|s| {
+                steps.push(s);
+                paused = None;
+            })
         };
         if parsed.is_err() {
             skipped_lines.push(index + 1);
@@ -247,7 +370,7 @@ pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
         path: path.to_path_buf(),
         reason: "no start record: not a thread file".into(),
     })?;
-    Ok(ThreadRecord { start, steps, end, skipped_lines })
+    Ok(ThreadRecord { start, steps, end, paused, skipped_lines, path: path.to_path_buf() })
 }
 
 /// Where a thread's data file is, by id (threads are filed under their bundle's hash).
@@ -318,7 +441,15 @@ mod tests {
             name: "w".into(),
             hash: BundleHash::of(b"w"),
             thread_id: id.to_string(),
-            parameters: Parameters { prompt: "p".into(), options: RunParameters { max_rounds: 3 } },
+            parameters: Parameters {
+                prompt: "p".into(),
+                options: RunParameters {
+                    max_rounds: 3,
+                    agent: None,
+                    agent_for: BTreeMap::new(),
+                    cwd: None,
+                },
+            },
             timestamp: 1,
             forked_from: None,
         };
@@ -344,7 +475,8 @@ mod tests {
         assert_eq!(torn.steps, vec![step.clone()]);
         assert_eq!(torn.skipped_lines, vec![3]);
 
-        let mut writer = ThreadWriter { data: AppendFile::open(&path, true)?, path: path.clone() };
+        let (mut writer, record) = ThreadWriter::open(&path)?;
+        assert_eq!(record.steps.len(), 1);
         writer.append_step(&step)?;
         let repaired = read_thread(&path)?;
         assert_eq!(repaired.steps, vec![step.clone(), step]);

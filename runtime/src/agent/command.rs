@@ -5,6 +5,7 @@
 //! text, or a JSON object `{"content": "...", "meta": {...}}`. Exit status 0 means success;
 //! otherwise the error names the program, its status and the tail of its stderr.
 
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -24,19 +25,29 @@ pub struct CommandAgent {
     program: String,
     args: Vec<String>,
     timeout: Duration,
+    cwd: Option<PathBuf>,
 }
 
 impl CommandAgent {
-    /// `program args… <thread-id>`, killed after `timeout_secs` (default 600).
-    pub fn new(program: String, args: Vec<String>, timeout_secs: Option<u64>) -> Self {
+    /// `program args… <thread-id>` run in `cwd`, killed after `timeout_secs` (default 600).
+    pub fn new(
+        program: String,
+        args: Vec<String>,
+        timeout_secs: Option<u64>,
+        cwd: Option<PathBuf>,
+    ) -> Self {
         let timeout = Duration::from_secs(timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS));
-        CommandAgent { program, args, timeout }
+        CommandAgent { program, args, timeout, cwd }
     }
 
     /// Runs the program once.
     pub async fn answer(&self, context: &AgentContext) -> Result<AgentAnswer, AgentFailure> {
         let program = &self.program;
-        let mut child = tokio::process::Command::new(program)
+        let mut command = tokio::process::Command::new(program);
+        if let Some(cwd) = &self.cwd {
+            command.current_dir(cwd);
+        }
+        let mut child = command
             .args(&self.args)
             .arg(&context.thread_id)
             .stdin(Stdio::piped())

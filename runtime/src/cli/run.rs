@@ -1,17 +1,13 @@
 //! `run <name> -p <prompt>`.
 
 use clap::Parser;
-use serde_json::json;
 
 use super::GlobalOptions;
-use super::output::one_line;
-use crate::agent::{AgentFlags, AgentSet, parse_role_binding};
+use super::follow::{AgentArgs, Follow, hand_over};
+use crate::agent::AgentSet;
 use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::engine::{CacheOutcome, Runtime};
-use crate::ids::ThreadId;
-use crate::runner::{ThreadEvent, ThreadSpec, run_thread};
-use crate::sandbox::Limits;
+use crate::threads::{self, NewThread};
 
 const AFTER_HELP: &str = "\
 Agents (--agent, --agent-for ROLE=AGENT, or config.yaml):
@@ -20,13 +16,18 @@ Agents (--agent, --agent-for ROLE=AGENT, or config.yaml):
   command:PROGRAM [ARGS]   an external program (context as JSON on stdin, answer on stdout)
   NAME                     a binding defined under `agents:` in config.yaml
 
+The thread runs in the bundle's worker process (started on demand, shared by all threads of
+the bundle, gone when its last thread ends). Ctrl-C pauses the thread after its current step.
+
 Examples:
   uncaged-workflow run solve-issue -p \"Fix the crash on empty input\"
-  uncaged-workflow run solve-issue -p \"...\" --agent scripted:answers.yaml --max-rounds 6";
+  uncaged-workflow run solve-issue -p \"...\" --agent scripted:answers.yaml --max-rounds 6
+  uncaged-workflow run solve-issue -p \"...\" --detach";
 
 /// Start a thread of a workflow and print its steps as they happen.
 ///
-/// Exits with the workflow's return code (0 when it succeeded).
+/// Exits with the workflow's return code (0 when it succeeded), or 75 if the thread was
+/// paused before it ended.
 #[derive(Debug, Parser)]
 #[command(after_help = AFTER_HELP)]
 pub struct RunCommand {
@@ -38,12 +39,11 @@ pub struct RunCommand {
     /// Most role executions the thread may take [default: the bundle's own]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_rounds: Option<u32>,
-    /// Agent for every role not bound more specifically
-    #[arg(long, value_name = "AGENT")]
-    pub agent: Option<String>,
-    /// Agent for one role (repeatable)
-    #[arg(long, value_name = "ROLE=AGENT", value_parser = parse_role_binding)]
-    pub agent_for: Vec<(String, String)>,
+    #[command(flatten)]
+    pub agents: AgentArgs,
+    /// Print the thread id and return at once; the thread runs on in the background
+    #[arg(long)]
+    pub detach: bool,
     /// Print each step as a JSON object, one per line
     #[arg(long)]
     pub json: bool,
@@ -54,58 +54,27 @@ impl RunCommand {
         let home = global.home()?;
         let catalog = Catalog::new(&home);
         let entry = catalog.entry(&self.name)?;
-        let runtime = Runtime::new(&home)?;
-        let bundle = catalog.load(&runtime, &self.name, entry.hash)?;
-        let config = Config::load(&home.config_file())?;
-        let flags = AgentFlags { default: self.agent.clone(), for_roles: self.agent_for.clone() };
-        let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor)?;
-        let spec = ThreadSpec {
-            id: ThreadId::new(),
-            prompt: self.prompt.clone(),
-            max_rounds: self.max_rounds.unwrap_or(bundle.descriptor.max_rounds),
-            steps: vec![],
-            forked_from: None,
-        };
-        let id = spec.id;
-        if !self.json {
-            let cache = match bundle.cache {
-                CacheOutcome::Hit => "precompiled",
-                CacheOutcome::Miss => "compiled now",
-            };
-            println!("thread {id}: {} {} ({cache})", self.name, bundle.hash);
-        }
-        let json = self.json;
-        let end = run_thread(
-            &runtime,
+        // Check everything that can be checked here, so a bad bundle or binding is reported
+        // before a thread exists.
+        catalog.store().load(&catalog.registry().load()?, &self.name, entry.hash)?;
+        let descriptor = catalog.store().descriptor(entry.hash)?;
+        let flags = self.agents.flags()?;
+        AgentSet::resolve(&Config::load(&home.config_file())?, &flags, &descriptor)?;
+        let (writer, record) = threads::create(
             &home,
-            &bundle,
-            spec,
-            agents.clone(),
-            &Limits::default(),
-            |event| {
-                let ThreadEvent::Step { index, step, elapsed } = event;
-                if json {
-                    let line = json!({"thread": id.to_string(), "index": index, "role": step.role,
-                    "content": step.content, "meta": step.meta, "timestamp": step.timestamp,
-                    "durationMs": elapsed.as_millis() as u64});
-                    println!("{line}");
-                } else {
-                    let agent = &agents.for_role(&step.role).label;
-                    println!(
-                        "[{index}] {:<10} {agent}, {} ms  {}",
-                        step.role,
-                        elapsed.as_millis(),
-                        one_line(&step.meta.to_string(), 100)
-                    );
-                }
+            NewThread {
+                name: self.name.clone(),
+                hash: entry.hash,
+                prompt: self.prompt.clone(),
+                max_rounds: self.max_rounds.unwrap_or(descriptor.max_rounds),
+                agents: flags,
+                steps: vec![],
+                forked_from: None,
             },
-        )
-        .await?;
-        if json {
-            println!("{}", json!({"thread": id.to_string(), "end": end.end}));
-        } else {
-            println!("{} ({}): {}", end.end.status.as_str(), end.end.return_code, end.end.summary);
-        }
-        Ok(end.end.return_code)
+        )?;
+        drop(writer);
+        let how = Follow { detach: self.detach, json: self.json };
+        // The bindings are recorded in the thread; the worker reads them from there.
+        Ok(hand_over(&home, entry.hash, record.id(), &Default::default(), how).await?)
     }
 }

@@ -5,9 +5,13 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
+use crate::agent::AgentSet;
+use crate::catalog::Catalog;
+use crate::config::Config;
 use crate::error::Error;
 use crate::ids::ThreadId;
-use crate::thread_log::{find_thread, read_thread};
+use crate::thread_log::{ThreadWriter, find_thread, read_thread};
+use crate::threads::{self, NewThread};
 
 /// Show a thread's state and steps, or delete it.
 #[derive(Debug, Parser)]
@@ -26,10 +30,23 @@ pub struct ThreadCommand {
 /// What to do with a thread other than show it.
 #[derive(Debug, Subcommand)]
 pub enum ThreadAction {
-    /// Delete a thread's files
+    /// Delete a thread's files (not while it runs)
     Rm {
         /// The thread's id
         id: String,
+    },
+    /// Create a thread without running it; prints its id. Drive it with `step` or `resume`.
+    Start {
+        /// The workflow
+        name: String,
+        /// The prompt
+        #[arg(short, long)]
+        prompt: String,
+        /// Most role executions the thread may take [default: the bundle's own]
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        max_rounds: Option<u32>,
+        #[command(flatten)]
+        agents: super::follow::AgentArgs,
     },
 }
 
@@ -37,15 +54,41 @@ impl ThreadCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let home = global.home()?;
         match self.action {
+            Some(ThreadAction::Start { name, prompt, max_rounds, agents }) => {
+                let catalog = Catalog::new(&home);
+                let entry = catalog.entry(&name)?;
+                catalog.store().load(&catalog.registry().load()?, &name, entry.hash)?;
+                let descriptor = catalog.store().descriptor(entry.hash)?;
+                let flags = agents.flags()?;
+                AgentSet::resolve(&Config::load(&home.config_file())?, &flags, &descriptor)?;
+                let (mut writer, record) = threads::create(
+                    &home,
+                    NewThread {
+                        name,
+                        hash: entry.hash,
+                        prompt,
+                        max_rounds: max_rounds.unwrap_or(descriptor.max_rounds),
+                        agents: flags,
+                        steps: vec![],
+                        forked_from: None,
+                    },
+                )?;
+                writer.append_pause("start")?;
+                println!("{}", record.id());
+                Ok(0)
+            }
             Some(ThreadAction::Rm { id }) => {
                 let id: ThreadId = id.parse()?;
                 let (hash, data) = find_thread(&home, id)?;
+                // Holding the run lock while deleting keeps a worker from starting it meanwhile.
+                let (_lock, _) = ThreadWriter::open(&data)?;
                 std::fs::remove_file(&data).map_err(Error::io("delete thread", &data))?;
-                let info = home.thread_info_file(hash, id);
-                if let Err(e) = std::fs::remove_file(&info)
-                    && e.kind() != std::io::ErrorKind::NotFound
-                {
-                    return Err(Error::io("delete thread log", &info)(e).into());
+                for extra in [home.thread_info_file(hash, id), home.thread_calls_file(hash, id)] {
+                    if let Err(e) = std::fs::remove_file(&extra)
+                        && e.kind() != std::io::ErrorKind::NotFound
+                    {
+                        return Err(Error::io("delete thread file", &extra)(e).into());
+                    }
                 }
                 println!("deleted thread {id}");
                 Ok(0)
@@ -57,6 +100,7 @@ impl ThreadCommand {
                 if self.json {
                     print_json(&json!({
                         "start": thread.start, "status": thread.status(), "steps": thread.steps,
+                        "paused": thread.paused,
                         "end": thread.end,
                     }))?;
                     return Ok(0);
@@ -67,7 +111,7 @@ impl ThreadCommand {
                     start.thread_id,
                     start.name,
                     start.hash,
-                    thread.status()
+                    thread.status().as_str()
                 );
                 println!("prompt: {}", start.parameters.prompt);
                 println!("max rounds: {}", start.parameters.options.max_rounds);

@@ -45,7 +45,7 @@ impl ThreadsCommand {
                 rows.push(vec![
                     id.to_string(),
                     thread.start.name.clone(),
-                    thread.status().to_string(),
+                    thread.status().as_str().to_string(),
                     thread.steps.len().to_string(),
                     age(thread.start.timestamp),
                     one_line(&thread.start.parameters.prompt, 40),

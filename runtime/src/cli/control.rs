@@ -1,0 +1,69 @@
+//! `kill <id>` and `pause <id>`: reach a running thread through its worker.
+
+use clap::Parser;
+
+use super::GlobalOptions;
+use crate::error::{Error, Result};
+use crate::home::Home;
+use crate::ids::ThreadId;
+use crate::ipc::{self, Reply, Request};
+use crate::thread_log::ThreadStatus;
+use crate::threads;
+
+/// Terminate a running thread now: its guest is interrupted even mid-call, an agent process it
+/// waits on is stopped, and its end record says `killed`.
+#[derive(Debug, Parser)]
+pub struct KillCommand {
+    /// The thread
+    pub id: String,
+}
+
+/// Stop a running thread after its current step is persisted; `resume` continues it.
+#[derive(Debug, Parser)]
+pub struct PauseCommand {
+    /// The thread
+    pub id: String,
+}
+
+impl KillCommand {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let id = send(&global.home()?, &self.id, |thread| Request::Kill { thread }).await?;
+        println!("killed thread {id}");
+        Ok(0)
+    }
+}
+
+impl PauseCommand {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let id = send(&global.home()?, &self.id, |thread| Request::Pause { thread }).await?;
+        println!("thread {id} pauses after its current step");
+        Ok(0)
+    }
+}
+
+/// Sends a control request for a running thread to the worker running it.
+async fn send(home: &Home, id: &str, request: impl FnOnce(String) -> Request) -> Result<ThreadId> {
+    let id: ThreadId = id.parse()?;
+    let record = threads::read(home, id)?;
+    let status = record.status();
+    if status != ThreadStatus::Running {
+        return Err(Error::ThreadState {
+            id: id.to_string(),
+            status: status.as_str(),
+            reason: "it is not running".into(),
+        });
+    }
+    let not_in_worker = || Error::ThreadState {
+        id: id.to_string(),
+        status: "running",
+        reason: "it is not run by a worker (a `step` in progress?)".into(),
+    };
+    let mut connection = ipc::connect(home, record.start.hash).await?.ok_or_else(not_in_worker)?;
+    let lost = |e: std::io::Error| Error::Host(format!("lost the worker of thread {id}: {e}"));
+    connection.send(&request(id.to_string())).await.map_err(lost)?;
+    match connection.receive::<Reply>().await.map_err(lost)? {
+        Some(Reply::Ok) => Ok(id),
+        Some(Reply::Error { message, code }) => Err(Error::Remote { message, code }),
+        other => Err(Error::Host(format!("unexpected answer from the worker: {other:?}"))),
+    }
+}

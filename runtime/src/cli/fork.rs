@@ -1,0 +1,59 @@
+//! `fork <id> [--from-role R | --at N]`.
+
+use clap::Parser;
+
+use super::GlobalOptions;
+use super::follow::{AgentArgs, Follow, hand_over};
+use crate::ids::ThreadId;
+use crate::threads::{self, ForkAt};
+
+/// Start a new thread from a prefix of another's steps, and run it.
+///
+/// The new thread (a new id) records `forkedFrom` in its start record and continues after the
+/// kept steps; the original is left untouched. Without `--at` or `--from-role`, every step is
+/// kept.
+#[derive(Debug, Parser)]
+pub struct ForkCommand {
+    /// The thread to fork
+    pub id: String,
+    /// Keep the steps before the last step of this role (it runs again)
+    #[arg(long, value_name = "ROLE", conflicts_with = "at")]
+    pub from_role: Option<String>,
+    /// Keep the first N steps
+    #[arg(long, value_name = "N")]
+    pub at: Option<usize>,
+    #[command(flatten)]
+    pub agents: AgentArgs,
+    /// Print the new thread's id and return at once
+    #[arg(long)]
+    pub detach: bool,
+    /// Print each step as a JSON object, one per line
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ForkCommand {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let home = global.home()?;
+        let id: ThreadId = self.id.parse()?;
+        let original = threads::read(&home, id)?;
+        let at = match (self.at, self.from_role) {
+            (Some(n), _) => ForkAt::Steps(n),
+            (None, Some(role)) => ForkAt::BeforeRole(role),
+            (None, None) => ForkAt::All,
+        };
+        let keep = threads::fork_point(&original, &at)?;
+        let flags = if self.agents.agent.is_none() && self.agents.agent_for.is_empty() {
+            Default::default()
+        } else {
+            self.agents.flags()?
+        };
+        let (writer, fork) = threads::fork(&home, &original, keep, flags)?;
+        drop(writer);
+        if !self.detach && !self.json {
+            println!("forked {id} at step {keep} into {}", fork.id());
+        }
+        let how = Follow { detach: self.detach, json: self.json };
+        Ok(hand_over(&home, original.start.hash, fork.id(), &Default::default(), how).await?)
+    }
+}

@@ -1,0 +1,56 @@
+//! `resume <id>`.
+
+use clap::Parser;
+
+use super::GlobalOptions;
+use super::follow::{AgentArgs, Follow, hand_over};
+use crate::error::Error;
+use crate::ids::ThreadId;
+use crate::thread_log::ThreadStatus;
+use crate::threads;
+
+/// Continue a paused or interrupted thread after its last recorded step.
+///
+/// It runs in the bundle's live worker, or in a new one if none is live (for example after a
+/// crash). Agent calls the interrupted step already made are answered from the thread's call
+/// journal, not made again. Agent flags given here override the thread's recorded ones.
+#[derive(Debug, Parser)]
+pub struct ResumeCommand {
+    /// The thread
+    pub id: String,
+    #[command(flatten)]
+    pub agents: AgentArgs,
+    /// Print the thread id and return at once
+    #[arg(long)]
+    pub detach: bool,
+    /// Print each step as a JSON object, one per line
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ResumeCommand {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let home = global.home()?;
+        let id: ThreadId = self.id.parse()?;
+        let record = threads::read(&home, id)?;
+        match record.status() {
+            ThreadStatus::Running => return Err(Error::ThreadBusy(id.to_string()).into()),
+            status if status.is_ended() => {
+                return Err(Error::ThreadState {
+                    id: id.to_string(),
+                    status: status.as_str(),
+                    reason: "it has ended; `fork` it to continue from one of its steps".into(),
+                }
+                .into());
+            }
+            _ => {}
+        }
+        let flags = if self.agents.agent.is_none() && self.agents.agent_for.is_empty() {
+            Default::default()
+        } else {
+            self.agents.flags()?
+        };
+        let how = Follow { detach: self.detach, json: self.json };
+        Ok(hand_over(&home, record.start.hash, id, &flags, how).await?)
+    }
+}

@@ -1,0 +1,21 @@
+//! `worker <HASH>` (internal): the process `run` starts to host a bundle's threads.
+
+use clap::Parser;
+
+use super::GlobalOptions;
+use crate::ids::BundleHash;
+
+/// Serve a bundle's threads until the last one ends (started by `run`; not for direct use).
+#[derive(Debug, Parser)]
+pub struct WorkerCommand {
+    /// The bundle
+    pub hash: String,
+}
+
+impl WorkerCommand {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let hash: BundleHash = self.hash.parse()?;
+        crate::worker::serve(global.home()?, hash).await?;
+        Ok(0)
+    }
+}

@@ -1,0 +1,229 @@
+//! The local protocol between CLI processes and a bundle's worker process: newline-delimited
+//! JSON over a Unix socket `run/<HASH>.sock`, and how a client finds a live worker or starts
+//! one (the worker holds `run/<HASH>.lock` for its whole life, so a socket whose lock is free
+//! is stale and is removed, never trusted).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use crate::error::{Error, Result};
+use crate::home::Home;
+use crate::ids::BundleHash;
+use crate::thread_log::{EndRecord, StepRecord};
+
+/// How long a client waits for a worker to come up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What a client asks a worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Request {
+    /// Run (or continue) a thread that exists on disk. `follow` streams its events back.
+    Run {
+        thread: String,
+        follow: bool,
+        #[serde(default)]
+        agent: Option<String>,
+        #[serde(default)]
+        agent_for: Vec<(String, String)>,
+        #[serde(default)]
+        cwd: Option<PathBuf>,
+    },
+    /// The threads this worker is running.
+    Ps,
+    /// Stop a thread now.
+    Kill { thread: String },
+    /// Stop a thread after its current step.
+    Pause { thread: String },
+}
+
+/// What a worker answers. A request gets one or more of these, then the connection closes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum Reply {
+    /// The worker took the thread.
+    Accepted { thread: String, pid: u32, cache_hit: bool, steps: usize },
+    /// A step was persisted.
+    Step { index: usize, step: StepRecord, agent: String, elapsed_ms: u64 },
+    /// The thread ended.
+    Ended { end: EndRecord },
+    /// The thread paused after a step.
+    Paused { steps: usize },
+    /// Threads running in this worker.
+    Threads { threads: Vec<PsEntry> },
+    /// Done, nothing to report.
+    Ok,
+    /// The request failed; `code` is the exit code the client should use.
+    Error { message: String, code: i32 },
+}
+
+/// A running thread, as `ps` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PsEntry {
+    pub thread_id: String,
+    pub name: String,
+    pub hash: String,
+    /// The role being worked on, if any.
+    pub role: Option<String>,
+    pub steps: usize,
+    /// When this worker started running it (ms since the Unix epoch).
+    pub since: u64,
+    pub pid: u32,
+}
+
+/// `run/<HASH>.sock`.
+pub fn socket_path(home: &Home, hash: BundleHash) -> PathBuf {
+    home.run_dir().join(format!("{hash}.sock"))
+}
+
+/// `run/<HASH>.lock`, held by the live worker.
+pub fn lock_path(home: &Home, hash: BundleHash) -> PathBuf {
+    home.run_dir().join(format!("{hash}.lock"))
+}
+
+/// `run/<HASH>.log`: the worker's own diagnostics.
+pub fn log_path(home: &Home, hash: BundleHash) -> PathBuf {
+    home.run_dir().join(format!("{hash}.log"))
+}
+
+/// A connection to a worker.
+pub struct Connection {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+}
+
+impl Connection {
+    fn new(stream: UnixStream) -> Self {
+        let (read, write) = stream.into_split();
+        Connection { reader: BufReader::new(read), writer: write }
+    }
+
+    /// Sends one message.
+    pub async fn send(&mut self, message: &impl Serialize) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(message).expect("messages serialize");
+        line.push(b'\n');
+        self.writer.write_all(&line).await
+    }
+
+    /// Receives one message; `None` when the other side closed the connection.
+    pub async fn receive<T: for<'de> Deserialize<'de>>(&mut self) -> std::io::Result<Option<T>> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line).await? == 0 {
+            return Ok(None);
+        }
+        serde_json::from_str(&line).map(Some).map_err(std::io::Error::other)
+    }
+
+    /// Wraps an accepted stream (worker side).
+    pub fn accepted(stream: UnixStream) -> Self {
+        Connection::new(stream)
+    }
+}
+
+/// Connects to the live worker of `hash`, if there is one; stale sockets are removed.
+pub async fn connect(home: &Home, hash: BundleHash) -> Result<Option<Connection>> {
+    let socket = socket_path(home, hash);
+    if let Ok(stream) = UnixStream::connect(&socket).await {
+        return Ok(Some(Connection::new(stream)));
+    }
+    if socket.exists() && lock_is_free(&lock_path(home, hash))? {
+        // A worker that crashed left its socket behind: nobody holds its lock.
+        let _ = std::fs::remove_file(&socket);
+    }
+    Ok(None)
+}
+
+/// Connects to the live worker of `hash`, starting one if there is none.
+pub async fn connect_or_spawn(home: &Home, hash: BundleHash) -> Result<Connection> {
+    crate::durable::create_dir(&home.run_dir())?;
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    let mut spawned = false;
+    loop {
+        if let Some(connection) = connect(home, hash).await? {
+            return Ok(connection);
+        }
+        if !spawned && lock_is_free(&lock_path(home, hash))? {
+            spawn_worker(home, hash)?;
+            spawned = true;
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Host(format!(
+                "no worker for bundle {hash} came up within {}s (see {})",
+                CONNECT_TIMEOUT.as_secs(),
+                log_path(home, hash).display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Starts `uncaged-workflow worker <HASH>` in the background, in its own process group so a
+/// Ctrl-C in the terminal that started it does not reach the threads it runs.
+fn spawn_worker(home: &Home, hash: BundleHash) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe()
+        .map_err(Error::io("locate the running executable", "uncaged-workflow"))?;
+    let log_file = log_path(home, hash);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_file)
+        .map_err(Error::io("open worker log", &log_file))?;
+    std::process::Command::new(exe)
+        .arg("--home")
+        .arg(home.root())
+        // Its log file gets the info level: cache hits, threads taken, exits.
+        .args(["-v", "worker", &hash.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(Error::io("start a worker process for", &log_file))?;
+    Ok(())
+}
+
+/// Is nobody holding the lock at `path`?
+fn lock_is_free(path: &Path) -> Result<bool> {
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) => return Err(Error::io("open worker lock", path)(e)),
+    };
+    Ok(file.try_lock().is_ok())
+}
+
+/// Every bundle that has a live worker now.
+pub fn live_workers(home: &Home) -> Result<Vec<BundleHash>> {
+    let dir = home.run_dir();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(Error::io("list", &dir)(e)),
+    };
+    let mut hashes = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(hash) =
+            name.to_str().and_then(|n| n.strip_suffix(".sock")).and_then(|h| h.parse().ok())
+        else {
+            continue;
+        };
+        if !lock_is_free(&lock_path(home, hash))? {
+            hashes.push(hash);
+        }
+    }
+    Ok(hashes)
+}

@@ -1,0 +1,358 @@
+//! The worker process of one bundle: one compiled component, one store per thread, all threads
+//! concurrent on tokio. It serves its socket until its last thread ends, then exits.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::UnixListener;
+use tokio::sync::{Notify, broadcast, oneshot};
+
+use crate::agent::AgentFlags;
+use crate::catalog::{Catalog, LoadedBundle};
+use crate::engine::{CacheOutcome, Runtime};
+use crate::error::{Error, Result, exit};
+use crate::home::Home;
+use crate::ids::{BundleHash, ThreadId};
+use crate::ipc::{self, Connection, PsEntry, Reply, Request};
+use crate::runner::{RunContext, RunOutcome, ThreadControl, ThreadEvent, Until, run_thread};
+use crate::sandbox::Limits;
+use crate::thread_log::{End, EndRecord, EndStatus, now_ms};
+use crate::threads;
+
+/// How long a worker with no threads waits for one before it exits.
+const IDLE_EXIT: Duration = Duration::from_secs(5);
+
+/// How long a new worker tries to take the bundle's worker lock.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+
+/// Return code recorded for a killed thread (128 + SIGINT, like an interrupted command).
+pub const KILLED_RETURN_CODE: i32 = 130;
+
+/// A thread this worker runs.
+struct Running {
+    name: String,
+    control: Arc<ThreadControl>,
+    since: u64,
+    kill: Option<oneshot::Sender<()>>,
+}
+
+/// The worker's shared state.
+struct Worker {
+    home: Home,
+    hash: BundleHash,
+    runtime: Runtime,
+    bundle: Mutex<Option<Arc<LoadedBundle>>>,
+    threads: Mutex<HashMap<ThreadId, Running>>,
+    /// Connections being served. A worker with no threads still serves these before it
+    /// exits: one of them may be handing it a thread.
+    connections: AtomicUsize,
+    /// Woken whenever a thread or a connection ends.
+    changed: Notify,
+}
+
+/// Counts a connection while it is served.
+struct ConnectionGuard(Arc<Worker>);
+
+impl ConnectionGuard {
+    fn new(worker: &Arc<Worker>) -> Self {
+        worker.connections.fetch_add(1, Ordering::SeqCst);
+        ConnectionGuard(worker.clone())
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+        self.0.changed.notify_one();
+    }
+}
+
+/// Serves bundle `hash` until no thread is left. Returns at once if another worker is live.
+pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
+    crate::durable::create_dir(&home.run_dir())?;
+    let lock_file = ipc::lock_path(&home, hash);
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_file)
+        .map_err(Error::io("open worker lock", &lock_file))?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    while lock.try_lock().is_err() {
+        if Instant::now() > deadline {
+            tracing::info!("another worker of {hash} is live; exiting");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let socket = ipc::socket_path(&home, hash);
+    let _ = std::fs::remove_file(&socket);
+    let mut listener = UnixListener::bind(&socket).map_err(Error::io("listen on", &socket))?;
+    tracing::info!("worker {} serving {hash}", std::process::id());
+
+    let worker = Arc::new(Worker {
+        runtime: Runtime::new(&home)?,
+        home,
+        hash,
+        bundle: Mutex::new(None),
+        threads: Mutex::new(HashMap::new()),
+        connections: AtomicUsize::new(0),
+        changed: Notify::new(),
+    });
+    let mut idle_since = Some(Instant::now());
+    loop {
+        let timeout =
+            idle_since.map_or(Duration::from_secs(3600), |t| IDLE_EXIT.saturating_sub(t.elapsed()));
+        tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    let guard = ConnectionGuard::new(&worker);
+                    tokio::spawn(async move {
+                        handle(guard.0.clone(), Connection::accepted(stream)).await;
+                        drop(guard);
+                    });
+                }
+            }
+            _ = worker.changed.notified() => {}
+            _ = tokio::time::sleep(timeout) => {}
+        }
+        let empty = worker.threads.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+            && worker.connections.load(Ordering::SeqCst) == 0;
+        if !empty {
+            idle_since = None;
+            continue;
+        }
+        let idle = *idle_since.get_or_insert_with(Instant::now);
+        // Exit when the last thread has ended, or after waiting idle for a first one. A
+        // client that connected just before the socket was removed is still served.
+        if worker.had_threads() || idle.elapsed() >= IDLE_EXIT {
+            let _ = std::fs::remove_file(&socket);
+            let mut late = false;
+            while let Ok(Ok((stream, _))) =
+                tokio::time::timeout(Duration::from_millis(20), listener.accept()).await
+            {
+                late = true;
+                handle(worker.clone(), Connection::accepted(stream)).await;
+            }
+            if late && !worker.threads.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+                listener = UnixListener::bind(&socket).map_err(Error::io("listen on", &socket))?;
+                idle_since = None;
+                continue;
+            }
+            tracing::info!("worker {} exiting: no threads left", std::process::id());
+            drop(lock);
+            return Ok(());
+        }
+    }
+}
+
+impl Worker {
+    /// Has this worker run any thread (so an empty table means "last one ended")?
+    fn had_threads(&self) -> bool {
+        self.bundle.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    fn loaded(&self, name: &str) -> Result<Arc<LoadedBundle>> {
+        let mut slot = self.bundle.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(bundle) = &*slot {
+            return Ok(bundle.clone());
+        }
+        let bundle = Arc::new(Catalog::new(&self.home).load(&self.runtime, name, self.hash)?);
+        *slot = Some(bundle.clone());
+        Ok(bundle)
+    }
+
+    fn ps(&self) -> Vec<PsEntry> {
+        let threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list: Vec<_> = threads
+            .iter()
+            .map(|(id, running)| PsEntry {
+                thread_id: id.to_string(),
+                name: running.name.clone(),
+                hash: self.hash.to_string(),
+                role: running.control.current_role(),
+                steps: running.control.steps(),
+                since: running.since,
+                pid: std::process::id(),
+            })
+            .collect();
+        list.sort_by(|a, b| a.thread_id.cmp(&b.thread_id));
+        list
+    }
+}
+
+/// Serves one connection: one request, its replies, then close.
+async fn handle(worker: Arc<Worker>, mut connection: Connection) {
+    let request = match connection.receive::<Request>().await {
+        Ok(Some(request)) => request,
+        _ => return,
+    };
+    let reply = match request {
+        Request::Ps => Reply::Threads { threads: worker.ps() },
+        Request::Pause { thread } => control(&worker, &thread, |running| {
+            running.control.request_pause();
+            Ok(())
+        }),
+        Request::Kill { thread } => {
+            let done = control(&worker, &thread, |running| {
+                if let Some(kill) = running.kill.take() {
+                    let _ = kill.send(());
+                }
+                Ok(())
+            });
+            // Wait until the end record is written, so `kill` returning means killed.
+            if let Ok(id) = thread.parse::<ThreadId>() {
+                while worker.threads.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            done
+        }
+        Request::Run { thread, follow, agent, agent_for, cwd } => {
+            let flags = AgentFlags { default: agent, for_roles: agent_for, cwd };
+            match start(&worker, &thread, flags) {
+                Err(e) => Reply::Error { message: e.to_string(), code: e.exit_code() },
+                Ok((accepted, mut events)) => {
+                    if connection.send(&accepted).await.is_err() || !follow {
+                        return;
+                    }
+                    loop {
+                        match events.recv().await {
+                            Ok(reply) => {
+                                let last =
+                                    matches!(reply, Reply::Ended { .. } | Reply::Paused { .. });
+                                if connection.send(&reply).await.is_err() || last {
+                                    return;
+                                }
+                            }
+                            Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let _ = connection.send(&reply).await;
+}
+
+/// Applies `action` to a running thread of this worker.
+fn control(
+    worker: &Worker,
+    thread: &str,
+    action: impl FnOnce(&mut Running) -> Result<(), ()>,
+) -> Reply {
+    let Ok(id) = thread.parse::<ThreadId>() else {
+        return Reply::Error {
+            message: format!("invalid thread id `{thread}`"),
+            code: exit::USAGE,
+        };
+    };
+    let mut threads = worker.threads.lock().unwrap_or_else(|p| p.into_inner());
+    match threads.get_mut(&id) {
+        Some(running) => match action(running) {
+            Ok(()) => Reply::Ok,
+            Err(()) => Reply::Error {
+                message: format!("thread `{id}` cannot be controlled now"),
+                code: exit::STATE,
+            },
+        },
+        None => Reply::Error {
+            message: format!("thread `{id}` is not running in this worker"),
+            code: exit::STATE,
+        },
+    }
+}
+
+/// Takes a thread on disk and runs it in a task of its own.
+fn start(
+    worker: &Arc<Worker>,
+    thread: &str,
+    flags: AgentFlags,
+) -> Result<(Reply, broadcast::Receiver<Reply>)> {
+    let id: ThreadId = thread.parse()?;
+    let (mut writer, record) = threads::open(&worker.home, id)?;
+    if record.start.hash != worker.hash {
+        return Err(Error::Host(format!(
+            "thread {id} belongs to bundle {}, not to this worker's {}",
+            record.start.hash, worker.hash
+        )));
+    }
+    let bundle = worker.loaded(&record.start.name)?;
+    let agents = threads::agents_for(&worker.home, &record, &bundle, &flags)?;
+    let control = Arc::new(ThreadControl::default());
+    let (events, receiver) = broadcast::channel(1024);
+    let (kill, killed) = oneshot::channel();
+    worker.threads.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        id,
+        Running {
+            name: record.start.name.clone(),
+            control: control.clone(),
+            since: now_ms(),
+            kill: Some(kill),
+        },
+    );
+    let accepted = Reply::Accepted {
+        thread: id.to_string(),
+        pid: std::process::id(),
+        cache_hit: bundle.cache == CacheOutcome::Hit,
+        steps: record.steps.len(),
+    };
+    let worker = worker.clone();
+    tokio::spawn(async move {
+        let ctx = RunContext {
+            runtime: &worker.runtime,
+            home: &worker.home,
+            agents,
+            limits: Limits::default(),
+            control,
+        };
+        let sender = events.clone();
+        let finished = {
+            let run = run_thread(&ctx, &bundle, &mut writer, &record, Until::End, move |event| {
+                let ThreadEvent::Step { index, step, agent, elapsed } = event;
+                let _ = sender.send(Reply::Step {
+                    index,
+                    step,
+                    agent,
+                    elapsed_ms: elapsed.as_millis() as u64,
+                });
+            });
+            tokio::select! {
+                outcome = run => Some(outcome),
+                Ok(()) = killed => None,
+            }
+        };
+        // On kill the run future has been dropped: the guest is interrupted wherever it was,
+        // and an agent process it was waiting on is killed with it.
+        let outcome = finished.unwrap_or_else(|| {
+            let end = EndRecord {
+                end: End {
+                    return_code: KILLED_RETURN_CODE,
+                    summary: "killed".into(),
+                    status: EndStatus::Killed,
+                },
+                timestamp: now_ms(),
+            };
+            writer.append_end(&end).map(|()| RunOutcome::Ended(end))
+        });
+        let reply = match outcome {
+            Ok(RunOutcome::Ended(end)) => Reply::Ended { end },
+            Ok(RunOutcome::Paused | RunOutcome::Stepped) => {
+                Reply::Paused { steps: ctx.control.steps() }
+            }
+            Err(e) => {
+                tracing::error!("thread {id}: {e}");
+                Reply::Error { message: format!("thread {id}: {e}"), code: e.exit_code() }
+            }
+        };
+        drop(writer);
+        worker.threads.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        let _ = events.send(reply);
+        worker.changed.notify_one();
+    });
+    Ok((accepted, receiver))
+}
