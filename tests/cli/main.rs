@@ -2,6 +2,7 @@
 
 mod agents;
 mod bad_input;
+mod lifecycle;
 mod registry;
 mod run;
 

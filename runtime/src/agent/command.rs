@@ -53,10 +53,13 @@ impl CommandAgent {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            // A killed or timed-out thread must not leave the agent running.
+            // Its own process group, so that stopping it stops whatever it started too.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| AgentFailure::Unavailable(format!("cannot start `{program}`: {e}")))?;
+        // A killed or timed-out thread drops this future: the agent and its children go too.
+        let _group = child.id().map(ProcessGroupGuard);
 
         let input = serde_json::to_vec(context).expect("agent context serializes");
         let mut stdin = child.stdin.take().expect("stdin is piped");
@@ -105,6 +108,17 @@ impl CommandAgent {
         let text = String::from_utf8(out)
             .map_err(|_| AgentFailure::Failed(format!("`{program}` printed invalid UTF-8")))?;
         Ok(parse_answer(text))
+    }
+}
+
+/// Kills a process group when dropped (SIGKILL to a group already gone is a no-op).
+struct ProcessGroupGuard(u32);
+
+impl Drop for ProcessGroupGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0 as i32) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
     }
 }
 
