@@ -43,7 +43,7 @@ test: guest-target
 lint: guest-target
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -p uncaged-workflow -p uncaged-test-artifacts -- -D warnings
-	$(CARGO) clippy --target $(GUEST_TARGET) -p uncaged-workflow-sdk $(addprefix -p ,$(BUNDLES)) \
+	$(CARGO) clippy --target $(GUEST_TARGET) -p uncaged-workflow-sdk $(addprefix -p ,$(BUNDLES)) -p guest-adversary -p guest-bad-schema \
 		-p guest-bad-import -p guest-no-workflow-export -- -D warnings
 
 fmt:

@@ -12,8 +12,9 @@ use crate::engine::{CacheOutcome, Runtime, one_line};
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::BundleHash;
+use crate::limits::Limits;
 use crate::registry::{Registered, Registry, WorkflowEntry};
-use crate::sandbox::{HostContext, Limits, ThreadState};
+use crate::sandbox::{HostContext, ThreadState};
 use crate::store::BundleStore;
 use crate::thread_log::now_ms;
 
@@ -63,6 +64,8 @@ impl Catalog {
     /// registers it under `name` (the previous version goes to history).
     pub async fn add(&self, runtime: &Runtime, name: &str, path: &Path) -> Result<Added> {
         validate_name(name)?;
+        // Fail on an unwritable home before the work of compiling.
+        crate::durable::create_dir(&self.home.bundles_dir())?;
         let bytes = std::fs::read(path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
                 Error::InvalidBundle { path: path.to_path_buf(), reason: "no such file".into() }
@@ -134,7 +137,7 @@ async fn describe(
     let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
     let host = HostContext::detached();
     let mut store = Store::new(runtime.engine(), ThreadState::new(host, &Limits::default()));
-    store.limiter(|state| &mut state.limits);
+    store.limiter(|state| &mut state.limiter);
     crate::runner::install_cpu_deadline(&mut store);
     let bundle = pre
         .instantiate_async(&mut store)

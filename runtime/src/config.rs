@@ -36,6 +36,9 @@ pub struct Config {
     /// Role name → binding.
     #[serde(default)]
     pub roles: BTreeMap<String, String>,
+    /// Sandbox limits (see [`crate::limits`]), e.g. `memory: 256MiB`.
+    #[serde(default)]
+    pub limits: BTreeMap<String, serde_yaml::Value>,
     /// Where relative paths in the file are resolved from.
     #[serde(skip)]
     pub base_dir: PathBuf,

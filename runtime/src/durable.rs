@@ -26,7 +26,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     temp.persist(path).map_err(|e| Error::Io {
         action: "replace",
         path: path.to_path_buf(),
-        source: e.error,
+        cause: e.error,
     })?;
     sync_dir(dir)
 }

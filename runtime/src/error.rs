@@ -66,6 +66,14 @@ pub enum Error {
     )]
     UnknownVersion { name: String, hash: String },
 
+    /// A limit in config.yaml cannot be used as written.
+    #[error("limit `{key}`: {reason}")]
+    InvalidLimit { key: String, reason: String },
+
+    /// `--max-rounds` asks for more than the host allows.
+    #[error("max rounds {asked} is over the host's hard cap of {cap} (limits.max-rounds)")]
+    RoundsOverCap { asked: u32, cap: u32 },
+
     /// An agent binding cannot be used as written.
     #[error("agent binding `{binding}`: {reason}")]
     InvalidAgent { binding: String, reason: String },
@@ -79,13 +87,9 @@ pub enum Error {
     Host(String),
 
     /// Filesystem trouble, with what was being done.
-    #[error("{action} {}: {source}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    // The cause is part of the message, not a `source`, so an error chain prints it once.
+    #[error("{action} {}: {cause}", path.display())]
+    Io { action: &'static str, path: PathBuf, cause: std::io::Error },
 }
 
 impl Error {
@@ -97,9 +101,11 @@ impl Error {
             | Error::UnknownThread(_)
             | Error::MissingBundle { .. }
             | Error::UnknownVersion { .. } => exit::NOT_FOUND,
-            Error::InvalidBundle { .. } | Error::Corrupt { .. } | Error::InvalidAgent { .. } => {
-                exit::DATA
-            }
+            Error::InvalidBundle { .. }
+            | Error::Corrupt { .. }
+            | Error::InvalidAgent { .. }
+            | Error::InvalidLimit { .. } => exit::DATA,
+            Error::RoundsOverCap { .. } => exit::USAGE,
             Error::NoHistory { .. } => exit::USAGE,
             Error::ThreadBusy(_) | Error::ThreadState { .. } => exit::STATE,
             Error::Io { .. } => exit::IO,
@@ -114,7 +120,7 @@ impl Error {
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
-        move |source| Error::Io { action, path, source }
+        move |cause| Error::Io { action, path, cause }
     }
 }
 

@@ -29,7 +29,7 @@ impl Home {
             std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or_else(|| Error::Io {
                 action: "locate the home directory",
                 path: PathBuf::from("~"),
-                source: std::io::Error::new(
+                cause: std::io::Error::new(
                     std::io::ErrorKind::NotFound,
                     format!("neither {HOME_ENV} nor HOME is set"),
                 ),

@@ -10,6 +10,7 @@ use crate::extract::ExtractFailure;
 use crate::faults::crash_point;
 use crate::ids::tag;
 use crate::journal::{CallKind, CallResponse, Replay, digest};
+use crate::limits::Size;
 use crate::sandbox::ThreadState;
 use crate::thread_log::{StepRecord, now_ms};
 
@@ -26,6 +27,12 @@ impl host::Host for ThreadState {
         request: AgentRequest,
     ) -> wasmtime::Result<Result<String, AgentError>> {
         let started = Instant::now();
+        self.check_string("the agent request's system prompt", &request.system_prompt)?;
+        self.check_string("the agent request's prompt", &request.context.prompt)?;
+        for step in &request.context.steps {
+            self.check_string("a step in the agent request", &step.content)?;
+            self.check_string("a step's meta in the agent request", &step.meta)?;
+        }
         let context = agent_context(request);
         let role = context.role.name.clone();
         self.host.control.set_role(Some(role.clone()));
@@ -55,6 +62,15 @@ impl host::Host for ThreadState {
                 crash_point("agent-call");
                 let answer = bound.agent.answer(&context).await;
                 let ms = started.elapsed().as_millis();
+                let max = self.limits().string_bytes;
+                let answer = answer.and_then(|answer| match answer.content.len() > max {
+                    true => Err(AgentFailure::Failed(format!(
+                        "the answer is {}, over the string limit ({}; limits.string)",
+                        Size(answer.content.len()),
+                        Size(max)
+                    ))),
+                    false => Ok(answer),
+                });
                 let response = match answer {
                     Ok(answer) => {
                         self.host.info.write(
@@ -115,6 +131,9 @@ impl host::Host for ThreadState {
         request: ExtractRequest,
     ) -> wasmtime::Result<Result<String, ExtractError>> {
         let started = Instant::now();
+        self.check_string("the extract request's schema", &request.schema)?;
+        self.check_string("the extract request's prompt", &request.prompt)?;
+        self.check_string("the extract request's content", &request.content)?;
         let preferred = match self.host.agent_meta.take() {
             Some((content, meta)) if content == request.content => Some(meta),
             _ => None,
@@ -163,11 +182,13 @@ impl host::Host for ThreadState {
             LogLevel::Warn => "warn",
             LogLevel::Error => "error",
         };
+        self.check_string("a log message", &message)?;
         if tag::is_valid(&tag) {
-            self.host.info.write(level, &tag, &message);
+            self.output.log(level, &tag, &message);
         } else {
             // Keep the line, but make clear the tag is not a code location.
-            self.host.info.write(
+            let tag = tag.chars().take(16).collect::<String>();
+            self.output.log(
                 level,
                 TAG_BAD_TAG,
                 &format!("[guest tag `{tag}` is not 8 Crockford characters] {message}"),

@@ -21,6 +21,7 @@ pub mod ids;
 mod imports;
 pub mod ipc;
 pub mod journal;
+pub mod limits;
 pub mod registry;
 pub mod runner;
 pub mod sandbox;

@@ -17,7 +17,8 @@ use crate::faults::crash_point;
 use crate::home::Home;
 use crate::ids::ThreadId;
 use crate::journal::Journal;
-use crate::sandbox::{HostContext, Limits, ThreadState};
+use crate::limits::Limits;
+use crate::sandbox::{HostContext, ThreadState};
 use crate::thread_log::{
     End, EndRecord, EndStatus, InfoLog, StepRecord, ThreadRecord, ThreadWriter, now_ms,
 };
@@ -209,7 +210,7 @@ impl Generator {
         record: &ThreadRecord,
     ) -> Result<Self, End> {
         let mut store = Store::new(ctx.runtime.engine(), ThreadState::new(host, &ctx.limits));
-        store.limiter(|state| &mut state.limits);
+        store.limiter(|state| &mut state.limiter);
         install_cpu_deadline(&mut store);
         let instance = bundle
             .pre
@@ -255,6 +256,10 @@ impl Generator {
             .map_err(|e| failed(trap_reason(store, &format!("step {}", count + 1), &e)))?;
         let output = match step {
             Step::Done(result) => {
+                store
+                    .data_mut()
+                    .check_string("the summary", &result.summary)
+                    .map_err(|e| failed(e.to_string()))?;
                 let status =
                     if result.return_code == 0 { EndStatus::Completed } else { EndStatus::Failed };
                 return Err(End {
@@ -266,11 +271,24 @@ impl Generator {
             Step::Output(output) => output,
         };
         // The host's own checks: a bundle is untrusted and may not follow the contract.
-        if count >= max_rounds as usize {
+        let cap = store.data().limits().max_rounds;
+        if count >= max_rounds.min(cap) as usize {
             return Err(failed(format!(
-                "bundle yielded step {} beyond max rounds ({max_rounds}); stopped by the host",
-                count + 1
+                "the bundle yielded step {} beyond max rounds ({}); stopped by the host",
+                count + 1,
+                max_rounds.min(cap)
             )));
+        }
+        let during = format!("step {}", count + 1);
+        let state = store.data_mut();
+        for (what, text) in [
+            ("the content", &output.content),
+            ("the meta", &output.meta),
+            ("the role name", &output.role),
+        ] {
+            state
+                .check_string(&format!("{what} of {during}"), text)
+                .map_err(|e| failed(e.to_string()))?;
         }
         if bundle.descriptor.role(&output.role).is_none() {
             return Err(failed(format!(
@@ -313,14 +331,29 @@ pub(crate) fn install_cpu_deadline(store: &mut Store<ThreadState>) {
 
 /// A trap as one line, naming the limit when one was hit.
 fn trap_reason(store: &Store<ThreadState>, during: &str, e: &wasmtime::Error) -> String {
-    let clock = &store.data().clock;
-    if clock.exhausted() {
+    let state = store.data();
+    if let Some(limit) = state.exceeded() {
+        return format!("{limit} (during {during})");
+    }
+    if state.clock.exhausted() {
         return format!(
-            "CPU limit exceeded during {during}: more than {:?} of guest computation",
-            clock.budget()
+            "limit exceeded: the bundle computed for more than {} during {during} (limits.cpu-per-step)",
+            humantime::format_duration(state.clock.budget())
         );
     }
-    format!("bundle trapped during {during}: {}", one_line(e))
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::StackOverflow) => {
+            format!("the bundle overflowed its stack (runaway recursion?) during {during}")
+        }
+        Some(wasmtime::Trap::UnreachableCodeReached) => match state.output.last_words() {
+            Some(line) => format!("the bundle aborted during {during}: {}", line.trim()),
+            None => {
+                format!("the bundle aborted during {during} (it reached `unreachable`: a panic?)")
+            }
+        },
+        Some(trap) => format!("the bundle trapped during {during}: {trap}"),
+        None => format!("the bundle failed during {during}: {}", one_line(e)),
+    }
 }
 
 fn to_wit(step: &StepRecord) -> RoleOutput {

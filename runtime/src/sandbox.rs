@@ -6,46 +6,25 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::agent::AgentSet;
 use crate::extract::Extractor;
 use crate::journal::Journal;
+use crate::limits::{Limits, Size};
 use crate::runner::ThreadControl;
 use crate::thread_log::InfoLog;
-
-/// Per-thread limits.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Limits {
-    /// Guest CPU time allowed for one generator step (time spent in agents does not count).
-    pub cpu_per_step: Duration,
-    /// Linear memory a thread's instance may grow to, in bytes.
-    pub memory_bytes: usize,
-    /// Table elements a thread's instance may grow to.
-    pub table_elements: usize,
-    /// Bytes of guest stdout plus stderr kept in the debug log per thread.
-    pub output_bytes: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            cpu_per_step: Duration::from_secs(30),
-            memory_bytes: 512 << 20,
-            table_elements: 100_000,
-            output_bytes: 1 << 20,
-        }
-    }
-}
 
 /// The data of one thread's wasmtime store.
 pub struct ThreadState {
     wasi: WasiCtx,
     table: ResourceTable,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limiter: Limiter,
+    /// Guest output (stdout, stderr, log lines) into the debug log, within its budget.
+    pub(crate) output: GuestOutput,
     /// What the host imports work with.
     pub host: HostContext,
     /// CPU accounting for the current generator step.
@@ -155,14 +134,83 @@ impl ThreadState {
         ThreadState {
             wasi,
             table: ResourceTable::new(),
-            limits: StoreLimitsBuilder::new()
-                .memory_size(limits.memory_bytes)
-                .table_elements(limits.table_elements)
-                .trap_on_grow_failure(true)
-                .build(),
+            limiter: Limiter { limits: limits.clone(), exceeded: None },
+            output,
             host,
             clock: StepClock::new(limits.cpu_per_step),
         }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limiter.limits
+    }
+
+    /// Why the last trap happened, if it was a limit: one line naming the limit and its value.
+    pub fn exceeded(&self) -> Option<&str> {
+        self.limiter.exceeded.as_deref()
+    }
+
+    /// Traps the guest because it exceeded a limit; the reason goes to the end record.
+    pub fn exceed(&mut self, reason: String) -> wasmtime::Error {
+        self.limiter.exceeded = Some(reason.clone());
+        wasmtime::Error::msg(reason)
+    }
+
+    /// Checks a string crossing the boundary against the `string` limit.
+    pub fn check_string(&mut self, what: &str, text: &str) -> wasmtime::Result<()> {
+        let max = self.limiter.limits.string_bytes;
+        if text.len() > max {
+            return Err(self.exceed(format!(
+                "limit exceeded: {what} is {}, over the string limit ({}; limits.string)",
+                Size(text.len()),
+                Size(max)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Enforces the memory and table limits, remembering which one a trap came from.
+pub struct Limiter {
+    limits: Limits,
+    exceeded: Option<String>,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limits.memory_bytes {
+            let reason = format!(
+                "limit exceeded: the bundle tried to grow its memory to {}, over the memory limit ({}; limits.memory)",
+                Size(desired),
+                Size(self.limits.memory_bytes)
+            );
+            self.exceeded = Some(reason.clone());
+            return Err(wasmtime::Error::msg(reason));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limits.table_elements {
+            let reason = format!(
+                "limit exceeded: the bundle tried to grow a table to {desired} elements, over the limit ({}; limits.table-elements)",
+                self.limits.table_elements
+            );
+            self.exceeded = Some(reason.clone());
+            return Err(wasmtime::Error::msg(reason));
+        }
+        Ok(true)
     }
 }
 
@@ -175,7 +223,7 @@ impl WasiView for ThreadState {
 /// The guest's stdout and stderr, written line by line into the debug log, up to a budget
 /// shared by both streams; past it, output is dropped with one note in the log.
 #[derive(Clone)]
-struct GuestOutput {
+pub(crate) struct GuestOutput {
     info: InfoLog,
     shared: Arc<Mutex<OutputBudget>>,
 }
@@ -183,14 +231,57 @@ struct GuestOutput {
 struct OutputBudget {
     remaining: usize,
     noted_overflow: bool,
+    /// The last lines the guest wrote to stderr, where a panic message would be.
+    stderr_tail: std::collections::VecDeque<String>,
 }
 
 impl GuestOutput {
     fn new(info: InfoLog, budget: usize) -> Self {
         GuestOutput {
             info,
-            shared: Arc::new(Mutex::new(OutputBudget { remaining: budget, noted_overflow: false })),
+            shared: Arc::new(Mutex::new(OutputBudget {
+                remaining: budget,
+                noted_overflow: false,
+                stderr_tail: Default::default(),
+            })),
         }
+    }
+
+    /// Takes `bytes` from the budget; how many may be kept.
+    fn take(&self, bytes: usize) -> usize {
+        let mut budget = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let take = bytes.min(budget.remaining);
+        budget.remaining -= take;
+        if take < bytes && !budget.noted_overflow {
+            budget.noted_overflow = true;
+            self.info.write(
+                "warn",
+                TAG_GUEST_OUTPUT,
+                "guest output limit reached (limits.output); further output dropped",
+            );
+        }
+        take
+    }
+
+    /// A log line from the guest's `log` import, within the budget (which counts the line's
+    /// JSON framing too, so the budget bounds the file).
+    pub(crate) fn log(&self, level: &str, tag: &str, message: &str) {
+        let cost = message.len() + LINE_OVERHEAD;
+        if self.take(cost) == cost {
+            self.info.write(level, tag, message);
+        }
+    }
+
+    /// What the guest said on stderr before it died: a Rust panic's message if there is one
+    /// (`panicked at FILE:LINE:` and the line after it), else its last stderr line.
+    pub(crate) fn last_words(&self) -> Option<String> {
+        let budget = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let lines: Vec<&String> = budget.stderr_tail.iter().collect();
+        if let Some(i) = lines.iter().rposition(|l| l.contains("panicked at")) {
+            let message = lines.get(i + 1).map(|l| l.trim()).unwrap_or_default();
+            return Some(format!("{} {message}", lines[i].trim()).trim().to_string());
+        }
+        lines.last().map(|l| l.trim().to_string())
     }
 
     fn stream(&self, name: &'static str) -> GuestStream {
@@ -206,28 +297,33 @@ struct GuestStream {
     line: Arc<Mutex<Vec<u8>>>,
 }
 
+/// Bytes of JSON around each debug log line (tag, level, timestamp, quotes).
+const LINE_OVERHEAD: usize = 80;
+
+/// Stderr lines kept to explain a crash.
+const STDERR_TAIL_LINES: usize = 8;
+
 /// Log tag of guest stdout/stderr lines.
 const TAG_GUEST_OUTPUT: &str = "G5TD0VT1";
 
 impl GuestStream {
     fn write(&self, bytes: &[u8]) {
-        let mut budget = self.output.shared.lock().unwrap_or_else(|p| p.into_inner());
-        let take = bytes.len().min(budget.remaining);
-        budget.remaining -= take;
-        if take < bytes.len() && !budget.noted_overflow {
-            budget.noted_overflow = true;
-            self.output.info.write(
-                "warn",
-                TAG_GUEST_OUTPUT,
-                "guest output limit reached; further output dropped",
-            );
-        }
-        drop(budget);
+        let take = self.output.take(bytes.len());
+        let newlines = bytes[..take].iter().filter(|&&b| b == b'\n').count();
+        // Charge the JSON framing of each line too, so the budget bounds the file.
+        self.output.take(newlines * LINE_OVERHEAD);
         let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
         line.extend_from_slice(&bytes[..take]);
         while let Some(end) = line.iter().position(|&b| b == b'\n') {
             let text = String::from_utf8_lossy(&line[..end]).into_owned();
             line.drain(..=end);
+            if self.name == "stderr" && !text.trim().is_empty() {
+                let mut budget = self.output.shared.lock().unwrap_or_else(|p| p.into_inner());
+                if budget.stderr_tail.len() == STDERR_TAIL_LINES {
+                    budget.stderr_tail.pop_front();
+                }
+                budget.stderr_tail.push_back(text.clone());
+            }
             self.output.info.write(self.name, TAG_GUEST_OUTPUT, &text);
         }
     }

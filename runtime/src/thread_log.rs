@@ -53,6 +53,9 @@ pub struct RunParameters {
     /// Where command agents run: the directory the thread was started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
+    /// `--limit` overrides, key → value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
 }
 
 /// Where a fork came from.
@@ -448,6 +451,7 @@ mod tests {
                     agent: None,
                     agent_for: BTreeMap::new(),
                     cwd: None,
+                    limits: BTreeMap::new(),
                 },
             },
             timestamp: 1,

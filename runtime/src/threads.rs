@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::journal::read_calls;
+use crate::limits::Limits;
 use crate::thread_log::{
     ForkedFrom, Parameters, RunParameters, StartRecord, StepRecord, ThreadRecord, ThreadWriter,
     find_thread, now_ms, read_thread,
@@ -25,6 +26,8 @@ pub struct NewThread {
     pub max_rounds: u32,
     /// Agent choices, already made absolute (see [`AgentFlags::absolutize`]).
     pub agents: AgentFlags,
+    /// `--limit` overrides.
+    pub limits: BTreeMap<String, String>,
     /// Steps it starts with (a fork's prefix).
     pub steps: Vec<StepRecord>,
     pub forked_from: Option<ForkedFrom>,
@@ -44,6 +47,7 @@ pub fn create(home: &Home, new: NewThread) -> Result<(ThreadWriter, ThreadRecord
                 agent: new.agents.default.clone(),
                 agent_for: new.agents.for_roles.iter().cloned().collect(),
                 cwd: new.agents.cwd.clone(),
+                limits: new.limits,
             },
         },
         timestamp: now_ms(),
@@ -129,6 +133,7 @@ pub fn fork(
             prompt: start.parameters.prompt.clone(),
             max_rounds: options.max_rounds,
             agents: inherited,
+            limits: options.limits.clone(),
             steps: original.steps[..keep].to_vec(),
             forked_from: Some(ForkedFrom { thread_id: start.thread_id.clone(), step: keep }),
         },
@@ -162,6 +167,29 @@ pub fn agents_for(
     };
     let config = Config::load(&home.config_file())?;
     AgentSet::resolve(&config, &merged, &bundle.descriptor)
+}
+
+/// The limits of a thread: defaults, then config.yaml, then what the thread recorded.
+pub fn limits_for(home: &Home, record: &ThreadRecord) -> Result<Limits> {
+    let config = Config::load(&home.config_file())?;
+    Limits::resolve(&config.limits, &record.start.parameters.options.limits)
+}
+
+/// The max rounds of a new thread: `asked` if given (and within the hard cap), else the
+/// bundle's default, capped.
+pub fn max_rounds(
+    home: &Home,
+    asked: Option<u32>,
+    default: u32,
+    overrides: &BTreeMap<String, String>,
+) -> Result<u32> {
+    let config = Config::load(&home.config_file())?;
+    let cap = Limits::resolve(&config.limits, overrides)?.max_rounds;
+    match asked {
+        Some(asked) if asked > cap => Err(Error::RoundsOverCap { asked, cap }),
+        Some(asked) => Ok(asked),
+        None => Ok(default.min(cap)),
+    }
 }
 
 fn merge(

@@ -17,7 +17,6 @@ use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::ipc::{self, Connection, PsEntry, Reply, Request};
 use crate::runner::{RunContext, RunOutcome, ThreadControl, ThreadEvent, Until, run_thread};
-use crate::sandbox::Limits;
 use crate::thread_log::{End, EndRecord, EndStatus, now_ms};
 use crate::threads;
 
@@ -283,6 +282,18 @@ fn start(
     }
     let bundle = worker.loaded(&record.start.name)?;
     let agents = threads::agents_for(&worker.home, &record, &bundle, &flags)?;
+    let limits = threads::limits_for(&worker.home, &record)?;
+    let running = worker.threads.lock().unwrap_or_else(|p| p.into_inner()).len();
+    if running >= limits.max_threads {
+        return Err(Error::ThreadState {
+            id: id.to_string(),
+            status: "not started",
+            reason: format!(
+                "the worker of bundle {} already runs {running} threads, its limit (limits.max-threads); resume it later",
+                worker.hash
+            ),
+        });
+    }
     let control = Arc::new(ThreadControl::default());
     let (events, receiver) = broadcast::channel(1024);
     let (kill, killed) = oneshot::channel();
@@ -303,13 +314,8 @@ fn start(
     };
     let worker = worker.clone();
     tokio::spawn(async move {
-        let ctx = RunContext {
-            runtime: &worker.runtime,
-            home: &worker.home,
-            agents,
-            limits: Limits::default(),
-            control,
-        };
+        let ctx =
+            RunContext { runtime: &worker.runtime, home: &worker.home, agents, limits, control };
         let sender = events.clone();
         let finished = {
             let run = run_thread(&ctx, &bundle, &mut writer, &record, Until::End, move |event| {

@@ -11,6 +11,8 @@ const COMPONENTS: &[(&str, &str, &str)] = &[
     ("DEVELOP", "develop", "develop"),
     ("BAD_IMPORT", "guest-bad-import", "guest_bad_import"),
     ("NO_WORKFLOW_EXPORT", "guest-no-workflow-export", "guest_no_workflow_export"),
+    ("ADVERSARY", "guest-adversary", "guest_adversary"),
+    ("BAD_SCHEMA", "guest-bad-schema", "guest_bad_schema"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

@@ -5,6 +5,7 @@ mod bad_input;
 mod lifecycle;
 mod registry;
 mod run;
+mod sandbox;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

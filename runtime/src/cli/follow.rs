@@ -34,6 +34,22 @@ impl AgentArgs {
     }
 }
 
+/// Sandbox limits for a new thread, recorded with it.
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Override a sandbox limit for this thread (repeatable): cpu-per-step=5s, memory=256MiB,
+    /// table-elements=N, string=4MiB, output=1MiB, max-rounds=N
+    #[arg(long = "limit", value_name = "KEY=VALUE", value_parser = crate::limits::parse_limit_flag)]
+    pub limits: Vec<(String, String)>,
+}
+
+impl LimitArgs {
+    /// The overrides, later ones winning.
+    pub fn overrides(&self) -> std::collections::BTreeMap<String, String> {
+        self.limits.iter().cloned().collect()
+    }
+}
+
 /// How to follow.
 #[derive(Debug, Clone, Copy)]
 pub struct Follow {

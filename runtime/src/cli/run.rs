@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, Follow, hand_over};
+use super::follow::{AgentArgs, Follow, LimitArgs, hand_over};
 use crate::agent::AgentSet;
 use crate::catalog::Catalog;
 use crate::config::Config;
@@ -41,6 +41,8 @@ pub struct RunCommand {
     pub max_rounds: Option<u32>,
     #[command(flatten)]
     pub agents: AgentArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// Print the thread id and return at once; the thread runs on in the background
     #[arg(long)]
     pub detach: bool,
@@ -60,14 +62,18 @@ impl RunCommand {
         let descriptor = catalog.store().descriptor(entry.hash)?;
         let flags = self.agents.flags()?;
         AgentSet::resolve(&Config::load(&home.config_file())?, &flags, &descriptor)?;
+        let limits = self.limits.overrides();
+        let max_rounds =
+            threads::max_rounds(&home, self.max_rounds, descriptor.max_rounds, &limits)?;
         let (writer, record) = threads::create(
             &home,
             NewThread {
                 name: self.name.clone(),
                 hash: entry.hash,
                 prompt: self.prompt.clone(),
-                max_rounds: self.max_rounds.unwrap_or(descriptor.max_rounds),
+                max_rounds,
                 agents: flags,
+                limits,
                 steps: vec![],
                 forked_from: None,
             },

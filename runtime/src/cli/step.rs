@@ -8,7 +8,6 @@ use crate::catalog::Catalog;
 use crate::engine::Runtime;
 use crate::ids::ThreadId;
 use crate::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
-use crate::sandbox::Limits;
 use crate::threads;
 
 /// Run exactly one role of a thread, persist it, and exit (stateless single step).
@@ -34,7 +33,7 @@ impl StepCommand {
             runtime: &runtime,
             home: &home,
             agents,
-            limits: Limits::default(),
+            limits: threads::limits_for(&home, &record)?,
             control: Default::default(),
         };
         let mut taken = None;

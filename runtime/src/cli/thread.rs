@@ -47,6 +47,8 @@ pub enum ThreadAction {
         max_rounds: Option<u32>,
         #[command(flatten)]
         agents: super::follow::AgentArgs,
+        #[command(flatten)]
+        limits: super::follow::LimitArgs,
     },
 }
 
@@ -54,21 +56,25 @@ impl ThreadCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let home = global.home()?;
         match self.action {
-            Some(ThreadAction::Start { name, prompt, max_rounds, agents }) => {
+            Some(ThreadAction::Start { name, prompt, max_rounds, agents, limits }) => {
                 let catalog = Catalog::new(&home);
                 let entry = catalog.entry(&name)?;
                 catalog.store().load(&catalog.registry().load()?, &name, entry.hash)?;
                 let descriptor = catalog.store().descriptor(entry.hash)?;
                 let flags = agents.flags()?;
                 AgentSet::resolve(&Config::load(&home.config_file())?, &flags, &descriptor)?;
+                let limits = limits.overrides();
+                let max_rounds =
+                    threads::max_rounds(&home, max_rounds, descriptor.max_rounds, &limits)?;
                 let (mut writer, record) = threads::create(
                     &home,
                     NewThread {
                         name,
                         hash: entry.hash,
                         prompt,
-                        max_rounds: max_rounds.unwrap_or(descriptor.max_rounds),
+                        max_rounds,
                         agents: flags,
+                        limits,
                         steps: vec![],
                         forked_from: None,
                     },

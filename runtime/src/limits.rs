@@ -1,0 +1,142 @@
+//! Sandbox limits: what one thread's bundle may use, and how many threads a worker holds.
+//! Defaults are safe; `limits:` in config.yaml and `--limit KEY=VALUE` override them.
+//!
+//! | key | default | what |
+//! |---|---|---|
+//! | `cpu-per-step` | 30s | guest computation per generator call (time in agents excluded) |
+//! | `memory` | 512MiB | linear memory of the thread's instance |
+//! | `table-elements` | 100000 | elements of the instance's tables |
+//! | `string` | 16MiB | any one string crossing the boundary (prompts, content, meta, log lines) |
+//! | `output` | 1MiB | guest stdout, stderr and log lines kept in the debug log, per thread |
+//! | `max-rounds` | 1000 | hard cap on a thread's steps, whatever the bundle or `--max-rounds` say |
+//! | `max-threads` | 1000 | threads one worker runs at once |
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The limits in force for a thread (and its worker).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub cpu_per_step: Duration,
+    pub memory_bytes: usize,
+    pub table_elements: usize,
+    pub string_bytes: usize,
+    pub output_bytes: usize,
+    pub max_rounds: u32,
+    pub max_threads: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            cpu_per_step: Duration::from_secs(30),
+            memory_bytes: 512 << 20,
+            table_elements: 100_000,
+            string_bytes: 16 << 20,
+            output_bytes: 1 << 20,
+            max_rounds: 1000,
+            max_threads: 1000,
+        }
+    }
+}
+
+/// The keys, for messages.
+pub const KEYS: &str =
+    "cpu-per-step, memory, table-elements, string, output, max-rounds, max-threads";
+
+impl Limits {
+    /// Applies one `key=value` (or a config entry). Durations like `500ms`, `2s`, `1m`; sizes
+    /// like `64MiB`, `1GB`, `4096`.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let size =
+            || parse_size(value).ok_or_else(|| format!("`{value}` is not a size (e.g. 64MiB)"));
+        let count =
+            || value.parse::<usize>().map_err(|_| format!("`{value}` is not a whole number"));
+        match key {
+            "cpu-per-step" => {
+                self.cpu_per_step = humantime::parse_duration(value)
+                    .map_err(|e| format!("`{value}` is not a duration (e.g. 30s): {e}"))?;
+            }
+            "memory" => self.memory_bytes = size()?,
+            "table-elements" => self.table_elements = count()?,
+            "string" => self.string_bytes = size()?,
+            "output" => self.output_bytes = size()?,
+            "max-rounds" => {
+                self.max_rounds =
+                    u32::try_from(count()?).map_err(|_| format!("`{value}` is too large"))?;
+            }
+            "max-threads" => self.max_threads = count()?,
+            _ => return Err(format!("unknown limit `{key}` (limits: {KEYS})")),
+        }
+        Ok(())
+    }
+
+    /// Defaults, then `config.yaml`'s `limits:`, then `overrides` in order.
+    pub fn resolve(
+        config: &BTreeMap<String, serde_yaml::Value>,
+        overrides: &BTreeMap<String, String>,
+    ) -> Result<Self> {
+        let mut limits = Limits::default();
+        for (key, value) in config {
+            let text = match value {
+                serde_yaml::Value::String(s) => s.clone(),
+                serde_yaml::Value::Number(n) => n.to_string(),
+                other => format!("{other:?}"),
+            };
+            limits
+                .set(key, &text)
+                .map_err(|reason| Error::InvalidLimit { key: key.clone(), reason })?;
+        }
+        for (key, value) in overrides {
+            limits
+                .set(key, value)
+                .map_err(|reason| Error::InvalidLimit { key: key.clone(), reason })?;
+        }
+        Ok(limits)
+    }
+}
+
+fn parse_size(text: &str) -> Option<usize> {
+    text.trim().parse::<bytesize::ByteSize>().ok().and_then(|b| usize::try_from(b.as_u64()).ok())
+}
+
+/// Parses `KEY=VALUE` from `--limit`, checking it against a default set of limits.
+pub fn parse_limit_flag(text: &str) -> Result<(String, String), String> {
+    let (key, value) =
+        text.split_once('=').ok_or_else(|| format!("expected KEY=VALUE, got `{text}`"))?;
+    Limits::default().set(key, value)?;
+    Ok((key.to_string(), value.to_string()))
+}
+
+/// A size for messages: `16 MiB`.
+pub struct Size(pub usize);
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", bytesize::ByteSize(self.0 as u64).display().iec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_parse_from_flags_and_config() {
+        let config: BTreeMap<String, serde_yaml::Value> =
+            serde_yaml::from_str("memory: 64MiB\ncpu-per-step: 2s\nmax-threads: 10\n").unwrap();
+        let overrides = BTreeMap::from([("cpu-per-step".to_string(), "500ms".to_string())]);
+        let limits = Limits::resolve(&config, &overrides).unwrap();
+        assert_eq!(limits.memory_bytes, 64 << 20);
+        assert_eq!(limits.cpu_per_step, Duration::from_millis(500));
+        assert_eq!(limits.max_threads, 10);
+        assert_eq!(limits.string_bytes, Limits::default().string_bytes);
+        assert!(parse_limit_flag("memory=lots").unwrap_err().contains("not a size"));
+        assert!(parse_limit_flag("speed=1").unwrap_err().contains("unknown limit `speed`"));
+        assert!(parse_limit_flag("memory").is_err());
+        assert_eq!(Size(16 << 20).to_string(), "16.0 MiB");
+    }
+}
