@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
-use wasmtime::{Config, Engine};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::bindings::{Bundle, BundlePre};
 use crate::durable;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::BundleHash;
+use crate::limits::Limits;
 use crate::sandbox::ThreadState;
 
 /// WIT names of what a bundle must export and may import, besides WASI.
@@ -42,12 +43,43 @@ pub enum CacheOutcome {
 }
 
 impl Runtime {
-    /// Builds the engine and linker, and starts the epoch ticker that bounds guest CPU time.
+    /// Builds an engine that allocates instances on demand (for commands that run at most one
+    /// thread), its linker, and the epoch ticker that bounds guest CPU time.
     pub fn new(home: &Home) -> Result<Self> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        // CPU deadlines (and, later, kill) interrupt guest code at epoch checks.
-        config.epoch_interruption(true);
+        Self::with_config(home, base_config())
+    }
+
+    /// Builds an engine for a worker: instances come from a pooling allocator sized for
+    /// `limits.max_threads` threads of at most `limits.memory_bytes` each. Pooling makes
+    /// instantiation cheaper and keeps thousands of live instances within the kernel's
+    /// memory-map limit; the pool's own bounds back the limits up.
+    pub fn for_worker(home: &Home, limits: &Limits) -> Result<Self> {
+        let threads = u32::try_from(limits.max_threads).unwrap_or(u32::MAX / 64).max(1);
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(threads + POOL_SLACK)
+            .total_core_instances((threads + POOL_SLACK).saturating_mul(CORE_INSTANCES_PER_THREAD))
+            .total_memories((threads + POOL_SLACK).saturating_mul(MEMORIES_PER_THREAD))
+            .total_tables((threads + POOL_SLACK).saturating_mul(TABLES_PER_THREAD))
+            .total_stacks(threads + POOL_SLACK)
+            .max_core_instances_per_component(64)
+            .max_memories_per_component(MEMORIES_PER_THREAD)
+            .max_tables_per_component(TABLES_PER_THREAD)
+            .max_memory_size(limits.memory_bytes)
+            .table_elements(limits.table_elements);
+        let mut config = base_config();
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        match Self::with_config(home, config) {
+            Ok(runtime) => Ok(runtime),
+            Err(e) => {
+                // A machine that cannot reserve the pool still runs threads, one allocation
+                // at a time.
+                tracing::warn!("pooling allocator unavailable ({e}); allocating on demand");
+                Self::new(home)
+            }
+        }
+    }
+
+    fn with_config(home: &Home, config: Config) -> Result<Self> {
         let engine = Engine::new(&config).map_err(|e| internal("create the wasmtime engine", e))?;
 
         let mut linker = Linker::new(&engine);
@@ -173,6 +205,24 @@ impl Runtime {
             .map_err(|e| invalid(format!("it does not match the `bundle` world: {}", one_line(&e))))
     }
 }
+
+/// Settings every engine shares. Nothing here may differ between engines that share the AOT
+/// cache except the allocation strategy, which does not change generated code.
+fn base_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    // CPU deadlines and `kill` interrupt guest code at epoch checks.
+    config.epoch_interruption(true);
+    config
+}
+
+/// Pool slots beyond `max-threads`, for instances that are not threads (descriptors).
+const POOL_SLACK: u32 = 8;
+/// Pool budget per thread: generous for Rust guests (1 memory, ~4 core instances), enough for
+/// the Python and JavaScript runtimes' components.
+const CORE_INSTANCES_PER_THREAD: u32 = 16;
+const MEMORIES_PER_THREAD: u32 = 4;
+const TABLES_PER_THREAD: u32 = 8;
 
 /// Compiles a component, turning wasmtime's errors into what a user can act on.
 fn compile(engine: &Engine, bytes: &[u8], path: &Path) -> Result<Component> {

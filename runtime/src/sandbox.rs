@@ -178,6 +178,15 @@ pub struct Limiter {
 }
 
 impl ResourceLimiter for Limiter {
+    /// The pooling allocator refused growth within the limit (its slot is smaller): trap
+    /// with the reason rather than let the guest see an allocation failure and abort.
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        let reason =
+            format!("limit exceeded: the bundle's memory could not grow: {error} (limits.memory)");
+        self.exceeded = Some(reason.clone());
+        Err(wasmtime::Error::msg(reason))
+    }
+
     fn memory_growing(
         &mut self,
         _current: usize,

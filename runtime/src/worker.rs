@@ -93,7 +93,7 @@ pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
     tracing::info!("worker {} serving {hash}", std::process::id());
 
     let worker = Arc::new(Worker {
-        runtime: Runtime::new(&home)?,
+        runtime: Runtime::for_worker(&home, &worker_limits(&home)?)?,
         home,
         hash,
         bundle: Mutex::new(None),
@@ -146,6 +146,12 @@ pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
             return Ok(());
         }
     }
+}
+
+/// The worker-wide limits: defaults and config.yaml (threads may lower theirs further).
+fn worker_limits(home: &Home) -> Result<crate::limits::Limits> {
+    let config = crate::config::Config::load(&home.config_file())?;
+    crate::limits::Limits::resolve(&config.limits, &Default::default())
 }
 
 impl Worker {
