@@ -196,6 +196,7 @@ fn advance<W: Workflow>(state: &State) -> Result<Step, Outcome> {
             wit::ExtractError::InvalidSchema(m) => format!("invalid schema: {m}"),
             wit::ExtractError::NoJson(m) => m,
             wit::ExtractError::SchemaMismatch(m) => m,
+            wit::ExtractError::Unavailable(m) => format!("extractor unavailable: {m}"),
         };
         W::on_role_error(thread, &RoleError::Extract { role: role.name.clone(), reason })
     })?;

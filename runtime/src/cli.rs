@@ -2,6 +2,7 @@
 //! small output helpers they share. Commands are thin; the work is in the library.
 
 mod add;
+mod answer;
 mod control;
 mod follow;
 mod fork;
@@ -105,6 +106,8 @@ pub enum Command {
     Fork(fork::ForkCommand),
     /// Run exactly one role of a thread and exit
     Step(step::StepCommand),
+    /// Answer for a `human` agent a thread waits on, and continue it
+    Answer(answer::AnswerCommand),
     #[command(hide = true)]
     Worker(worker::WorkerCommand),
 }
@@ -129,6 +132,7 @@ impl Cli {
             Command::Resume(c) => c.execute(global).await,
             Command::Fork(c) => c.execute(global).await,
             Command::Step(c) => c.execute(global).await,
+            Command::Answer(c) => c.execute(global).await,
             Command::Worker(c) => c.execute(global).await,
         }
     }

@@ -1,12 +1,18 @@
 //! The extractor: structured data out of an agent's text, validated against a JSON Schema.
 //!
 //! Candidates are tried in order — the whole text, each fenced code block (last first), the
-//! last JSON object in the text — and the first one valid against the schema wins. (An LLM
-//! extractor for text with no usable JSON is a later addition.)
+//! last JSON object in the text — and the first one valid against the schema wins. When none
+//! is, and an LLM extractor is configured, the model is asked for the JSON with the schema as
+//! a structured-output constraint, and asked again with the validation errors until an answer
+//! validates or its retries are spent.
 
 use std::collections::HashMap;
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use crate::agent::openai::{Message, OpenAiAgent};
+use crate::agent::{AgentFailure, RetryPolicy, with_retries};
+use crate::thread_log::InfoLog;
 
 /// Why nothing valid was found. Becomes the WIT `extract-error`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -17,6 +23,9 @@ pub enum ExtractFailure {
     NoJson,
     #[error("the JSON in the agent's answer does not match the schema: {0}")]
     SchemaMismatch(String),
+    /// The LLM extractor could not be asked.
+    #[error("the extractor failed: {0}")]
+    Unavailable(String),
 }
 
 /// Compiled schemas by their text, so a role's schema is compiled once per thread.
@@ -74,6 +83,108 @@ impl Extractor {
             self.validators.insert(schema.to_string(), validator);
         }
         Ok(&self.validators[schema])
+    }
+}
+
+/// An OpenAI-compatible model that extracts what the agent's text does not hold as JSON.
+#[derive(Debug)]
+pub struct LlmExtractor {
+    pub agent: OpenAiAgent,
+    /// The binding's name, for logs.
+    pub label: String,
+    /// Retries of transport failures.
+    pub policy: RetryPolicy,
+    /// Further attempts after an answer that does not validate.
+    pub retries: u32,
+}
+
+/// Log tag of LLM extraction attempts.
+const TAG_LLM: &str = "XTR8LLM0";
+
+impl LlmExtractor {
+    /// Asks the model for JSON valid against `schema` from `content`, validating each answer
+    /// with `local` and feeding the errors back.
+    pub async fn extract(
+        &self,
+        local: &mut Extractor,
+        schema: &str,
+        prompt: &str,
+        content: &str,
+        info: &InfoLog,
+    ) -> Result<Value, ExtractFailure> {
+        let schema_value: Value = serde_json::from_str(schema)
+            .map_err(|e| ExtractFailure::InvalidSchema(e.to_string()))?;
+        let instructions = format!(
+            "You extract structured data from text. {}\nReply with one JSON value, and nothing \
+             else, valid against this JSON Schema:\n{}",
+            prompt.trim(),
+            serde_json::to_string_pretty(&schema_value).expect("JSON values serialize")
+        );
+        let mut messages = vec![
+            Message { role: "system", content: instructions },
+            Message { role: "user", content: content.to_string() },
+        ];
+        let structured = json!({
+            "type": "json_schema",
+            "json_schema": {"name": "meta", "schema": schema_value, "strict": false}
+        });
+        let mut format = Some(&structured);
+        let mut last_error = String::new();
+        let attempts = self.retries + 1;
+        let mut attempt = 1;
+        while attempt <= attempts {
+            let what = format!("extractor `{}`", self.label);
+            let answer =
+                with_retries(self.policy, info, &what, || self.agent.chat(&messages, format)).await;
+            let answer = match answer {
+                Ok(answer) => answer,
+                // Servers without structured outputs refuse `response_format`: ask again with
+                // the schema in the prompt only. This does not count as an attempt.
+                Err(AgentFailure::Failed { message, transient: false })
+                    if format.is_some() && message.contains("HTTP 4") =>
+                {
+                    info.write(
+                        "warn",
+                        TAG_LLM,
+                        &format!(
+                            "{what}: structured output refused ({message}); retrying without it"
+                        ),
+                    );
+                    format = None;
+                    continue;
+                }
+                Err(failure) => return Err(ExtractFailure::Unavailable(failure.to_string())),
+            };
+            match local.extract(schema, &answer, None) {
+                Ok(value) => {
+                    info.write(
+                        "info",
+                        TAG_LLM,
+                        &format!("{what}: valid meta on attempt {attempt}/{attempts}"),
+                    );
+                    return Ok(value);
+                }
+                Err(failure) => {
+                    last_error = failure.to_string();
+                    info.write(
+                        "warn",
+                        TAG_LLM,
+                        &format!("{what}: attempt {attempt}/{attempts} invalid: {last_error}"),
+                    );
+                    messages.push(Message { role: "assistant", content: answer });
+                    messages.push(Message {
+                        role: "user",
+                        content: format!(
+                            "That is not valid: {last_error}. Reply again with corrected JSON only."
+                        ),
+                    });
+                }
+            }
+            attempt += 1;
+        }
+        Err(ExtractFailure::SchemaMismatch(format!(
+            "the extractor's answer still did not validate after {attempts} attempts: {last_error}"
+        )))
     }
 }
 

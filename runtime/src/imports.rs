@@ -3,14 +3,16 @@
 
 use std::time::Instant;
 
-use crate::agent::{AgentContext, AgentFailure, RoleRef};
+use crate::agent::{Agent, AgentAnswer, AgentContext, AgentFailure, RoleRef};
 use crate::bindings::uncaged::workflow::{host, types};
 use crate::bindings::{AgentError, AgentRequest, ExtractError, ExtractRequest, LogLevel};
 use crate::extract::ExtractFailure;
 use crate::faults::crash_point;
+use crate::human::PendingCall;
 use crate::ids::tag;
 use crate::journal::{CallKind, CallResponse, Replay, digest};
 use crate::limits::Size;
+use crate::runner::Activity;
 use crate::sandbox::ThreadState;
 use crate::thread_log::{StepRecord, now_ms};
 
@@ -35,9 +37,17 @@ impl host::Host for ThreadState {
         }
         let context = agent_context(request);
         let role = context.role.name.clone();
-        self.host.control.set_role(Some(role.clone()));
-        let (seq, replay) =
-            self.host.journal.next_call(CallKind::Agent, &role, &digest(&context))?;
+        let Some(agents) = &self.host.agents else {
+            return Ok(Err(AgentError::Unavailable(
+                "no agent may be asked outside a thread".into(),
+            )));
+        };
+        let bound = agents.for_role(&role).clone();
+        self.host
+            .control
+            .set_activity(Some(Activity { role: role.clone(), agent: bound.label.clone() }));
+        let request_digest = digest(&context);
+        let (seq, replay) = self.host.journal.next_call(CallKind::Agent, &role, &request_digest)?;
         let response = match replay {
             Replay::Recorded(response) => {
                 self.host.info.write(
@@ -48,23 +58,23 @@ impl host::Host for ThreadState {
                 response
             }
             Replay::Fresh => {
-                let Some(agents) = &self.host.agents else {
-                    return Ok(Err(AgentError::Unavailable(
-                        "no agent may be asked outside a thread".into(),
-                    )));
-                };
-                let bound = agents.for_role(&role).clone();
                 self.host.info.write(
                     "info",
                     TAG_AGENT,
                     &format!("role `{role}`: asking agent `{}`", bound.label),
                 );
                 crash_point("agent-call");
-                let answer = bound.agent.answer(&context).await;
+                let answer = match &*bound.agent {
+                    Agent::Human => match self.host.control.human.ask(&context).await {
+                        Some(text) => Ok(AgentAnswer { content: text, meta: None }),
+                        None => Err(AgentFailure::Waiting),
+                    },
+                    _ => bound.answer(&context, &self.host.info).await,
+                };
                 let ms = started.elapsed().as_millis();
                 let max = self.limits().string_bytes;
                 let answer = answer.and_then(|answer| match answer.content.len() > max {
-                    true => Err(AgentFailure::Failed(format!(
+                    true => Err(AgentFailure::failed(format!(
                         "the answer is {}, over the string limit ({}; limits.string)",
                         Size(answer.content.len()),
                         Size(max)
@@ -84,6 +94,21 @@ impl host::Host for ThreadState {
                         );
                         CallResponse::Ok { value: answer.content, meta: answer.meta }
                     }
+                    Err(AgentFailure::Waiting) => {
+                        // Nobody to ask: stop the thread here; `answer` journals this call's
+                        // answer and the resumed thread replays it.
+                        self.host.waiting = Some((
+                            role.clone(),
+                            PendingCall {
+                                step: self.host.journal.step(),
+                                seq,
+                                digest: request_digest,
+                            },
+                        ));
+                        return Err(wasmtime::Error::msg(format!(
+                            "waiting for a human answer for role `{role}`"
+                        )));
+                    }
                     Err(failure) => {
                         self.host.info.write(
                             "error",
@@ -95,8 +120,8 @@ impl host::Host for ThreadState {
                         );
                         let kind = match failure {
                             AgentFailure::Unavailable(_) => "unavailable",
-                            AgentFailure::Failed(_) => "failed",
                             AgentFailure::Timeout(_) => "timeout",
+                            AgentFailure::Failed { .. } | AgentFailure::Waiting => "failed",
                         };
                         CallResponse::Error { kind: kind.into(), message: failure.to_string() }
                     }
@@ -105,7 +130,7 @@ impl host::Host for ThreadState {
                     seq,
                     CallKind::Agent,
                     &role,
-                    digest(&context),
+                    request_digest,
                     response.clone(),
                 )?;
                 crash_point("agent-recorded");
@@ -143,11 +168,34 @@ impl host::Host for ThreadState {
         let response = match replay {
             Replay::Recorded(response) => response,
             Replay::Fresh => {
-                let response = match self.host.extractor.extract(
+                let local = self.host.extractor.extract(
                     &request.schema,
                     &request.content,
                     preferred.as_ref(),
-                ) {
+                );
+                let llm = self.host.agents.as_ref().and_then(|a| a.extractor().cloned());
+                let result = match (local, llm) {
+                    (
+                        Err(ExtractFailure::NoJson | ExtractFailure::SchemaMismatch(_)),
+                        Some(llm),
+                    ) => {
+                        self.host.info.write(
+                            "info",
+                            TAG_EXTRACT,
+                            "no valid meta in the answer; asking the LLM extractor",
+                        );
+                        llm.extract(
+                            &mut self.host.extractor,
+                            &request.schema,
+                            &request.prompt,
+                            &request.content,
+                            &self.host.info,
+                        )
+                        .await
+                    }
+                    (result, _) => result,
+                };
+                let response = match result {
                     Ok(value) => CallResponse::Ok { value: value.to_string(), meta: None },
                     Err(failure) => {
                         self.host.info.write("warn", TAG_EXTRACT, &failure.to_string());
@@ -155,6 +203,7 @@ impl host::Host for ThreadState {
                             ExtractFailure::InvalidSchema(_) => "invalid-schema",
                             ExtractFailure::NoJson => "no-json",
                             ExtractFailure::SchemaMismatch(_) => "schema-mismatch",
+                            ExtractFailure::Unavailable(_) => "unavailable",
                         };
                         CallResponse::Error { kind: kind.into(), message: failure.to_string() }
                     }
@@ -169,6 +218,7 @@ impl host::Host for ThreadState {
             CallResponse::Error { kind, message } => Err(match kind.as_str() {
                 "invalid-schema" => ExtractError::InvalidSchema(message),
                 "no-json" => ExtractError::NoJson(message),
+                "unavailable" => ExtractError::Unavailable(message),
                 _ => ExtractError::SchemaMismatch(message),
             }),
         })

@@ -28,6 +28,9 @@ pub enum Request {
     Run {
         thread: String,
         follow: bool,
+        /// The follower can answer `human` agents' questions.
+        #[serde(default)]
+        interactive: bool,
         #[serde(default)]
         agent: Option<String>,
         #[serde(default)]
@@ -49,6 +52,12 @@ pub enum Request {
 pub enum Reply {
     /// The worker took the thread.
     Accepted { thread: String, pid: u32, cache_hit: bool, steps: usize },
+    /// A role started working, with this agent.
+    Working { role: String, agent: String },
+    /// A `human` agent asks the (interactive) follower; answer with [`ClientMessage::Answer`].
+    Question { role: String, system_prompt: String, context: String },
+    /// The thread stopped to wait for a human answer (`answer`).
+    Waiting { role: String },
     /// A step was persisted.
     Step { index: usize, step: StepRecord, agent: String, elapsed_ms: u64 },
     /// The thread ended.
@@ -61,6 +70,14 @@ pub enum Reply {
     Ok,
     /// The request failed; `code` is the exit code the client should use.
     Error { message: String, code: i32 },
+}
+
+/// What a follower sends back during a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum ClientMessage {
+    /// The answer to a [`Reply::Question`]; `None` declines (the thread then waits).
+    Answer { text: Option<String> },
 }
 
 /// A running thread, as `ps` shows it.

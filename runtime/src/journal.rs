@@ -112,6 +112,11 @@ impl Journal {
         Journal { file: None, path: PathBuf::new(), recorded: HashMap::new(), step: 0, seq: 0 }
     }
 
+    /// The step being counted.
+    pub fn step(&self) -> usize {
+        self.step
+    }
+
     /// Starts counting the calls of step `step` (0-based).
     pub fn begin_step(&mut self, step: usize) {
         self.step = step;
@@ -166,6 +171,24 @@ impl Journal {
         self.recorded.insert((record.step, record.seq), record);
         Ok(())
     }
+}
+
+/// Records the answer to a call made elsewhere (a person's answer to a waiting thread).
+pub fn record_answer(
+    path: &Path,
+    call: &crate::human::PendingCall,
+    role: &str,
+    answer: String,
+) -> Result<()> {
+    let mut journal = Journal::open(path)?;
+    journal.begin_step(call.step);
+    journal.record(
+        call.seq,
+        CallKind::Agent,
+        role,
+        call.digest.clone(),
+        CallResponse::Ok { value: answer, meta: None },
+    )
 }
 
 /// The calls recorded in a journal file (none if it does not exist).

@@ -17,6 +17,7 @@ pub mod error;
 pub mod extract;
 pub mod faults;
 pub mod home;
+pub mod human;
 pub mod ids;
 mod imports;
 pub mod ipc;

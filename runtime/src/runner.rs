@@ -4,7 +4,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
 
 use wasmtime::{Store, UpdateDeadline};
 
@@ -15,12 +17,13 @@ use crate::engine::{CacheOutcome, Runtime, one_line};
 use crate::error::{Result, exit};
 use crate::faults::crash_point;
 use crate::home::Home;
+use crate::human::{HumanPort, PendingCall};
 use crate::ids::ThreadId;
 use crate::journal::Journal;
 use crate::limits::Limits;
 use crate::sandbox::{HostContext, ThreadState};
 use crate::thread_log::{
-    End, EndRecord, EndStatus, InfoLog, StepRecord, ThreadRecord, ThreadWriter, now_ms,
+    End, EndRecord, EndStatus, InfoLog, Paused, StepRecord, ThreadRecord, ThreadWriter, now_ms,
 };
 
 /// Log tags of this module's call sites.
@@ -30,12 +33,36 @@ const TAG_END: &str = "RN3ND0NE";
 const TAG_PAUSE: &str = "RNPA5E0K";
 const TAG_TORN: &str = "RNT0RN1N";
 
-/// Shared between a running thread and whoever controls it (the worker, `ps`).
-#[derive(Debug, Default)]
+/// Shared between a running thread and whoever controls it (the worker, `ps`, followers).
+#[derive(Debug)]
 pub struct ThreadControl {
     pause: AtomicBool,
-    role: Mutex<Option<String>>,
+    /// What the thread does now (for `ps`)…
+    activity: Mutex<Option<Activity>>,
+    /// …and each change of it, in order (for followers).
+    activity_events: broadcast::Sender<Activity>,
     steps: AtomicUsize,
+    /// Where `human` agents put their questions.
+    pub human: HumanPort,
+}
+
+/// What a thread is doing: which role is at work, with which agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Activity {
+    pub role: String,
+    pub agent: String,
+}
+
+impl Default for ThreadControl {
+    fn default() -> Self {
+        ThreadControl {
+            pause: AtomicBool::new(false),
+            activity: Mutex::new(None),
+            activity_events: broadcast::channel(64).0,
+            steps: AtomicUsize::new(0),
+            human: HumanPort::default(),
+        }
+    }
 }
 
 impl ThreadControl {
@@ -44,14 +71,22 @@ impl ThreadControl {
         self.pause.store(true, Ordering::SeqCst);
     }
 
-    /// The role being worked on, if a step is in progress.
+    /// The role being worked on, if an agent is at work.
     pub fn current_role(&self) -> Option<String> {
-        self.role.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.activity.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|a| a.role.clone())
     }
 
-    /// Records the role being worked on.
-    pub fn set_role(&self, role: Option<String>) {
-        *self.role.lock().unwrap_or_else(|p| p.into_inner()) = role;
+    /// Records what the thread is doing.
+    pub fn set_activity(&self, activity: Option<Activity>) {
+        if let Some(activity) = &activity {
+            let _ = self.activity_events.send(activity.clone());
+        }
+        *self.activity.lock().unwrap_or_else(|p| p.into_inner()) = activity;
+    }
+
+    /// Follows what the thread starts doing from now on.
+    pub fn watch(&self) -> broadcast::Receiver<Activity> {
+        self.activity_events.subscribe()
     }
 
     /// Steps recorded so far.
@@ -78,6 +113,8 @@ pub enum RunOutcome {
     Paused,
     /// The requested number of steps was taken; the thread goes on later.
     Stepped,
+    /// A `human` agent needs an answer; the thread waits for `answer`.
+    Waiting { role: String },
 }
 
 /// Something that happened in a running thread, for progress output.
@@ -169,7 +206,7 @@ pub async fn run_thread(
                 Ok(step) => step,
                 Err(end) => return finish(writer, &info, end),
             };
-        ctx.control.set_role(None);
+        ctx.control.set_activity(None);
         count += 1;
         taken += 1;
         writer.append_step(&step)?;
@@ -178,15 +215,27 @@ pub async fn run_thread(
         let agent = ctx.agents.for_role(&step.role).label.clone();
         on_event(ThreadEvent::Step { index: count, step, agent, elapsed: started.elapsed() });
         if ctx.control.pause.load(Ordering::SeqCst) {
-            writer.append_pause("pause")?;
+            writer.append_pause(Paused { by: "pause".into(), role: None, call: None })?;
             info.write("info", TAG_PAUSE, &format!("paused after step {count}"));
             return Ok(RunOutcome::Paused);
         }
     }
 }
 
-/// Writes the end record.
-fn finish(writer: &mut ThreadWriter, info: &InfoLog, end: End) -> Result<RunOutcome> {
+/// Writes the end record, or the waiting marker.
+fn finish(writer: &mut ThreadWriter, info: &InfoLog, stop: Stop) -> Result<RunOutcome> {
+    let end = match stop {
+        Stop::End(end) => end,
+        Stop::Waiting { role, call } => {
+            info.write("info", TAG_PAUSE, &format!("waiting for a human answer for role `{role}`"));
+            writer.append_pause(Paused {
+                by: "waiting".into(),
+                role: Some(role.clone()),
+                call: Some(call),
+            })?;
+            return Ok(RunOutcome::Waiting { role });
+        }
+    };
     info.write("info", TAG_END, &format!("thread ended {}: {}", end.status.as_str(), end.summary));
     let record = EndRecord { end, timestamp: now_ms() };
     writer.append_end(&record)?;
@@ -208,7 +257,7 @@ impl Generator {
         host: HostContext,
         id: ThreadId,
         record: &ThreadRecord,
-    ) -> Result<Self, End> {
+    ) -> Result<Self, Stop> {
         let mut store = Store::new(ctx.runtime.engine(), ThreadState::new(host, &ctx.limits));
         store.limiter(|state| &mut state.limiter);
         install_cpu_deadline(&mut store);
@@ -232,7 +281,7 @@ impl Generator {
             .thread()
             .call_constructor(&mut store, &input, &options)
             .await
-            .map_err(|e| failed(trap_reason(&store, "starting the generator", &e)))?;
+            .map_err(|e| stopped(&mut store, "starting the generator", &e))?;
         Ok(Generator { store, instance, thread })
     }
 
@@ -243,7 +292,7 @@ impl Generator {
         bundle: &LoadedBundle,
         count: usize,
         max_rounds: u32,
-    ) -> Result<StepRecord, End> {
+    ) -> Result<StepRecord, Stop> {
         let store = &mut self.store;
         store.data_mut().clock.start_step();
         store.data_mut().host.journal.begin_step(count);
@@ -253,7 +302,7 @@ impl Generator {
             .thread()
             .call_next(&mut *store, self.thread)
             .await
-            .map_err(|e| failed(trap_reason(store, &format!("step {}", count + 1), &e)))?;
+            .map_err(|e| stopped(store, &format!("step {}", count + 1), &e))?;
         let output = match step {
             Step::Done(result) => {
                 store
@@ -262,11 +311,11 @@ impl Generator {
                     .map_err(|e| failed(e.to_string()))?;
                 let status =
                     if result.return_code == 0 { EndStatus::Completed } else { EndStatus::Failed };
-                return Err(End {
+                return Err(Stop::End(End {
                     return_code: result.return_code,
                     summary: result.summary,
                     status,
-                });
+                }));
             }
             Step::Output(output) => output,
         };
@@ -308,8 +357,25 @@ impl Generator {
     }
 }
 
-fn failed(summary: String) -> End {
-    End { return_code: exit::SOFTWARE, summary, status: EndStatus::Failed }
+fn failed(summary: String) -> Stop {
+    Stop::End(End { return_code: exit::SOFTWARE, summary, status: EndStatus::Failed })
+}
+
+/// Why the generator stopped before yielding a step.
+enum Stop {
+    /// The thread is over.
+    End(End),
+    /// A `human` agent needs an answer nobody was there to give.
+    Waiting { role: String, call: PendingCall },
+}
+
+/// A trap as a stop: waiting for a human if that is what the host trapped for, else a failure
+/// with the reason.
+fn stopped(store: &mut Store<ThreadState>, during: &str, e: &wasmtime::Error) -> Stop {
+    match store.data_mut().host.waiting.take() {
+        Some((role, call)) => Stop::Waiting { role, call },
+        None => failed(trap_reason(store, during, e)),
+    }
 }
 
 /// Bounds guest CPU time per step: at every epoch tick the store checks its step clock, and

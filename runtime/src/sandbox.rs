@@ -13,6 +13,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::agent::AgentSet;
 use crate::extract::Extractor;
+use crate::human::PendingCall;
 use crate::journal::Journal;
 use crate::limits::{Limits, Size};
 use crate::runner::ThreadControl;
@@ -46,6 +47,8 @@ pub struct HostContext {
     pub journal: Journal,
     /// Where the thread's controller sees the role being worked on.
     pub control: Arc<ThreadControl>,
+    /// Set when a `human` agent had nobody to ask: the role and the call to answer.
+    pub waiting: Option<(String, PendingCall)>,
 }
 
 impl HostContext {
@@ -65,6 +68,7 @@ impl HostContext {
             agent_meta: None,
             journal,
             control,
+            waiting: None,
         }
     }
 
@@ -79,6 +83,7 @@ impl HostContext {
             agent_meta: None,
             journal: Journal::disabled(),
             control: Arc::default(),
+            waiting: None,
         }
     }
 }

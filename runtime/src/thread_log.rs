@@ -126,8 +126,14 @@ pub struct PauseRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Paused {
     /// `pause` (asked by a user), `start` (created by `thread start`, not run yet) or
-    /// `interrupt` (its foreground `run` was interrupted).
+    /// `waiting` (a `human` agent must answer; see `answer`).
     pub by: String,
+    /// For `waiting`: the role whose human answer is needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// For `waiting`: the agent call to answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<crate::human::PendingCall>,
 }
 
 /// A thread as read back from its data file.
@@ -154,6 +160,8 @@ pub enum ThreadStatus {
     Running,
     /// Stopped between steps; `resume` or `step` continues it.
     Paused,
+    /// Stopped until a person answers for a `human` agent (`answer`).
+    Waiting,
     /// Its process died mid-run (crash, `kill -9`); `resume` continues from the last step.
     Interrupted,
     Completed,
@@ -167,6 +175,7 @@ impl ThreadStatus {
         match self {
             ThreadStatus::Running => "running",
             ThreadStatus::Paused => "paused",
+            ThreadStatus::Waiting => "waiting",
             ThreadStatus::Interrupted => "interrupted",
             ThreadStatus::Completed => "completed",
             ThreadStatus::Failed => "failed",
@@ -193,8 +202,8 @@ impl ThreadRecord {
         }
         if is_locked(&self.path) {
             ThreadStatus::Running
-        } else if self.paused.is_some() {
-            ThreadStatus::Paused
+        } else if let Some(paused) = &self.paused {
+            if paused.by == "waiting" { ThreadStatus::Waiting } else { ThreadStatus::Paused }
         } else {
             ThreadStatus::Interrupted
         }
@@ -257,8 +266,8 @@ impl ThreadWriter {
     }
 
     /// Appends a pause marker.
-    pub fn append_pause(&mut self, by: &str) -> Result<()> {
-        self.append(&PauseRecord { paused: Paused { by: by.to_string() }, timestamp: now_ms() })
+    pub fn append_pause(&mut self, paused: Paused) -> Result<()> {
+        self.append(&PauseRecord { paused, timestamp: now_ms() })
     }
 
     /// Appends a role output; on disk when this returns.

@@ -7,16 +7,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::net::UnixListener;
-use tokio::sync::{Notify, broadcast, oneshot};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
 use crate::agent::AgentFlags;
 use crate::catalog::{Catalog, LoadedBundle};
 use crate::engine::{CacheOutcome, Runtime};
 use crate::error::{Error, Result, exit};
 use crate::home::Home;
+use crate::human::HumanQuestion;
 use crate::ids::{BundleHash, ThreadId};
-use crate::ipc::{self, Connection, PsEntry, Reply, Request};
-use crate::runner::{RunContext, RunOutcome, ThreadControl, ThreadEvent, Until, run_thread};
+use crate::ipc::{self, ClientMessage, Connection, PsEntry, Reply, Request};
+use crate::runner::{
+    Activity, RunContext, RunOutcome, ThreadControl, ThreadEvent, Until, run_thread,
+};
 use crate::thread_log::{End, EndRecord, EndStatus, now_ms};
 use crate::threads;
 
@@ -216,32 +219,76 @@ async fn handle(worker: Arc<Worker>, mut connection: Connection) {
             }
             done
         }
-        Request::Run { thread, follow, agent, agent_for, cwd } => {
+        Request::Run { thread, follow, interactive, agent, agent_for, cwd } => {
             let flags = AgentFlags { default: agent, for_roles: agent_for, cwd };
-            match start(&worker, &thread, flags) {
+            match start(&worker, &thread, flags, follow && interactive) {
                 Err(e) => Reply::Error { message: e.to_string(), code: e.exit_code() },
-                Ok((accepted, mut events)) => {
-                    if connection.send(&accepted).await.is_err() || !follow {
-                        return;
+                Ok(started) => {
+                    if connection.send(&started.accepted).await.is_ok() && follow {
+                        follow_thread(
+                            &mut connection,
+                            started.events,
+                            started.activity,
+                            started.questions,
+                        )
+                        .await;
                     }
-                    loop {
-                        match events.recv().await {
-                            Ok(reply) => {
-                                let last =
-                                    matches!(reply, Reply::Ended { .. } | Reply::Paused { .. });
-                                if connection.send(&reply).await.is_err() || last {
-                                    return;
-                                }
-                            }
-                            Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                            Err(broadcast::error::RecvError::Closed) => return,
-                        }
-                    }
+                    return;
                 }
             }
         }
     };
     let _ = connection.send(&reply).await;
+}
+
+/// Streams a thread's events to its follower until it ends, pauses or waits, putting `human`
+/// agents' questions to an interactive follower.
+async fn follow_thread(
+    connection: &mut Connection,
+    mut events: broadcast::Receiver<Reply>,
+    mut activity: broadcast::Receiver<Activity>,
+    mut questions: Option<mpsc::UnboundedReceiver<HumanQuestion>>,
+) {
+    loop {
+        let next_question = async {
+            match &mut questions {
+                Some(questions) => questions.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(reply) => {
+                    let last = matches!(reply, Reply::Ended { .. } | Reply::Paused { .. } | Reply::Waiting { .. } | Reply::Error { .. });
+                    if connection.send(&reply).await.is_err() || last {
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            Ok(Activity { role, agent }) = activity.recv() => {
+                if connection.send(&Reply::Working { role, agent }).await.is_err() {
+                    return;
+                }
+            }
+            Some(question) = next_question => {
+                let asked = Reply::Question {
+                    role: question.role,
+                    system_prompt: question.system_prompt,
+                    context: question.context,
+                };
+                let text = match connection.send(&asked).await {
+                    Ok(()) => match connection.receive::<ClientMessage>().await {
+                        Ok(Some(ClientMessage::Answer { text })) => text,
+                        _ => None,
+                    },
+                    Err(_) => None,
+                };
+                let _ = question.reply.send(text);
+            }
+        }
+    }
 }
 
 /// Applies `action` to a running thread of this worker.
@@ -272,12 +319,23 @@ fn control(
     }
 }
 
-/// Takes a thread on disk and runs it in a task of its own.
+/// A thread just taken, and what its follower listens to.
+struct Started {
+    accepted: Reply,
+    events: broadcast::Receiver<Reply>,
+    activity: broadcast::Receiver<Activity>,
+    /// `human` agents' questions, for an interactive follower.
+    questions: Option<mpsc::UnboundedReceiver<HumanQuestion>>,
+}
+
+/// Takes a thread on disk and runs it in a task of its own. Followers' channels are opened
+/// before the task starts, so they miss nothing.
 fn start(
     worker: &Arc<Worker>,
     thread: &str,
     flags: AgentFlags,
-) -> Result<(Reply, broadcast::Receiver<Reply>)> {
+    interactive: bool,
+) -> Result<Started> {
     let id: ThreadId = thread.parse()?;
     let (mut writer, record) = threads::open(&worker.home, id)?;
     if record.start.hash != worker.hash {
@@ -301,6 +359,8 @@ fn start(
         });
     }
     let control = Arc::new(ThreadControl::default());
+    let activity = control.watch();
+    let questions = interactive.then(|| control.human.attach());
     let (events, receiver) = broadcast::channel(1024);
     let (kill, killed) = oneshot::channel();
     worker.threads.lock().unwrap_or_else(|p| p.into_inner()).insert(
@@ -356,6 +416,7 @@ fn start(
             Ok(RunOutcome::Paused | RunOutcome::Stepped) => {
                 Reply::Paused { steps: ctx.control.steps() }
             }
+            Ok(RunOutcome::Waiting { role }) => Reply::Waiting { role },
             Err(e) => {
                 tracing::error!("thread {id}: {e}");
                 Reply::Error { message: format!("thread {id}: {e}"), code: e.exit_code() }
@@ -366,5 +427,5 @@ fn start(
         let _ = events.send(reply);
         worker.changed.notify_one();
     });
-    Ok((accepted, receiver))
+    Ok(Started { accepted, events: receiver, activity, questions })
 }

@@ -126,17 +126,22 @@ fn run_json_prints_one_object_per_step() -> Result<()> {
     let env = Env::new()?;
     env.add_solve_issue()?;
     let out = env.ok(&["run", "solve-issue", "-p", "x", "--json"])?;
-    let objects: Vec<serde_json::Value> =
+    let all: Vec<serde_json::Value> =
         out.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
-    assert_eq!(objects.len(), 7);
-    let thread = objects[0]["thread"].as_str().unwrap();
-    assert!(objects[0]["pid"].as_u64().is_some());
-    assert_eq!(objects[1]["thread"], thread);
-    assert_eq!(objects[1]["index"], 1);
-    assert_eq!(objects[1]["role"], "planner");
-    assert_eq!(objects[1]["agent"], "scripted");
-    assert!(objects[1]["meta"]["steps"].is_array());
-    assert_eq!(objects[6]["end"]["status"], "completed");
+    let thread = all[0]["thread"].as_str().unwrap();
+    assert!(all[0]["pid"].as_u64().is_some());
+    assert!(all.iter().all(|o| o["thread"] == thread));
+    // Progress events say which role went to work with which agent.
+    let working: Vec<_> = all.iter().filter(|o| o.get("working").is_some()).collect();
+    assert_eq!(working[0]["working"], json!({"role": "planner", "agent": "scripted"}));
+    let steps: Vec<_> = all.iter().filter(|o| o.get("index").is_some()).collect();
+    assert_eq!(steps.len(), 5);
+    assert_eq!(steps[0]["index"], 1);
+    assert_eq!(steps[0]["role"], "planner");
+    assert_eq!(steps[0]["agent"], "scripted");
+    assert!(steps[0]["meta"]["steps"].is_array());
+    assert!(steps[0]["durationMs"].is_u64());
+    assert_eq!(all.last().unwrap()["end"]["status"], "completed");
     Ok(())
 }
 

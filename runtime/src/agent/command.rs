@@ -13,8 +13,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{AgentAnswer, AgentContext, AgentFailure};
 
-/// Default time a command agent may take, in seconds.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
+/// Default time a command agent may take.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Exit status by which a program says "try again later" (`EX_TEMPFAIL`): retried.
+pub const EXIT_TEMPFAIL: i32 = 75;
 
 /// How much of a failed program's stderr goes into the error.
 const STDERR_TAIL: usize = 2000;
@@ -29,15 +32,14 @@ pub struct CommandAgent {
 }
 
 impl CommandAgent {
-    /// `program args… <thread-id>` run in `cwd`, killed after `timeout_secs` (default 600).
+    /// `program args… <thread-id>` run in `cwd`, killed after `timeout` (default 600 s).
     pub fn new(
         program: String,
         args: Vec<String>,
-        timeout_secs: Option<u64>,
+        timeout: Option<Duration>,
         cwd: Option<PathBuf>,
     ) -> Self {
-        let timeout = Duration::from_secs(timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS));
-        CommandAgent { program, args, timeout, cwd }
+        CommandAgent { program, args, timeout: timeout.unwrap_or(DEFAULT_TIMEOUT), cwd }
     }
 
     /// Runs the program once.
@@ -65,6 +67,9 @@ impl CommandAgent {
         let mut stdin = child.stdin.take().expect("stdin is piped");
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
+        // Collected where a timeout can still read it.
+        let err = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let err_sink = err.clone();
         let run = async {
             // Write and read concurrently: a program that answers before reading all of its
             // input must not deadlock on a full pipe. A program that ignores stdin may close
@@ -73,40 +78,47 @@ impl CommandAgent {
                 let _ = stdin.write_all(&input).await;
                 drop(stdin);
             };
+            let read_err = async {
+                let mut chunk = [0u8; 4096];
+                loop {
+                    match stderr.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => err_sink
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .extend_from_slice(&chunk[..n]),
+                    }
+                }
+            };
             let mut out = Vec::new();
-            let mut err = Vec::new();
-            let (_, out_res, err_res, status) = tokio::join!(
-                write,
-                stdout.read_to_end(&mut out),
-                stderr.read_to_end(&mut err),
-                child.wait()
-            );
-            out_res.and(err_res).and(status).map(|status| (status, out, err))
+            let (_, out_res, _, status) =
+                tokio::join!(write, stdout.read_to_end(&mut out), read_err, child.wait());
+            out_res.and(status).map(|status| (status, out))
         };
-        let (status, out, err) = match tokio::time::timeout(self.timeout, run).await {
+        let outcome = tokio::time::timeout(self.timeout, run).await;
+        let tail = stderr_tail(&err.lock().unwrap_or_else(|p| p.into_inner()));
+        let with_tail =
+            |message: String| if tail.is_empty() { message } else { format!("{message}: {tail}") };
+        let (status, out) = match outcome {
             Err(_) => {
-                return Err(AgentFailure::Timeout(format!(
-                    "`{program}` did not answer within {}s",
-                    self.timeout.as_secs()
-                )));
+                let limit = humantime::format_duration(self.timeout);
+                return Err(AgentFailure::Timeout(with_tail(format!(
+                    "`{program}` did not answer within {limit}"
+                ))));
             }
-            Ok(Err(e)) => return Err(AgentFailure::Failed(format!("`{program}`: {e}"))),
+            Ok(Err(e)) => return Err(AgentFailure::failed(format!("`{program}`: {e}"))),
             Ok(Ok(done)) => done,
         };
         if !status.success() {
-            let tail = stderr_tail(&err);
-            let status = match status.code() {
-                Some(code) => format!("exit status {code}"),
-                None => "a signal".to_string(),
+            let (status_text, transient) = match status.code() {
+                Some(code) => (format!("exit status {code}"), code == EXIT_TEMPFAIL),
+                None => ("a signal".to_string(), false),
             };
-            return Err(AgentFailure::Failed(if tail.is_empty() {
-                format!("`{program}` failed with {status}")
-            } else {
-                format!("`{program}` failed with {status}: {tail}")
-            }));
+            let message = with_tail(format!("`{program}` failed with {status_text}"));
+            return Err(AgentFailure::Failed { message, transient });
         }
         let text = String::from_utf8(out)
-            .map_err(|_| AgentFailure::Failed(format!("`{program}` printed invalid UTF-8")))?;
+            .map_err(|_| AgentFailure::failed(format!("`{program}` printed invalid UTF-8")))?;
         Ok(parse_answer(text))
     }
 }

@@ -1,15 +1,21 @@
-//! Handing a thread to its bundle's worker and following it: shared by `run`, `resume` and
-//! `fork`, with the agent flags they all take.
+//! Handing a thread to its bundle's worker and following it: shared by `run`, `resume`,
+//! `fork` and `answer`, with the agent and limit flags they take. On a terminal it shows a
+//! spinner with the role at work; otherwise plain lines; with `--json` one object per event.
+
+use std::io::IsTerminal;
+use std::time::Duration;
 
 use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use super::output::one_line;
 use crate::agent::{AgentFlags, parse_role_binding};
 use crate::error::{Error, Result, exit};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
-use crate::ipc::{self, Reply, Request};
+use crate::ipc::{self, ClientMessage, Reply, Request};
 
 /// Agent choices for a thread.
 #[derive(Debug, Clone, Args)]
@@ -31,6 +37,15 @@ impl AgentArgs {
             cwd: None,
         };
         Ok(flags.absolutize(&crate::threads::current_dir()?))
+    }
+
+    /// The flags if any were given (they then override the thread's recorded ones).
+    pub fn overrides(&self) -> Result<AgentFlags> {
+        if self.agent.is_none() && self.agent_for.is_empty() {
+            Ok(AgentFlags::default())
+        } else {
+            self.flags()
+        }
     }
 }
 
@@ -59,9 +74,58 @@ pub struct Follow {
     pub json: bool,
 }
 
+/// Progress output: a spinner on a terminal, nothing extra elsewhere.
+struct Progress {
+    spinner: Option<ProgressBar>,
+}
+
+impl Progress {
+    fn new(how: Follow) -> Self {
+        let spinner = (!how.json && std::io::stdout().is_terminal()).then(|| {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"),
+            );
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bar.set_message("starting");
+            bar
+        });
+        Progress { spinner }
+    }
+
+    fn working(&self, role: &str, agent: &str) {
+        if let Some(bar) = &self.spinner {
+            bar.reset_elapsed();
+            bar.set_message(format!("{role} is working ({agent})"));
+        }
+    }
+
+    /// Prints a line above the spinner.
+    fn println(&self, line: &str) {
+        match &self.spinner {
+            Some(bar) => bar.suspend(|| println!("{line}")),
+            None => println!("{line}"),
+        }
+    }
+
+    fn suspend<T>(&self, f: impl FnOnce() -> T) -> T {
+        match &self.spinner {
+            Some(bar) => bar.suspend(f),
+            None => f(),
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.spinner {
+            bar.finish_and_clear();
+        }
+    }
+}
+
 /// Hands thread `id` of bundle `hash` to its worker (starting one if none is live) and, unless
 /// detached, prints its steps until it ends. Returns the exit code: the thread's return code,
-/// 75 if it was paused, 130 if this command was interrupted (the thread then pauses).
+/// 75 if it paused or waits for a human answer, 130 if this command was interrupted (the
+/// thread then pauses).
 pub async fn hand_over(
     home: &Home,
     hash: BundleHash,
@@ -73,6 +137,7 @@ pub async fn hand_over(
     let request = Request::Run {
         thread: id.to_string(),
         follow: !how.detach,
+        interactive: !how.detach,
         agent: flags.default.clone(),
         agent_for: flags.for_roles.clone(),
         cwd: flags.cwd.clone(),
@@ -107,10 +172,13 @@ pub async fn hand_over(
             )));
         }
     }
-    loop {
+    let progress = Progress::new(how);
+    let mut stdin: Option<Lines<BufReader<Stdin>>> = None;
+    let code = loop {
         let reply = tokio::select! {
             reply = connection.receive::<Reply>() => reply.map_err(lost)?,
             _ = tokio::signal::ctrl_c() => {
+                progress.finish();
                 // Interrupting the command must not lose the thread: it pauses after the step
                 // in progress and can be resumed.
                 if let Ok(Some(mut control)) = ipc::connect(home, hash).await {
@@ -122,6 +190,15 @@ pub async fn hand_over(
             }
         };
         match reply {
+            Some(Reply::Working { role, agent }) => {
+                if how.json {
+                    println!(
+                        "{}",
+                        json!({"thread": id.to_string(), "working": {"role": role, "agent": agent}})
+                    );
+                }
+                progress.working(&role, &agent);
+            }
             Some(Reply::Step { index, step, agent, elapsed_ms }) => {
                 if how.json {
                     println!(
@@ -132,10 +209,39 @@ pub async fn hand_over(
                     );
                 } else {
                     let meta = one_line(&step.meta.to_string(), 100);
-                    println!("[{index}] {:<10} {agent}, {elapsed_ms} ms  {meta}", step.role);
+                    progress.println(&format!(
+                        "[{index}] {:<10} {agent}, {elapsed_ms} ms  {meta}",
+                        step.role
+                    ));
                 }
             }
+            Some(Reply::Question { role, system_prompt, context }) => {
+                let lines = stdin.get_or_insert_with(|| BufReader::new(tokio::io::stdin()).lines());
+                progress.suspend(|| {
+                    eprintln!("── a human answer is needed for role `{role}` ──");
+                    eprintln!("{}", system_prompt.trim());
+                    eprintln!();
+                    eprintln!("{}", context.trim());
+                    eprintln!(
+                        "── end your answer with a line holding only `.`, or with end of input ──"
+                    );
+                });
+                let answer = read_answer(lines).await;
+                connection.send(&ClientMessage::Answer { text: answer }).await.map_err(lost)?;
+            }
+            Some(Reply::Waiting { role }) => {
+                progress.finish();
+                if how.json {
+                    println!("{}", json!({"thread": id.to_string(), "waiting": {"role": role}}));
+                } else {
+                    println!(
+                        "waiting for a human answer for role `{role}`; `uncaged-workflow answer {id} TEXT` continues it"
+                    );
+                }
+                break exit::STATE;
+            }
             Some(Reply::Ended { end }) => {
+                progress.finish();
                 if how.json {
                     println!("{}", json!({"thread": id.to_string(), "end": end.end}));
                 } else {
@@ -146,9 +252,10 @@ pub async fn hand_over(
                         end.end.summary
                     );
                 }
-                return Ok(end.end.return_code);
+                break end.end.return_code;
             }
             Some(Reply::Paused { steps }) => {
+                progress.finish();
                 if how.json {
                     println!("{}", json!({"thread": id.to_string(), "paused": {"steps": steps}}));
                 } else {
@@ -156,19 +263,41 @@ pub async fn hand_over(
                         "paused after step {steps}; `uncaged-workflow resume {id}` continues it"
                     );
                 }
-                return Ok(exit::STATE);
+                break exit::STATE;
             }
-            Some(Reply::Error { message, code }) => return Err(Error::Remote { message, code }),
+            Some(Reply::Error { message, code }) => {
+                progress.finish();
+                return Err(Error::Remote { message, code });
+            }
             Some(other) => {
+                progress.finish();
                 return Err(Error::Host(format!(
                     "unexpected answer from the worker of {hash}: {other:?}"
                 )));
             }
             None => {
+                progress.finish();
                 return Err(Error::Host(format!(
                     "the worker running thread {id} exited before the thread ended; `uncaged-workflow resume {id}` continues it"
                 )));
             }
         }
+    };
+    Ok(code)
+}
+
+/// Reads an answer from stdin: lines up to one holding only `.`, or to the end of input.
+/// Nothing at all (end of input at once) is no answer.
+async fn read_answer(lines: &mut Lines<BufReader<Stdin>>) -> Option<String> {
+    let mut text = Vec::new();
+    let mut read_any = false;
+    while let Ok(Some(line)) = lines.next_line().await {
+        read_any = true;
+        if line.trim() == "." {
+            break;
+        }
+        text.push(line);
     }
+    let text = text.join("\n");
+    (read_any && !text.trim().is_empty()).then_some(text)
 }

@@ -43,11 +43,7 @@ impl ForkCommand {
             (None, None) => ForkAt::All,
         };
         let keep = threads::fork_point(&original, &at)?;
-        let flags = if self.agents.agent.is_none() && self.agents.agent_for.is_empty() {
-            Default::default()
-        } else {
-            self.agents.flags()?
-        };
+        let flags = self.agents.overrides()?;
         let (writer, fork) = threads::fork(&home, &original, keep, flags)?;
         drop(writer);
         if !self.detach && !self.json {

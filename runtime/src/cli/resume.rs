@@ -45,11 +45,7 @@ impl ResumeCommand {
             }
             _ => {}
         }
-        let flags = if self.agents.agent.is_none() && self.agents.agent_for.is_empty() {
-            Default::default()
-        } else {
-            self.agents.flags()?
-        };
+        let flags = self.agents.overrides()?;
         let how = Follow { detach: self.detach, json: self.json };
         Ok(hand_over(&home, record.start.hash, id, &flags, how).await?)
     }

@@ -43,6 +43,13 @@ impl StepCommand {
         })
         .await?;
         match outcome {
+            RunOutcome::Waiting { role } => {
+                println!("{}", json!({"thread": id.to_string(), "waiting": {"role": role}}));
+                eprintln!(
+                    "uncaged-workflow: thread {id} waits for a human answer for role `{role}`: `uncaged-workflow answer {id} TEXT`"
+                );
+                Ok(crate::error::exit::STATE)
+            }
             RunOutcome::Ended(end) => {
                 println!("{}", json!({"thread": id.to_string(), "end": end.end}));
                 Ok(end.end.return_code)

@@ -10,7 +10,7 @@ use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::error::Error;
 use crate::ids::ThreadId;
-use crate::thread_log::{ThreadWriter, find_thread, read_thread};
+use crate::thread_log::{Paused, ThreadWriter, find_thread, read_thread};
 use crate::threads::{self, NewThread};
 
 /// Show a thread's state and steps, or delete it.
@@ -79,7 +79,7 @@ impl ThreadCommand {
                         forked_from: None,
                     },
                 )?;
-                writer.append_pause("start")?;
+                writer.append_pause(Paused { by: "start".into(), role: None, call: None })?;
                 println!("{}", record.id());
                 Ok(0)
             }

@@ -1,0 +1,161 @@
+//! The `openai` agent: any OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM,
+//! llama.cpp server, LM Studio). The API key is read from the environment by the host and
+//! sent only as a bearer header: it never enters a thread file, a log line or an error.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{AgentAnswer, AgentContext, AgentFailure};
+use crate::config::AgentKind;
+
+/// Default time one request may take.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How much of an error response's body goes into the error.
+const BODY_TAIL: usize = 300;
+
+/// A chat-completions endpoint bound as an agent (and usable as the extractor).
+#[derive(Debug, Clone)]
+pub struct OpenAiAgent {
+    client: reqwest::Client,
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    temperature: Option<f64>,
+    max_tokens: Option<u32>,
+}
+
+/// One chat message.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub role: &'static str,
+    pub content: String,
+}
+
+impl OpenAiAgent {
+    /// From an `openai` binding; reads the API key variable now.
+    pub fn from_config(kind: &AgentKind, timeout: Option<Duration>) -> Result<Self, String> {
+        let AgentKind::OpenAi { base_url, model, api_key_env, temperature, max_tokens } = kind
+        else {
+            return Err("not an openai binding".into());
+        };
+        let api_key = match api_key_env {
+            None => None,
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                format!("the API key variable `{var}` is not set in the host's environment")
+            })?),
+        };
+        let client = reqwest::Client::builder()
+            .timeout(timeout.unwrap_or(DEFAULT_TIMEOUT))
+            .build()
+            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        Ok(OpenAiAgent {
+            client,
+            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            model: model.clone(),
+            api_key,
+            temperature: *temperature,
+            max_tokens: *max_tokens,
+        })
+    }
+
+    /// The role's system prompt, then the thread rendered as the user message.
+    pub async fn answer(&self, context: &AgentContext) -> Result<AgentAnswer, AgentFailure> {
+        let messages = vec![
+            Message { role: "system", content: context.role.system_prompt.clone() },
+            Message { role: "user", content: context.render() },
+        ];
+        let content = self.chat(&messages, None).await?;
+        Ok(AgentAnswer { content, meta: None })
+    }
+
+    /// One chat completion; `response_format` constrains the output (structured outputs).
+    /// HTTP 429 and 5xx, connection failures and timeouts are transient; other statuses are
+    /// permanent. Errors name the endpoint and the status.
+    pub async fn chat(
+        &self,
+        messages: &[Message],
+        response_format: Option<&Value>,
+    ) -> Result<String, AgentFailure> {
+        let mut body = json!({
+            "model": self.model,
+            "messages": messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect::<Vec<_>>(),
+        });
+        if let Some(t) = self.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(n) = self.max_tokens {
+            body["max_tokens"] = json!(n);
+        }
+        if let Some(format) = response_format {
+            body["response_format"] = format.clone();
+        }
+        let mut request = self.client.post(&self.url).json(&body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let url = &self.url;
+        let response = request.send().await.map_err(|e| {
+            if e.is_timeout() {
+                AgentFailure::Timeout(format!("POST {url} timed out"))
+            } else {
+                AgentFailure::Failed {
+                    message: format!("POST {url} failed: {}", without_url(&e)),
+                    transient: true,
+                }
+            }
+        })?;
+        let status = response.status();
+        let text = response.text().await.map_err(|e| {
+            if e.is_timeout() {
+                AgentFailure::Timeout(format!("POST {url} timed out reading the response"))
+            } else {
+                AgentFailure::Failed {
+                    message: format!(
+                        "POST {url}: reading the response failed: {}",
+                        without_url(&e)
+                    ),
+                    transient: true,
+                }
+            }
+        })?;
+        if !status.is_success() {
+            let transient = status.as_u16() == 429 || status.is_server_error();
+            let tail: String = text
+                .chars()
+                .take(BODY_TAIL)
+                .collect::<String>()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            return Err(AgentFailure::Failed {
+                message: format!("POST {url} returned HTTP {status}: {tail}"),
+                transient,
+            });
+        }
+        let reply: Value = serde_json::from_str(&text).map_err(|e| {
+            AgentFailure::failed(format!("POST {url} returned a body that is not JSON: {e}"))
+        })?;
+        reply["choices"][0]["message"]["content"].as_str().map(str::to_string).ok_or_else(|| {
+            AgentFailure::failed(format!("POST {url} returned no `choices[0].message.content`"))
+        })
+    }
+
+    /// The endpoint, for messages.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// reqwest's message without the URL it already repeats (ours is in the message).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text.replace(&format!(" ({url})"), "");
+    }
+    match std::error::Error::source(e) {
+        Some(source) => format!("{text}: {source}"),
+        None => text,
+    }
+}

@@ -1,0 +1,68 @@
+//! `answer <id> <text | --file F>`.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use super::GlobalOptions;
+use super::follow::{Follow, hand_over};
+use crate::error::Error;
+use crate::ids::ThreadId;
+use crate::journal::record_answer;
+use crate::thread_log::ThreadStatus;
+use crate::threads;
+
+/// Answer for a `human` agent a thread is waiting on, and continue the thread.
+///
+/// The answer is journaled as that agent call's answer, then the thread resumes in its
+/// bundle's worker and is followed like `run` (or not, with `--detach`).
+#[derive(Debug, Parser)]
+pub struct AnswerCommand {
+    /// The waiting thread
+    pub id: String,
+    /// The answer
+    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    pub text: Option<String>,
+    /// Read the answer from a file (`-` for standard input)
+    #[arg(long, short, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Print the thread id and return at once
+    #[arg(long)]
+    pub detach: bool,
+    /// Print each step as a JSON object, one per line
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl AnswerCommand {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let home = global.home()?;
+        let id: ThreadId = self.id.parse()?;
+        let record = threads::read(&home, id)?;
+        let status = record.status();
+        let waiting = record.paused.as_ref().filter(|_| status == ThreadStatus::Waiting);
+        let (Some(paused), Some(call)) = (waiting, waiting.and_then(|p| p.call.as_ref())) else {
+            return Err(Error::ThreadState {
+                id: id.to_string(),
+                status: status.as_str(),
+                reason: "it is not waiting for a human answer".into(),
+            }
+            .into());
+        };
+        let text = match (&self.text, &self.file) {
+            (Some(text), _) => text.clone(),
+            (None, Some(path)) if path.as_os_str() == "-" => {
+                std::io::read_to_string(std::io::stdin())
+                    .map_err(Error::io("read the answer from", "standard input"))?
+            }
+            (None, Some(path)) => {
+                std::fs::read_to_string(path).map_err(Error::io("read the answer from", path))?
+            }
+            (None, None) => unreachable!("clap requires TEXT or --file"),
+        };
+        let role = paused.role.clone().unwrap_or_default();
+        record_answer(&home.thread_calls_file(record.start.hash, id), call, &role, text)?;
+        let how = Follow { detach: self.detach, json: self.json };
+        Ok(hand_over(&home, record.start.hash, id, &Default::default(), how).await?)
+    }
+}

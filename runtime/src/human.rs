@@ -1,0 +1,60 @@
+//! The `human` agent: a person answers for a role. A foreground `run` attached to the thread
+//! puts the question to its user; with nobody attached, the thread stops in the `waiting`
+//! state and `answer` supplies the text later (it is journaled like any agent answer, so the
+//! resumed thread replays it).
+
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::agent::AgentContext;
+
+/// A question for the person attached to a thread.
+#[derive(Debug)]
+pub struct HumanQuestion {
+    pub role: String,
+    pub system_prompt: String,
+    /// The thread rendered for reading.
+    pub context: String,
+    /// The answer, or `None` if the person declined (end of input).
+    pub reply: oneshot::Sender<Option<String>>,
+}
+
+/// Where a thread's human questions go: to the attached client, if any.
+#[derive(Debug, Clone, Default)]
+pub struct HumanPort(Arc<Mutex<Option<mpsc::UnboundedSender<HumanQuestion>>>>);
+
+impl HumanPort {
+    /// Attaches a client; questions arrive on the returned receiver until it is dropped.
+    pub fn attach(&self) -> mpsc::UnboundedReceiver<HumanQuestion> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
+        receiver
+    }
+
+    /// Asks the attached person; `None` when nobody is attached or they gave no answer.
+    pub async fn ask(&self, context: &AgentContext) -> Option<String> {
+        let sender = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let (reply, answer) = oneshot::channel();
+        let question = HumanQuestion {
+            role: context.role.name.clone(),
+            system_prompt: context.role.system_prompt.clone(),
+            context: context.render(),
+            reply,
+        };
+        sender.send(question).ok()?;
+        answer.await.ok().flatten()
+    }
+}
+
+/// The agent call a waiting thread needs answered: recorded in its pause marker, so `answer`
+/// can journal the text under it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingCall {
+    /// Index of the step (0-based) and position of the call in it.
+    pub step: usize,
+    pub seq: usize,
+    /// Digest of the agent request.
+    pub digest: String,
+}
