@@ -341,7 +341,7 @@ impl Binder<'_> {
         let invalid = |reason: String| Error::InvalidAgent { binding: spec.to_string(), reason };
         let cwd = self.cwd.map(Path::to_path_buf);
         if let Some(config) = self.config.agents.get(spec) {
-            return self.from_config(spec, config);
+            return self.bind_config(spec, config);
         }
         let agent = if spec == "scripted" {
             Agent::Scripted(ScriptedAgent::new(None, self.descriptor).map_err(invalid)?)
@@ -375,7 +375,7 @@ impl Binder<'_> {
         })
     }
 
-    fn from_config(&self, name: &str, config: &AgentConfig) -> Result<Bound> {
+    fn bind_config(&self, name: &str, config: &AgentConfig) -> Result<Bound> {
         let invalid = |reason: String| Error::InvalidAgent { binding: name.to_string(), reason };
         let timeout = config.timeout.map(|t| t.0);
         let agent = match &config.kind {
