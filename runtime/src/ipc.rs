@@ -90,9 +90,12 @@ pub struct PsEntry {
     /// The role being worked on, if any.
     pub role: Option<String>,
     pub steps: usize,
-    /// When this worker started running it (ms since the Unix epoch).
+    /// When this worker started running it, or since when it waits (ms since the epoch).
     pub since: u64,
-    pub pid: u32,
+    /// The worker running it; none for a thread waiting for a human answer.
+    pub pid: Option<u32>,
+    /// `running`, or `waiting` for a human answer.
+    pub state: String,
 }
 
 /// `run/<HASH>.sock`.

@@ -184,7 +184,8 @@ impl Worker {
                 role: running.control.current_role(),
                 steps: running.control.steps(),
                 since: running.since,
-                pid: std::process::id(),
+                pid: Some(std::process::id()),
+                state: "running".into(),
             })
             .collect();
         list.sort_by(|a, b| a.thread_id.cmp(&b.thread_id));

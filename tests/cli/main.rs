@@ -2,7 +2,9 @@
 
 mod agents;
 mod bad_input;
+mod human;
 mod lifecycle;
+mod llm;
 mod registry;
 mod run;
 mod sandbox;

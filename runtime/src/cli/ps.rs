@@ -4,9 +4,10 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use super::output::{age, print_json, print_table};
-use crate::ipc::{self, Reply, Request};
+use crate::ipc::{self, PsEntry, Reply, Request};
+use crate::thread_log::{ThreadStatus, all_threads, read_thread};
 
-/// List the threads running in live worker processes.
+/// List the threads running in live worker processes, and those waiting for a human answer.
 #[derive(Debug, Parser)]
 pub struct PsCommand {
     /// Print as JSON
@@ -28,6 +29,26 @@ impl PsCommand {
                 all.extend(threads);
             }
         }
+        // Threads waiting for a human answer hold no process, but they are live work.
+        for (hash, id, path) in all_threads(&home)? {
+            let Ok(thread) = read_thread(&path) else { continue };
+            if thread.status() == ThreadStatus::Waiting {
+                all.push(PsEntry {
+                    thread_id: id.to_string(),
+                    name: thread.start.name.clone(),
+                    hash: hash.to_string(),
+                    role: thread.paused.as_ref().and_then(|p| p.role.clone()),
+                    steps: thread.steps.len(),
+                    since: std::fs::metadata(&path)
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(thread.start.timestamp, |d| d.as_millis() as u64),
+                    pid: None,
+                    state: "waiting".into(),
+                });
+            }
+        }
         all.sort_by(|a, b| a.thread_id.cmp(&b.thread_id));
         if self.json {
             print_json(&all)?;
@@ -40,14 +61,15 @@ impl PsCommand {
                     vec![
                         t.thread_id.clone(),
                         t.name.clone(),
+                        t.state.clone(),
                         t.role.clone().unwrap_or_else(|| "-".into()),
                         t.steps.to_string(),
                         age(t.since),
-                        t.pid.to_string(),
+                        t.pid.map_or_else(|| "-".into(), |p| p.to_string()),
                     ]
                 })
                 .collect();
-            print_table(&["THREAD", "WORKFLOW", "ROLE", "STEPS", "AGE", "PID"], &rows);
+            print_table(&["THREAD", "WORKFLOW", "STATE", "ROLE", "STEPS", "AGE", "PID"], &rows);
         }
         Ok(0)
     }

@@ -1,0 +1,429 @@
+//! The `openai` agent and the LLM extractor against a chat-completions server this test runs
+//! on loopback; the failure policy; the `command` agent's timeout.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use crate::{Env, read_jsonl, roles, thread_id_of};
+
+/// A request the mock server got.
+#[derive(Debug, Clone)]
+struct Seen {
+    at: Instant,
+    body: Value,
+    authorization: Option<String>,
+}
+
+/// What the mock answers: status, body, and a delay before answering.
+type Script = dyn Fn(usize, &Value) -> (u16, Value, Duration) + Send + Sync;
+
+/// A chat-completions server on 127.0.0.1 with an ephemeral port, stopped on drop.
+struct MockLlm {
+    base_url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MockLlm {
+    fn start(script: Box<Script>) -> Result<Self> {
+        let server = tiny_http::Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("{e}"))?;
+        let port = server.server_addr().to_ip().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (seen_in, stop_in) = (seen.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !stop_in.load(Ordering::SeqCst) {
+                let Ok(Some(mut request)) = server.recv_timeout(Duration::from_millis(50)) else {
+                    continue;
+                };
+                let mut text = String::new();
+                let _ = request.as_reader().read_to_string(&mut text);
+                let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                let authorization = request
+                    .headers()
+                    .iter()
+                    .find(|h| h.field.equiv("Authorization"))
+                    .map(|h| h.value.as_str().to_string());
+                let n = {
+                    let mut seen = seen_in.lock().unwrap();
+                    seen.push(Seen { at: Instant::now(), body: body.clone(), authorization });
+                    seen.len()
+                };
+                let (status, reply, delay) = script(n, &body);
+                // A client that timed out has gone; answering it later is harmless.
+                let handle = std::thread::spawn(move || {
+                    std::thread::sleep(delay);
+                    let response = tiny_http::Response::from_string(reply.to_string())
+                        .with_status_code(status)
+                        .with_header(
+                            "Content-Type: application/json".parse::<tiny_http::Header>().unwrap(),
+                        );
+                    let _ = request.respond(response);
+                });
+                if delay.is_zero() {
+                    let _ = handle.join();
+                }
+            }
+        });
+        Ok(MockLlm {
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+            seen,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for MockLlm {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A chat-completions reply with `content`.
+fn completion(content: &str) -> Value {
+    json!({"id": "x", "object": "chat.completion", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+    ]})
+}
+
+/// Answers for solve-issue by the role named in the system prompt.
+fn by_role(body: &Value) -> Value {
+    let system = body["messages"][0]["content"].as_str().unwrap_or_default();
+    completion(if system.contains("You are the planner") {
+        "Plan:\n```json\n{\"steps\": [\"fix it\"]}\n```"
+    } else if system.contains("You are the developer") {
+        "{\"summary\": \"fixed\"}"
+    } else {
+        "Approved. {\"approved\": true}"
+    })
+}
+
+const KEY: &str = "sk-test-secret-0123456789";
+
+fn config(env: &Env, text: &str) -> Result<()> {
+    std::fs::create_dir_all(env.home())?;
+    std::fs::write(env.home().join("config.yaml"), text)?;
+    Ok(())
+}
+
+/// Runs the binary with the API key in its environment (workers it starts inherit it).
+fn run_with_key(env: &Env, args: &[&str]) -> Result<crate::Run> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
+        .args(args)
+        .env("UNCAGED_WORKFLOW_HOME", env.home())
+        .env("UNCAGED_TEST_KEY", KEY)
+        .output()?;
+    Ok(crate::Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout)?,
+        stderr: String::from_utf8(out.stderr)?,
+    })
+}
+
+/// Every file under the home, as text (lossy), for leak checks.
+fn all_home_text(env: &Env) -> Result<String> {
+    let mut text = String::new();
+    let mut dirs = vec![env.home()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_none_or(|e| e != "sock") {
+                text.push_str(&String::from_utf8_lossy(&std::fs::read(&path)?));
+            }
+        }
+    }
+    Ok(text)
+}
+
+#[test]
+fn openai_agent_answers_every_role_and_the_key_stays_out_of_files() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|_, body| (200, by_role(body), Duration::ZERO)))?;
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {}\n    model: mock-model\n    api_key_env: UNCAGED_TEST_KEY\n    temperature: 0.2\n    max_tokens: 500\n",
+            llm.base_url
+        ),
+    )?;
+    let run = run_with_key(&env, &["run", "solve-issue", "-p", "Fix the crash"])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines = env.thread_lines(&hash, &thread_id_of(&run.stdout)?)?;
+    assert_eq!(roles(&lines), ["planner", "developer", "reviewer"]);
+    assert_eq!(lines[1]["meta"], json!({"steps": ["fix it"]}));
+
+    let seen = llm.seen();
+    assert_eq!(seen.len(), 3);
+    let first = &seen[0].body;
+    assert_eq!(first["model"], "mock-model");
+    assert_eq!(first["temperature"], 0.2);
+    assert_eq!(first["max_tokens"], 500);
+    assert_eq!(first["messages"][0]["role"], "system");
+    assert!(first["messages"][0]["content"].as_str().unwrap().contains("You are the planner"));
+    let user = seen[2].body["messages"][1]["content"].as_str().unwrap();
+    assert!(
+        user.contains("# Task\n\nFix the crash") && user.contains("# Step 2: developer"),
+        "{user}"
+    );
+    assert_eq!(seen[0].authorization.as_deref(), Some(format!("Bearer {KEY}").as_str()));
+    assert!(!all_home_text(&env)?.contains(KEY), "the API key leaked into the home directory");
+    Ok(())
+}
+
+#[test]
+fn the_llm_extractor_repairs_an_invalid_answer() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|_, body| {
+        let reply = match body["model"].as_str() {
+            // The extractor: first an answer that does not validate, then a valid one.
+            Some("extractor") if body["messages"].as_array().unwrap().len() <= 2 => {
+                completion("{\"approved\": \"yes\"}")
+            }
+            Some("extractor") => completion("{\"approved\": true}"),
+            // The reviewer answers in prose only.
+            _ if body["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("You are the reviewer") =>
+            {
+                completion("I have reviewed it and I am happy with it.")
+            }
+            _ => by_role(body),
+        };
+        (200, reply, Duration::ZERO)
+    }))?;
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {url}\n    model: agent\n  extract:\n    kind: openai\n    base_url: {url}\n    model: extractor\nextractor:\n  agent: extract\n  retries: 2\n",
+            url = llm.base_url
+        ),
+    )?;
+    let run = env.run(&["run", "solve-issue", "-p", "x"])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines = env.thread_lines(&hash, &thread_id_of(&run.stdout)?)?;
+    assert_eq!(lines[3]["content"], "I have reviewed it and I am happy with it.");
+    assert_eq!(lines[3]["meta"], json!({"approved": true}));
+
+    let extractions: Vec<_> =
+        llm.seen().into_iter().filter(|s| s.body["model"] == "extractor").collect();
+    assert_eq!(extractions.len(), 2);
+    let format = &extractions[0].body["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["schema"]["required"], json!(["approved"]));
+    let retry = extractions[1].body["messages"].as_array().unwrap();
+    assert_eq!(retry.last().unwrap()["role"], "user");
+    assert!(
+        retry.last().unwrap()["content"].as_str().unwrap().contains("is not valid"),
+        "{retry:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_extractor_falls_back_when_structured_outputs_are_refused() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|_, body| match body["model"].as_str() {
+        Some("extractor") if body.get("response_format").is_some() => {
+            (400, json!({"error": {"message": "response_format is not supported"}}), Duration::ZERO)
+        }
+        Some("extractor") => (200, completion("{\"approved\": true}"), Duration::ZERO),
+        _ if body["messages"][0]["content"].as_str().unwrap().contains("You are the reviewer") => {
+            (200, completion("Fine by me."), Duration::ZERO)
+        }
+        _ => (200, by_role(body), Duration::ZERO),
+    }))?;
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {url}\n    model: agent\n  extract:\n    kind: openai\n    base_url: {url}\n    model: extractor\nextractor:\n  agent: extract\n",
+            url = llm.base_url
+        ),
+    )?;
+    let run = env.run(&["run", "solve-issue", "-p", "x"])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    let extractions: Vec<_> =
+        llm.seen().into_iter().filter(|s| s.body["model"] == "extractor").collect();
+    assert_eq!(extractions.len(), 2);
+    assert!(extractions[1].body.get("response_format").is_none());
+    let system = extractions[1].body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("valid against this JSON Schema") && system.contains("\"approved\""),
+        "{system}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_rate_limit_is_retried_after_a_backoff() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|n, body| match n {
+        1 => (429, json!({"error": {"message": "slow down"}}), Duration::ZERO),
+        _ => (200, by_role(body), Duration::ZERO),
+    }))?;
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {}\n    model: m\n    retries: 3\n    retry_delay: 300ms\n",
+            llm.base_url
+        ),
+    )?;
+    let run = env.run(&["run", "solve-issue", "-p", "x"])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    let seen = llm.seen();
+    assert_eq!(seen.len(), 4, "one retry, then one call per role");
+    let waited = seen[1].at - seen[0].at;
+    assert!(
+        waited >= Duration::from_millis(300),
+        "retried after {waited:?}, before the 300ms backoff"
+    );
+    let thread = thread_id_of(&run.stdout)?;
+    let info =
+        std::fs::read_to_string(env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    assert!(
+        info.contains("attempt 1/4 failed")
+            && info.contains("(transient)")
+            && info.contains("HTTP 429"),
+        "{info}"
+    );
+    assert!(info.contains("retrying in 300ms"), "{info}");
+    Ok(())
+}
+
+#[test]
+fn server_errors_exhaust_the_retries_and_fail_the_thread() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|_, _| (500, json!({"error": "boom"}), Duration::ZERO)))?;
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {}\n    model: m\n    retries: 2\n    retry_delay: 20ms\n",
+            llm.base_url
+        ),
+    )?;
+    let run = env.run(&["run", "solve-issue", "-p", "x"])?;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(llm.seen().len(), 3, "the first attempt and two retries");
+    let lines = env.thread_lines(&hash, &thread_id_of(&run.stdout)?)?;
+    let end = &lines.last().unwrap()["end"];
+    assert_eq!(end["status"], "failed");
+    let summary = end["summary"].as_str().unwrap();
+    let endpoint = format!("POST {}/chat/completions returned HTTP 500", llm.base_url);
+    assert!(summary.contains(&endpoint) && summary.contains("(after 3 attempts)"), "{summary}");
+    Ok(())
+}
+
+#[test]
+fn a_client_error_is_not_retried() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|_, _| (401, json!({"error": "bad key"}), Duration::ZERO)))?;
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {}\n    model: m\n",
+            llm.base_url
+        ),
+    )?;
+    let run = env.run(&["run", "solve-issue", "-p", "x"])?;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(llm.seen().len(), 1);
+    assert!(run.stdout.contains("HTTP 401"), "{}", run.stdout);
+    Ok(())
+}
+
+#[test]
+fn a_slow_server_times_out() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|_, body| (200, by_role(body), Duration::from_secs(5))))?;
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {}\n    model: m\n    timeout: 300ms\n    retries: 1\n    retry_delay: 10ms\n",
+            llm.base_url
+        ),
+    )?;
+    let run = env.run(&["run", "solve-issue", "-p", "x"])?;
+    assert_eq!(run.code, 1, "{run:?}");
+    let lines = env.thread_lines(&hash, &thread_id_of(&run.stdout)?)?;
+    let summary = lines.last().unwrap()["end"]["summary"].as_str().unwrap().to_string();
+    assert!(
+        summary.contains("timed out: POST") && summary.contains("(after 2 attempts)"),
+        "{summary}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_command_agent_that_times_out_fails_with_its_stderr() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let slow = env.write("slow.sh", "#!/bin/sh\necho 'loading the model' >&2\nexec sleep 30\n")?;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755))?;
+    config(
+        &env,
+        &format!(
+            "agents:\n  slow:\n    kind: command\n    command: {}\n    timeout: 500ms\n    retries: 0\n",
+            slow.display()
+        ),
+    )?;
+    let run = env.run(&["run", "solve-issue", "-p", "x", "--agent", "slow"])?;
+    assert_eq!(run.code, 1, "{run:?}");
+    let lines = env.thread_lines(&hash, &thread_id_of(&run.stdout)?)?;
+    let summary = lines.last().unwrap()["end"]["summary"].as_str().unwrap().to_string();
+    assert!(
+        summary.contains("timed out:")
+            && summary.contains("did not answer within 500ms: loading the model"),
+        "{summary}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_command_agent_exiting_75_is_retried() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let marker = env.dir.path().join("tried");
+    let flaky = env.write(
+        "flaky.sh",
+        format!("#!/bin/sh\nif [ ! -f {m} ]; then touch {m}; echo 'busy' >&2; exit 75; fi\ncat > /dev/null\necho '{{\"steps\": [\"a\"], \"summary\": \"s\", \"approved\": true}}'\n", m = marker.display()),
+    )?;
+    std::fs::set_permissions(&flaky, std::fs::Permissions::from_mode(0o755))?;
+    config(
+        &env,
+        &format!(
+            "agents:\n  flaky:\n    kind: command\n    command: {}\n    retry_delay: 10ms\n",
+            flaky.display()
+        ),
+    )?;
+    let run = env.run(&["run", "solve-issue", "-p", "x", "--agent", "flaky"])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    let thread = thread_id_of(&run.stdout)?;
+    let info = read_jsonl(&env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    assert!(info.iter().any(|l| {
+        l["content"].as_str().unwrap().contains("failed with exit status 75: busy; retrying")
+    }));
+    Ok(())
+}
