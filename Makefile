@@ -14,7 +14,7 @@ BIN          := target/debug/uncaged-workflow
 DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop
 
-.PHONY: all build bundles demo test lint fmt clean guest-target
+.PHONY: all build bundles demo test lint fmt clean guest-target bench
 
 all: build bundles
 
@@ -51,3 +51,8 @@ fmt:
 
 clean:
 	$(CARGO) clean
+
+# Benchmarks: criterion micro-benchmarks, whole workflows against LangGraph and a native floor,
+# concurrency; writes BENCHMARKS.md. Installs LangGraph into target/bench-venv.
+bench: guest-target
+	python3 runtime/benches/report.py

@@ -115,7 +115,12 @@ impl Agent {
     /// Asks the agent once. A `Human` agent is answered by the host, not here.
     pub async fn answer(&self, context: &AgentContext) -> Result<AgentAnswer, AgentFailure> {
         match self {
-            Agent::Scripted(agent) => agent.answer(context),
+            Agent::Scripted(agent) => {
+                if let Some(delay) = agent.delay() {
+                    tokio::time::sleep(delay).await;
+                }
+                agent.answer(context)
+            }
             Agent::Command(agent) => agent.answer(context).await,
             Agent::OpenAi(agent) => agent.answer(context).await,
             Agent::Human => Err(AgentFailure::Waiting),
@@ -379,11 +384,11 @@ impl Binder<'_> {
         let invalid = |reason: String| Error::InvalidAgent { binding: name.to_string(), reason };
         let timeout = config.timeout.map(|t| t.0);
         let agent = match &config.kind {
-            AgentKind::Scripted { answers } => {
+            AgentKind::Scripted { answers, delay } => {
                 let file = answers.as_ref().map(|path| self.config.base_dir.join(path));
-                Agent::Scripted(
-                    ScriptedAgent::new(file.as_deref(), self.descriptor).map_err(invalid)?,
-                )
+                let agent =
+                    ScriptedAgent::new(file.as_deref(), self.descriptor).map_err(invalid)?;
+                Agent::Scripted(agent.with_delay(delay.map(|d| d.0)))
             }
             AgentKind::Command { command, args } => Agent::Command(CommandAgent::new(
                 command.clone(),

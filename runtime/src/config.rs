@@ -85,6 +85,9 @@ pub enum AgentKind {
     Scripted {
         #[serde(default)]
         answers: Option<PathBuf>,
+        /// Wait this long before answering, to stand in for a slow agent (demos, benchmarks).
+        #[serde(default)]
+        delay: Option<Seconds>,
     },
     /// An external program, run without a shell.
     Command {

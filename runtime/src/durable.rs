@@ -78,15 +78,20 @@ impl AppendFile {
         self.file.try_lock()
     }
 
-    /// Appends one line (a newline is added) and, if durable, fsyncs it.
+    /// Appends one line (a newline is added) and, if the file is durable, fsyncs it.
     pub fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
+        self.append_synced(line, self.durable)
+    }
+
+    /// Appends one line, fsyncing it if `sync`.
+    pub fn append_synced(&mut self, line: &[u8], sync: bool) -> std::io::Result<()> {
         let mut buf = Vec::with_capacity(line.len() + 1);
         buf.extend_from_slice(line);
         buf.push(b'\n');
         // One write call, so that concurrent readers see whole lines or a torn tail, never
         // two interleaved halves.
         self.file.write_all(&buf)?;
-        if self.durable {
+        if sync {
             self.file.sync_data()?;
         }
         Ok(())

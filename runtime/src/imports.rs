@@ -126,12 +126,14 @@ impl host::Host for ThreadState {
                         CallResponse::Error { kind: kind.into(), message: failure.to_string() }
                     }
                 };
+                let durable = !matches!(&*bound.agent, Agent::Scripted(_));
                 self.host.journal.record(
                     seq,
                     CallKind::Agent,
                     &role,
                     request_digest,
                     response.clone(),
+                    durable,
                 )?;
                 crash_point("agent-recorded");
                 response
@@ -174,6 +176,7 @@ impl host::Host for ThreadState {
                     preferred.as_ref(),
                 );
                 let llm = self.host.agents.as_ref().and_then(|a| a.extractor().cloned());
+                let asked_llm = local.is_err() && llm.is_some();
                 let result = match (local, llm) {
                     (
                         Err(ExtractFailure::NoJson | ExtractFailure::SchemaMismatch(_)),
@@ -208,7 +211,14 @@ impl host::Host for ThreadState {
                         CallResponse::Error { kind: kind.into(), message: failure.to_string() }
                     }
                 };
-                self.host.journal.record(seq, CallKind::Extract, "", key, response.clone())?;
+                self.host.journal.record(
+                    seq,
+                    CallKind::Extract,
+                    "",
+                    key,
+                    response.clone(),
+                    asked_llm,
+                )?;
                 response
             }
         };

@@ -146,7 +146,10 @@ impl Journal {
         }
     }
 
-    /// Records a fresh call durably; only then may its answer reach the guest.
+    /// Records a fresh call; a `durable` record is on disk before this returns, and only then
+    /// may its answer reach the guest. Calls that are free and deterministic to make again
+    /// (the scripted agent, the local extractor) are recorded without an fsync: if a crash
+    /// loses the record, the call is made again with the same answer, at no cost.
     pub fn record(
         &mut self,
         seq: usize,
@@ -154,6 +157,7 @@ impl Journal {
         role: &str,
         digest: String,
         response: CallResponse,
+        durable: bool,
     ) -> Result<()> {
         let record = CallRecord {
             step: self.step,
@@ -166,7 +170,8 @@ impl Journal {
         };
         if let Some(file) = &mut self.file {
             let line = serde_json::to_vec(&record).expect("call records serialize");
-            file.append(&line).map_err(Error::io("append to call journal", &self.path))?;
+            file.append_synced(&line, durable)
+                .map_err(Error::io("append to call journal", &self.path))?;
         }
         self.recorded.insert((record.step, record.seq), record);
         Ok(())
@@ -188,6 +193,7 @@ pub fn record_answer(
         role,
         call.digest.clone(),
         CallResponse::Ok { value: answer, meta: None },
+        true,
     )
 }
 
@@ -221,7 +227,7 @@ mod tests {
             journal.begin_step(0);
             let (seq, replay) = journal.next_call(CallKind::Agent, "planner", "D1").unwrap();
             assert_eq!((seq, replay), (0, Replay::Fresh));
-            journal.record(seq, CallKind::Agent, "planner", "D1".into(), answer.clone())?;
+            journal.record(seq, CallKind::Agent, "planner", "D1".into(), answer.clone(), true)?;
         }
         let mut journal = Journal::open(&path)?;
         journal.begin_step(0);

@@ -146,6 +146,16 @@ impl ThreadState {
         }
     }
 
+    /// Time the current step has spent in host calls (agents, extraction, logging).
+    pub fn step_host_time(&self) -> Duration {
+        self.clock.in_host
+    }
+
+    /// Starts timing a new step (CPU budget and host time).
+    pub fn start_step(&mut self) {
+        self.clock.start_step();
+    }
+
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.limiter.limits

@@ -73,6 +73,7 @@ impl Drop for ConnectionGuard {
 
 /// Serves bundle `hash` until no thread is left. Returns at once if another worker is live.
 pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
+    raise_open_files_limit();
     crate::durable::create_dir(&home.run_dir())?;
     let lock_file = ipc::lock_path(&home, hash);
     let lock = std::fs::OpenOptions::new()
@@ -147,6 +148,19 @@ pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
             tracing::info!("worker {} exiting: no threads left", std::process::id());
             drop(lock);
             return Ok(());
+        }
+    }
+}
+
+/// Raises the soft limit of open files to the hard one: each running thread holds three
+/// files open, and the usual soft limit (1,024) would cap a worker at a few hundred threads.
+pub fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!("cannot raise the open-files limit: {e}");
         }
     }
 }

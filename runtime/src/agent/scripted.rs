@@ -28,6 +28,7 @@ use crate::descriptor::Descriptor;
 #[derive(Debug, Clone)]
 pub struct ScriptedAgent {
     answers: BTreeMap<String, Vec<String>>,
+    delay: Option<std::time::Duration>,
 }
 
 impl ScriptedAgent {
@@ -41,7 +42,18 @@ impl ScriptedAgent {
         if let Some(path) = file {
             answers.extend(read_answers(path)?);
         }
-        Ok(ScriptedAgent { answers })
+        Ok(ScriptedAgent { answers, delay: None })
+    }
+
+    /// Waits `delay` before each answer, standing in for a slow agent.
+    pub fn with_delay(mut self, delay: Option<std::time::Duration>) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The configured delay.
+    pub fn delay(&self) -> Option<std::time::Duration> {
+        self.delay
     }
 
     /// The answer for the role's next run in this thread.

@@ -1,0 +1,294 @@
+//! Whole-workflow benchmarks: the solve-issue loop for N steps through the real runtime
+//! (durable on disk, and in memory on tmpfs), the same loop natively in Rust with the same
+//! agent, extraction and persistence (the floor), and one worker holding N concurrent
+//! threads that wait on a slow agent. Prints one JSON object per measurement; `make bench`
+//! turns them into BENCHMARKS.md.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use uncaged_test_artifacts as artifacts;
+use uncaged_workflow::agent::{AgentContext, AgentFlags, AgentSet, RoleRef, ScriptedAgent};
+use uncaged_workflow::catalog::Catalog;
+use uncaged_workflow::config::{AgentConfig, AgentKind, Config, Seconds};
+use uncaged_workflow::durable::AppendFile;
+use uncaged_workflow::engine::Runtime;
+use uncaged_workflow::extract::Extractor;
+use uncaged_workflow::home::Home;
+use uncaged_workflow::journal::{CallKind, CallResponse, Journal, digest};
+use uncaged_workflow::limits::Limits;
+use uncaged_workflow::runner::{RunContext, RunOutcome, ThreadControl, Until, run_thread};
+use uncaged_workflow::thread_log::{StepRecord, now_ms};
+use uncaged_workflow::threads::{self, NewThread};
+
+/// Answers like the LangGraph script's: the reviewer never approves, so a thread runs until
+/// its max rounds.
+const ANSWERS: &str = r#"
+planner: "Plan: fix it\n{\"steps\": [\"Reproduce the bug\", \"Fix the parser\", \"Run the tests\"]}"
+developer: "Done: fixed it\n{\"summary\": \"Fixed the off-by-one in the parser\"}"
+reviewer: "Not yet\n{\"approved\": false, \"comments\": [\"Handle the empty-input case\"]}"
+"#;
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    uncaged_workflow::worker::raise_open_files_limit();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let sizes: &[usize] = if quick { &[10] } else { &[10, 100, 1000] };
+        for &steps in sizes {
+            let repeat = if steps >= 1000 { 3 } else { 7 };
+            for (mode, dir) in [("durable", disk_dir()), ("memory", memory_dir())] {
+                emit(json!({"bench": "ours", "mode": mode, "steps": steps,
+                    "per_step_us": ours(&dir, steps, repeat).await}));
+                emit(json!({"bench": "native", "mode": mode, "steps": steps,
+                    "per_step_us": native(&dir, steps, repeat).await}));
+            }
+        }
+        let counts: &[usize] = if quick { &[100] } else { &[100, 1000, 10_000] };
+        for &n in counts {
+            emit(concurrency(n).await);
+        }
+    });
+}
+
+fn emit(value: Value) {
+    println!("{value}");
+}
+
+/// A directory on the disk the home usually lives on (fsync is real).
+fn disk_dir() -> tempfile::TempDir {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
+    std::fs::create_dir_all(&base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}
+
+/// A directory in memory (tmpfs: fsync costs nothing), standing in for "durability off".
+fn memory_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| disk_dir())
+}
+
+fn answers_config(dir: &Path, delay: Option<Duration>) -> Config {
+    let path = dir.join("answers.yaml");
+    std::fs::write(&path, ANSWERS).unwrap();
+    let mut config = Config::default();
+    config.agents.insert(
+        "bench".into(),
+        AgentConfig {
+            kind: AgentKind::Scripted { answers: Some(path), delay: delay.map(Seconds) },
+            timeout: None,
+            retries: None,
+            retry_delay: None,
+        },
+    );
+    config
+}
+
+/// The runtime: a thread of solve-issue run to `steps` steps; per-step microseconds of each
+/// repetition (instantiation and thread creation included).
+async fn ours(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64> {
+    let home = Home::new(dir.path().join("home"));
+    let runtime = Runtime::for_worker(&home, &Limits::default()).unwrap();
+    let catalog = Catalog::new(&home);
+    catalog.add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE)).await.unwrap();
+    let hash = catalog.entry("solve-issue").unwrap().hash;
+    let bundle = catalog.load(&runtime, "solve-issue", hash).unwrap();
+    let config = answers_config(dir.path(), None);
+    let flags = AgentFlags { default: Some("bench".into()), ..Default::default() };
+    let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
+    let mut results = Vec::new();
+    for _ in 0..repeat + 1 {
+        let started = Instant::now();
+        let (mut writer, record) = threads::create(
+            &home,
+            NewThread {
+                name: "solve-issue".into(),
+                hash,
+                prompt: "Fix the crash".into(),
+                max_rounds: steps as u32,
+                agents: AgentFlags::default(),
+                limits: Default::default(),
+                steps: vec![],
+                forked_from: None,
+            },
+        )
+        .unwrap();
+        let ctx = RunContext {
+            runtime: &runtime,
+            home: &home,
+            agents: agents.clone(),
+            limits: Limits::default(),
+            control: Arc::new(ThreadControl::default()),
+        };
+        let outcome =
+            run_thread(&ctx, &bundle, &mut writer, &record, Until::End, |_| {}).await.unwrap();
+        let RunOutcome::Ended(end) = outcome else { panic!("the thread did not end") };
+        assert_eq!(end.end.return_code, 2, "{}", end.end.summary);
+        results.push(started.elapsed().as_secs_f64() * 1e6 / steps as f64);
+    }
+    results.remove(0); // warm-up
+    results
+}
+
+/// The floor: the same loop natively — moderator, scripted agent, extraction against the
+/// role's schema, the call journal and a durable step append — with no WebAssembly.
+async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64> {
+    let home = Home::new(dir.path().join("native"));
+    std::fs::create_dir_all(home.root()).unwrap();
+    // The schemas the bundle declares, read from its descriptor.
+    let describe = Home::new(dir.path().join("describe"));
+    let runtime = Runtime::new(&describe).unwrap();
+    let added = Catalog::new(&describe)
+        .add(&runtime, "s", Path::new(artifacts::SOLVE_ISSUE))
+        .await
+        .unwrap();
+    let descriptor = added.descriptor;
+    let answers = dir.path().join("native-answers.yaml");
+    std::fs::write(&answers, ANSWERS).unwrap();
+    let agent = ScriptedAgent::new(Some(&answers), &descriptor).unwrap();
+    let mut results = Vec::new();
+    for run in 0..repeat + 1 {
+        let started = Instant::now();
+        let mut data =
+            AppendFile::open(&home.root().join(format!("{run}.data.jsonl")), true).unwrap();
+        data.append(br#"{"start": true}"#).unwrap();
+        let mut journal = Journal::open(&home.root().join(format!("{run}.calls.jsonl"))).unwrap();
+        let mut extractor = Extractor::default();
+        let mut recorded: Vec<StepRecord> = Vec::new();
+        while recorded.len() < steps {
+            let role = match recorded.last().map(|s| s.role.as_str()) {
+                None => "planner",
+                Some("planner") | Some("reviewer") => "developer",
+                Some(_) => "reviewer",
+            };
+            let spec = descriptor.role(role).unwrap();
+            journal.begin_step(recorded.len());
+            let context = AgentContext {
+                thread_id: "bench".into(),
+                prompt: "Fix the crash".into(),
+                steps: recorded.clone(),
+                role: RoleRef { name: role.into(), system_prompt: spec.system_prompt.clone() },
+            };
+            let answer = agent.answer(&context).unwrap();
+            let response = CallResponse::Ok { value: answer.content.clone(), meta: None };
+            journal.record(0, CallKind::Agent, role, digest(&context), response, false).unwrap();
+            let schema = spec.schema.to_string();
+            let meta = extractor.extract(&schema, &answer.content, None).unwrap();
+            let response = CallResponse::Ok { value: meta.to_string(), meta: None };
+            journal
+                .record(
+                    1,
+                    CallKind::Extract,
+                    "",
+                    digest(&(&schema, &answer.content)),
+                    response,
+                    false,
+                )
+                .unwrap();
+            let step = StepRecord {
+                role: role.into(),
+                content: answer.content,
+                meta,
+                timestamp: now_ms(),
+            };
+            data.append(&serde_json::to_vec(&step).unwrap()).unwrap();
+            recorded.push(step);
+        }
+        data.append(br#"{"end": true}"#).unwrap();
+        results.push(started.elapsed().as_secs_f64() * 1e6 / steps as f64);
+    }
+    results.remove(0);
+    results
+}
+
+/// One worker's runtime holding `n` threads, each waiting on an agent that takes minutes:
+/// how fast they start, and the memory they hold.
+async fn concurrency(n: usize) -> Value {
+    let dir = memory_dir();
+    let home = Home::new(dir.path().join("home"));
+    let limits = Limits { max_threads: n, ..Limits::default() };
+    let runtime = match Runtime::for_worker(&home, &limits) {
+        Ok(runtime) => runtime,
+        Err(e) => return json!({"bench": "concurrency", "threads": n, "error": e.to_string()}),
+    };
+    let catalog = Catalog::new(&home);
+    catalog.add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE)).await.unwrap();
+    let hash = catalog.entry("solve-issue").unwrap().hash;
+    let bundle = Arc::new(catalog.load(&runtime, "solve-issue", hash).unwrap());
+    let config = answers_config(dir.path(), Some(Duration::from_secs(600)));
+    let flags = AgentFlags { default: Some("bench".into()), ..Default::default() };
+    let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
+    let rss_before = rss_kib();
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(n);
+    let mut controls = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (mut writer, record) = threads::create(
+            &home,
+            NewThread {
+                name: "solve-issue".into(),
+                hash,
+                prompt: "Fix the crash".into(),
+                max_rounds: 10,
+                agents: AgentFlags::default(),
+                limits: Default::default(),
+                steps: vec![],
+                forked_from: None,
+            },
+        )
+        .unwrap();
+        let control = Arc::new(ThreadControl::default());
+        controls.push(control.clone());
+        let (runtime, home, bundle, agents, limits) =
+            (runtime.clone(), home.clone(), bundle.clone(), agents.clone(), limits.clone());
+        tasks.push(tokio::spawn(async move {
+            let ctx = RunContext { runtime: &runtime, home: &home, agents, limits, control };
+            run_thread(&ctx, &bundle, &mut writer, &record, Until::End, |_| {}).await
+        }));
+    }
+    // Every thread is in its first agent call once its role shows.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut failed = None;
+    while controls.iter().any(|c| c.current_role().is_none()) {
+        if let Some(task) = tasks.iter().find(|t| t.is_finished()) {
+            failed = Some(format!("a thread ended early: {task:?}"));
+            break;
+        }
+        if Instant::now() > deadline {
+            failed = Some("threads did not all start within 600 s".into());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let rss_after = rss_kib();
+    let peak = peak_rss_kib();
+    for task in &tasks {
+        task.abort();
+    }
+    json!({
+        "bench": "concurrency", "threads": n, "error": failed,
+        "start_seconds": elapsed, "threads_per_second": n as f64 / elapsed,
+        "rss_kib": rss_after, "peak_rss_kib": peak,
+        "rss_per_thread_kib": (rss_after.saturating_sub(rss_before)) as f64 / n as f64,
+    })
+}
+
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+fn peak_rss_kib() -> u64 {
+    status_kib("VmHWM:")
+}
