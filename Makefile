@@ -14,7 +14,7 @@ BIN          := target/debug/uncaged-workflow
 DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop
 
-.PHONY: all build bundles demo test lint fmt clean guest-target bench
+.PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench
 
 all: build bundles
 
@@ -24,10 +24,22 @@ guest-target:
 build:
 	$(CARGO) build -p uncaged-workflow
 
-bundles: guest-target
+# Every example bundle: Rust (cargo), Python (componentize-py) and JavaScript
+# (componentize-js), their tools installed into target/ when missing.
+bundles: guest-target language-tools target/bundles/solve_issue_py.wasm target/bundles/solve_issue_js.wasm
 	$(CARGO) build --target $(GUEST_TARGET) --profile guest $(addprefix -p ,$(BUNDLES))
 
-demo: build bundles
+language-tools:
+	bundles/build-tools.sh
+
+target/bundles/solve_issue_py.wasm: bundles/solve-issue-py/app.py $(wildcard guest-sdk/python/*.py) wit/workflow.wit | language-tools
+	bundles/build-bundle.sh python bundles/solve-issue-py $@
+
+target/bundles/solve_issue_js.wasm: bundles/solve-issue-js/app.js guest-sdk/js/uncaged-workflow.js wit/workflow.wit | language-tools
+	bundles/build-bundle.sh js bundles/solve-issue-js $@
+
+demo: build guest-target
+	$(CARGO) build --target $(GUEST_TARGET) --profile guest -p solve-issue
 	@echo "== add the solve-issue bundle (home: $(DEMO_HOME))"
 	UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) add solve-issue $(GUEST_DIR)/solve_issue.wasm
 	@echo "== run it with the built-in scripted agent (offline)"
@@ -37,7 +49,8 @@ demo: build bundles
 	UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) threads solve-issue
 	UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) thread $$(UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) threads solve-issue --json | sed -n 's/.*"threadId": "\([0-9A-Z]*\)".*/\1/p' | tail -n 1)
 
-test: guest-target
+# The language tests use the Python and JavaScript bundles and toolchains `bundles` builds.
+test: bundles
 	$(CARGO) test
 
 lint: guest-target

@@ -8,6 +8,7 @@ mod follow;
 mod fork;
 mod history;
 mod list;
+mod new;
 mod output;
 mod ps;
 mod remove;
@@ -108,6 +109,8 @@ pub enum Command {
     Step(step::StepCommand),
     /// Answer for a `human` agent a thread waits on, and continue it
     Answer(answer::AnswerCommand),
+    /// Scaffold a buildable bundle project in Rust, Python or JavaScript
+    New(new::NewCommand),
     #[command(hide = true)]
     Worker(worker::WorkerCommand),
 }
@@ -133,6 +136,7 @@ impl Cli {
             Command::Fork(c) => c.execute(global).await,
             Command::Step(c) => c.execute(global).await,
             Command::Answer(c) => c.execute(global).await,
+            Command::New(c) => c.execute(global),
             Command::Worker(c) => c.execute(global).await,
         }
     }

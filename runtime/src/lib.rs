@@ -26,6 +26,7 @@ pub mod limits;
 pub mod registry;
 pub mod runner;
 pub mod sandbox;
+pub mod scaffold;
 pub mod store;
 pub mod thread_log;
 pub mod threads;

@@ -3,6 +3,7 @@
 mod agents;
 mod bad_input;
 mod human;
+mod languages;
 mod lifecycle;
 mod llm;
 mod registry;

@@ -1,0 +1,89 @@
+// solve-issue in JavaScript: a planner plans, a developer implements, a reviewer reviews; the
+// developer goes again until the reviewer approves or the thread runs out of rounds. The same
+// workflow as bundles/solve-issue (Rust): same roles, prompts, schemas and routing.
+
+import { define, Next } from "uncaged-workflow";
+
+const roles = [
+  {
+    name: "planner",
+    description: "Breaks the issue into a short, ordered plan",
+    systemPrompt:
+      "You are the planner. Read the issue and write a short, ordered plan a developer can follow. Name the files you expect to change.",
+    extractPrompt: "List the plan's steps in order and the files it touches.",
+    schema: {
+      type: "object",
+      required: ["steps"],
+      properties: {
+        steps: { type: "array", items: { type: "string" }, minItems: 1 },
+        files: { type: "array", items: { type: "string" } },
+      },
+      examples: [
+        {
+          steps: ["Reproduce the bug with a failing test", "Fix the parser", "Run the tests"],
+          files: ["src/parser.rs", "tests/parser.rs"],
+        },
+      ],
+    },
+  },
+  {
+    name: "developer",
+    description: "Implements the plan, or addresses the reviewer's comments",
+    systemPrompt:
+      "You are the developer. Implement the planner's plan. If the reviewer left comments, address every one of them. Report what you changed.",
+    extractPrompt: "Summarise the change and list the files changed.",
+    schema: {
+      type: "object",
+      required: ["summary"],
+      properties: {
+        summary: { type: "string" },
+        files_changed: { type: "array", items: { type: "string" } },
+      },
+      examples: [
+        {
+          summary: "Fixed the off-by-one in the parser and added a regression test",
+          files_changed: ["src/parser.rs", "tests/parser.rs"],
+        },
+      ],
+    },
+  },
+  {
+    name: "reviewer",
+    description: "Reviews the change; approves it or asks for changes",
+    systemPrompt:
+      "You are the reviewer. Review the developer's latest change against the issue and the plan. Approve only if it is correct and tested; otherwise say exactly what must change.",
+    extractPrompt: "Did the reviewer approve? List the requested changes, if any.",
+    schema: {
+      type: "object",
+      required: ["approved"],
+      properties: {
+        approved: { type: "boolean" },
+        comments: { type: "array", items: { type: "string" } },
+      },
+      examples: [
+        { approved: false, comments: ["Handle the empty-input case"] },
+        { approved: true, comments: [] },
+      ],
+    },
+  },
+];
+
+function moderator(thread) {
+  const last = thread.last();
+  if (!last) return Next.role("planner");
+  if (last.role === "planner") return Next.role("developer");
+  if (last.role === "developer") return Next.role("reviewer");
+  if (last.role === "reviewer" && last.meta.approved === true) {
+    return Next.done(`approved after ${thread.count("developer")} development round(s)`);
+  }
+  if (last.role === "reviewer") return Next.role("developer");
+  return Next.fail(1, `unexpected role \`${last.role}\` in thread`);
+}
+
+export const workflow = define({
+  description:
+    "Solve an issue: a planner breaks it into steps, a developer implements them, and a reviewer reviews the change; the developer revises until the reviewer approves.",
+  roles,
+  moderator,
+  maxRounds: 10,
+});

@@ -1,0 +1,162 @@
+// Write uncaged-workflow bundles in JavaScript: roles as data, a moderator, one `define` call.
+//
+// The same model as the Rust SDK (guest-sdk/src) and the Python helper: each call of the
+// host's `next()` runs the moderator, asks the agent the host bound to the chosen role,
+// extracts the role's meta with the host's extractor, and yields the step. A thread started
+// with recorded steps continues after them (resume, fork); it ends with return code 2 once it
+// holds `maxRounds` steps. Time comes from the host (`now`), never from a guest clock.
+//
+//   // app.js
+//   import { define, Next } from "uncaged-workflow";
+//   export const workflow = define({
+//     description: "Says the prompt back, once.",
+//     roles: [{ name: "echo", description: "Repeats the prompt", schema: { type: "object" } }],
+//     moderator: (thread) => (thread.steps.length === 0 ? Next.role("echo") : Next.done("echoed")),
+//   });
+//
+// Build: jco componentize app.js --wit wit --world-name bundle --disable all -o app.wasm
+
+import { agent, extract, now } from "uncaged:workflow/host@0.1.0";
+
+export const RETURN_OK = 0;
+export const RETURN_FAILED = 1;
+export const RETURN_MAX_ROUNDS = 2;
+
+/** A moderator's decision. */
+export const Next = {
+  role: (name) => ({ role: name }),
+  done: (summary) => ({ returnCode: RETURN_OK, summary }),
+  fail: (returnCode, summary) => ({ returnCode, summary }),
+};
+
+/** The thread so far, as the moderator sees it. */
+class ThreadContext {
+  constructor(threadId, prompt, steps, maxRounds) {
+    this.threadId = threadId;
+    this.prompt = prompt;
+    this.steps = steps;
+    this.maxRounds = maxRounds;
+  }
+  last() {
+    return this.steps[this.steps.length - 1];
+  }
+  lastOf(role) {
+    return [...this.steps].reverse().find((s) => s.role === role);
+  }
+  count(role) {
+    return this.steps.filter((s) => s.role === role).length;
+  }
+}
+
+const meta = (text) => {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+};
+
+const toWit = (step) => ({
+  role: step.role,
+  content: step.content,
+  meta: JSON.stringify(step.meta),
+  timestamp: step.timestamp,
+});
+
+const errorText = (e) => {
+  const payload = e && e.payload;
+  if (!payload) return String(e);
+  switch (payload.tag) {
+    case "unavailable":
+      return `unavailable: ${payload.val}`;
+    case "timeout":
+      return `timed out: ${payload.val}`;
+    case "invalid-schema":
+      return `invalid schema: ${payload.val}`;
+    default:
+      return String(payload.val);
+  }
+};
+
+/**
+ * Makes `definition` — `{ description, roles, moderator, maxRounds = 10 }`, each role
+ * `{ name, description, systemPrompt, extractPrompt, schema }` — the exported `workflow`.
+ */
+export function define(definition) {
+  const maxRounds = definition.maxRounds ?? 10;
+  const roles = definition.roles.map((r) => ({
+    name: r.name,
+    description: r.description ?? "",
+    systemPrompt: r.systemPrompt ?? "",
+    extractPrompt: r.extractPrompt ?? "",
+    schema: r.schema ?? { type: "object" },
+  }));
+
+  function advance(thread) {
+    const decision = definition.moderator(thread);
+    if (decision.role === undefined) {
+      return { returnCode: decision.returnCode, summary: decision.summary };
+    }
+    const name = decision.role;
+    if (thread.steps.length >= thread.maxRounds) {
+      return {
+        returnCode: RETURN_MAX_ROUNDS,
+        summary: `reached max rounds (${thread.maxRounds}) before the workflow finished; next role was \`${name}\``,
+      };
+    }
+    const role = roles.find((r) => r.name === name);
+    if (!role) return { returnCode: RETURN_FAILED, summary: `moderator chose unknown role \`${name}\`` };
+    let content;
+    try {
+      content = agent({
+        context: { threadId: thread.threadId, prompt: thread.prompt, steps: thread.steps.map(toWit) },
+        role: role.name,
+        systemPrompt: role.systemPrompt,
+      });
+    } catch (e) {
+      return { returnCode: RETURN_FAILED, summary: `agent for role \`${name}\` failed: ${errorText(e)}` };
+    }
+    let extracted;
+    try {
+      extracted = extract({ schema: JSON.stringify(role.schema), prompt: role.extractPrompt, content });
+    } catch (e) {
+      return {
+        returnCode: RETURN_FAILED,
+        summary: `could not extract the meta of role \`${name}\`: ${errorText(e)}`,
+      };
+    }
+    return { step: { role: name, content, meta: meta(extracted), timestamp: now() } };
+  }
+
+  class Thread {
+    constructor(input, options) {
+      this.thread = new ThreadContext(
+        options.threadId,
+        input.prompt,
+        input.steps.map((s) => ({ role: s.role, content: s.content, meta: meta(s.meta), timestamp: s.timestamp })),
+        options.maxRounds,
+      );
+      this.finished = null;
+    }
+    next() {
+      if (this.finished === null) {
+        const outcome = advance(this.thread);
+        if (outcome.step) {
+          this.thread.steps.push(outcome.step);
+          return { tag: "output", val: toWit(outcome.step) };
+        }
+        this.finished = outcome;
+      }
+      return { tag: "done", val: this.finished };
+    }
+  }
+
+  return {
+    descriptor: () => ({
+      description: definition.description,
+      roles: roles.map((r) => ({ ...r, schema: JSON.stringify(r.schema) })),
+      defaultMaxRounds: maxRounds,
+    }),
+    Thread,
+  };
+}

@@ -1,0 +1,37 @@
+//! `new <dir> --lang rust|python|js`.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use super::GlobalOptions;
+use crate::scaffold::{self, Language};
+
+/// Write a minimal, buildable bundle project (its README says how to build it).
+#[derive(Debug, Parser)]
+pub struct NewCommand {
+    /// The project directory to create; its name names the bundle
+    pub dir: PathBuf,
+    /// The language to write the bundle in
+    #[arg(long, value_enum, default_value = "rust")]
+    pub lang: Language,
+    /// For Rust: the path of the uncaged-workflow-sdk crate [default: this build's, else git]
+    #[arg(long, value_name = "PATH")]
+    pub sdk: Option<PathBuf>,
+}
+
+impl NewCommand {
+    pub fn execute(self, _global: &GlobalOptions) -> anyhow::Result<i32> {
+        let files = scaffold::create(&self.dir, self.lang, self.sdk.as_deref())?;
+        println!(
+            "created {} bundle project {}:",
+            format!("{:?}", self.lang).to_lowercase(),
+            self.dir.display()
+        );
+        for file in files {
+            println!("  {}", file.display());
+        }
+        println!("see {} for how to build it", self.dir.join("README.md").display());
+        Ok(0)
+    }
+}
