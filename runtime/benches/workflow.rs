@@ -251,8 +251,13 @@ async fn concurrency(n: usize) -> Value {
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut failed = None;
     while controls.iter().any(|c| c.current_role().is_none()) {
-        if let Some(task) = tasks.iter().find(|t| t.is_finished()) {
-            failed = Some(format!("a thread ended early: {task:?}"));
+        if let Some(i) = tasks.iter().position(|t| t.is_finished()) {
+            let ended = tasks.swap_remove(i).await;
+            failed = Some(match ended {
+                Ok(Ok(outcome)) => format!("a thread ended early: {outcome:?}"),
+                Ok(Err(e)) => format!("a thread failed: {e}"),
+                Err(e) => format!("a thread panicked: {e}"),
+            });
             break;
         }
         if Instant::now() > deadline {

@@ -35,8 +35,7 @@ impl host::Host for ThreadState {
             self.check_string("a step in the agent request", &step.content)?;
             self.check_string("a step's meta in the agent request", &step.meta)?;
         }
-        let context = agent_context(request);
-        let role = context.role.name.clone();
+        let role = request.role.clone();
         let Some(agents) = &self.host.agents else {
             return Ok(Err(AgentError::Unavailable(
                 "no agent may be asked outside a thread".into(),
@@ -46,7 +45,7 @@ impl host::Host for ThreadState {
         self.host
             .control
             .set_activity(Some(Activity { role: role.clone(), agent: bound.label.clone() }));
-        let request_digest = digest(&context);
+        let request_digest = agent_request_digest(&request);
         let (seq, replay) = self.host.journal.next_call(CallKind::Agent, &role, &request_digest)?;
         let response = match replay {
             Replay::Recorded(response) => {
@@ -58,12 +57,15 @@ impl host::Host for ThreadState {
                 response
             }
             Replay::Fresh => {
+                let context = agent_context(request);
                 self.host.info.write(
                     "info",
                     TAG_AGENT,
                     &format!("role `{role}`: asking agent `{}`", bound.label),
                 );
                 crash_point("agent-call");
+                // What led here is on disk while the agent works (which may take long).
+                self.host.info.flush();
                 let answer = match &*bound.agent {
                     Agent::Human => match self.host.control.human.ask(&context).await {
                         Some(text) => Ok(AgentAnswer { content: text, meta: None }),
@@ -262,7 +264,29 @@ impl host::Host for ThreadState {
     }
 }
 
-/// The agent context as agents see it (and as its digest is taken).
+/// XXH64 of an agent request, hashed field by field: the same request gives the same digest
+/// without serializing the whole thread context on every call.
+fn agent_request_digest(request: &AgentRequest) -> String {
+    use std::hash::Hasher;
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    let mut field = |bytes: &[u8]| {
+        hasher.write_u64(bytes.len() as u64);
+        hasher.write(bytes);
+    };
+    field(request.role.as_bytes());
+    field(request.system_prompt.as_bytes());
+    field(request.context.thread_id.as_bytes());
+    field(request.context.prompt.as_bytes());
+    for step in &request.context.steps {
+        field(step.role.as_bytes());
+        field(step.content.as_bytes());
+        field(step.meta.as_bytes());
+        field(&step.timestamp.to_le_bytes());
+    }
+    crate::ids::BundleHash::from_value(hasher.finish()).to_string()
+}
+
+/// The agent context as agents see it.
 fn agent_context(request: AgentRequest) -> AgentContext {
     AgentContext {
         thread_id: request.context.thread_id,

@@ -80,11 +80,13 @@ pub struct Divergence {
     pub role: String,
 }
 
-/// A thread's journal, open for appending, with the calls recorded so far.
+/// A thread's journal, with the calls recorded so far. The file is opened for each record
+/// rather than held open: a worker holds thousands of waiting threads, and file descriptors
+/// are a per-process budget.
 #[derive(Debug)]
 pub struct Journal {
-    file: Option<AppendFile>,
-    path: PathBuf,
+    /// `None`: records are kept in memory only (instances that are not threads).
+    path: Option<PathBuf>,
     recorded: HashMap<(usize, usize), CallRecord>,
     step: usize,
     seq: usize,
@@ -98,18 +100,14 @@ impl Journal {
             .into_iter()
             .map(|record| ((record.step, record.seq), record))
             .collect();
-        Ok(Journal {
-            file: Some(AppendFile::open(path, true)?),
-            path: path.to_path_buf(),
-            recorded,
-            step: 0,
-            seq: 0,
-        })
+        // Opening once now repairs a torn last line before anything is appended.
+        AppendFile::open(path, true)?;
+        Ok(Journal { path: Some(path.to_path_buf()), recorded, step: 0, seq: 0 })
     }
 
     /// A journal that records nothing (instances that are not threads).
     pub fn disabled() -> Self {
-        Journal { file: None, path: PathBuf::new(), recorded: HashMap::new(), step: 0, seq: 0 }
+        Journal { path: None, recorded: HashMap::new(), step: 0, seq: 0 }
     }
 
     /// The step being counted.
@@ -168,10 +166,11 @@ impl Journal {
             response,
             timestamp: now_ms(),
         };
-        if let Some(file) = &mut self.file {
+        if let Some(path) = &self.path {
             let line = serde_json::to_vec(&record).expect("call records serialize");
-            file.append_synced(&line, durable)
-                .map_err(Error::io("append to call journal", &self.path))?;
+            AppendFile::open(path, false)?
+                .append_synced(&line, durable)
+                .map_err(Error::io("append to call journal", path))?;
         }
         self.recorded.insert((record.step, record.seq), record);
         Ok(())

@@ -212,6 +212,7 @@ pub async fn run_thread(
         writer.append_step(&step)?;
         crash_point("step-persisted");
         ctx.control.steps.store(count, Ordering::SeqCst);
+        info.flush();
         let agent = ctx.agents.for_role(&step.role).label.clone();
         on_event(ThreadEvent::Step { index: count, step, agent, elapsed: started.elapsed() });
         if ctx.control.pause.load(Ordering::SeqCst) {

@@ -301,30 +301,65 @@ pub struct InfoLine {
 }
 
 /// A thread's debug log (`.info.jsonl`), shared by the host imports and the guest's
-/// stdout/stderr. Not fsynced: it is for diagnosis, and losing its tail in a crash is fine.
+/// stdout/stderr. Lines are buffered and appended at flush points — before each agent call, at
+/// each step, at the end — so a waiting thread holds no file open for it (a worker with
+/// thousands of threads would otherwise run out of file descriptors). Not fsynced: it is for
+/// diagnosis, and losing its tail in a crash is fine.
 #[derive(Debug, Clone)]
 pub struct InfoLog {
     /// `None`: entries go to `tracing` at debug level (instances that are not threads).
-    file: Option<Arc<Mutex<AppendFile>>>,
+    buffer: Option<Arc<Mutex<InfoBuffer>>>,
 }
 
+#[derive(Debug)]
+struct InfoBuffer {
+    path: PathBuf,
+    pending: Vec<u8>,
+}
+
+impl InfoBuffer {
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, &self.pending));
+        if let Err(e) = written {
+            tracing::warn!("cannot write thread debug log {}: {e}", self.path.display());
+        }
+        self.pending.clear();
+    }
+}
+
+impl Drop for InfoBuffer {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Buffered debug-log bytes past which a write flushes at once.
+const INFO_BUFFER_LIMIT: usize = 64 << 10;
+
 impl InfoLog {
-    /// Opens (creating) the debug log of a thread.
+    /// The debug log of a thread (the file is created at the first flush).
     pub fn open(home: &Home, hash: BundleHash, id: ThreadId) -> Result<Self> {
         durable::create_dir(&home.thread_dir(hash))?;
         let path = home.thread_info_file(hash, id);
-        Ok(InfoLog { file: Some(Arc::new(Mutex::new(AppendFile::open(&path, false)?))) })
+        Ok(InfoLog { buffer: Some(Arc::new(Mutex::new(InfoBuffer { path, pending: Vec::new() }))) })
     }
 
     /// A log that forwards to `tracing`.
     pub fn tracing() -> Self {
-        InfoLog { file: None }
+        InfoLog { buffer: None }
     }
 
-    /// Writes one entry. Failures are reported through `tracing` only: a debug log that
-    /// cannot be written must not stop the thread.
+    /// Adds one entry. Failures are reported through `tracing` only: a debug log that cannot
+    /// be written must not stop the thread.
     pub fn write(&self, level: &str, tag: &str, content: &str) {
-        let Some(file) = &self.file else {
+        let Some(buffer) = &self.buffer else {
             tracing::debug!("[{tag}] {level}: {content}");
             return;
         };
@@ -334,10 +369,18 @@ impl InfoLog {
             content: content.to_string(),
             timestamp: now_ms(),
         };
-        let bytes = serde_json::to_vec(&line).expect("info lines serialize");
-        let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = file.append(&bytes) {
-            tracing::warn!("cannot write thread debug log: {e}");
+        let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
+        serde_json::to_writer(&mut buffer.pending, &line).expect("info lines serialize");
+        buffer.pending.push(b'\n');
+        if buffer.pending.len() > INFO_BUFFER_LIMIT {
+            buffer.flush();
+        }
+    }
+
+    /// Appends the buffered entries to the file.
+    pub fn flush(&self) {
+        if let Some(buffer) = &self.buffer {
+            buffer.lock().unwrap_or_else(|p| p.into_inner()).flush();
         }
     }
 }
