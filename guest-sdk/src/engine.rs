@@ -105,6 +105,9 @@ pub struct Generator<W> {
 
 struct State {
     thread: ThreadContext,
+    /// The steps in their WIT form, kept beside `thread.steps` so that each agent request
+    /// copies them instead of serializing every meta again.
+    wit_steps: Vec<wit::RoleOutput>,
     roles: Vec<Role>,
     /// Set once the thread is over; later `next()` calls repeat it.
     finished: Option<Outcome>,
@@ -112,7 +115,8 @@ struct State {
 
 impl<W: Workflow> GuestThread for Generator<W> {
     fn new(input: wit::RunInput, options: wit::RunOptions) -> Self {
-        let steps = input.steps.into_iter().map(step_from_wit).collect();
+        let wit_steps = input.steps;
+        let steps = wit_steps.iter().cloned().map(step_from_wit).collect();
         Generator {
             state: RefCell::new(State {
                 thread: ThreadContext {
@@ -121,6 +125,7 @@ impl<W: Workflow> GuestThread for Generator<W> {
                     steps,
                     max_rounds: options.max_rounds,
                 },
+                wit_steps,
                 roles: W::roles(),
                 finished: None,
             }),
@@ -137,6 +142,7 @@ impl<W: Workflow> GuestThread for Generator<W> {
             Ok(step) => {
                 let output = step_to_wit(&step);
                 state.thread.steps.push(step);
+                state.wit_steps.push(output.clone());
                 wit::Step::Output(output)
             }
             Err(outcome) => {
@@ -173,7 +179,7 @@ fn advance<W: Workflow>(state: &State) -> Result<Step, Outcome> {
         context: wit::ThreadContext {
             thread_id: thread.thread_id.clone(),
             prompt: thread.prompt.clone(),
-            steps: thread.steps.iter().map(step_to_wit).collect(),
+            steps: state.wit_steps.clone(),
         },
         role: role.name.clone(),
         system_prompt: role.system_prompt.clone(),
