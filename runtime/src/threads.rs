@@ -58,6 +58,38 @@ pub fn create(home: &Home, new: NewThread) -> Result<(ThreadWriter, ThreadRecord
     Ok((writer, record))
 }
 
+/// Creates a thread of workflow `name` after checking all that can be checked before a thread
+/// exists — the bundle's integrity, the agent bindings, the limits, max rounds against the
+/// hard cap — so that a mistake is reported without leaving a thread behind.
+pub fn start_new(
+    home: &Home,
+    name: &str,
+    prompt: &str,
+    max_rounds: Option<u32>,
+    agents: AgentFlags,
+    limits: BTreeMap<String, String>,
+) -> Result<(ThreadWriter, ThreadRecord)> {
+    let catalog = crate::catalog::Catalog::new(home);
+    let entry = catalog.entry(name)?;
+    catalog.store().load(&catalog.registry().load()?, name, entry.hash)?;
+    let descriptor = catalog.store().descriptor(entry.hash)?;
+    AgentSet::resolve(&Config::load(&home.config_file())?, &agents, &descriptor)?;
+    let max_rounds = self::max_rounds(home, max_rounds, descriptor.max_rounds, &limits)?;
+    create(
+        home,
+        NewThread {
+            name: name.to_string(),
+            hash: entry.hash,
+            prompt: prompt.to_string(),
+            max_rounds,
+            agents,
+            limits,
+            steps: vec![],
+            forked_from: None,
+        },
+    )
+}
+
 /// Opens thread `id` to continue it: takes its run lock and refuses an ended thread.
 pub fn open(home: &Home, id: ThreadId) -> Result<(ThreadWriter, ThreadRecord)> {
     let (_, path) = find_thread(home, id)?;

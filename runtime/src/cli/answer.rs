@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{Follow, hand_over};
+use super::follow::{FollowArgs, hand_over};
 use crate::error::Error;
 use crate::ids::ThreadId;
 use crate::journal::record_answer;
@@ -26,12 +26,8 @@ pub struct AnswerCommand {
     /// Read the answer from a file (`-` for standard input)
     #[arg(long, short, value_name = "FILE")]
     pub file: Option<PathBuf>,
-    /// Print the thread id and return at once
-    #[arg(long)]
-    pub detach: bool,
-    /// Print each step as a JSON object, one per line
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub follow: FollowArgs,
 }
 
 impl AnswerCommand {
@@ -62,7 +58,7 @@ impl AnswerCommand {
         };
         let role = paused.role.clone().unwrap_or_default();
         record_answer(&home.thread_calls_file(record.start.hash, id), call, &role, text)?;
-        let how = Follow { detach: self.detach, json: self.json };
+        let how = self.follow.how();
         Ok(hand_over(&home, record.start.hash, id, &Default::default(), how).await?)
     }
 }

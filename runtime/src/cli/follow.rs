@@ -65,6 +65,24 @@ impl LimitArgs {
     }
 }
 
+/// How to follow a thread handed to a worker.
+#[derive(Debug, Clone, Args)]
+pub struct FollowArgs {
+    /// Print the thread id and return at once; the thread runs on in the background
+    #[arg(long)]
+    pub detach: bool,
+    /// Print each event (work started, each step, the end) as a JSON object, one per line
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl FollowArgs {
+    /// The following these flags ask for.
+    pub fn how(&self) -> Follow {
+        Follow { detach: self.detach, json: self.json }
+    }
+}
+
 /// How to follow.
 #[derive(Debug, Clone, Copy)]
 pub struct Follow {

@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, Follow, hand_over};
+use super::follow::{AgentArgs, FollowArgs, hand_over};
 use crate::ids::ThreadId;
 use crate::threads::{self, ForkAt};
 
@@ -24,12 +24,8 @@ pub struct ForkCommand {
     pub at: Option<usize>,
     #[command(flatten)]
     pub agents: AgentArgs,
-    /// Print the new thread's id and return at once
-    #[arg(long)]
-    pub detach: bool,
-    /// Print each step as a JSON object, one per line
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub follow: FollowArgs,
 }
 
 impl ForkCommand {
@@ -46,10 +42,10 @@ impl ForkCommand {
         let flags = self.agents.overrides()?;
         let (writer, fork) = threads::fork(&home, &original, keep, flags)?;
         drop(writer);
-        if !self.detach && !self.json {
+        if !self.follow.detach && !self.follow.json {
             println!("forked {id} at step {keep} into {}", fork.id());
         }
-        let how = Follow { detach: self.detach, json: self.json };
+        let how = self.follow.how();
         Ok(hand_over(&home, original.start.hash, fork.id(), &Default::default(), how).await?)
     }
 }

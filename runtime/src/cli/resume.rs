@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, Follow, hand_over};
+use super::follow::{AgentArgs, FollowArgs, hand_over};
 use crate::error::Error;
 use crate::ids::ThreadId;
 use crate::thread_log::ThreadStatus;
@@ -20,12 +20,8 @@ pub struct ResumeCommand {
     pub id: String,
     #[command(flatten)]
     pub agents: AgentArgs,
-    /// Print the thread id and return at once
-    #[arg(long)]
-    pub detach: bool,
-    /// Print each step as a JSON object, one per line
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub follow: FollowArgs,
 }
 
 impl ResumeCommand {
@@ -46,7 +42,7 @@ impl ResumeCommand {
             _ => {}
         }
         let flags = self.agents.overrides()?;
-        let how = Follow { detach: self.detach, json: self.json };
+        let how = self.follow.how();
         Ok(hand_over(&home, record.start.hash, id, &flags, how).await?)
     }
 }

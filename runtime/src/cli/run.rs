@@ -3,11 +3,8 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, Follow, LimitArgs, hand_over};
-use crate::agent::AgentSet;
-use crate::catalog::Catalog;
-use crate::config::Config;
-use crate::threads::{self, NewThread};
+use super::follow::{AgentArgs, FollowArgs, LimitArgs, hand_over};
+use crate::threads;
 
 const AFTER_HELP: &str = "\
 Agents (--agent, --agent-for ROLE=AGENT, or config.yaml):
@@ -43,44 +40,24 @@ pub struct RunCommand {
     pub agents: AgentArgs,
     #[command(flatten)]
     pub limits: LimitArgs,
-    /// Print the thread id and return at once; the thread runs on in the background
-    #[arg(long)]
-    pub detach: bool,
-    /// Print each step as a JSON object, one per line
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub follow: FollowArgs,
 }
 
 impl RunCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let home = global.home()?;
-        let catalog = Catalog::new(&home);
-        let entry = catalog.entry(&self.name)?;
-        // Check everything that can be checked here, so a bad bundle or binding is reported
-        // before a thread exists.
-        catalog.store().load(&catalog.registry().load()?, &self.name, entry.hash)?;
-        let descriptor = catalog.store().descriptor(entry.hash)?;
-        let flags = self.agents.flags()?;
-        AgentSet::resolve(&Config::load(&home.config_file())?, &flags, &descriptor)?;
-        let limits = self.limits.overrides();
-        let max_rounds =
-            threads::max_rounds(&home, self.max_rounds, descriptor.max_rounds, &limits)?;
-        let (writer, record) = threads::create(
+        let (writer, record) = threads::start_new(
             &home,
-            NewThread {
-                name: self.name.clone(),
-                hash: entry.hash,
-                prompt: self.prompt.clone(),
-                max_rounds,
-                agents: flags,
-                limits,
-                steps: vec![],
-                forked_from: None,
-            },
+            &self.name,
+            &self.prompt,
+            self.max_rounds,
+            self.agents.flags()?,
+            self.limits.overrides(),
         )?;
         drop(writer);
-        let how = Follow { detach: self.detach, json: self.json };
         // The bindings are recorded in the thread; the worker reads them from there.
-        Ok(hand_over(&home, entry.hash, record.id(), &Default::default(), how).await?)
+        Ok(hand_over(&home, record.start.hash, record.id(), &Default::default(), self.follow.how())
+            .await?)
     }
 }

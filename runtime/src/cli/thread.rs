@@ -5,13 +5,10 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
-use crate::agent::AgentSet;
-use crate::catalog::Catalog;
-use crate::config::Config;
 use crate::error::Error;
 use crate::ids::ThreadId;
 use crate::thread_log::{Paused, ThreadWriter, find_thread, read_thread};
-use crate::threads::{self, NewThread};
+use crate::threads;
 
 /// Show a thread's state and steps, or delete it.
 #[derive(Debug, Parser)]
@@ -57,27 +54,13 @@ impl ThreadCommand {
         let home = global.home()?;
         match self.action {
             Some(ThreadAction::Start { name, prompt, max_rounds, agents, limits }) => {
-                let catalog = Catalog::new(&home);
-                let entry = catalog.entry(&name)?;
-                catalog.store().load(&catalog.registry().load()?, &name, entry.hash)?;
-                let descriptor = catalog.store().descriptor(entry.hash)?;
-                let flags = agents.flags()?;
-                AgentSet::resolve(&Config::load(&home.config_file())?, &flags, &descriptor)?;
-                let limits = limits.overrides();
-                let max_rounds =
-                    threads::max_rounds(&home, max_rounds, descriptor.max_rounds, &limits)?;
-                let (mut writer, record) = threads::create(
+                let (mut writer, record) = threads::start_new(
                     &home,
-                    NewThread {
-                        name,
-                        hash: entry.hash,
-                        prompt,
-                        max_rounds,
-                        agents: flags,
-                        limits,
-                        steps: vec![],
-                        forked_from: None,
-                    },
+                    &name,
+                    &prompt,
+                    max_rounds,
+                    agents.flags()?,
+                    limits.overrides(),
                 )?;
                 writer.append_pause(Paused { by: "start".into(), role: None, call: None })?;
                 println!("{}", record.id());
