@@ -17,10 +17,11 @@ use uncaged_workflow::durable::AppendFile;
 use uncaged_workflow::engine::Runtime;
 use uncaged_workflow::extract::Extractor;
 use uncaged_workflow::home::Home;
+use uncaged_workflow::ids::BundleHash;
 use uncaged_workflow::journal::{CallKind, CallResponse, Journal, digest};
 use uncaged_workflow::limits::Limits;
 use uncaged_workflow::runner::{RunContext, RunOutcome, ThreadControl, Until, run_thread};
-use uncaged_workflow::thread_log::{StepRecord, now_ms};
+use uncaged_workflow::thread_log::{StepRecord, ThreadRecord, ThreadWriter, now_ms};
 use uncaged_workflow::threads::{self, NewThread};
 
 /// Answers like the LangGraph script's: the reviewer never approves, so a thread runs until
@@ -100,20 +101,7 @@ async fn ours(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64> 
     let mut results = Vec::new();
     for _ in 0..repeat + 1 {
         let started = Instant::now();
-        let (mut writer, record) = threads::create(
-            &home,
-            NewThread {
-                name: "solve-issue".into(),
-                hash,
-                prompt: "Fix the crash".into(),
-                max_rounds: steps as u32,
-                agents: AgentFlags::default(),
-                limits: Default::default(),
-                steps: vec![],
-                forked_from: None,
-            },
-        )
-        .unwrap();
+        let (mut writer, record) = new_thread(&home, hash, steps as u32);
         let ctx = RunContext {
             runtime: &runtime,
             home: &home,
@@ -224,20 +212,7 @@ async fn concurrency(n: usize) -> Value {
     let mut tasks = Vec::with_capacity(n);
     let mut controls = Vec::with_capacity(n);
     for _ in 0..n {
-        let (mut writer, record) = threads::create(
-            &home,
-            NewThread {
-                name: "solve-issue".into(),
-                hash,
-                prompt: "Fix the crash".into(),
-                max_rounds: 10,
-                agents: AgentFlags::default(),
-                limits: Default::default(),
-                steps: vec![],
-                forked_from: None,
-            },
-        )
-        .unwrap();
+        let (mut writer, record) = new_thread(&home, hash, 10);
         let control = Arc::new(ThreadControl::default());
         controls.push(control.clone());
         let (runtime, home, bundle, agents, limits) =
@@ -278,6 +253,24 @@ async fn concurrency(n: usize) -> Value {
         "rss_kib": rss_after, "peak_rss_kib": peak,
         "rss_per_thread_kib": (rss_after.saturating_sub(rss_before)) as f64 / n as f64,
     })
+}
+
+/// A new thread of solve-issue on the bench prompt, taking at most `max_rounds` steps.
+fn new_thread(home: &Home, hash: BundleHash, max_rounds: u32) -> (ThreadWriter, ThreadRecord) {
+    threads::create(
+        home,
+        NewThread {
+            name: "solve-issue".into(),
+            hash,
+            prompt: "Fix the crash".into(),
+            max_rounds,
+            agents: AgentFlags::default(),
+            limits: Default::default(),
+            steps: vec![],
+            forked_from: None,
+        },
+    )
+    .unwrap()
 }
 
 fn status_kib(field: &str) -> u64 {
