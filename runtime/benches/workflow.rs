@@ -34,9 +34,16 @@ reviewer: "Not yet\n{\"approved\": false, \"comments\": [\"Handle the empty-inpu
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `UNCAGED_BENCH_THREADS=N` measures only one worker holding N threads.
+    let only_threads: Option<usize> =
+        std::env::var("UNCAGED_BENCH_THREADS").ok().and_then(|n| n.parse().ok());
     uncaged_workflow::worker::raise_open_files_limit();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
+        if let Some(n) = only_threads {
+            emit(concurrency(n).await);
+            return;
+        }
         let sizes: &[usize] = if quick { &[10] } else { &[10, 100, 1000] };
         for &steps in sizes {
             let repeat = if steps >= 1000 { 3 } else { 7 };
@@ -208,6 +215,7 @@ async fn concurrency(n: usize) -> Value {
     let flags = AgentFlags { default: Some("bench".into()), ..Default::default() };
     let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
     let rss_before = rss_kib();
+    let maps_before = memory_maps();
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(n);
     let mut controls = Vec::with_capacity(n);
@@ -243,6 +251,7 @@ async fn concurrency(n: usize) -> Value {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let rss_after = rss_kib();
+    let maps_after = memory_maps();
     let peak = peak_rss_kib();
     for task in &tasks {
         task.abort();
@@ -252,6 +261,7 @@ async fn concurrency(n: usize) -> Value {
         "start_seconds": elapsed, "threads_per_second": n as f64 / elapsed,
         "rss_kib": rss_after, "peak_rss_kib": peak,
         "rss_per_thread_kib": (rss_after.saturating_sub(rss_before)) as f64 / n as f64,
+        "memory_maps": maps_after, "memory_maps_per_thread": (maps_after.saturating_sub(maps_before)) as f64 / n as f64,
     })
 }
 
@@ -281,6 +291,11 @@ fn status_kib(field: &str) -> u64 {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// Mappings of this process: the kernel caps them at `vm.max_map_count`.
+fn memory_maps() -> usize {
+    std::fs::read_to_string("/proc/self/maps").map(|m| m.lines().count()).unwrap_or(0)
 }
 
 fn rss_kib() -> u64 {
