@@ -168,8 +168,7 @@ impl ThreadState {
 
     /// Traps the guest because it exceeded a limit; the reason goes to the end record.
     pub fn exceed(&mut self, reason: String) -> wasmtime::Error {
-        self.limiter.exceeded = Some(reason.clone());
-        wasmtime::Error::msg(reason)
+        self.limiter.refuse(reason)
     }
 
     /// Checks a string crossing the boundary against the `string` limit.
@@ -192,14 +191,21 @@ pub struct Limiter {
     exceeded: Option<String>,
 }
 
+impl Limiter {
+    /// Remembers `reason` as the limit hit, for the end record, and makes the trap of it.
+    fn refuse(&mut self, reason: String) -> wasmtime::Error {
+        self.exceeded = Some(reason.clone());
+        wasmtime::Error::msg(reason)
+    }
+}
+
 impl ResourceLimiter for Limiter {
     /// The pooling allocator refused growth within the limit (its slot is smaller): trap
     /// with the reason rather than let the guest see an allocation failure and abort.
     fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
         let reason =
             format!("limit exceeded: the bundle's memory could not grow: {error} (limits.memory)");
-        self.exceeded = Some(reason.clone());
-        Err(wasmtime::Error::msg(reason))
+        Err(self.refuse(reason))
     }
 
     fn memory_growing(
@@ -214,8 +220,7 @@ impl ResourceLimiter for Limiter {
                 Size(desired),
                 Size(self.limits.memory_bytes)
             );
-            self.exceeded = Some(reason.clone());
-            return Err(wasmtime::Error::msg(reason));
+            return Err(self.refuse(reason));
         }
         Ok(true)
     }
@@ -231,8 +236,7 @@ impl ResourceLimiter for Limiter {
                 "limit exceeded: the bundle tried to grow a table to {desired} elements, over the limit ({}; limits.table-elements)",
                 self.limits.table_elements
             );
-            self.exceeded = Some(reason.clone());
-            return Err(wasmtime::Error::msg(reason));
+            return Err(self.refuse(reason));
         }
         Ok(true)
     }

@@ -70,8 +70,11 @@ pub fn start_new(
     limits: BTreeMap<String, String>,
 ) -> Result<(ThreadWriter, ThreadRecord)> {
     let catalog = crate::catalog::Catalog::new(home);
-    let entry = catalog.entry(name)?;
-    catalog.store().load(&catalog.registry().load()?, name, entry.hash)?;
+    // One read of the registry serves both the name and the bundle's integrity record.
+    let registry = catalog.registry().load()?;
+    let entry =
+        registry.workflows.get(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))?;
+    catalog.store().load(&registry, name, entry.hash)?;
     let descriptor = catalog.store().descriptor(entry.hash)?;
     AgentSet::resolve(&Config::load(&home.config_file())?, &agents, &descriptor)?;
     let max_rounds = self::max_rounds(home, max_rounds, descriptor.max_rounds, &limits)?;

@@ -3,22 +3,11 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
-use crate::{Env, artifacts, read_jsonl, roles};
-
-/// Polls `check` until it holds (30 s at most: a bound for a hung test, not a timing claim).
-fn wait_until(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check()? {
-        ensure!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
+use crate::{Env, artifacts, read_jsonl, roles, wait_until};
 
 /// An agent that logs `start <n>` / `done <n>` (n = steps before the call) to `calls.log`,
 /// sleeps `delay` seconds and answers for solve-issue: the reviewer approves on its second
@@ -312,15 +301,12 @@ fn crash_and_resume(crash: Option<&str>, kill_during_call: Option<usize>) -> Res
     let expected = steps_of(&data_file(&env, &hash, &reference))?;
     std::fs::remove_file(env.dir.path().join("calls.log"))?;
 
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"));
-    command.args(["run", "solve-issue", "-p", "c", "--agent", &agent, "--detach"]);
-    command.env("UNCAGED_WORKFLOW_HOME", env.home());
-    if let Some(crash) = crash {
-        command.env("UNCAGED_WORKFLOW_CRASH_AT", crash);
-    }
-    let out = command.output()?;
-    ensure!(out.status.success(), "{out:?}");
-    let thread = String::from_utf8(out.stdout)?.trim().to_string();
+    let vars: Vec<(&str, &str)> =
+        crash.map(|c| ("UNCAGED_WORKFLOW_CRASH_AT", c)).into_iter().collect();
+    let out =
+        env.run_with(&["run", "solve-issue", "-p", "c", "--agent", &agent, "--detach"], &vars)?;
+    ensure!(out.code == 0, "{out:?}");
+    let thread = out.stdout.trim().to_string();
     if let Some(n) = kill_during_call {
         wait_until("the agent call is in flight", || {
             Ok(calls_log(&env)?.iter().filter(|l| l.starts_with("start")).count() == n)

@@ -120,20 +120,6 @@ fn config(env: &Env, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// Runs the binary with the API key in its environment (workers it starts inherit it).
-fn run_with_key(env: &Env, args: &[&str]) -> Result<crate::Run> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
-        .args(args)
-        .env("UNCAGED_WORKFLOW_HOME", env.home())
-        .env("UNCAGED_TEST_KEY", KEY)
-        .output()?;
-    Ok(crate::Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8(out.stdout)?,
-        stderr: String::from_utf8(out.stderr)?,
-    })
-}
-
 /// Every file under the home, as text (lossy), for leak checks.
 fn all_home_text(env: &Env) -> Result<String> {
     let mut text = String::new();
@@ -163,7 +149,8 @@ fn openai_agent_answers_every_role_and_the_key_stays_out_of_files() -> Result<()
             llm.base_url
         ),
     )?;
-    let run = run_with_key(&env, &["run", "solve-issue", "-p", "Fix the crash"])?;
+    let run =
+        env.run_with(&["run", "solve-issue", "-p", "Fix the crash"], &[("UNCAGED_TEST_KEY", KEY)])?;
     assert_eq!(run.code, 0, "{run:?}");
     let lines = env.thread_lines(&hash, &thread_id_of(&run.stdout)?)?;
     assert_eq!(roles(&lines), ["planner", "developer", "reviewer"]);

@@ -42,10 +42,17 @@ impl Env {
 
     /// Runs the binary with `args`, whatever its exit code.
     pub fn run(&self, args: &[&str]) -> Result<Run> {
+        self.run_with(args, &[])
+    }
+
+    /// Runs the binary with `args` and extra environment variables (which a worker it starts
+    /// inherits), whatever its exit code.
+    pub fn run_with(&self, args: &[&str], vars: &[(&str, &str)]) -> Result<Run> {
         let output: Output = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
             .args(args)
             .env("UNCAGED_WORKFLOW_HOME", self.home())
             .env_remove("RUST_LOG")
+            .envs(vars.iter().copied())
             .current_dir(self.dir.path())
             .output()
             .context("failed to start uncaged-workflow")?;
@@ -120,6 +127,16 @@ impl Env {
         let path = self.home().join("logs").join(hash).join(format!("{thread}.data.jsonl"));
         read_jsonl(&path)
     }
+}
+
+/// Polls `check` until it holds (60 s at most: a bound for a hung test, not a timing claim).
+pub fn wait_until(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !check()? {
+        ensure!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 pub fn read_jsonl(path: &Path) -> Result<Vec<Value>> {

@@ -2,27 +2,17 @@
 //! the test says, the worker survives, and a sibling thread in the same worker completes.
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 
-use crate::{Env, artifacts, read_jsonl};
+use crate::{Env, artifacts, read_jsonl, wait_until};
 
 /// The outcome of one attack.
 struct Outcome {
     end: Value,
     steps: Vec<Value>,
     info: String,
-}
-
-fn wait_until(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !check()? {
-        ensure!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }
 
 /// Runs the adversary with `prompt` (and `--limit`s) while a sibling thread of the same
@@ -61,13 +51,8 @@ fn attack(prompt: &str, limits: &[&str], env_vars: &[(&str, &str)]) -> Result<(E
     for limit in limits {
         args.extend(["--limit", limit]);
     }
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"));
-    command.args(&args).env("UNCAGED_WORKFLOW_HOME", env.home());
-    for (key, value) in env_vars {
-        command.env(key, value);
-    }
-    let out = command.output()?;
-    let stdout = String::from_utf8(out.stdout)?;
+    let out = env.run_with(&args, env_vars)?;
+    let stdout = out.stdout;
     let lines: Vec<Value> =
         stdout.lines().map(serde_json::from_str).collect::<Result<_, _>>().context("run --json")?;
     ensure!(
@@ -81,7 +66,7 @@ fn attack(prompt: &str, limits: &[&str], env_vars: &[(&str, &str)]) -> Result<(E
     let info =
         std::fs::read_to_string(env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
     ensure!(
-        out.status.code() == end["returnCode"].as_i64().map(|c| c as i32),
+        Some(out.code) == end["returnCode"].as_i64().map(|c| c as i32),
         "exit code is the return code"
     );
 
