@@ -23,6 +23,8 @@ VENV = TARGET / "bench-venv"
 PYTHON = VENV / "bin" / "python"
 LANGGRAPH = ["langgraph==1.2.22", "langgraph-checkpoint-sqlite"]
 SIZES = [10, 100, 1000]
+CONCURRENCY = [100, 1000, 10_000]
+CONCURRENCY_CEILING = 20_000
 SCRIPT = ROOT / "runtime" / "benches" / "langgraph" / "solve_issue.py"
 ANSWERS = """planner: "Plan: fix it\\n{\\"steps\\": [\\"Reproduce the bug\\", \\"Fix the parser\\", \\"Run the tests\\"]}"
 developer: "Done: fixed it\\n{\\"summary\\": \\"Fixed the off-by-one in the parser\\"}"
@@ -114,6 +116,38 @@ def whole_process(runs=10):
     return ours, peer
 
 
+def concurrency(n):
+    """One worker's runtime holding n waiting threads, in a process of its own."""
+    env = dict(os.environ, UNCAGED_BENCH_THREADS=str(n))
+    out = sh("cargo", "bench", "-q", "-p", "uncaged-workflow", "--bench", "workflow",
+             capture_output=True, text=True, env=env).stdout
+    return next(json.loads(l) for l in out.splitlines() if l.startswith("{"))
+
+
+def concurrency_runs():
+    """The issue's N, then upwards in steps of 2,000 until a run fails, then halving the gap
+    down to 500 threads: the largest N that works here."""
+    runs = {n: concurrency(n) for n in CONCURRENCY}
+    good = max((n for n, r in runs.items() if not r.get("error")), default=None)
+    bad = min((n for n, r in runs.items() if r.get("error")), default=None)
+    while good is not None and bad is None and good < CONCURRENCY_CEILING:
+        n = good + 2000
+        runs[n] = concurrency(n)
+        good, bad = (good, n) if runs[n].get("error") else (n, None)
+    while good is not None and bad is not None and bad - good > 500:
+        n = (good + bad) // 2 // 100 * 100
+        runs[n] = concurrency(n)
+        good, bad = (good, n) if runs[n].get("error") else (n, bad)
+    return runs
+
+
+def max_map_count():
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except OSError:
+        return None
+
+
 def main():
     sh("rustup", "target", "add", "wasm32-wasip2")
     if not PYTHON.exists():
@@ -192,13 +226,24 @@ def main():
               f"| python + LangGraph | {fmt_us(p[0])} | {fmt_us(p[1])} – {fmt_us(p[2])} |",
               f"| ratio | {p[0] / o[0]:.1f}× faster | |", ""]
 
+    conc = concurrency_runs()
+    maps_limit = max_map_count()
     lines += ["## Concurrency: one worker, N threads waiting on a slow agent", "",
-              "| N | started in | threads/s | RSS | RSS per thread | peak RSS | note |", "|---|---|---|---|---|---|---|"]
-    conc = {r["threads"]: r for r in results if r.get("bench") == "concurrency"}
+              "Each N in a fresh process. Mappings are the process's memory mappings, which the kernel",
+              f"caps at `vm.max_map_count` ({maps_limit} here). Past the issue's 10,000, N grows by 2,000",
+              "until a run fails, then the gap is halved, to find the largest N that works on this machine.", "",
+              "| N | started in | threads/s | RSS | RSS per thread | mappings | allocator | note |",
+              "|---|---|---|---|---|---|---|---|"]
     for n, r in sorted(conc.items()):
-        note = r.get("error") or ""
+        note = (r.get("error") or "").replace("|", "/")
         lines.append(f"| {n} | {r['start_seconds']:.2f} s | {r['threads_per_second']:.0f} | {r['rss_kib'] / 1024:.0f} MiB | "
-                     f"{r['rss_per_thread_kib']:.0f} KiB | {r['peak_rss_kib'] / 1024:.0f} MiB | {note} |")
+                     f"{r['rss_per_thread_kib']:.0f} KiB | {r['memory_maps']} ({r['memory_maps_per_thread']:.1f} a thread) | "
+                     f"{r['allocator']} | {note} |")
+    works = [n for n, r in conc.items() if not r.get("error")]
+    if works:
+        lines.append("")
+        lines.append(f"Largest N that worked: **{max(works)}**"
+                     + ("" if len(works) < len(conc) else f" (not probed past {max(works)})") + ".")
     lines.append("")
 
     lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]

@@ -50,7 +50,8 @@ impl Descriptor {
             }
             let schema: serde_json::Value = serde_json::from_str(&role.schema)
                 .map_err(|e| format!("role `{}` has a schema that is not JSON: {e}", role.name))?;
-            jsonschema::validator_for(&schema)
+            // Compiled into the process's cache: the threads' extractions reuse it.
+            crate::extract::compile(&role.schema)
                 .map_err(|e| format!("role `{}` has an invalid JSON Schema: {e}", role.name))?;
             roles.push(RoleSpec {
                 name: role.name,

@@ -31,6 +31,18 @@ pub struct Runtime {
     linker: Arc<Linker<ThreadState>>,
     home: Home,
     engine_key: String,
+    allocator: Allocator,
+}
+
+/// How a runtime allocates instances (reported by workers and benchmarks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allocator {
+    /// Each instance maps its own memory, tables and fiber stack.
+    OnDemand,
+    /// Instances come from pools reserved up front for this many threads.
+    Pooling { threads: u32 },
+    /// Pooling was asked for but the pool could not be reserved (why), so on demand.
+    OnDemandFallback(String),
 }
 
 /// Where a compiled bundle came from.
@@ -46,7 +58,7 @@ impl Runtime {
     /// Builds an engine that allocates instances on demand (for commands that run at most one
     /// thread), its linker, and the epoch ticker that bounds guest CPU time.
     pub fn new(home: &Home) -> Result<Self> {
-        Self::with_config(home, base_config())
+        Self::with_config(home, base_config(), Allocator::OnDemand)
     }
 
     /// Builds an engine for a worker: instances come from a pooling allocator sized for
@@ -58,7 +70,9 @@ impl Runtime {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(threads + POOL_SLACK)
             .total_core_instances((threads + POOL_SLACK).saturating_mul(CORE_INSTANCES_PER_THREAD))
-            .total_memories((threads + POOL_SLACK).saturating_mul(MEMORIES_PER_THREAD))
+            .total_memories(
+                (threads + POOL_SLACK).saturating_mul(MEMORIES_PER_THREAD).min(MAX_MEMORY_SLOTS),
+            )
             .total_tables((threads + POOL_SLACK).saturating_mul(TABLES_PER_THREAD))
             .total_stacks(threads + POOL_SLACK)
             .max_core_instances_per_component(64)
@@ -68,18 +82,18 @@ impl Runtime {
             .table_elements(limits.table_elements);
         let mut config = base_config();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        match Self::with_config(home, config) {
+        match Self::with_config(home, config, Allocator::Pooling { threads }) {
             Ok(runtime) => Ok(runtime),
             Err(e) => {
                 // A machine that cannot reserve the pool still runs threads, one allocation
                 // at a time.
                 tracing::warn!("pooling allocator unavailable ({e}); allocating on demand");
-                Self::new(home)
+                Self::with_config(home, base_config(), Allocator::OnDemandFallback(e.to_string()))
             }
         }
     }
 
-    fn with_config(home: &Home, config: Config) -> Result<Self> {
+    fn with_config(home: &Home, config: Config, allocator: Allocator) -> Result<Self> {
         let engine = Engine::new(&config).map_err(|e| internal("create the wasmtime engine", e))?;
 
         let mut linker = Linker::new(&engine);
@@ -103,7 +117,12 @@ impl Runtime {
         let mut hasher = twox_hash::XxHash64::with_seed(0);
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let engine_key = BundleHash::from_value(hasher.finish()).to_string();
-        Ok(Runtime { engine, linker: Arc::new(linker), home: home.clone(), engine_key })
+        Ok(Runtime { engine, linker: Arc::new(linker), home: home.clone(), engine_key, allocator })
+    }
+
+    /// How this runtime allocates instances.
+    pub fn allocator(&self) -> &Allocator {
+        &self.allocator
     }
 
     /// The wasmtime engine.
@@ -223,6 +242,14 @@ const POOL_SLACK: u32 = 8;
 const CORE_INSTANCES_PER_THREAD: u32 = 16;
 const MEMORIES_PER_THREAD: u32 = 4;
 const TABLES_PER_THREAD: u32 = 8;
+/// Each linear-memory slot reserves 4 GiB of address space plus a 32 MiB guard (what lets
+/// compiled code skip bounds checks), and x86-64 gives a process 128 TiB: the pool takes at
+/// most half of that. Sized at four memories a thread for every thread, a worker allowed
+/// 10,000 threads would ask for 160 TiB, fail to reserve its pool and fall back to allocating
+/// on demand, which costs more kernel mappings per thread than the pool. Capped, a
+/// one-memory bundle (Rust) gets its 10,000 threads and a bundle with several memories runs
+/// out of slots (a clear "pool exhausted" error) before it runs out of address space.
+const MAX_MEMORY_SLOTS: u32 = 16_384;
 
 /// Compiles a component, turning wasmtime's errors into what a user can act on.
 fn compile(engine: &Engine, bytes: &[u8], path: &Path) -> Result<Component> {

@@ -7,6 +7,7 @@
 //! validates or its retries are spent.
 
 use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use serde_json::{Value, json};
 
@@ -28,17 +29,10 @@ pub enum ExtractFailure {
     Unavailable(String),
 }
 
-/// Compiled schemas by their text, so a role's schema is compiled once per thread.
-#[derive(Default)]
-pub struct Extractor {
-    validators: HashMap<String, jsonschema::Validator>,
-}
-
-impl std::fmt::Debug for Extractor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Extractor").field("schemas", &self.validators.len()).finish()
-    }
-}
+/// Finds schema-valid JSON in agents' answers. Compiled schemas live in a process-wide cache
+/// (see [`compile`]), so extractors are free to create, one per thread.
+#[derive(Debug, Default)]
+pub struct Extractor;
 
 /// How many `{` positions from the end are tried when looking for the last JSON object.
 const MAX_OBJECT_STARTS: usize = 64;
@@ -47,12 +41,12 @@ impl Extractor {
     /// Extracts a value valid against `schema` (JSON text) from `content`. `preferred` is a
     /// meta the agent supplied itself, tried first.
     pub fn extract(
-        &mut self,
+        &self,
         schema: &str,
         content: &str,
         preferred: Option<&Value>,
     ) -> Result<Value, ExtractFailure> {
-        let validator = self.validator(schema)?;
+        let validator = compile(schema).map_err(ExtractFailure::InvalidSchema)?;
         let mut first_mismatch = None;
         let candidates = preferred.cloned().into_iter().chain(candidates(content));
         for candidate in candidates {
@@ -73,17 +67,36 @@ impl Extractor {
         }
         Err(first_mismatch.map_or(ExtractFailure::NoJson, ExtractFailure::SchemaMismatch))
     }
+}
 
-    fn validator(&mut self, schema: &str) -> Result<&jsonschema::Validator, ExtractFailure> {
-        if !self.validators.contains_key(schema) {
-            let value: Value = serde_json::from_str(schema)
-                .map_err(|e| ExtractFailure::InvalidSchema(e.to_string()))?;
-            let validator = jsonschema::validator_for(&value)
-                .map_err(|e| ExtractFailure::InvalidSchema(e.to_string()))?;
-            self.validators.insert(schema.to_string(), validator);
-        }
-        Ok(&self.validators[schema])
+/// Compiled schemas by their text, shared by every thread of the process: a worker's threads
+/// run one bundle whose roles use the same few schemas, and compiling one costs more than a
+/// whole step. Bounded, because the schemas come from untrusted guests.
+static COMPILED: LazyLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> =
+    LazyLock::new(Mutex::default);
+const MAX_COMPILED: usize = 256;
+
+/// The validator of `schema` (JSON Schema as JSON text), compiled once per process. The
+/// error says why the text is not JSON or not a valid schema.
+pub fn compile(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
+    let cached = COMPILED.lock().unwrap_or_else(|p| p.into_inner()).get(schema).cloned();
+    if let Some(validator) = cached {
+        return Ok(validator);
     }
+    let value: Value = serde_json::from_str(schema).map_err(|e| e.to_string())?;
+    let validator = Arc::new(jsonschema::validator_for(&value).map_err(|e| e.to_string())?);
+    let mut compiled = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    if compiled.len() >= MAX_COMPILED {
+        compiled.clear();
+    }
+    compiled.insert(schema.to_string(), validator.clone());
+    Ok(validator)
+}
+
+/// Compiles the JSON Schema meta-schema, which checking any schema needs first and which
+/// costs milliseconds: a worker does it on a spare core while its engine starts.
+pub fn precompile_meta_schema() {
+    let _ = jsonschema::draft202012::meta::is_valid(&Value::Bool(true));
 }
 
 /// An OpenAI-compatible model that extracts what the agent's text does not hold as JSON.
@@ -106,7 +119,7 @@ impl LlmExtractor {
     /// with `local` and feeding the errors back.
     pub async fn extract(
         &self,
-        local: &mut Extractor,
+        local: &Extractor,
         schema: &str,
         prompt: &str,
         content: &str,

@@ -190,7 +190,7 @@ impl host::Host for ThreadState {
                             "no valid meta in the answer; asking the LLM extractor",
                         );
                         llm.extract(
-                            &mut self.host.extractor,
+                            &self.host.extractor,
                             &request.schema,
                             &request.prompt,
                             &request.content,

@@ -170,8 +170,17 @@ pub async fn connect_or_spawn(home: &Home, hash: BundleHash) -> Result<Connectio
             return Ok(connection);
         }
         if !spawned && lock_is_free(&lock_path(home, hash))? {
-            spawn_worker(home, hash)?;
+            let announced = spawn_worker(home, hash)?;
             spawned = true;
+            // Wait for the worker's "ready" line (or for its exit, when another worker won the
+            // lock) rather than polling the socket: start-up is on every cold `run`'s path.
+            let wait = tokio::task::spawn_blocking(move || {
+                let mut line = String::new();
+                std::io::BufRead::read_line(&mut std::io::BufReader::new(announced), &mut line)
+            });
+            let _ = tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), wait)
+                .await;
+            continue;
         }
         if Instant::now() > deadline {
             return Err(Error::Host(format!(
@@ -185,8 +194,9 @@ pub async fn connect_or_spawn(home: &Home, hash: BundleHash) -> Result<Connectio
 }
 
 /// Starts `uncaged-workflow worker <HASH>` in the background, in its own process group so a
-/// Ctrl-C in the terminal that started it does not reach the threads it runs.
-fn spawn_worker(home: &Home, hash: BundleHash) -> Result<()> {
+/// Ctrl-C in the terminal that started it does not reach the threads it runs. Returns the
+/// worker's stdout, on which it announces that its socket accepts connections.
+fn spawn_worker(home: &Home, hash: BundleHash) -> Result<std::process::ChildStdout> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()
         .map_err(Error::io("locate the running executable", "uncaged-workflow"))?;
@@ -196,18 +206,18 @@ fn spawn_worker(home: &Home, hash: BundleHash) -> Result<()> {
         .append(true)
         .open(&log_file)
         .map_err(Error::io("open worker log", &log_file))?;
-    std::process::Command::new(exe)
+    let mut child = std::process::Command::new(exe)
         .arg("--home")
         .arg(home.root())
         // Its log file gets the info level: cache hits, threads taken, exits.
         .args(["-v", "worker", &hash.to_string()])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(log)
         .process_group(0)
         .spawn()
         .map_err(Error::io("start a worker process for", &log_file))?;
-    Ok(())
+    Ok(child.stdout.take().expect("stdout is piped"))
 }
 
 /// Is nobody holding the lock at `path`?

@@ -74,6 +74,7 @@ impl Drop for ConnectionGuard {
 /// Serves bundle `hash` until no thread is left. Returns at once if another worker is live.
 pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
     raise_open_files_limit();
+    std::thread::spawn(crate::extract::precompile_meta_schema);
     crate::durable::create_dir(&home.run_dir())?;
     let lock_file = ipc::lock_path(&home, hash);
     let lock = std::fs::OpenOptions::new()
@@ -95,6 +96,7 @@ pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
     let _ = std::fs::remove_file(&socket);
     let mut listener = UnixListener::bind(&socket).map_err(Error::io("listen on", &socket))?;
     tracing::info!("worker {} serving {hash}", std::process::id());
+    announce_ready();
 
     let worker = Arc::new(Worker {
         runtime: Runtime::for_worker(&home, &worker_limits(&home)?)?,
@@ -150,6 +152,15 @@ pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
             return Ok(());
         }
     }
+}
+
+/// Tells whoever started this worker that its socket accepts connections: one line on
+/// stdout, which `run` and friends read through a pipe instead of polling the socket.
+fn announce_ready() {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    // The starter may be gone already; nothing else is ever written here.
+    let _ = writeln!(out, "ready {}", std::process::id()).and_then(|()| out.flush());
 }
 
 /// Raises the soft limit of open files to the hard one: each running thread holds three
