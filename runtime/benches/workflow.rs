@@ -146,7 +146,7 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
             AppendFile::open(&home.root().join(format!("{run}.data.jsonl")), true).unwrap();
         data.append(br#"{"start": true}"#).unwrap();
         let mut journal = Journal::open(&home.root().join(format!("{run}.calls.jsonl"))).unwrap();
-        let mut extractor = Extractor::default();
+        let extractor = Extractor;
         let mut recorded: Vec<StepRecord> = Vec::new();
         while recorded.len() < steps {
             let role = match recorded.last().map(|s| s.role.as_str()) {

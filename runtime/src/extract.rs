@@ -250,7 +250,7 @@ mod tests {
         r#"{"type":"object","required":["approved"],"properties":{"approved":{"type":"boolean"}}}"#;
 
     fn extract(text: &str) -> Result<Value, ExtractFailure> {
-        Extractor::default().extract(SCHEMA, text, None)
+        Extractor.extract(SCHEMA, text, None)
     }
 
     #[test]
@@ -272,15 +272,14 @@ mod tests {
             Err(ExtractFailure::SchemaMismatch(msg)) => assert!(msg.contains("approved"), "{msg}"),
             other => panic!("{other:?}"),
         }
-        let bad = Extractor::default().extract("{\"type\": 12}", "{}", None);
+        let bad = Extractor.extract("{\"type\": 12}", "{}", None);
         assert!(matches!(bad, Err(ExtractFailure::InvalidSchema(_))), "{bad:?}");
     }
 
     #[test]
     fn agent_supplied_meta_is_tried_first() {
         let meta = json!({"approved": true});
-        let got =
-            Extractor::default().extract(SCHEMA, "{\"approved\": false}", Some(&meta)).unwrap();
+        let got = Extractor.extract(SCHEMA, "{\"approved\": false}", Some(&meta)).unwrap();
         assert_eq!(got, meta);
     }
 }

@@ -63,7 +63,7 @@ impl HostContext {
         HostContext {
             thread_id,
             agents: Some(agents),
-            extractor: Extractor::default(),
+            extractor: Extractor,
             info,
             agent_meta: None,
             journal,
@@ -78,7 +78,7 @@ impl HostContext {
         HostContext {
             thread_id: String::new(),
             agents: None,
-            extractor: Extractor::default(),
+            extractor: Extractor,
             info: InfoLog::tracing(),
             agent_meta: None,
             journal: Journal::disabled(),
