@@ -141,6 +141,15 @@ def concurrency_runs():
     return runs
 
 
+def allocator(debug):
+    """The bench prints the runtime's `Allocator` as Rust's Debug; the table wants a word."""
+    if debug.startswith("Pooling"):
+        return "pooling"
+    if debug.startswith("OnDemandFallback"):
+        return "on demand (pool refused: " + debug.split("(", 1)[1].rstrip(")").strip('"') + ")"
+    return "on demand"
+
+
 def max_map_count():
     try:
         return int(Path("/proc/sys/vm/max_map_count").read_text())
@@ -230,19 +239,21 @@ def main():
     maps_limit = max_map_count()
     lines += ["## Concurrency: one worker, N threads waiting on a slow agent", "",
               "Each N in a fresh process. Mappings are the process's memory mappings, which the kernel",
-              f"caps at `vm.max_map_count` ({maps_limit} here). Past the issue's 10,000, N grows by 2,000",
-              "until a run fails, then the gap is halved, to find the largest N that works on this machine.", "",
+              f"caps at `vm.max_map_count` ({maps_limit} here); in brackets, a thread's share: the mappings",
+              "the pool reserves for its fiber stack up front + those its live instance adds. Past the",
+              "issue's 10,000, N grows by 2,000 until a run fails, then the gap is halved, to find the largest N that works on this machine.", "",
               "| N | started in | threads/s | RSS | RSS per thread | mappings | allocator | note |",
               "|---|---|---|---|---|---|---|---|"]
     for n, r in sorted(conc.items()):
         note = (r.get("error") or "").replace("|", "/")
-        lines.append(f"| {n} | {r['start_seconds']:.2f} s | {r['threads_per_second']:.0f} | {r['rss_kib'] / 1024:.0f} MiB | "
-                     f"{r['rss_per_thread_kib']:.0f} KiB | {r['memory_maps']} ({r['memory_maps_per_thread']:.1f} a thread) | "
-                     f"{r['allocator']} | {note} |")
+        lines.append(f"| {n:,} | {r['start_seconds']:.2f} s | {r['threads_per_second']:.0f} | {r['rss_kib'] / 1024:.0f} MiB | "
+                     f"{r['rss_per_thread_kib']:.0f} KiB | {r['memory_maps']:,} "
+                     f"({r.get('memory_maps_pool_per_thread', 0):.1f} + {r['memory_maps_per_thread']:.1f}) | "
+                     f"{allocator(r['allocator'])} | {note} |")
     works = [n for n, r in conc.items() if not r.get("error")]
     if works:
         lines.append("")
-        lines.append(f"Largest N that worked: **{max(works)}**"
+        lines.append(f"Largest N that worked: **{max(works):,}**"
                      + ("" if len(works) < len(conc) else f" (not probed past {max(works)})") + ".")
     lines.append("")
 

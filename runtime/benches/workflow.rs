@@ -200,6 +200,9 @@ async fn concurrency(n: usize) -> Value {
     let dir = memory_dir();
     let home = Home::new(dir.path().join("home"));
     let limits = Limits { max_threads: n, ..Limits::default() };
+    // The pooling allocator reserves every slot's fiber stack up front: count those mappings
+    // apart from the ones each live instance adds.
+    let maps_at_start = memory_maps();
     let runtime = match Runtime::for_worker(&home, &limits) {
         Ok(runtime) => runtime,
         Err(e) => return json!({"bench": "concurrency", "threads": n, "error": e.to_string()}),
@@ -234,7 +237,10 @@ async fn concurrency(n: usize) -> Value {
         if let Some(i) = tasks.iter().position(|t| t.is_finished()) {
             let ended = tasks.swap_remove(i).await;
             failed = Some(match ended {
-                Ok(Ok(outcome)) => format!("a thread ended early: {outcome:?}"),
+                Ok(Ok(RunOutcome::Ended(end))) => {
+                    format!("a thread ended early: {}", end.end.summary)
+                }
+                Ok(Ok(outcome)) => format!("a thread stopped early: {outcome:?}"),
                 Ok(Err(e)) => format!("a thread failed: {e}"),
                 Err(e) => format!("a thread panicked: {e}"),
             });
@@ -259,7 +265,9 @@ async fn concurrency(n: usize) -> Value {
         "start_seconds": elapsed, "threads_per_second": n as f64 / elapsed,
         "rss_kib": rss_after, "peak_rss_kib": peak,
         "rss_per_thread_kib": (rss_after.saturating_sub(rss_before)) as f64 / n as f64,
-        "memory_maps": maps_after, "memory_maps_per_thread": (maps_after.saturating_sub(maps_before)) as f64 / n as f64,
+        "memory_maps": maps_after,
+        "memory_maps_pool_per_thread": (maps_before.saturating_sub(maps_at_start)) as f64 / n as f64,
+        "memory_maps_per_thread": (maps_after.saturating_sub(maps_before)) as f64 / n as f64,
     })
 }
 

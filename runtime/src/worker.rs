@@ -163,8 +163,9 @@ fn announce_ready() {
     let _ = writeln!(out, "ready {}", std::process::id()).and_then(|()| out.flush());
 }
 
-/// Raises the soft limit of open files to the hard one: each running thread holds three
-/// files open, and the usual soft limit (1,024) would cap a worker at a few hundred threads.
+/// Raises the soft limit of open files to the hard one: each running thread holds its data
+/// file open (its lock says the thread runs), and the usual soft limit (1,024) would cap a
+/// worker below a thousand threads.
 pub fn raise_open_files_limit() {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);

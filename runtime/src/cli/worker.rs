@@ -6,6 +6,9 @@ use super::GlobalOptions;
 use crate::ids::BundleHash;
 
 /// Serve a bundle's threads until the last one ends (started by `run`; not for direct use).
+///
+/// Once its socket is bound the worker prints `ready <pid>` on stdout, the one line it ever
+/// writes there: the process that started it waits for that line instead of polling.
 #[derive(Debug, Parser)]
 pub struct WorkerCommand {
     /// The bundle
