@@ -68,6 +68,13 @@ impl AppendFile {
         Ok(AppendFile { file, durable })
     }
 
+    /// Opens a file that `open` has already checked and repaired, for more appends: one
+    /// `open` call, where `open` also inspects the file's tail.
+    pub fn reopen(path: &Path, durable: bool) -> Result<Self> {
+        let file = OpenOptions::new().append(true).open(path).map_err(Error::io("open", path))?;
+        Ok(AppendFile { file, durable })
+    }
+
     /// Takes an exclusive lock on the file, held until it is closed (or the process dies).
     pub fn lock(&self) -> std::io::Result<()> {
         self.file.lock()

@@ -87,6 +87,10 @@ pub struct Divergence {
 pub struct Journal {
     /// `None`: records are kept in memory only (instances that are not threads).
     path: Option<PathBuf>,
+    /// The journal file, kept open from one record to the next while the thread runs and
+    /// closed before it waits (see `release`), so that thousands of waiting threads hold no
+    /// descriptor for it and a running one does not reopen it for every call.
+    file: Option<AppendFile>,
     recorded: HashMap<(usize, usize), CallRecord>,
     step: usize,
     seq: usize,
@@ -102,12 +106,12 @@ impl Journal {
             .collect();
         // Opening once now repairs a torn last line before anything is appended.
         AppendFile::open(path, true)?;
-        Ok(Journal { path: Some(path.to_path_buf()), recorded, step: 0, seq: 0 })
+        Ok(Journal { path: Some(path.to_path_buf()), file: None, recorded, step: 0, seq: 0 })
     }
 
     /// A journal that records nothing (instances that are not threads).
     pub fn disabled() -> Self {
-        Journal { path: None, recorded: HashMap::new(), step: 0, seq: 0 }
+        Journal { path: None, file: None, recorded: HashMap::new(), step: 0, seq: 0 }
     }
 
     /// The step being counted.
@@ -115,10 +119,18 @@ impl Journal {
         self.step
     }
 
-    /// Starts counting the calls of step `step` (0-based).
+    /// Starts counting the calls of step `step` (0-based). Between steps the thread may wait
+    /// (for a pause, for its turn), so the file is closed here too.
     pub fn begin_step(&mut self, step: usize) {
         self.step = step;
         self.seq = 0;
+        self.release();
+    }
+
+    /// Closes the journal file until the next record: called before the thread waits (on an
+    /// agent, on the LLM extractor) so that a waiting thread holds no descriptor for it.
+    pub fn release(&mut self) {
+        self.file = None;
     }
 
     /// Looks up the next call of the current step.
@@ -168,8 +180,12 @@ impl Journal {
         };
         if let Some(path) = &self.path {
             let line = serde_json::to_vec(&record).expect("call records serialize");
-            AppendFile::open(path, false)?
-                .append_synced(&line, durable)
+            let file = match &mut self.file {
+                Some(file) => file,
+                // `open` repaired a torn tail already.
+                None => self.file.insert(AppendFile::reopen(path, false)?),
+            };
+            file.append_synced(&line, durable)
                 .map_err(Error::io("append to call journal", path))?;
         }
         self.recorded.insert((record.step, record.seq), record);

@@ -302,9 +302,10 @@ pub struct InfoLine {
 
 /// A thread's debug log (`.info.jsonl`), shared by the host imports and the guest's
 /// stdout/stderr. Lines are buffered and appended at flush points — before each agent call, at
-/// each step, at the end — so a waiting thread holds no file open for it (a worker with
-/// thousands of threads would otherwise run out of file descriptors). Not fsynced: it is for
-/// diagnosis, and losing its tail in a crash is fine.
+/// each step, at the end. The file stays open while the thread runs and is closed before it
+/// waits (`release`), so a waiting thread holds no file open for it (a worker with thousands
+/// of threads would otherwise run out of file descriptors). Not fsynced: it is for diagnosis,
+/// and losing its tail in a crash is fine.
 #[derive(Debug, Clone)]
 pub struct InfoLog {
     /// `None`: entries go to `tracing` at debug level (instances that are not threads).
@@ -315,6 +316,8 @@ pub struct InfoLog {
 struct InfoBuffer {
     path: PathBuf,
     pending: Vec<u8>,
+    /// Open between flushes while the thread runs; `None` while it waits.
+    file: Option<std::fs::File>,
 }
 
 impl InfoBuffer {
@@ -322,13 +325,15 @@ impl InfoBuffer {
         if self.pending.is_empty() {
             return;
         }
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
-            .and_then(|mut file| std::io::Write::write_all(&mut file, &self.pending));
-        if let Err(e) = written {
-            tracing::warn!("cannot write thread debug log {}: {e}", self.path.display());
+        let file = match self.file.take() {
+            Some(file) => Ok(file),
+            None => std::fs::OpenOptions::new().create(true).append(true).open(&self.path),
+        };
+        match file
+            .and_then(|mut file| std::io::Write::write_all(&mut file, &self.pending).map(|()| file))
+        {
+            Ok(file) => self.file = Some(file),
+            Err(e) => tracing::warn!("cannot write thread debug log {}: {e}", self.path.display()),
         }
         self.pending.clear();
     }
@@ -348,7 +353,8 @@ impl InfoLog {
     pub fn open(home: &Home, hash: BundleHash, id: ThreadId) -> Result<Self> {
         durable::create_dir(&home.thread_dir(hash))?;
         let path = home.thread_info_file(hash, id);
-        Ok(InfoLog { buffer: Some(Arc::new(Mutex::new(InfoBuffer { path, pending: Vec::new() }))) })
+        let buffer = InfoBuffer { path, pending: Vec::new(), file: None };
+        Ok(InfoLog { buffer: Some(Arc::new(Mutex::new(buffer))) })
     }
 
     /// A log that forwards to `tracing`.
@@ -381,6 +387,16 @@ impl InfoLog {
     pub fn flush(&self) {
         if let Some(buffer) = &self.buffer {
             buffer.lock().unwrap_or_else(|p| p.into_inner()).flush();
+        }
+    }
+
+    /// Flushes and closes the file: the thread is about to wait, maybe long, and a worker's
+    /// thousands of waiting threads must not hold a descriptor each for their logs.
+    pub fn release(&self) {
+        if let Some(buffer) = &self.buffer {
+            let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
+            buffer.flush();
+            buffer.file = None;
         }
     }
 }

@@ -152,6 +152,56 @@ fn kill_stops_one_thread_and_its_agent_and_leaves_its_sibling() -> Result<()> {
     Ok(())
 }
 
+/// The files under the home a process holds open.
+fn open_files(pid: u64) -> Result<Vec<String>> {
+    let mut files = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        if let Ok(target) = std::fs::read_link(fd?.path()) {
+            files.push(target.display().to_string());
+        }
+    }
+    Ok(files)
+}
+
+#[test]
+fn a_waiting_thread_holds_only_its_data_file_open() -> Result<()> {
+    // A worker holds thousands of waiting threads only if each keeps one descriptor: its data
+    // file, whose lock says it runs. Its journal and debug log, written at the first step,
+    // must be closed while it waits on the second.
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let pid_file = env.dir.path().join("stuck.pid");
+    let agent = env.write(
+        "plan-then-stick.sh",
+        format!(
+            "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in\n  *'\"role\":{{\"name\":\"planner\"'*) \
+             echo '{{\"steps\": [\"do it\"]}}' ;;\n  *) echo $$ > {pid}; exec sleep 60 ;;\nesac\n",
+            pid = pid_file.display()
+        ),
+    )?;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
+    let agent = format!("command:{}", agent.display());
+    let thread = detach(&env, &["run", "solve-issue", "-p", "w", "--agent", &agent])?;
+    wait_until("the second agent call waits", || {
+        Ok(pid_file.exists() && !std::fs::read_to_string(&pid_file)?.is_empty())
+    })?;
+    let logs = env.home().join(format!("logs/{hash}"));
+    for written in ["calls", "info"] {
+        let path = logs.join(format!("{thread}.{written}.jsonl"));
+        ensure!(path.metadata()?.len() > 0, "{} was written at the first step", path.display());
+    }
+    let worker = ps(&env)?[0]["pid"].as_u64().context("worker pid")?;
+    let held: Vec<String> =
+        open_files(worker)?.into_iter().filter(|f| f.contains(&thread)).collect();
+    assert_eq!(
+        held,
+        vec![data_file(&env, &hash, &thread).display().to_string()],
+        "files of the waiting thread its worker holds open"
+    );
+    env.ok(&["kill", &thread])?;
+    Ok(())
+}
+
 #[test]
 fn pause_then_resume_in_a_new_worker() -> Result<()> {
     let env = Env::new()?;
