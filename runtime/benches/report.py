@@ -141,15 +141,6 @@ def concurrency_runs():
     return runs
 
 
-def allocator(debug):
-    """The bench prints the runtime's `Allocator` as Rust's Debug; the table wants a word."""
-    if debug.startswith("Pooling"):
-        return "pooling"
-    if debug.startswith("OnDemandFallback"):
-        return "on demand (pool refused: " + debug.split("(", 1)[1].rstrip(")").strip('"') + ")"
-    return "on demand"
-
-
 def max_map_count():
     try:
         return int(Path("/proc/sys/vm/max_map_count").read_text())
@@ -249,7 +240,7 @@ def main():
         lines.append(f"| {n:,} | {r['start_seconds']:.2f} s | {r['threads_per_second']:.0f} | {r['rss_kib'] / 1024:.0f} MiB | "
                      f"{r['rss_per_thread_kib']:.0f} KiB | {r['memory_maps']:,} "
                      f"({r.get('memory_maps_pool_per_thread', 0):.1f} + {r['memory_maps_per_thread']:.1f}) | "
-                     f"{allocator(r['allocator'])} | {note} |")
+                     f"{r['allocator']} | {note} |")
     works = [n for n, r in conc.items() if not r.get("error")]
     if works:
         lines.append("")

@@ -261,7 +261,7 @@ async fn concurrency(n: usize) -> Value {
     }
     json!({
         "bench": "concurrency", "threads": n, "error": failed,
-        "allocator": format!("{:?}", runtime.allocator()),
+        "allocator": runtime.allocator().to_string(),
         "start_seconds": elapsed, "threads_per_second": n as f64 / elapsed,
         "rss_kib": rss_after, "peak_rss_kib": peak,
         "rss_per_thread_kib": (rss_after.saturating_sub(rss_before)) as f64 / n as f64,

@@ -45,6 +45,16 @@ pub enum Allocator {
     OnDemandFallback(String),
 }
 
+impl std::fmt::Display for Allocator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Allocator::OnDemand => f.write_str("on demand"),
+            Allocator::Pooling { threads } => write!(f, "pooling ({threads} threads)"),
+            Allocator::OnDemandFallback(why) => write!(f, "on demand (pool refused: {why})"),
+        }
+    }
+}
+
 /// Where a compiled bundle came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheOutcome {

@@ -64,10 +64,7 @@ impl host::Host for ThreadState {
                     &format!("role `{role}`: asking agent `{}`", bound.label),
                 );
                 crash_point("agent-call");
-                // What led here is on disk while the agent works (which may take long), and
-                // the thread holds no log or journal file open while it waits.
-                self.host.info.release();
-                self.host.journal.release();
+                self.host.before_wait();
                 let answer = match &*bound.agent {
                     Agent::Human => match self.host.control.human.ask(&context).await {
                         Some(text) => Ok(AgentAnswer { content: text, meta: None }),
@@ -191,8 +188,7 @@ impl host::Host for ThreadState {
                             TAG_EXTRACT,
                             "no valid meta in the answer; asking the LLM extractor",
                         );
-                        self.host.info.release();
-                        self.host.journal.release();
+                        self.host.before_wait();
                         llm.extract(
                             &self.host.extractor,
                             &request.schema,

@@ -52,6 +52,14 @@ pub struct HostContext {
 }
 
 impl HostContext {
+    /// Called before the thread waits, maybe long (an agent, the LLM extractor): what led here
+    /// is on disk, and the thread holds no log or journal file open while it waits, so a
+    /// worker's thousands of waiting threads keep one descriptor each (their data file).
+    pub fn before_wait(&mut self) {
+        self.info.release();
+        self.journal.release();
+    }
+
     /// A thread's host context.
     pub fn new(
         thread_id: String,

@@ -1,7 +1,5 @@
 //! Agent bindings: scripted answers files, command agents, and binding errors.
 
-use std::os::unix::fs::PermissionsExt;
-
 use anyhow::Result;
 use serde_json::json;
 
@@ -41,8 +39,7 @@ reviewer:
 
 /// Writes an executable script (run directly, by its #! line, never through our shell).
 fn script(env: &Env, name: &str, body: &str) -> Result<String> {
-    let path = env.write(name, format!("#!/bin/sh\n{body}"))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    let path = env.write_script(name, format!("#!/bin/sh\n{body}"))?;
     Ok(path.display().to_string())
 }
 

@@ -1,7 +1,6 @@
 //! Threads that survive: the shared worker, ps/kill/pause/resume, fork, step, crash-safe
 //! resume with the call journal.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -14,9 +13,8 @@ use crate::{Env, artifacts, read_jsonl, roles, wait_until};
 /// review. `$UNCAGED_TEST_AGENT_PIDS` collects its pids.
 fn slow_agent(env: &Env, delay: &str) -> Result<String> {
     let dir = env.dir.path();
-    let path = dir.join("slow-agent.sh");
-    std::fs::write(
-        &path,
+    let path = env.write_script(
+        "slow-agent.sh",
         format!(
             r#"#!/bin/sh
 input=$(cat)
@@ -36,18 +34,16 @@ echo "done $n" >> {log}
             pids = dir.join("agent.pids").display(),
         ),
     )?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
     Ok(format!("command:{}", path.display()))
 }
 
 /// An agent that never answers; it writes its pid to `stuck.pid` first.
 fn stuck_agent(env: &Env) -> Result<String> {
     let pid_file = env.dir.path().join("stuck.pid");
-    let path = env.write(
+    let path = env.write_script(
         "stuck.sh",
         format!("#!/bin/sh\necho $$ > {}\nexec sleep 60\n", pid_file.display()),
     )?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
     Ok(format!("command:{}", path.display()))
 }
 
@@ -171,7 +167,7 @@ fn a_waiting_thread_holds_only_its_data_file_open() -> Result<()> {
     let env = Env::new()?;
     let hash = env.add_solve_issue()?;
     let pid_file = env.dir.path().join("stuck.pid");
-    let agent = env.write(
+    let agent = env.write_script(
         "plan-then-stick.sh",
         format!(
             "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in\n  *'\"role\":{{\"name\":\"planner\"'*) \
@@ -179,7 +175,6 @@ fn a_waiting_thread_holds_only_its_data_file_open() -> Result<()> {
             pid = pid_file.display()
         ),
     )?;
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
     let agent = format!("command:{}", agent.display());
     let thread = detach(&env, &["run", "solve-issue", "-p", "w", "--agent", &agent])?;
     wait_until("the second agent call waits", || {

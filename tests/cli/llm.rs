@@ -1,7 +1,6 @@
 //! The `openai` agent and the LLM extractor against a chat-completions server this test runs
 //! on loopback; the failure policy; the `command` agent's timeout.
 
-use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -367,8 +366,8 @@ fn a_slow_server_times_out() -> Result<()> {
 fn a_command_agent_that_times_out_fails_with_its_stderr() -> Result<()> {
     let env = Env::new()?;
     let hash = env.add_solve_issue()?;
-    let slow = env.write("slow.sh", "#!/bin/sh\necho 'loading the model' >&2\nexec sleep 30\n")?;
-    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755))?;
+    let slow =
+        env.write_script("slow.sh", "#!/bin/sh\necho 'loading the model' >&2\nexec sleep 30\n")?;
     config(
         &env,
         &format!(
@@ -393,11 +392,10 @@ fn a_command_agent_exiting_75_is_retried() -> Result<()> {
     let env = Env::new()?;
     let hash = env.add_solve_issue()?;
     let marker = env.dir.path().join("tried");
-    let flaky = env.write(
+    let flaky = env.write_script(
         "flaky.sh",
         format!("#!/bin/sh\nif [ ! -f {m} ]; then touch {m}; echo 'busy' >&2; exit 75; fi\ncat > /dev/null\necho '{{\"steps\": [\"a\"], \"summary\": \"s\", \"approved\": true}}'\n", m = marker.display()),
     )?;
-    std::fs::set_permissions(&flaky, std::fs::Permissions::from_mode(0o755))?;
     config(
         &env,
         &format!(

@@ -116,6 +116,14 @@ impl Env {
         Ok(path)
     }
 
+    /// Writes an executable script in the test directory and returns its path.
+    pub fn write_script(&self, name: &str, content: impl AsRef<[u8]>) -> Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.write(name, content)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        Ok(path)
+    }
+
     /// Adds `solve-issue` and returns its hash.
     pub fn add_solve_issue(&self) -> Result<String> {
         let added = self.json(&["add", "solve-issue", artifacts::SOLVE_ISSUE])?;

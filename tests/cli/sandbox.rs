@@ -1,8 +1,6 @@
 //! Untrusted bundles: each attack of the adversary fixture is contained — the thread ends as
 //! the test says, the worker survives, and a sibling thread in the same worker completes.
 
-use std::os::unix::fs::PermissionsExt;
-
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 
@@ -24,14 +22,13 @@ fn attack(prompt: &str, limits: &[&str], env_vars: &[(&str, &str)]) -> Result<(E
         .unwrap()
         .to_string();
     let gate = env.dir.path().join("gate");
-    let agent = env.write(
+    let agent = env.write_script(
         "gated.sh",
         format!(
             "#!/bin/sh\nwhile [ ! -f {} ]; do sleep 0.02; done\necho released\n",
             gate.display()
         ),
     )?;
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
     let sibling = env
         .ok(&[
             "run",
@@ -267,11 +264,10 @@ fn worker_refuses_threads_over_its_limit_and_rounds_over_the_cap() -> Result<()>
         "limits:\n  max-threads: 1\n  max-rounds: 50\n",
     )?;
     let gate = env.dir.path().join("gate");
-    let agent = env.write(
+    let agent = env.write_script(
         "gated.sh",
         format!("#!/bin/sh\nwhile [ ! -f {} ]; do sleep 0.02; done\necho ok\n", gate.display()),
     )?;
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755))?;
     let spec = format!("command:{}", agent.display());
     env.ok(&["run", "adversary", "-p", "ok", "--agent", &spec, "--detach"])?;
     let err = env.fails(&["run", "adversary", "-p", "ok", "--agent", &spec], 75)?;
