@@ -9,19 +9,20 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use uncaged_test_artifacts as artifacts;
-use uncaged_workflow::agent::{AgentFlags, AgentSet};
-use uncaged_workflow::bindings::{RunInput, RunOptions};
-use uncaged_workflow::catalog::{Catalog, LoadedBundle};
-use uncaged_workflow::config::Config;
+use uncaged_workflow::agents::{AgentFlags, AgentSet};
 use uncaged_workflow::durable::AppendFile;
-use uncaged_workflow::engine::Runtime;
 use uncaged_workflow::home::Home;
 use uncaged_workflow::ids::BundleHash;
-use uncaged_workflow::journal::Journal;
 use uncaged_workflow::limits::Limits;
-use uncaged_workflow::runner::ThreadControl;
-use uncaged_workflow::sandbox::{HostContext, ThreadState};
-use uncaged_workflow::thread_log::InfoLog;
+use uncaged_workflow::run::catalog::Catalog;
+use uncaged_workflow::sandbox::bindings::{RunInput, RunOptions};
+use uncaged_workflow::sandbox::control::ThreadControl;
+use uncaged_workflow::sandbox::engine::{LoadedBundle, Runtime};
+use uncaged_workflow::sandbox::state::{HostContext, ThreadState};
+use uncaged_workflow::store::Storage;
+use uncaged_workflow::store::config::Config;
+use uncaged_workflow::store::info_log::InfoLog;
+use uncaged_workflow::store::journal::Journal;
 use wasmtime::Store;
 
 fn rt() -> tokio::runtime::Runtime {
@@ -31,7 +32,7 @@ fn rt() -> tokio::runtime::Runtime {
 /// A home with solve-issue added, and its bundle loaded by `runtime`.
 fn setup(dir: &Path, runtime: &Runtime) -> (Home, LoadedBundle) {
     let home = Home::new(dir);
-    let catalog = Catalog::new(&home);
+    let catalog = Catalog::new(&Storage::open(&home));
     rt().block_on(catalog.add(runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE))).unwrap();
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = catalog.load(runtime, "solve-issue", hash).unwrap();
@@ -44,7 +45,7 @@ fn store(runtime: &Runtime, bundle: &LoadedBundle) -> Store<ThreadState> {
     let agents =
         AgentSet::resolve(&Config::default(), &AgentFlags::default(), &bundle.descriptor).unwrap();
     let host = HostContext::new(
-        "01KQXKW18CT8G75T53R8F4G7YG".into(),
+        "01KQXKW18CT8G75T53R8F4G7YG".parse().unwrap(),
         agents,
         InfoLog::tracing(),
         Journal::disabled(),

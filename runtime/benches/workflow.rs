@@ -10,19 +10,23 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use uncaged_test_artifacts as artifacts;
-use uncaged_workflow::agent::{AgentContext, AgentFlags, AgentSet, RoleRef, ScriptedAgent};
-use uncaged_workflow::catalog::Catalog;
-use uncaged_workflow::config::{AgentConfig, AgentKind, Config, Seconds};
+use uncaged_workflow::agents::extract::Extractor;
+use uncaged_workflow::agents::{AgentContext, AgentFlags, AgentSet, RoleRef, ScriptedAgent};
+use uncaged_workflow::clock::now_ms;
 use uncaged_workflow::durable::AppendFile;
-use uncaged_workflow::engine::Runtime;
-use uncaged_workflow::extract::Extractor;
 use uncaged_workflow::home::Home;
 use uncaged_workflow::ids::BundleHash;
-use uncaged_workflow::journal::{CallKind, CallResponse, Journal, digest};
 use uncaged_workflow::limits::Limits;
-use uncaged_workflow::runner::{RunContext, RunOutcome, ThreadControl, Until, run_thread};
-use uncaged_workflow::thread_log::{StepRecord, ThreadRecord, ThreadWriter, now_ms};
-use uncaged_workflow::threads::{self, NewThread};
+use uncaged_workflow::run::catalog::Catalog;
+use uncaged_workflow::run::lifecycle::{self, NewThread, OpenThread};
+use uncaged_workflow::run::runner::{RunContext, RunOutcome, Until, run_thread};
+use uncaged_workflow::sandbox::control::ThreadControl;
+use uncaged_workflow::sandbox::engine::Runtime;
+use uncaged_workflow::store::Storage;
+use uncaged_workflow::store::config::{AgentConfig, AgentKind, Config, Seconds};
+use uncaged_workflow::store::journal::{CallKind, CallResponse, Journal, digest};
+use uncaged_workflow::store::records::StepRecord;
+use uncaged_workflow::store::thread_files::CallFile;
 
 /// Answers like the LangGraph script's: the reviewer never approves, so a thread runs until
 /// its max rounds.
@@ -38,7 +42,7 @@ fn main() {
     // in a process of its own, so one N's pools and mappings do not count against the next.
     let only_threads: Option<usize> =
         std::env::var("UNCAGED_BENCH_THREADS").ok().and_then(|n| n.parse().ok());
-    uncaged_workflow::worker::raise_open_files_limit();
+    uncaged_workflow::run::worker::raise_open_files_limit();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
         if let Some(n) = only_threads {
@@ -94,8 +98,9 @@ fn answers_config(dir: &Path, delay: Option<Duration>) -> Config {
 /// repetition (instantiation and thread creation included).
 async fn ours(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64> {
     let home = Home::new(dir.path().join("home"));
+    let store = Storage::open(&home);
     let runtime = Runtime::for_worker(&home, &Limits::default()).unwrap();
-    let catalog = Catalog::new(&home);
+    let catalog = Catalog::new(&store);
     catalog.add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE)).await.unwrap();
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = catalog.load(&runtime, "solve-issue", hash).unwrap();
@@ -105,16 +110,16 @@ async fn ours(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64> 
     let mut results = Vec::new();
     for _ in 0..repeat + 1 {
         let started = Instant::now();
-        let (mut writer, record) = new_thread(&home, hash, steps as u32);
+        let (mut writer, record) = new_thread(&store, hash, steps as u32);
         let ctx = RunContext {
             runtime: &runtime,
-            home: &home,
+            store: &store,
             agents: agents.clone(),
             limits: Limits::default(),
             control: Arc::new(ThreadControl::default()),
         };
         let outcome =
-            run_thread(&ctx, &bundle, &mut writer, &record, Until::End, |_| {}).await.unwrap();
+            run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, |_| {}).await.unwrap();
         let RunOutcome::Ended(end) = outcome else { panic!("the thread did not end") };
         assert_eq!(end.end.return_code, 2, "{}", end.end.summary);
         results.push(started.elapsed().as_secs_f64() * 1e6 / steps as f64);
@@ -131,7 +136,7 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
     // The schemas the bundle declares, read from its descriptor.
     let describe = Home::new(dir.path().join("describe"));
     let runtime = Runtime::new(&describe).unwrap();
-    let added = Catalog::new(&describe)
+    let added = Catalog::new(&Storage::open(&describe))
         .add(&runtime, "s", Path::new(artifacts::SOLVE_ISSUE))
         .await
         .unwrap();
@@ -145,7 +150,8 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
         let mut data =
             AppendFile::open(&home.root().join(format!("{run}.data.jsonl")), true).unwrap();
         data.append(br#"{"start": true}"#).unwrap();
-        let mut journal = Journal::open(&home.root().join(format!("{run}.calls.jsonl"))).unwrap();
+        let calls = CallFile::open(&home.root().join(format!("{run}.calls.jsonl"))).unwrap();
+        let mut journal = Journal::new(Box::new(calls)).unwrap();
         let extractor = Extractor;
         let mut recorded: Vec<StepRecord> = Vec::new();
         while recorded.len() < steps {
@@ -207,7 +213,8 @@ async fn concurrency(n: usize) -> Value {
         Ok(runtime) => runtime,
         Err(e) => return json!({"bench": "concurrency", "threads": n, "error": e.to_string()}),
     };
-    let catalog = Catalog::new(&home);
+    let store = Storage::open(&home);
+    let catalog = Catalog::new(&store);
     catalog.add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE)).await.unwrap();
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = Arc::new(catalog.load(&runtime, "solve-issue", hash).unwrap());
@@ -220,14 +227,14 @@ async fn concurrency(n: usize) -> Value {
     let mut tasks = Vec::with_capacity(n);
     let mut controls = Vec::with_capacity(n);
     for _ in 0..n {
-        let (mut writer, record) = new_thread(&home, hash, 10);
+        let (mut writer, record) = new_thread(&store, hash, 10);
         let control = Arc::new(ThreadControl::default());
         controls.push(control.clone());
-        let (runtime, home, bundle, agents, limits) =
-            (runtime.clone(), home.clone(), bundle.clone(), agents.clone(), limits.clone());
+        let (runtime, store, bundle, agents, limits) =
+            (runtime.clone(), store.clone(), bundle.clone(), agents.clone(), limits.clone());
         tasks.push(tokio::spawn(async move {
-            let ctx = RunContext { runtime: &runtime, home: &home, agents, limits, control };
-            run_thread(&ctx, &bundle, &mut writer, &record, Until::End, |_| {}).await
+            let ctx = RunContext { runtime: &runtime, store: &store, agents, limits, control };
+            run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, |_| {}).await
         }));
     }
     // Every thread is in its first agent call once its role shows.
@@ -272,9 +279,9 @@ async fn concurrency(n: usize) -> Value {
 }
 
 /// A new thread of solve-issue on the bench prompt, taking at most `max_rounds` steps.
-fn new_thread(home: &Home, hash: BundleHash, max_rounds: u32) -> (ThreadWriter, ThreadRecord) {
-    threads::create(
-        home,
+fn new_thread(store: &Storage, hash: BundleHash, max_rounds: u32) -> OpenThread {
+    lifecycle::create(
+        store,
         NewThread {
             name: "solve-issue".into(),
             hash,
@@ -282,8 +289,6 @@ fn new_thread(home: &Home, hash: BundleHash, max_rounds: u32) -> (ThreadWriter, 
             max_rounds,
             agents: AgentFlags::default(),
             limits: Default::default(),
-            steps: vec![],
-            forked_from: None,
         },
     )
     .unwrap()

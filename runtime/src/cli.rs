@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::home::{HOME_ENV, Home};
+use crate::store::Storage;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -70,6 +71,11 @@ impl GlobalOptions {
             Some(dir) => Ok(Home::new(dir)),
             None => Home::from_env(),
         }
+    }
+
+    /// The store to work on.
+    pub fn store(&self) -> crate::Result<Storage> {
+        Ok(Storage::open(&self.home()?))
     }
 }
 

@@ -114,6 +114,15 @@ impl Error {
         }
     }
 
+    /// A thread that has ended was asked to continue.
+    pub fn ended(id: impl std::fmt::Display, status: &'static str) -> Error {
+        Error::ThreadState {
+            id: id.to_string(),
+            status,
+            reason: "it has ended; `fork` it to continue from one of its steps".into(),
+        }
+    }
+
     /// Wraps an I/O error with the action and path.
     pub fn io(
         action: &'static str,
@@ -122,6 +131,12 @@ impl Error {
         let path = path.into();
         move |cause| Error::Io { action, path, cause }
     }
+}
+
+/// An error and its causes on one line (`{e:#}` with newlines folded): how every error chain
+/// is printed, by the binary and in messages that quote another error.
+pub fn chain_line(e: &dyn std::fmt::Display) -> String {
+    format!("{e:#}").replace('\n', " ")
 }
 
 /// Result with the library's [`Error`].

@@ -1,4 +1,5 @@
-//! The home directory and where everything lives in it (SPEC §4).
+//! The home directory (`$UNCAGED_WORKFLOW_HOME`, default `~/.uncaged/workflow`) and where
+//! everything lives in it: the README's "Storage" section describes each path.
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,5 @@
-//! Identifiers: bundle hashes (XXH64, Crockford Base32), thread ids (ULID) and log tags.
+//! Identifiers: bundle hashes (XXH64, Crockford Base32), other XXH64 digests, thread ids
+//! (ULID) and log tags.
 
 use std::fmt;
 use std::str::FromStr;
@@ -41,11 +42,6 @@ impl BundleHash {
         BundleHash(twox_hash::XxHash64::oneshot(0, bytes))
     }
 
-    /// Wraps a 64-bit value already computed (e.g. another XXH64).
-    pub fn from_value(value: u64) -> Self {
-        BundleHash(value)
-    }
-
     /// The raw XXH64 value.
     pub fn value(self) -> u64 {
         self.0
@@ -72,6 +68,29 @@ impl FromStr for BundleHash {
         }
         let value = decode_crockford(s).ok_or_else(bad)?;
         u64::try_from(value).map(BundleHash).map_err(|_| bad())
+    }
+}
+
+/// An XXH64 digest of anything that is not a bundle (an agent request, an engine's
+/// configuration), written like a bundle hash: 13 Crockford Base32 characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Digest(u64);
+
+impl Digest {
+    /// XXH64 (seed 0) of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Digest(twox_hash::XxHash64::oneshot(0, bytes))
+    }
+
+    /// Wraps a 64-bit value already computed by an XXH64 hasher.
+    pub fn from_value(value: u64) -> Self {
+        Digest(value)
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crockford(self.0 as u128, BundleHash::LEN))
     }
 }
 
@@ -114,6 +133,26 @@ impl FromStr for ThreadId {
         })
     }
 }
+
+/// Ids are written as their text in every record and message.
+macro_rules! serde_as_text {
+    ($($ty:ty),*) => {$(
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    )*};
+}
+
+serde_as_text!(BundleHash, ThreadId);
 
 /// Log tags: 8 Crockford Base32 characters (40 random bits) fixed at each call site, so that
 /// `grep TAG` over the source finds the code that wrote a log line.

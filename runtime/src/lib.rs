@@ -1,35 +1,34 @@
 //! uncaged-workflow: runs multi-role AI agent workflows, each one a sandboxed WebAssembly
-//! component, and keeps every thread's steps on disk.
+//! component, and keeps every thread's steps.
 //!
-//! The binary `uncaged-workflow` is a thin layer over this library: [`catalog`] adds and finds
-//! bundles, [`runner`] runs threads in the [`sandbox`], and [`thread_log`] keeps their
-//! records.
+//! The library is layered; each layer uses only the ones before it:
+//!
+//! 1. base — [`error`], [`ids`], [`clock`], [`home`], [`durable`], [`schema`], [`limits`],
+//!    [`faults`], [`scaffold`]: no knowledge of workflows beyond names and numbers.
+//! 2. [`store`] — everything kept (records, journals, logs, registry, bundles, config), and
+//!    nothing of wasmtime.
+//! 3. [`agents`] — who answers a role, and the extractor of its meta.
+//! 4. [`sandbox`] — everything wasmtime: engine, bindings, a thread's store, the host imports.
+//! 5. [`run`] — the catalog, a thread's lifecycle, the step loop, the worker process and its
+//!    socket protocol.
+//! 6. [`cli`] — one thin file per subcommand.
 
-pub mod agent;
-pub mod bindings;
-pub mod catalog;
+pub mod agents;
 pub mod cli;
-pub mod config;
-pub mod descriptor;
+pub mod clock;
 pub mod durable;
-pub mod engine;
 pub mod error;
-pub mod extract;
 pub mod faults;
 pub mod home;
-pub mod human;
 pub mod ids;
-mod imports;
-pub mod ipc;
-pub mod journal;
 pub mod limits;
-pub mod registry;
-pub mod runner;
+pub mod run;
 pub mod sandbox;
 pub mod scaffold;
+pub mod schema;
 pub mod store;
-pub mod thread_log;
-pub mod threads;
-pub mod worker;
 
 pub use error::{Error, Result};
+
+#[cfg(test)]
+mod layering;

@@ -137,9 +137,11 @@ fn run_json_prints_one_object_per_step() -> Result<()> {
     let steps: Vec<_> = all.iter().filter(|o| o.get("index").is_some()).collect();
     assert_eq!(steps.len(), 5);
     assert_eq!(steps[0]["index"], 1);
-    assert_eq!(steps[0]["role"], "planner");
+    // The same shape as `step` prints.
+    assert_eq!(steps[0]["step"]["role"], "planner");
     assert_eq!(steps[0]["agent"], "scripted");
-    assert!(steps[0]["meta"]["steps"].is_array());
+    assert!(steps[0]["step"]["meta"]["steps"].is_array());
+    assert!(steps[0]["step"]["timestamp"].is_u64());
     assert!(steps[0]["durationMs"].is_u64());
     assert_eq!(all.last().unwrap()["end"]["status"], "completed");
     Ok(())

@@ -7,9 +7,9 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
-use crate::catalog::Catalog;
-use crate::engine::Runtime;
-use crate::registry::Registered;
+use crate::run::catalog::Catalog;
+use crate::sandbox::engine::Runtime;
+use crate::store::registry::Registered;
 
 /// Validate a bundle, store it by hash, precompile it, and register it under a name.
 ///
@@ -30,9 +30,9 @@ pub struct AddCommand {
 
 impl AddCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let home = global.home()?;
-        let runtime = Runtime::new(&home)?;
-        let added = Catalog::new(&home).add(&runtime, &self.name, &self.file).await?;
+        let store = global.store()?;
+        let runtime = Runtime::new(store.home())?;
+        let added = Catalog::new(&store).add(&runtime, &self.name, &self.file).await?;
         let (status, previous) = match added.registered {
             Registered::New => ("new", None),
             Registered::Updated { previous } => ("updated", Some(previous.to_string())),

@@ -8,9 +8,7 @@ use super::GlobalOptions;
 use super::follow::{FollowArgs, hand_over};
 use crate::error::Error;
 use crate::ids::ThreadId;
-use crate::journal::record_answer;
-use crate::thread_log::ThreadStatus;
-use crate::threads;
+use crate::store::records::ThreadStatus;
 
 /// Answer for a `human` agent a thread is waiting on, and continue the thread.
 ///
@@ -32,9 +30,9 @@ pub struct AnswerCommand {
 
 impl AnswerCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let home = global.home()?;
+        let store = global.store()?;
         let id: ThreadId = self.id.parse()?;
-        let record = threads::read(&home, id)?;
+        let record = store.threads().read(id)?;
         let status = record.status();
         let waiting = record.paused.as_ref().filter(|_| status == ThreadStatus::Waiting);
         let (Some(paused), Some(call)) = (waiting, waiting.and_then(|p| p.call.as_ref())) else {
@@ -57,8 +55,8 @@ impl AnswerCommand {
             (None, None) => unreachable!("clap requires TEXT or --file"),
         };
         let role = paused.role.clone().unwrap_or_default();
-        record_answer(&home.thread_calls_file(record.start.hash, id), call, &role, text)?;
+        store.threads().journal(record.start.hash, id)?.record_answer(call, &role, text)?;
         let how = self.follow.how();
-        Ok(hand_over(&home, record.start.hash, id, &Default::default(), how).await?)
+        Ok(hand_over(store.home(), record.start.hash, id, &Default::default(), how).await?)
     }
 }

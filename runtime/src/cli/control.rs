@@ -4,11 +4,10 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use crate::error::{Error, Result};
-use crate::home::Home;
 use crate::ids::ThreadId;
-use crate::ipc::{self, Reply, Request};
-use crate::thread_log::ThreadStatus;
-use crate::threads;
+use crate::run::ipc::{self, Reply, Request};
+use crate::store::Storage;
+use crate::store::records::ThreadStatus;
 
 /// Terminate a running thread now: its guest is interrupted even mid-call, an agent process it
 /// waits on is stopped, and its end record says `killed`.
@@ -27,7 +26,7 @@ pub struct PauseCommand {
 
 impl KillCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let id = send(&global.home()?, &self.id, |thread| Request::Kill { thread }).await?;
+        let id = send(&global.store()?, &self.id, |thread| Request::Kill { thread }).await?;
         println!("killed thread {id}");
         Ok(0)
     }
@@ -35,16 +34,20 @@ impl KillCommand {
 
 impl PauseCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let id = send(&global.home()?, &self.id, |thread| Request::Pause { thread }).await?;
+        let id = send(&global.store()?, &self.id, |thread| Request::Pause { thread }).await?;
         println!("thread {id} pauses after its current step");
         Ok(0)
     }
 }
 
 /// Sends a control request for a running thread to the worker running it.
-async fn send(home: &Home, id: &str, request: impl FnOnce(String) -> Request) -> Result<ThreadId> {
+async fn send(
+    store: &Storage,
+    id: &str,
+    request: impl FnOnce(String) -> Request,
+) -> Result<ThreadId> {
     let id: ThreadId = id.parse()?;
-    let record = threads::read(home, id)?;
+    let record = store.threads().read(id)?;
     let status = record.status();
     if status != ThreadStatus::Running {
         return Err(Error::ThreadState {
@@ -58,7 +61,8 @@ async fn send(home: &Home, id: &str, request: impl FnOnce(String) -> Request) ->
         status: "running",
         reason: "it is not run by a worker (a `step` in progress?)".into(),
     };
-    let mut connection = ipc::connect(home, record.start.hash).await?.ok_or_else(not_in_worker)?;
+    let mut connection =
+        ipc::connect(store.home(), record.start.hash).await?.ok_or_else(not_in_worker)?;
     let lost = |e: std::io::Error| Error::Host(format!("lost the worker of thread {id}: {e}"));
     connection.send(&request(id.to_string())).await.map_err(lost)?;
     match connection.receive::<Reply>().await.map_err(lost)? {

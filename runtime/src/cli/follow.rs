@@ -10,12 +10,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
-use super::output::one_line;
-use crate::agent::{AgentFlags, parse_role_binding};
+use super::output::{StepLine, truncate};
+use crate::agents::AgentFlags;
+use crate::agents::binding::parse_role_binding;
 use crate::error::{Error, Result, exit};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
-use crate::ipc::{self, ClientMessage, Reply, Request};
+use crate::run::ipc::{self, ClientMessage, Reply, Request};
+use crate::store::records::End;
 
 /// Agent choices for a thread.
 #[derive(Debug, Clone, Args)]
@@ -36,7 +38,7 @@ impl AgentArgs {
             for_roles: self.agent_for.clone(),
             cwd: None,
         };
-        Ok(flags.absolutize(&crate::threads::current_dir()?))
+        Ok(flags.absolutize(&crate::run::lifecycle::current_dir()?))
     }
 
     /// The flags if any were given (they then override the thread's recorded ones).
@@ -90,6 +92,17 @@ pub struct Follow {
     pub detach: bool,
     /// One JSON object per event instead of lines for humans.
     pub json: bool,
+}
+
+impl Follow {
+    /// Prints how the thread stopped: `json` with `--json`, else `text`.
+    fn report(self, json: serde_json::Value, text: String) {
+        if self.json {
+            println!("{json}");
+        } else {
+            println!("{text}");
+        }
+    }
 }
 
 /// Progress output: a spinner on a terminal, nothing extra elsewhere.
@@ -219,14 +232,16 @@ pub async fn hand_over(
             }
             Some(Reply::Step { index, step, agent, elapsed_ms }) => {
                 if how.json {
-                    println!(
-                        "{}",
-                        json!({"thread": id.to_string(), "index": index, "role": step.role,
-                        "content": step.content, "meta": step.meta, "timestamp": step.timestamp,
-                        "agent": agent, "durationMs": elapsed_ms})
-                    );
+                    let line = StepLine {
+                        thread: id,
+                        index,
+                        step: &step,
+                        agent: &agent,
+                        duration_ms: elapsed_ms,
+                    };
+                    println!("{}", serde_json::to_string(&line).expect("steps serialize"));
                 } else {
-                    let meta = one_line(&step.meta.to_string(), 100);
+                    let meta = truncate(&step.meta.to_string(), 100);
                     progress.println(&format!(
                         "[{index}] {:<10} {agent}, {elapsed_ms} ms  {meta}",
                         step.role
@@ -249,38 +264,31 @@ pub async fn hand_over(
             }
             Some(Reply::Waiting { role }) => {
                 progress.finish();
-                if how.json {
-                    println!("{}", json!({"thread": id.to_string(), "waiting": {"role": role}}));
-                } else {
-                    println!(
+                how.report(
+                    json!({"thread": id.to_string(), "waiting": {"role": role}}),
+                    format!(
                         "waiting for a human answer for role `{role}`; `uncaged-workflow answer {id} TEXT` continues it"
-                    );
-                }
+                    ),
+                );
                 break exit::STATE;
             }
             Some(Reply::Ended { end }) => {
                 progress.finish();
-                if how.json {
-                    println!("{}", json!({"thread": id.to_string(), "end": end.end}));
-                } else {
-                    println!(
-                        "{} ({}): {}",
-                        end.end.status.as_str(),
-                        end.end.return_code,
-                        end.end.summary
-                    );
-                }
-                break end.end.return_code;
+                let End { return_code, summary, status } = &end.end;
+                how.report(
+                    json!({"thread": id.to_string(), "end": end.end}),
+                    format!("{} ({return_code}): {summary}", status.as_str()),
+                );
+                break *return_code;
             }
             Some(Reply::Paused { steps }) => {
                 progress.finish();
-                if how.json {
-                    println!("{}", json!({"thread": id.to_string(), "paused": {"steps": steps}}));
-                } else {
-                    println!(
+                how.report(
+                    json!({"thread": id.to_string(), "paused": {"steps": steps}}),
+                    format!(
                         "paused after step {steps}; `uncaged-workflow resume {id}` continues it"
-                    );
-                }
+                    ),
+                );
                 break exit::STATE;
             }
             Some(Reply::Error { message, code }) => {

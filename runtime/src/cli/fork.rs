@@ -5,7 +5,7 @@ use clap::Parser;
 use super::GlobalOptions;
 use super::follow::{AgentArgs, FollowArgs, hand_over};
 use crate::ids::ThreadId;
-use crate::threads::{self, ForkAt};
+use crate::run::lifecycle::{self, ForkAt};
 
 /// Start a new thread from a prefix of another's steps, and run it.
 ///
@@ -30,22 +30,23 @@ pub struct ForkCommand {
 
 impl ForkCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let home = global.home()?;
+        let store = global.store()?;
         let id: ThreadId = self.id.parse()?;
-        let original = threads::read(&home, id)?;
+        let original = store.threads().read(id)?;
         let at = match (self.at, self.from_role) {
             (Some(n), _) => ForkAt::Steps(n),
             (None, Some(role)) => ForkAt::BeforeRole(role),
             (None, None) => ForkAt::All,
         };
-        let keep = threads::fork_point(&original, &at)?;
+        let keep = lifecycle::fork_point(&original, &at)?;
         let flags = self.agents.overrides()?;
-        let (writer, fork) = threads::fork(&home, &original, keep, flags)?;
+        let (writer, fork) = lifecycle::fork(&store, &original, keep, flags)?;
         drop(writer);
         if !self.follow.detach && !self.follow.json {
             println!("forked {id} at step {keep} into {}", fork.id());
         }
         let how = self.follow.how();
-        Ok(hand_over(&home, original.start.hash, fork.id(), &Default::default(), how).await?)
+        Ok(hand_over(store.home(), original.start.hash, fork.id(), &Default::default(), how)
+            .await?)
     }
 }

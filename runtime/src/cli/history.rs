@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::{age, print_json, print_table};
-use crate::catalog::Catalog;
+use crate::run::catalog::Catalog;
 
 /// Show a workflow's versions, current first.
 #[derive(Debug, Parser)]
@@ -19,7 +19,7 @@ pub struct HistoryCommand {
 
 impl HistoryCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let entry = Catalog::new(&global.home()?).entry(&self.name)?;
+        let entry = Catalog::new(&global.store()?).entry(&self.name)?;
         let versions = std::iter::once((entry.hash, entry.timestamp, true))
             .chain(entry.history.iter().map(|v| (v.hash, v.timestamp, false)));
         if self.json {

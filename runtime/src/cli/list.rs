@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::{age, print_json, print_table};
-use crate::catalog::Catalog;
+use crate::run::catalog::Catalog;
 
 /// List registered workflows.
 #[derive(Debug, Parser)]
@@ -17,7 +17,7 @@ pub struct ListCommand {
 
 impl ListCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let catalog = Catalog::new(&global.home()?);
+        let catalog = Catalog::new(&global.store()?);
         let registry = catalog.registry().load()?;
         if self.json {
             let list: Vec<_> = registry
@@ -41,9 +41,9 @@ impl ListCommand {
             .iter()
             .map(|(name, e)| {
                 let description = catalog
-                    .store()
+                    .bundles()
                     .descriptor(e.hash)
-                    .map(|d| super::output::one_line(&d.description, 60))
+                    .map(|d| super::output::truncate(&d.description, 60))
                     .unwrap_or_else(|err| format!("(descriptor unreadable: {err})"));
                 vec![
                     name.clone(),

@@ -1,8 +1,25 @@
-//! Output helpers shared by commands: aligned tables, JSON, ages and one-line summaries.
+//! Output helpers shared by commands: aligned tables, JSON, ages, one-line summaries, and the
+//! JSON line of a step.
 
 use std::io::Write;
 
 use serde::Serialize;
+
+use crate::ids::ThreadId;
+use crate::store::records::StepRecord;
+
+/// A step as `run --json`, `resume --json`, `fork --json`, `answer --json` and `step` print
+/// it, one object per line: `{"thread", "index", "step": {role, content, meta, timestamp},
+/// "agent", "durationMs"}` (`index` counts from 1; `durationMs` is the step's wall time).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepLine<'a> {
+    pub thread: ThreadId,
+    pub index: usize,
+    pub step: &'a StepRecord,
+    pub agent: &'a str,
+    pub duration_ms: u64,
+}
 
 /// Prints `value` as pretty JSON on stdout.
 pub fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
@@ -40,7 +57,7 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
 
 /// `42s`, `5m`, `3h`, `2d` since `timestamp_ms`.
 pub fn age(timestamp_ms: u64) -> String {
-    let secs = crate::thread_log::now_ms().saturating_sub(timestamp_ms) / 1000;
+    let secs = crate::clock::now_ms().saturating_sub(timestamp_ms) / 1000;
     match secs {
         s if s < 60 => format!("{s}s"),
         s if s < 3600 => format!("{}m", s / 60),
@@ -49,8 +66,8 @@ pub fn age(timestamp_ms: u64) -> String {
     }
 }
 
-/// `text` cut to `max` characters on one line, with an ellipsis if cut.
-pub fn one_line(text: &str, max: usize) -> String {
+/// `text` flattened to one line and cut to `max` characters, with an ellipsis if cut.
+pub fn truncate(text: &str, max: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() <= max {
         flat

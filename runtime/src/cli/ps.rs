@@ -4,8 +4,8 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use super::output::{age, print_json, print_table};
-use crate::ipc::{self, PsEntry, Reply, Request};
-use crate::thread_log::{ThreadStatus, all_threads, read_thread};
+use crate::run::ipc::{self, PsEntry, Reply, Request};
+use crate::store::records::ThreadStatus;
 
 /// List the threads running in live worker processes, and those waiting for a human answer.
 #[derive(Debug, Parser)]
@@ -17,11 +17,12 @@ pub struct PsCommand {
 
 impl PsCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let home = global.home()?;
+        let store = global.store()?;
+        let home = store.home();
         let mut all = Vec::new();
-        for hash in ipc::live_workers(&home)? {
+        for hash in ipc::live_workers(home)? {
             // A worker that exits between listing and asking simply has no threads.
-            let Some(mut connection) = ipc::connect(&home, hash).await? else { continue };
+            let Some(mut connection) = ipc::connect(home, hash).await? else { continue };
             if connection.send(&Request::Ps).await.is_err() {
                 continue;
             }
@@ -30,20 +31,16 @@ impl PsCommand {
             }
         }
         // Threads waiting for a human answer hold no process, but they are live work.
-        for (hash, id, path) in all_threads(&home)? {
-            let Ok(thread) = read_thread(&path) else { continue };
+        for id in store.threads().list()? {
+            let Ok(thread) = store.threads().read(id) else { continue };
             if thread.status() == ThreadStatus::Waiting {
                 all.push(PsEntry {
                     thread_id: id.to_string(),
                     name: thread.start.name.clone(),
-                    hash: hash.to_string(),
+                    hash: thread.start.hash.to_string(),
                     role: thread.paused.as_ref().and_then(|p| p.role.clone()),
                     steps: thread.steps.len(),
-                    since: std::fs::metadata(&path)
-                        .and_then(|m| m.modified())
-                        .ok()
-                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                        .map_or(thread.start.timestamp, |d| d.as_millis() as u64),
+                    since: thread.paused_at.unwrap_or(thread.start.timestamp),
                     pid: None,
                     state: "waiting".into(),
                 });

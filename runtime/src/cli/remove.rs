@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use crate::catalog::Catalog;
+use crate::run::catalog::Catalog;
 
 /// Unregister a workflow. Its bundle files and threads stay on disk.
 #[derive(Debug, Parser)]
@@ -14,7 +14,7 @@ pub struct RemoveCommand {
 
 impl RemoveCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let entry = Catalog::new(&global.home()?).remove(&self.name)?;
+        let entry = Catalog::new(&global.store()?).remove(&self.name)?;
         println!(
             "removed {} (was {}; its bundle files and threads stay on disk)",
             self.name, entry.hash

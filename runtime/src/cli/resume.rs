@@ -6,8 +6,7 @@ use super::GlobalOptions;
 use super::follow::{AgentArgs, FollowArgs, hand_over};
 use crate::error::Error;
 use crate::ids::ThreadId;
-use crate::thread_log::ThreadStatus;
-use crate::threads;
+use crate::store::records::ThreadStatus;
 
 /// Continue a paused or interrupted thread after its last recorded step.
 ///
@@ -26,23 +25,16 @@ pub struct ResumeCommand {
 
 impl ResumeCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let home = global.home()?;
+        let store = global.store()?;
         let id: ThreadId = self.id.parse()?;
-        let record = threads::read(&home, id)?;
+        let record = store.threads().read(id)?;
         match record.status() {
             ThreadStatus::Running => return Err(Error::ThreadBusy(id.to_string()).into()),
-            status if status.is_ended() => {
-                return Err(Error::ThreadState {
-                    id: id.to_string(),
-                    status: status.as_str(),
-                    reason: "it has ended; `fork` it to continue from one of its steps".into(),
-                }
-                .into());
-            }
+            status if status.is_ended() => return Err(Error::ended(id, status.as_str()).into()),
             _ => {}
         }
         let flags = self.agents.overrides()?;
         let how = self.follow.how();
-        Ok(hand_over(&home, record.start.hash, id, &flags, how).await?)
+        Ok(hand_over(store.home(), record.start.hash, id, &flags, how).await?)
     }
 }

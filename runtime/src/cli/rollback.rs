@@ -3,9 +3,9 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use crate::catalog::Catalog;
+use crate::clock::now_ms;
 use crate::ids::BundleHash;
-use crate::thread_log::now_ms;
+use crate::run::catalog::Catalog;
 
 /// Switch a workflow to an earlier version (default: the one before the current).
 ///
@@ -22,7 +22,7 @@ pub struct RollbackCommand {
 impl RollbackCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let target = self.hash.as_deref().map(str::parse::<BundleHash>).transpose()?;
-        let catalog = Catalog::new(&global.home()?);
+        let catalog = Catalog::new(&global.store()?);
         let (from, to) = catalog.registry().update(|r| r.rollback(&self.name, target, now_ms()))?;
         println!("rolled {} back from {from} to {to}", self.name);
         Ok(0)

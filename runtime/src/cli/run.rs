@@ -4,7 +4,7 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use super::follow::{AgentArgs, FollowArgs, LimitArgs, hand_over};
-use crate::threads;
+use crate::run::lifecycle;
 
 const AFTER_HELP: &str = "\
 Agents (--agent, --agent-for ROLE=AGENT, or config.yaml):
@@ -46,9 +46,9 @@ pub struct RunCommand {
 
 impl RunCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let home = global.home()?;
-        let (writer, record) = threads::start_new(
-            &home,
+        let store = global.store()?;
+        let (writer, record) = lifecycle::start_new(
+            &store,
             &self.name,
             &self.prompt,
             self.max_rounds,
@@ -57,7 +57,13 @@ impl RunCommand {
         )?;
         drop(writer);
         // The bindings are recorded in the thread; the worker reads them from there.
-        Ok(hand_over(&home, record.start.hash, record.id(), &Default::default(), self.follow.how())
-            .await?)
+        Ok(hand_over(
+            store.home(),
+            record.start.hash,
+            record.id(),
+            &Default::default(),
+            self.follow.how(),
+        )
+        .await?)
     }
 }

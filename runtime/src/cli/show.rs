@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
-use crate::catalog::Catalog;
+use crate::run::catalog::Catalog;
 
 /// Show a workflow: description, current hash, roles and their schemas.
 #[derive(Debug, Parser)]
@@ -19,9 +19,9 @@ pub struct ShowCommand {
 
 impl ShowCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let catalog = Catalog::new(&global.home()?);
+        let catalog = Catalog::new(&global.store()?);
         let entry = catalog.entry(&self.name)?;
-        let descriptor = catalog.store().descriptor(entry.hash)?;
+        let descriptor = catalog.bundles().descriptor(entry.hash)?;
         if self.json {
             print_json(&json!({
                 "name": self.name, "hash": entry.hash.to_string(), "timestamp": entry.timestamp,
@@ -36,8 +36,8 @@ impl ShowCommand {
         for role in &descriptor.roles {
             println!();
             println!("role {}: {}", role.name, role.description);
-            println!("  system prompt:  {}", super::output::one_line(&role.system_prompt, 200));
-            println!("  extract prompt: {}", super::output::one_line(&role.extract_prompt, 200));
+            println!("  system prompt:  {}", super::output::truncate(&role.system_prompt, 200));
+            println!("  extract prompt: {}", super::output::truncate(&role.extract_prompt, 200));
             let schema = serde_json::to_string_pretty(&role.schema)?;
             println!("  schema:");
             for line in schema.lines() {

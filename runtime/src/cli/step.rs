@@ -4,16 +4,17 @@ use clap::Parser;
 use serde_json::json;
 
 use super::GlobalOptions;
-use crate::catalog::Catalog;
-use crate::engine::Runtime;
+use super::output::StepLine;
 use crate::ids::ThreadId;
-use crate::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
-use crate::threads;
+use crate::run::catalog::Catalog;
+use crate::run::lifecycle;
+use crate::run::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
+use crate::sandbox::engine::Runtime;
 
 /// Run exactly one role of a thread, persist it, and exit (stateless single step).
 ///
-/// Prints the new step as JSON — `{"thread", "index", "step"}` — or, when the workflow is
-/// over, `{"thread", "end"}`. Runs in this process, not in a worker, so a thread can be driven
+/// Prints the new step as one JSON line — `{"thread", "index", "step", "agent", "durationMs"}`,
+/// the shape `run --json` prints steps in — or, when the workflow is over, `{"thread", "end"}`. Runs in this process, not in a worker, so a thread can be driven
 /// entirely from scripts or cron: `thread start`, then `step` until it prints `end`.
 #[derive(Debug, Parser)]
 pub struct StepCommand {
@@ -23,23 +24,23 @@ pub struct StepCommand {
 
 impl StepCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let home = global.home()?;
+        let store = global.store()?;
         let id: ThreadId = self.id.parse()?;
-        let (mut writer, record) = threads::open(&home, id)?;
-        let runtime = Runtime::new(&home)?;
-        let bundle = Catalog::new(&home).load(&runtime, &record.start.name, record.start.hash)?;
-        let agents = threads::agents_for(&home, &record, &bundle, &Default::default())?;
+        let (mut writer, record) = lifecycle::open(&store, id)?;
+        let runtime = Runtime::new(store.home())?;
+        let bundle = Catalog::new(&store).load(&runtime, &record.start.name, record.start.hash)?;
+        let agents = lifecycle::agents_for(&store, &record, &bundle, &Default::default())?;
         let ctx = RunContext {
             runtime: &runtime,
-            home: &home,
+            store: &store,
             agents,
-            limits: threads::limits_for(&home, &record)?,
+            limits: lifecycle::limits_for(&store, &record)?,
             control: Default::default(),
         };
         let mut taken = None;
-        let outcome = run_thread(&ctx, &bundle, &mut writer, &record, Until::Steps(1), |event| {
-            let ThreadEvent::Step { index, step, .. } = event;
-            taken = Some((index, step));
+        let outcome = run_thread(&ctx, &bundle, &mut *writer, &record, Until::Steps(1), |event| {
+            let ThreadEvent::Step { index, step, agent, elapsed } = event;
+            taken = Some((index, step, agent, elapsed));
         })
         .await?;
         match outcome {
@@ -55,8 +56,15 @@ impl StepCommand {
                 Ok(end.end.return_code)
             }
             RunOutcome::Stepped | RunOutcome::Paused => {
-                let (index, step) = taken.expect("a step was taken");
-                println!("{}", json!({"thread": id.to_string(), "index": index, "step": step}));
+                let (index, step, agent, elapsed) = taken.expect("a step was taken");
+                let line = StepLine {
+                    thread: id,
+                    index,
+                    step: &step,
+                    agent: &agent,
+                    duration_ms: elapsed.as_millis() as u64,
+                };
+                println!("{}", serde_json::to_string(&line).expect("steps serialize"));
                 Ok(0)
             }
         }

@@ -5,10 +5,9 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
-use crate::error::Error;
 use crate::ids::ThreadId;
-use crate::thread_log::{Paused, ThreadWriter, find_thread, read_thread};
-use crate::threads;
+use crate::run::lifecycle;
+use crate::store::records::{PauseReason, Paused};
 
 /// Show a thread's state and steps, or delete it.
 #[derive(Debug, Parser)]
@@ -51,41 +50,30 @@ pub enum ThreadAction {
 
 impl ThreadCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let home = global.home()?;
+        let store = global.store()?;
         match self.action {
             Some(ThreadAction::Start { name, prompt, max_rounds, agents, limits }) => {
-                let (mut writer, record) = threads::start_new(
-                    &home,
+                let (mut writer, record) = lifecycle::start_new(
+                    &store,
                     &name,
                     &prompt,
                     max_rounds,
                     agents.flags()?,
                     limits.overrides(),
                 )?;
-                writer.append_pause(Paused { by: "start".into(), role: None, call: None })?;
+                writer.append_pause(Paused::by(PauseReason::Start))?;
                 println!("{}", record.id());
                 Ok(0)
             }
             Some(ThreadAction::Rm { id }) => {
                 let id: ThreadId = id.parse()?;
-                let (hash, data) = find_thread(&home, id)?;
-                // Holding the run lock while deleting keeps a worker from starting it meanwhile.
-                let (_lock, _) = ThreadWriter::open(&data)?;
-                std::fs::remove_file(&data).map_err(Error::io("delete thread", &data))?;
-                for extra in [home.thread_info_file(hash, id), home.thread_calls_file(hash, id)] {
-                    if let Err(e) = std::fs::remove_file(&extra)
-                        && e.kind() != std::io::ErrorKind::NotFound
-                    {
-                        return Err(Error::io("delete thread file", &extra)(e).into());
-                    }
-                }
+                store.threads().remove(id)?;
                 println!("deleted thread {id}");
                 Ok(0)
             }
             None => {
                 let id: ThreadId = self.id.as_deref().unwrap_or_default().parse()?;
-                let (_, data) = find_thread(&home, id)?;
-                let thread = read_thread(&data)?;
+                let thread = store.threads().read(id)?;
                 if self.json {
                     print_json(&json!({
                         "start": thread.start, "status": thread.status(), "steps": thread.steps,

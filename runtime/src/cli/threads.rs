@@ -4,8 +4,7 @@ use clap::Parser;
 use serde_json::json;
 
 use super::GlobalOptions;
-use super::output::{age, one_line, print_json, print_table};
-use crate::thread_log::{all_threads, read_thread};
+use super::output::{age, print_json, print_table, truncate};
 
 /// List threads, oldest first, with status, step count and age.
 #[derive(Debug, Parser)]
@@ -19,12 +18,12 @@ pub struct ThreadsCommand {
 
 impl ThreadsCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let home = global.home()?;
+        let store = global.store()?;
         let mut rows = Vec::new();
         let mut list = Vec::new();
-        for (hash, id, path) in all_threads(&home)? {
-            // One unreadable thread file must not hide the others.
-            let thread = match read_thread(&path) {
+        for id in store.threads().list()? {
+            // One unreadable thread must not hide the others.
+            let thread = match store.threads().read(id) {
                 Ok(thread) => thread,
                 Err(e) => {
                     tracing::warn!("skipping thread {id}: {e}");
@@ -36,7 +35,7 @@ impl ThreadsCommand {
             }
             if self.json {
                 list.push(json!({
-                    "threadId": id.to_string(), "name": thread.start.name, "hash": hash.to_string(),
+                    "threadId": id.to_string(), "name": thread.start.name, "hash": thread.start.hash.to_string(),
                     "status": thread.status(), "steps": thread.steps.len(),
                     "timestamp": thread.start.timestamp, "prompt": thread.start.parameters.prompt,
                     "returnCode": thread.end.as_ref().map(|e| e.end.return_code),
@@ -48,7 +47,7 @@ impl ThreadsCommand {
                     thread.status().as_str().to_string(),
                     thread.steps.len().to_string(),
                     age(thread.start.timestamp),
-                    one_line(&thread.start.parameters.prompt, 40),
+                    truncate(&thread.start.parameters.prompt, 40),
                 ]);
             }
         }

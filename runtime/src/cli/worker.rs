@@ -18,7 +18,7 @@ pub struct WorkerCommand {
 impl WorkerCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let hash: BundleHash = self.hash.parse()?;
-        crate::worker::serve(global.home()?, hash).await?;
+        crate::run::worker::serve(global.store()?, hash).await?;
         Ok(0)
     }
 }

@@ -5,8 +5,6 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bindings::BundleDescriptor;
-
 /// What a bundle says about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Descriptor {
@@ -32,16 +30,27 @@ pub struct RoleSpec {
     pub schema: serde_json::Value,
 }
 
+/// A role as a bundle states it, its schema still JSON text: what [`Descriptor::check`]
+/// takes.
+#[derive(Debug, Clone)]
+pub struct RoleText {
+    pub name: String,
+    pub description: String,
+    pub system_prompt: String,
+    pub extract_prompt: String,
+    pub schema: String,
+}
+
 impl Descriptor {
-    /// Converts and checks what the guest returned: unique non-empty role names, schemas
-    /// that are JSON and valid JSON Schema. The error says which role is wrong and why.
-    pub fn from_guest(raw: BundleDescriptor) -> Result<Self, String> {
+    /// Checks what a bundle says about itself: unique non-empty role names, schemas that are
+    /// JSON and valid JSON Schema. The error says which role is wrong and why.
+    pub fn check(description: String, max_rounds: u32, raw: Vec<RoleText>) -> Result<Self, String> {
         let mut names = HashSet::new();
-        let mut roles = Vec::with_capacity(raw.roles.len());
-        if raw.roles.is_empty() {
+        let mut roles = Vec::with_capacity(raw.len());
+        if raw.is_empty() {
             return Err("its descriptor declares no roles".into());
         }
-        for role in raw.roles {
+        for role in raw {
             if role.name.trim().is_empty() {
                 return Err("its descriptor has a role with an empty name".into());
             }
@@ -51,7 +60,7 @@ impl Descriptor {
             let schema: serde_json::Value = serde_json::from_str(&role.schema)
                 .map_err(|e| format!("role `{}` has a schema that is not JSON: {e}", role.name))?;
             // Compiled into the process's cache: the threads' extractions reuse it.
-            crate::extract::compile(&role.schema)
+            crate::schema::compile(&role.schema)
                 .map_err(|e| format!("role `{}` has an invalid JSON Schema: {e}", role.name))?;
             roles.push(RoleSpec {
                 name: role.name,
@@ -61,7 +70,7 @@ impl Descriptor {
                 schema,
             });
         }
-        Ok(Descriptor { description: raw.description, max_rounds: raw.default_max_rounds, roles })
+        Ok(Descriptor { description, max_rounds, roles })
     }
 
     /// The role named `name`.

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};
 
-use crate::descriptor::Descriptor;
 use crate::durable;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::BundleHash;
-use crate::registry::{BundleRecord, RegistryFile, yaml_reason};
+use crate::store::descriptor::Descriptor;
+use crate::store::registry::{BundleRecord, RegistryFile, yaml_reason};
 
 /// Bundles and their descriptors under a home.
 #[derive(Debug, Clone)]
@@ -18,9 +18,9 @@ pub struct BundleStore {
     home: Home,
 }
 
-/// A bundle's bytes, verified.
+/// A stored bundle's bytes, verified.
 #[derive(Debug, Clone)]
-pub struct Bundle {
+pub struct StoredBundle {
     pub hash: BundleHash,
     pub bytes: Vec<u8>,
     pub path: PathBuf,
@@ -32,8 +32,14 @@ impl BundleStore {
         BundleStore { home: home.clone() }
     }
 
+    /// Makes sure bundles can be stored (an unwritable home fails here, before the work of
+    /// compiling a bundle to add).
+    pub fn prepare(&self) -> Result<()> {
+        durable::create_dir(&self.home.bundles_dir())
+    }
+
     /// Stores `bytes` as `bundles/<HASH>.wasm` with its descriptor, and records its SHA-256.
-    /// Must be called with the registry lock held, inside [`Registry::update`](crate::registry::Registry::update).
+    /// Must be called with the registry lock held, inside [`Registry::update`](crate::store::registry::Registry::update).
     ///
     /// A bundle already stored under the same XXH64 with different bytes is refused: XXH64
     /// is not collision resistant, and the id must mean one thing.
@@ -71,7 +77,12 @@ impl BundleStore {
 
     /// Loads a stored bundle and checks it against its integrity record. `name` is the
     /// workflow it is loaded for, for error messages.
-    pub fn load(&self, registry: &RegistryFile, name: &str, hash: BundleHash) -> Result<Bundle> {
+    pub fn load(
+        &self,
+        registry: &RegistryFile,
+        name: &str,
+        hash: BundleHash,
+    ) -> Result<StoredBundle> {
         let path = self.home.bundle_file(hash);
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
@@ -101,7 +112,7 @@ impl BundleStore {
                 ),
             });
         }
-        Ok(Bundle { hash, bytes, path })
+        Ok(StoredBundle { hash, bytes, path })
     }
 
     /// Reads the descriptor stored beside a bundle.

@@ -1,145 +1,16 @@
-//! Agents: the execution capability behind a role, bound by the host from `config.yaml` and
-//! CLI flags — never by the bundle — and the failure policy every call goes through.
-
-pub mod command;
-pub mod openai;
-pub mod scripted;
+//! Binding agents to roles: the specs given on the command line (`--agent`,
+//! `--agent-for`) and in `config.yaml`, resolved into the agents of one thread.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
-use crate::config::{AgentConfig, AgentKind, Config};
-use crate::descriptor::Descriptor;
+use super::extract::LlmExtractor;
+use super::{Agent, Bound, CommandAgent, OpenAiAgent, RetryPolicy, ScriptedAgent};
 use crate::error::{Error, Result};
-use crate::extract::LlmExtractor;
-use crate::thread_log::{InfoLog, StepRecord};
-
-pub use command::CommandAgent;
-pub use openai::OpenAiAgent;
-pub use scripted::ScriptedAgent;
-
-/// Log tag of agent call attempts.
-const TAG_ATTEMPT: &str = "AGT9RY5E";
-
-/// What an agent is told: the thread so far and the role it answers as. This is also the JSON
-/// a `command` agent reads on stdin.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentContext {
-    pub thread_id: String,
-    pub prompt: String,
-    pub steps: Vec<StepRecord>,
-    pub role: RoleRef,
-}
-
-/// The role an agent answers as.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RoleRef {
-    pub name: String,
-    pub system_prompt: String,
-}
-
-impl AgentContext {
-    /// The thread rendered for a reader (a model or a person): the task, each step so far,
-    /// and whose turn it is.
-    pub fn render(&self) -> String {
-        let mut text = format!("# Task\n\n{}\n", self.prompt.trim());
-        for (i, step) in self.steps.iter().enumerate() {
-            text.push_str(&format!(
-                "\n# Step {}: {}\n\n{}\n",
-                i + 1,
-                step.role,
-                step.content.trim()
-            ));
-        }
-        text.push_str(&format!(
-            "\n# Your turn\n\nYou are the {}. Answer as the {}.\n",
-            self.role.name, self.role.name
-        ));
-        text
-    }
-}
-
-/// An agent's answer: its text, and the structured meta if the agent gave one itself.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentAnswer {
-    pub content: String,
-    pub meta: Option<serde_json::Value>,
-}
-
-/// Why an agent gave no answer. All but `Waiting` become the WIT `agent-error` the bundle sees.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum AgentFailure {
-    /// The binding cannot be used (program missing, no key…). Not retried.
-    #[error("{0}")]
-    Unavailable(String),
-    /// The agent ran and failed. Retried if `transient`.
-    #[error("{message}")]
-    Failed { message: String, transient: bool },
-    /// No answer in time. Retried.
-    #[error("{0}")]
-    Timeout(String),
-    /// A person must answer and nobody is at a terminal: the thread waits for `answer`.
-    #[error("waiting for a human answer")]
-    Waiting,
-}
-
-impl AgentFailure {
-    /// A permanent failure.
-    pub fn failed(message: impl Into<String>) -> Self {
-        AgentFailure::Failed { message: message.into(), transient: false }
-    }
-
-    /// Is a retry worth it?
-    pub fn is_transient(&self) -> bool {
-        matches!(self, AgentFailure::Timeout(_) | AgentFailure::Failed { transient: true, .. })
-    }
-}
-
-/// A bound agent.
-#[derive(Debug)]
-pub enum Agent {
-    Scripted(ScriptedAgent),
-    Command(CommandAgent),
-    OpenAi(OpenAiAgent),
-    /// Answered by a person, through the host (see [`crate::human`]).
-    Human,
-}
-
-impl Agent {
-    /// Asks the agent once. A `Human` agent is answered by the host, not here.
-    pub async fn answer(&self, context: &AgentContext) -> Result<AgentAnswer, AgentFailure> {
-        match self {
-            Agent::Scripted(agent) => {
-                if let Some(delay) = agent.delay() {
-                    tokio::time::sleep(delay).await;
-                }
-                agent.answer(context)
-            }
-            Agent::Command(agent) => agent.answer(context).await,
-            Agent::OpenAi(agent) => agent.answer(context).await,
-            Agent::Human => Err(AgentFailure::Waiting),
-        }
-    }
-}
-
-/// Retries of transient failures, with exponential backoff (factor 2).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RetryPolicy {
-    pub max_retries: u32,
-    pub initial_delay: Duration,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy { max_retries: 2, initial_delay: Duration::from_secs(1) }
-    }
-}
+use crate::store::config::{AgentConfig, AgentKind, Config};
+use crate::store::descriptor::Descriptor;
+use crate::store::records::RunParameters;
 
 /// Agent choices given on the command line (`--agent`, `--agent-for role=A`), and the
 /// directory they were given in.
@@ -167,6 +38,18 @@ impl AgentFlags {
         self.cwd = Some(cwd.to_path_buf());
         self
     }
+
+    /// The bindings a thread recorded at its start (`options`), overridden by these flags:
+    /// what a resumed or forked thread runs with.
+    pub fn over(&self, options: &RunParameters) -> AgentFlags {
+        let mut for_roles = options.agent_for.clone();
+        for_roles.extend(self.for_roles.iter().cloned());
+        AgentFlags {
+            default: self.default.clone().or_else(|| options.agent.clone()),
+            for_roles: for_roles.into_iter().collect(),
+            cwd: self.cwd.clone().or_else(|| options.cwd.clone()),
+        }
+    }
 }
 
 fn absolutize_spec(spec: &str, cwd: &Path) -> String {
@@ -192,84 +75,6 @@ pub struct AgentSet {
     default: Bound,
     by_role: BTreeMap<String, Bound>,
     extractor: Option<Arc<LlmExtractor>>,
-}
-
-/// An agent with the name it was bound by (for logs and progress) and its failure policy.
-#[derive(Debug, Clone)]
-pub struct Bound {
-    pub label: String,
-    pub agent: Arc<Agent>,
-    pub policy: RetryPolicy,
-}
-
-impl Bound {
-    /// Asks the agent under its failure policy (see [`with_retries`]).
-    pub async fn answer(
-        &self,
-        context: &AgentContext,
-        info: &InfoLog,
-    ) -> Result<AgentAnswer, AgentFailure> {
-        let what = format!("role `{}`: agent `{}`", context.role.name, self.label);
-        with_retries(self.policy, info, &what, || self.agent.answer(context)).await
-    }
-}
-
-/// Runs `call` until it succeeds, fails permanently, or has failed transiently
-/// `policy.max_retries + 1` times, waiting `initial_delay`, then twice as long, between
-/// attempts. Every failed attempt is written to the thread's debug log.
-pub async fn with_retries<T, F, Fut>(
-    policy: RetryPolicy,
-    info: &InfoLog,
-    what: &str,
-    mut call: F,
-) -> Result<T, AgentFailure>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, AgentFailure>>,
-{
-    let mut delay = policy.initial_delay;
-    let attempts = policy.max_retries + 1;
-    let mut attempt = 1;
-    loop {
-        let started = Instant::now();
-        let failure = match call().await {
-            Ok(value) => return Ok(value),
-            Err(AgentFailure::Waiting) => return Err(AgentFailure::Waiting),
-            Err(failure) => failure,
-        };
-        let ms = started.elapsed().as_millis();
-        let retry = failure.is_transient() && attempt < attempts;
-        info.write(
-            "warn",
-            TAG_ATTEMPT,
-            &format!(
-                "{what} attempt {attempt}/{attempts} failed after {ms} ms ({}): {failure}{}",
-                if failure.is_transient() { "transient" } else { "permanent" },
-                if retry {
-                    format!("; retrying in {}", humantime::format_duration(delay))
-                } else {
-                    String::new()
-                }
-            ),
-        );
-        if !retry {
-            return Err(match failure {
-                AgentFailure::Failed { message, transient } if attempt > 1 => {
-                    AgentFailure::Failed {
-                        message: format!("{message} (after {attempt} attempts)"),
-                        transient,
-                    }
-                }
-                AgentFailure::Timeout(message) if attempt > 1 => {
-                    AgentFailure::Timeout(format!("{message} (after {attempt} attempts)"))
-                }
-                other => other,
-            });
-        }
-        tokio::time::sleep(delay).await;
-        delay *= 2;
-        attempt += 1;
-    }
 }
 
 impl AgentSet {

@@ -1,27 +1,33 @@
 //! The worker process of one bundle: one compiled component, one store per thread, all threads
 //! concurrent on tokio. It serves its socket until its last thread ends, then exits.
+//!
+//! Over 400 lines because its parts share one private state and one lifetime: the accept loop
+//! and idle exit, the table of running threads, and the connection handler that starts,
+//! follows, pauses and kills them. Split apart, each would reach into the others' fields.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
-use crate::agent::AgentFlags;
-use crate::catalog::{Catalog, LoadedBundle};
-use crate::engine::{CacheOutcome, Runtime};
+use crate::agents::AgentFlags;
+use crate::agents::human::HumanQuestion;
+use crate::clock::now_ms;
 use crate::error::{Error, Result, exit};
-use crate::home::Home;
-use crate::human::HumanQuestion;
 use crate::ids::{BundleHash, ThreadId};
-use crate::ipc::{self, ClientMessage, Connection, PsEntry, Reply, Request};
-use crate::runner::{
-    Activity, RunContext, RunOutcome, ThreadControl, ThreadEvent, Until, run_thread,
-};
-use crate::thread_log::{End, EndRecord, EndStatus, now_ms};
-use crate::threads;
+use crate::limits::Limits;
+use crate::run::catalog::Catalog;
+use crate::run::ipc::{self, ClientMessage, Connection, PsEntry, Reply, Request};
+use crate::run::lifecycle;
+use crate::run::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
+use crate::sandbox::control::{Activity, ThreadControl};
+use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
+use crate::store::Storage;
+use crate::store::records::{End, EndRecord, EndStatus};
 
 /// How long a worker with no threads waits for one before it exits.
 const IDLE_EXIT: Duration = Duration::from_secs(5);
@@ -42,7 +48,7 @@ struct Running {
 
 /// The worker's shared state.
 struct Worker {
-    home: Home,
+    store: Storage,
     hash: BundleHash,
     runtime: Runtime,
     bundle: Mutex<Option<Arc<LoadedBundle>>>,
@@ -72,9 +78,10 @@ impl Drop for ConnectionGuard {
 }
 
 /// Serves bundle `hash` until no thread is left. Returns at once if another worker is live.
-pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
+pub async fn serve(store: Storage, hash: BundleHash) -> Result<()> {
     raise_open_files_limit();
-    std::thread::spawn(crate::extract::precompile_meta_schema);
+    std::thread::spawn(crate::schema::precompile_meta_schema);
+    let home = store.home().clone();
     crate::durable::create_dir(&home.run_dir())?;
     let lock_file = ipc::lock_path(&home, hash);
     let lock = std::fs::OpenOptions::new()
@@ -99,8 +106,11 @@ pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
     announce_ready();
 
     let worker = Arc::new(Worker {
-        runtime: Runtime::for_worker(&home, &worker_limits(&home)?)?,
-        home,
+        runtime: Runtime::for_worker(
+            &home,
+            &Limits::resolve(&store.config()?.limits, &Default::default())?,
+        )?,
+        store,
         hash,
         bundle: Mutex::new(None),
         threads: Mutex::new(HashMap::new()),
@@ -124,8 +134,8 @@ pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
             _ = worker.changed.notified() => {}
             _ = tokio::time::sleep(timeout) => {}
         }
-        let empty = worker.threads.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
-            && worker.connections.load(Ordering::SeqCst) == 0;
+        let empty =
+            worker.threads.lock().is_empty() && worker.connections.load(Ordering::SeqCst) == 0;
         if !empty {
             idle_since = None;
             continue;
@@ -142,7 +152,7 @@ pub async fn serve(home: Home, hash: BundleHash) -> Result<()> {
                 late = true;
                 handle(worker.clone(), Connection::accepted(stream)).await;
             }
-            if late && !worker.threads.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+            if late && !worker.threads.lock().is_empty() {
                 listener = UnixListener::bind(&socket).map_err(Error::io("listen on", &socket))?;
                 idle_since = None;
                 continue;
@@ -177,30 +187,24 @@ pub fn raise_open_files_limit() {
     }
 }
 
-/// The worker-wide limits: defaults and config.yaml (threads may lower theirs further).
-fn worker_limits(home: &Home) -> Result<crate::limits::Limits> {
-    let config = crate::config::Config::load(&home.config_file())?;
-    crate::limits::Limits::resolve(&config.limits, &Default::default())
-}
-
 impl Worker {
     /// Has this worker run any thread (so an empty table means "last one ended")?
     fn had_threads(&self) -> bool {
-        self.bundle.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.bundle.lock().is_some()
     }
 
     fn loaded(&self, name: &str) -> Result<Arc<LoadedBundle>> {
-        let mut slot = self.bundle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.bundle.lock();
         if let Some(bundle) = &*slot {
             return Ok(bundle.clone());
         }
-        let bundle = Arc::new(Catalog::new(&self.home).load(&self.runtime, name, self.hash)?);
+        let bundle = Arc::new(Catalog::new(&self.store).load(&self.runtime, name, self.hash)?);
         *slot = Some(bundle.clone());
         Ok(bundle)
     }
 
     fn ps(&self) -> Vec<PsEntry> {
-        let threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        let threads = self.threads.lock();
         let mut list: Vec<_> = threads
             .iter()
             .map(|(id, running)| PsEntry {
@@ -227,20 +231,18 @@ async fn handle(worker: Arc<Worker>, mut connection: Connection) {
     };
     let reply = match request {
         Request::Ps => Reply::Threads { threads: worker.ps() },
-        Request::Pause { thread } => control(&worker, &thread, |running| {
-            running.control.request_pause();
-            Ok(())
-        }),
+        Request::Pause { thread } => {
+            control(&worker, &thread, |running| running.control.request_pause())
+        }
         Request::Kill { thread } => {
             let done = control(&worker, &thread, |running| {
                 if let Some(kill) = running.kill.take() {
                     let _ = kill.send(());
                 }
-                Ok(())
             });
             // Wait until the end record is written, so `kill` returning means killed.
             if let Ok(id) = thread.parse::<ThreadId>() {
-                while worker.threads.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&id) {
+                while worker.threads.lock().contains_key(&id) {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             }
@@ -319,26 +321,19 @@ async fn follow_thread(
 }
 
 /// Applies `action` to a running thread of this worker.
-fn control(
-    worker: &Worker,
-    thread: &str,
-    action: impl FnOnce(&mut Running) -> Result<(), ()>,
-) -> Reply {
+fn control(worker: &Worker, thread: &str, action: impl FnOnce(&mut Running)) -> Reply {
     let Ok(id) = thread.parse::<ThreadId>() else {
         return Reply::Error {
             message: format!("invalid thread id `{thread}`"),
             code: exit::USAGE,
         };
     };
-    let mut threads = worker.threads.lock().unwrap_or_else(|p| p.into_inner());
+    let mut threads = worker.threads.lock();
     match threads.get_mut(&id) {
-        Some(running) => match action(running) {
-            Ok(()) => Reply::Ok,
-            Err(()) => Reply::Error {
-                message: format!("thread `{id}` cannot be controlled now"),
-                code: exit::STATE,
-            },
-        },
+        Some(running) => {
+            action(running);
+            Reply::Ok
+        }
         None => Reply::Error {
             message: format!("thread `{id}` is not running in this worker"),
             code: exit::STATE,
@@ -364,7 +359,7 @@ fn start(
     interactive: bool,
 ) -> Result<Started> {
     let id: ThreadId = thread.parse()?;
-    let (mut writer, record) = threads::open(&worker.home, id)?;
+    let (mut writer, record) = lifecycle::open(&worker.store, id)?;
     if record.start.hash != worker.hash {
         return Err(Error::Host(format!(
             "thread {id} belongs to bundle {}, not to this worker's {}",
@@ -372,9 +367,9 @@ fn start(
         )));
     }
     let bundle = worker.loaded(&record.start.name)?;
-    let agents = threads::agents_for(&worker.home, &record, &bundle, &flags)?;
-    let limits = threads::limits_for(&worker.home, &record)?;
-    let running = worker.threads.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let agents = lifecycle::agents_for(&worker.store, &record, &bundle, &flags)?;
+    let limits = lifecycle::limits_for(&worker.store, &record)?;
+    let running = worker.threads.lock().len();
     if running >= limits.max_threads {
         return Err(Error::ThreadState {
             id: id.to_string(),
@@ -390,7 +385,7 @@ fn start(
     let questions = interactive.then(|| control.human.attach());
     let (events, receiver) = broadcast::channel(1024);
     let (kill, killed) = oneshot::channel();
-    worker.threads.lock().unwrap_or_else(|p| p.into_inner()).insert(
+    worker.threads.lock().insert(
         id,
         Running {
             name: record.start.name.clone(),
@@ -408,10 +403,10 @@ fn start(
     let worker = worker.clone();
     tokio::spawn(async move {
         let ctx =
-            RunContext { runtime: &worker.runtime, home: &worker.home, agents, limits, control };
+            RunContext { runtime: &worker.runtime, store: &worker.store, agents, limits, control };
         let sender = events.clone();
         let finished = {
-            let run = run_thread(&ctx, &bundle, &mut writer, &record, Until::End, move |event| {
+            let run = run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, move |event| {
                 let ThreadEvent::Step { index, step, agent, elapsed } = event;
                 let _ = sender.send(Reply::Step {
                     index,
@@ -450,7 +445,7 @@ fn start(
             }
         };
         drop(writer);
-        worker.threads.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        worker.threads.lock().remove(&id);
         let _ = events.send(reply);
         worker.changed.notify_one();
     });

@@ -9,13 +9,14 @@ use std::time::Duration;
 use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::bindings::{Bundle, BundlePre};
+use super::bindings::{Bundle, BundlePre};
+use super::state::{HostContext, ThreadState, new_store};
 use crate::durable;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, chain_line};
 use crate::home::Home;
-use crate::ids::BundleHash;
+use crate::ids::{BundleHash, Digest};
 use crate::limits::Limits;
-use crate::sandbox::ThreadState;
+use crate::store::descriptor::{Descriptor, RoleText};
 
 /// WIT names of what a bundle must export and may import, besides WASI.
 pub const WORKFLOW_EXPORT: &str = "uncaged:workflow/workflow@0.1.0";
@@ -53,6 +54,16 @@ impl std::fmt::Display for Allocator {
             Allocator::OnDemandFallback(why) => write!(f, "on demand (pool refused: {why})"),
         }
     }
+}
+
+/// A bundle ready to run threads: compiled, checked against the world, pre-instantiated.
+pub struct LoadedBundle {
+    /// The workflow name it was loaded for.
+    pub name: String,
+    pub hash: BundleHash,
+    pub descriptor: Descriptor,
+    pub pre: BundlePre<ThreadState>,
+    pub cache: CacheOutcome,
 }
 
 /// Where a compiled bundle came from.
@@ -126,7 +137,7 @@ impl Runtime {
 
         let mut hasher = twox_hash::XxHash64::with_seed(0);
         engine.precompile_compatibility_hash().hash(&mut hasher);
-        let engine_key = BundleHash::from_value(hasher.finish()).to_string();
+        let engine_key = Digest::from_value(hasher.finish()).to_string();
         Ok(Runtime { engine, linker: Arc::new(linker), home: home.clone(), engine_key, allocator })
     }
 
@@ -205,6 +216,35 @@ impl Runtime {
         }
     }
 
+    /// Instantiates the bundle once, in a sandbox with no agents, to read its descriptor.
+    /// `path` names the bundle in errors.
+    pub async fn describe(&self, pre: &BundlePre<ThreadState>, path: &Path) -> Result<Descriptor> {
+        let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
+        let state = ThreadState::new(HostContext::detached(), &Limits::default());
+        let mut store = new_store(&self.engine, state);
+        let bundle = pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| invalid(format!("it fails to start: {}", chain_line(&e))))?;
+        let raw = bundle
+            .uncaged_workflow_workflow()
+            .call_descriptor(&mut store)
+            .await
+            .map_err(|e| invalid(format!("its `descriptor()` failed: {}", chain_line(&e))))?;
+        let roles = raw
+            .roles
+            .into_iter()
+            .map(|r| RoleText {
+                name: r.name,
+                description: r.description,
+                system_prompt: r.system_prompt,
+                extract_prompt: r.extract_prompt,
+                schema: r.schema,
+            })
+            .collect();
+        Descriptor::check(raw.description, raw.default_max_rounds, roles).map_err(invalid)
+    }
+
     /// Checks imports and exports against the world and pre-instantiates.
     fn check_world(&self, component: &Component, path: &Path) -> Result<BundlePre<ThreadState>> {
         let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
@@ -229,9 +269,10 @@ impl Runtime {
         let pre = self
             .linker
             .instantiate_pre(component)
-            .map_err(|e| invalid(format!("it does not fit the host: {}", one_line(&e))))?;
-        BundlePre::new(pre)
-            .map_err(|e| invalid(format!("it does not match the `bundle` world: {}", one_line(&e))))
+            .map_err(|e| invalid(format!("it does not fit the host: {}", chain_line(&e))))?;
+        BundlePre::new(pre).map_err(|e| {
+            invalid(format!("it does not match the `bundle` world: {}", chain_line(&e)))
+        })
     }
 }
 
@@ -278,14 +319,9 @@ fn compile(engine: &Engine, bytes: &[u8], path: &Path) -> Result<Component> {
         ));
     }
     Component::new(engine, bytes)
-        .map_err(|e| invalid(format!("not a valid WebAssembly component: {}", one_line(&e))))
+        .map_err(|e| invalid(format!("not a valid WebAssembly component: {}", chain_line(&e))))
 }
 
 fn internal(action: &str, e: wasmtime::Error) -> Error {
-    Error::Host(format!("cannot {action}: {}", one_line(&e)))
-}
-
-/// An error chain on one line.
-pub fn one_line(e: &wasmtime::Error) -> String {
-    format!("{e:#}").replace('\n', " ")
+    Error::Host(format!("cannot {action}: {}", chain_line(&e)))
 }

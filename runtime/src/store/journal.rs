@@ -7,14 +7,14 @@
 //! refused, never silently mixed with the record.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::durable::AppendFile;
-use crate::error::{Error, Result};
-use crate::ids::BundleHash;
-use crate::thread_log::now_ms;
+use crate::clock::now_ms;
+use crate::error::Result;
+use crate::ids::Digest;
+use crate::store::records::PendingCall;
 
 /// Which host import a call went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,8 +53,26 @@ pub enum CallResponse {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         meta: Option<serde_json::Value>,
     },
-    /// A typed error the guest received: `kind` is the WIT error case.
-    Error { kind: String, message: String },
+    /// A typed error the guest received.
+    Error { kind: CallErrorKind, message: String },
+}
+
+/// The WIT error case a recorded call failed with (`agent-error` or `extract-error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CallErrorKind {
+    /// `agent-error.unavailable` / `extract-error.unavailable`.
+    Unavailable,
+    /// `agent-error.timeout`.
+    Timeout,
+    /// `agent-error.failed`.
+    Failed,
+    /// `extract-error.invalid-schema`.
+    InvalidSchema,
+    /// `extract-error.no-json`.
+    NoJson,
+    /// `extract-error.schema-mismatch`.
+    SchemaMismatch,
 }
 
 /// The outcome of looking a call up.
@@ -80,38 +98,40 @@ pub struct Divergence {
     pub role: String,
 }
 
-/// A thread's journal, with the calls recorded so far. The file is opened for each record
-/// rather than held open: a worker holds thousands of waiting threads, and file descriptors
-/// are a per-process budget.
+/// Where a thread's journal is kept. The home-directory store keeps it in
+/// `<ULID>.calls.jsonl`; another store keeps the same records its own way.
+pub trait CallLog: Send + fmt::Debug {
+    /// Every call recorded so far. Torn or unreadable entries are skipped: a call whose
+    /// record was lost is simply made again.
+    fn read(&self) -> Result<Vec<CallRecord>>;
+    /// Appends one record; when `durable`, it is on disk (or committed) when this returns.
+    fn append(&mut self, record: &CallRecord, durable: bool) -> Result<()>;
+    /// Lets go of what the log holds open until its next append: called before the thread
+    /// waits, so that thousands of waiting threads hold no descriptor for their journals.
+    fn release(&mut self) {}
+}
+
+/// A thread's journal, with the calls recorded so far.
 #[derive(Debug)]
 pub struct Journal {
     /// `None`: records are kept in memory only (instances that are not threads).
-    path: Option<PathBuf>,
-    /// The journal file, kept open from one record to the next while the thread runs and
-    /// closed before it waits (see `release`), so that thousands of waiting threads hold no
-    /// descriptor for it and a running one does not reopen it for every call.
-    file: Option<AppendFile>,
+    log: Option<Box<dyn CallLog>>,
     recorded: HashMap<(usize, usize), CallRecord>,
     step: usize,
     seq: usize,
 }
 
 impl Journal {
-    /// Opens (creating) the journal at `path` and loads what it holds. Torn or unreadable
-    /// lines are skipped: a call whose record was lost is simply made again.
-    pub fn open(path: &Path) -> Result<Self> {
-        let recorded = read_calls(path)?
-            .into_iter()
-            .map(|record| ((record.step, record.seq), record))
-            .collect();
-        // Opening once now repairs a torn last line before anything is appended.
-        AppendFile::open(path, true)?;
-        Ok(Journal { path: Some(path.to_path_buf()), file: None, recorded, step: 0, seq: 0 })
+    /// The journal kept in `log`, with what it holds.
+    pub fn new(log: Box<dyn CallLog>) -> Result<Self> {
+        let recorded =
+            log.read()?.into_iter().map(|record| ((record.step, record.seq), record)).collect();
+        Ok(Journal { log: Some(log), recorded, step: 0, seq: 0 })
     }
 
     /// A journal that records nothing (instances that are not threads).
     pub fn disabled() -> Self {
-        Journal { path: None, file: None, recorded: HashMap::new(), step: 0, seq: 0 }
+        Journal { log: None, recorded: HashMap::new(), step: 0, seq: 0 }
     }
 
     /// The step being counted.
@@ -120,17 +140,18 @@ impl Journal {
     }
 
     /// Starts counting the calls of step `step` (0-based). Between steps the thread may wait
-    /// (for a pause, for its turn), so the file is closed here too.
+    /// (for a pause, for its turn), so the log is released here too.
     pub fn begin_step(&mut self, step: usize) {
         self.step = step;
         self.seq = 0;
         self.release();
     }
 
-    /// Closes the journal file until the next record: called before the thread waits (on an
-    /// agent, on the LLM extractor) so that a waiting thread holds no descriptor for it.
+    /// Releases the log until the next record (see [`CallLog::release`]).
     pub fn release(&mut self) {
-        self.file = None;
+        if let Some(log) = &mut self.log {
+            log.release();
+        }
     }
 
     /// Looks up the next call of the current step.
@@ -178,73 +199,75 @@ impl Journal {
             response,
             timestamp: now_ms(),
         };
-        if let Some(path) = &self.path {
-            let line = serde_json::to_vec(&record).expect("call records serialize");
-            let file = match &mut self.file {
-                Some(file) => file,
-                // `open` repaired a torn tail already.
-                None => self.file.insert(AppendFile::reopen(path, false)?),
-            };
-            file.append_synced(&line, durable)
-                .map_err(Error::io("append to call journal", path))?;
+        if let Some(log) = &mut self.log {
+            log.append(&record, durable)?;
         }
         self.recorded.insert((record.step, record.seq), record);
         Ok(())
     }
-}
 
-/// Records the answer to a call made elsewhere (a person's answer to a waiting thread).
-pub fn record_answer(
-    path: &Path,
-    call: &crate::human::PendingCall,
-    role: &str,
-    answer: String,
-) -> Result<()> {
-    let mut journal = Journal::open(path)?;
-    journal.begin_step(call.step);
-    journal.record(
-        call.seq,
-        CallKind::Agent,
-        role,
-        call.digest.clone(),
-        CallResponse::Ok { value: answer, meta: None },
-        true,
-    )
-}
+    /// Records the answer to a call made elsewhere (a person's answer to a waiting thread).
+    pub fn record_answer(&mut self, call: &PendingCall, role: &str, answer: String) -> Result<()> {
+        self.begin_step(call.step);
+        self.record(
+            call.seq,
+            CallKind::Agent,
+            role,
+            call.digest.clone(),
+            CallResponse::Ok { value: answer, meta: None },
+            true,
+        )
+    }
 
-/// The calls recorded in a journal file (none if it does not exist).
-pub fn read_calls(path: &Path) -> Result<Vec<CallRecord>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => return Err(Error::io("read call journal", path)(e)),
-    };
-    Ok(text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect())
+    /// The recorded calls of steps before `step` (what a fork keeps), in order.
+    pub fn calls_before(&self, step: usize) -> Vec<CallRecord> {
+        let mut calls: Vec<_> = self.recorded.values().filter(|c| c.step < step).cloned().collect();
+        calls.sort_by_key(|c| (c.step, c.seq));
+        calls
+    }
 }
 
 /// XXH64 of a request's JSON, in Crockford Base32.
 pub fn digest(request: &impl Serialize) -> String {
     let bytes = serde_json::to_vec(request).expect("requests serialize");
-    BundleHash::of(&bytes).to_string()
+    Digest::of(&bytes).to_string()
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+
     use super::*;
+
+    /// A log kept in memory, shared so a second journal can read what the first wrote.
+    #[derive(Debug, Clone, Default)]
+    struct MemoryLog(Arc<Mutex<Vec<CallRecord>>>);
+
+    impl CallLog for MemoryLog {
+        fn read(&self) -> Result<Vec<CallRecord>> {
+            Ok(self.0.lock().clone())
+        }
+
+        fn append(&mut self, record: &CallRecord, _durable: bool) -> Result<()> {
+            self.0.lock().push(record.clone());
+            Ok(())
+        }
+    }
 
     #[test]
     fn recorded_calls_replay_and_divergent_ones_are_refused() -> Result<()> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.calls.jsonl");
+        let log = MemoryLog::default();
         let answer = CallResponse::Ok { value: "hi".into(), meta: None };
         {
-            let mut journal = Journal::open(&path)?;
+            let mut journal = Journal::new(Box::new(log.clone()))?;
             journal.begin_step(0);
             let (seq, replay) = journal.next_call(CallKind::Agent, "planner", "D1").unwrap();
             assert_eq!((seq, replay), (0, Replay::Fresh));
             journal.record(seq, CallKind::Agent, "planner", "D1".into(), answer.clone(), true)?;
         }
-        let mut journal = Journal::open(&path)?;
+        let mut journal = Journal::new(Box::new(log.clone()))?;
         journal.begin_step(0);
         assert_eq!(
             journal.next_call(CallKind::Agent, "planner", "D1").unwrap(),
@@ -254,6 +277,22 @@ mod tests {
         journal.begin_step(0);
         let divergence = journal.next_call(CallKind::Agent, "planner", "OTHER").unwrap_err();
         assert!(divergence.to_string().contains("call 0 of step 1"), "{divergence}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_human_answer_is_replayed_to_the_call_that_waited_for_it() -> Result<()> {
+        let log = MemoryLog::default();
+        let call = PendingCall { step: 2, seq: 0, digest: "D9".into() };
+        Journal::new(Box::new(log.clone()))?.record_answer(&call, "reviewer", "yes".into())?;
+        let mut journal = Journal::new(Box::new(log))?;
+        journal.begin_step(2);
+        assert_eq!(
+            journal.next_call(CallKind::Agent, "reviewer", "D9").unwrap(),
+            (0, Replay::Recorded(CallResponse::Ok { value: "yes".into(), meta: None }))
+        );
+        assert!(journal.calls_before(2).is_empty());
+        assert_eq!(journal.calls_before(3).len(), 1);
         Ok(())
     }
 }

@@ -3,12 +3,12 @@
 //! state and `answer` supplies the text later (it is journaled like any agent answer, so the
 //! resumed thread replays it).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::agent::AgentContext;
+use super::AgentContext;
 
 /// A question for the person attached to a thread.
 #[derive(Debug)]
@@ -29,13 +29,13 @@ impl HumanPort {
     /// Attaches a client; questions arrive on the returned receiver until it is dropped.
     pub fn attach(&self) -> mpsc::UnboundedReceiver<HumanQuestion> {
         let (sender, receiver) = mpsc::unbounded_channel();
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
+        *self.0.lock() = Some(sender);
         receiver
     }
 
     /// Asks the attached person; `None` when nobody is attached or they gave no answer.
     pub async fn ask(&self, context: &AgentContext) -> Option<String> {
-        let sender = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let sender = self.0.lock().clone()?;
         let (reply, answer) = oneshot::channel();
         let question = HumanQuestion {
             role: context.role.name.clone(),
@@ -46,15 +46,4 @@ impl HumanPort {
         sender.send(question).ok()?;
         answer.await.ok().flatten()
     }
-}
-
-/// The agent call a waiting thread needs answered: recorded in its pause marker, so `answer`
-/// can journal the text under it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PendingCall {
-    /// Index of the step (0-based) and position of the call in it.
-    pub step: usize,
-    pub seq: usize,
-    /// Digest of the agent request.
-    pub digest: String,
 }

@@ -183,19 +183,6 @@ impl RegistryFile {
     }
 }
 
-impl Serialize for BundleHash {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for BundleHash {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
-
 /// serde_yaml's message already names line and column; keep it on one line.
 pub(crate) fn yaml_reason(e: &serde_yaml::Error) -> String {
     e.to_string().replace('\n', " ")

@@ -68,7 +68,7 @@ impl CommandAgent {
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
         // Collected where a timeout can still read it.
-        let err = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let err = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
         let err_sink = err.clone();
         let run = async {
             // Write and read concurrently: a program that answers before reading all of its
@@ -83,10 +83,7 @@ impl CommandAgent {
                 loop {
                     match stderr.read(&mut chunk).await {
                         Ok(0) | Err(_) => break,
-                        Ok(n) => err_sink
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .extend_from_slice(&chunk[..n]),
+                        Ok(n) => err_sink.lock().extend_from_slice(&chunk[..n]),
                     }
                 }
             };
@@ -96,7 +93,7 @@ impl CommandAgent {
             out_res.and(status).map(|status| (status, out))
         };
         let outcome = tokio::time::timeout(self.timeout, run).await;
-        let tail = stderr_tail(&err.lock().unwrap_or_else(|p| p.into_inner()));
+        let tail = stderr_tail(&err.lock());
         let with_tail =
             |message: String| if tail.is_empty() { message } else { format!("{message}: {tail}") };
         let (status, out) = match outcome {

@@ -34,7 +34,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 use crate::error::{Error, Result};
-use crate::registry::yaml_reason;
+use crate::store::registry::yaml_reason;
 
 /// The whole of `config.yaml`. Every field is optional.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -3,18 +3,19 @@
 
 use std::time::Instant;
 
-use crate::agent::{Agent, AgentAnswer, AgentContext, AgentFailure, RoleRef};
-use crate::bindings::uncaged::workflow::{host, types};
-use crate::bindings::{AgentError, AgentRequest, ExtractError, ExtractRequest, LogLevel};
-use crate::extract::ExtractFailure;
+use super::bindings::uncaged::workflow::{host, types};
+use super::bindings::{AgentError, AgentRequest, ExtractError, ExtractRequest};
+use super::control::Activity;
+use super::state::ThreadState;
+use crate::agents::extract::ExtractFailure;
+use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, RoleRef};
+use crate::clock::now_ms;
 use crate::faults::crash_point;
-use crate::human::PendingCall;
 use crate::ids::tag;
-use crate::journal::{CallKind, CallResponse, Replay, digest};
 use crate::limits::Size;
-use crate::runner::Activity;
-use crate::sandbox::ThreadState;
-use crate::thread_log::{StepRecord, now_ms};
+use crate::store::info_log::LogLevel;
+use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay, digest};
+use crate::store::records::{PendingCall, StepRecord};
 
 /// Log tags of this module's call sites.
 const TAG_AGENT: &str = "AGM7Q2XW";
@@ -50,7 +51,7 @@ impl host::Host for ThreadState {
         let response = match replay {
             Replay::Recorded(response) => {
                 self.host.info.write(
-                    "info",
+                    LogLevel::Info,
                     TAG_AGENT,
                     &format!("role `{role}`: answer replayed from the call journal"),
                 );
@@ -59,7 +60,7 @@ impl host::Host for ThreadState {
             Replay::Fresh => {
                 let context = agent_context(request);
                 self.host.info.write(
-                    "info",
+                    LogLevel::Info,
                     TAG_AGENT,
                     &format!("role `{role}`: asking agent `{}`", bound.label),
                 );
@@ -85,7 +86,7 @@ impl host::Host for ThreadState {
                 let response = match answer {
                     Ok(answer) => {
                         self.host.info.write(
-                            "info",
+                            LogLevel::Info,
                             TAG_AGENT,
                             &format!(
                                 "role `{role}`: agent `{}` answered in {ms} ms ({} bytes)",
@@ -112,7 +113,7 @@ impl host::Host for ThreadState {
                     }
                     Err(failure) => {
                         self.host.info.write(
-                            "error",
+                            LogLevel::Error,
                             TAG_AGENT,
                             &format!(
                                 "role `{role}`: agent `{}` failed after {ms} ms: {failure}",
@@ -120,11 +121,13 @@ impl host::Host for ThreadState {
                             ),
                         );
                         let kind = match failure {
-                            AgentFailure::Unavailable(_) => "unavailable",
-                            AgentFailure::Timeout(_) => "timeout",
-                            AgentFailure::Failed { .. } | AgentFailure::Waiting => "failed",
+                            AgentFailure::Unavailable(_) => CallErrorKind::Unavailable,
+                            AgentFailure::Timeout(_) => CallErrorKind::Timeout,
+                            AgentFailure::Failed { .. } | AgentFailure::Waiting => {
+                                CallErrorKind::Failed
+                            }
                         };
-                        CallResponse::Error { kind: kind.into(), message: failure.to_string() }
+                        CallResponse::Error { kind, message: failure.to_string() }
                     }
                 };
                 let durable = !matches!(&*bound.agent, Agent::Scripted(_));
@@ -146,9 +149,9 @@ impl host::Host for ThreadState {
                 self.host.agent_meta = meta.map(|meta| (value.clone(), meta));
                 Ok(value)
             }
-            CallResponse::Error { kind, message } => Err(match kind.as_str() {
-                "unavailable" => AgentError::Unavailable(message),
-                "timeout" => AgentError::Timeout(message),
+            CallResponse::Error { kind, message } => Err(match kind {
+                CallErrorKind::Unavailable => AgentError::Unavailable(message),
+                CallErrorKind::Timeout => AgentError::Timeout(message),
                 _ => AgentError::Failed(message),
             }),
         })
@@ -184,7 +187,7 @@ impl host::Host for ThreadState {
                         Some(llm),
                     ) => {
                         self.host.info.write(
-                            "info",
+                            LogLevel::Info,
                             TAG_EXTRACT,
                             "no valid meta in the answer; asking the LLM extractor",
                         );
@@ -203,14 +206,14 @@ impl host::Host for ThreadState {
                 let response = match result {
                     Ok(value) => CallResponse::Ok { value: value.to_string(), meta: None },
                     Err(failure) => {
-                        self.host.info.write("warn", TAG_EXTRACT, &failure.to_string());
+                        self.host.info.write(LogLevel::Warn, TAG_EXTRACT, &failure.to_string());
                         let kind = match failure {
-                            ExtractFailure::InvalidSchema(_) => "invalid-schema",
-                            ExtractFailure::NoJson => "no-json",
-                            ExtractFailure::SchemaMismatch(_) => "schema-mismatch",
-                            ExtractFailure::Unavailable(_) => "unavailable",
+                            ExtractFailure::InvalidSchema(_) => CallErrorKind::InvalidSchema,
+                            ExtractFailure::NoJson => CallErrorKind::NoJson,
+                            ExtractFailure::SchemaMismatch(_) => CallErrorKind::SchemaMismatch,
+                            ExtractFailure::Unavailable(_) => CallErrorKind::Unavailable,
                         };
-                        CallResponse::Error { kind: kind.into(), message: failure.to_string() }
+                        CallResponse::Error { kind, message: failure.to_string() }
                     }
                 };
                 self.host.journal.record(
@@ -227,22 +230,27 @@ impl host::Host for ThreadState {
         self.clock.add_host_time(started.elapsed());
         Ok(match response {
             CallResponse::Ok { value, .. } => Ok(value),
-            CallResponse::Error { kind, message } => Err(match kind.as_str() {
-                "invalid-schema" => ExtractError::InvalidSchema(message),
-                "no-json" => ExtractError::NoJson(message),
-                "unavailable" => ExtractError::Unavailable(message),
+            CallResponse::Error { kind, message } => Err(match kind {
+                CallErrorKind::InvalidSchema => ExtractError::InvalidSchema(message),
+                CallErrorKind::NoJson => ExtractError::NoJson(message),
+                CallErrorKind::Unavailable => ExtractError::Unavailable(message),
                 _ => ExtractError::SchemaMismatch(message),
             }),
         })
     }
 
-    async fn log(&mut self, level: LogLevel, tag: String, message: String) -> wasmtime::Result<()> {
+    async fn log(
+        &mut self,
+        level: types::LogLevel,
+        tag: String,
+        message: String,
+    ) -> wasmtime::Result<()> {
         let level = match level {
-            LogLevel::Trace => "trace",
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-            LogLevel::Error => "error",
+            types::LogLevel::Trace => LogLevel::Trace,
+            types::LogLevel::Debug => LogLevel::Debug,
+            types::LogLevel::Info => LogLevel::Info,
+            types::LogLevel::Warn => LogLevel::Warn,
+            types::LogLevel::Error => LogLevel::Error,
         };
         self.check_string("a log message", &message)?;
         if tag::is_valid(&tag) {
@@ -283,7 +291,7 @@ fn agent_request_digest(request: &AgentRequest) -> String {
         field(step.meta.as_bytes());
         field(&step.timestamp.to_le_bytes());
     }
-    crate::ids::BundleHash::from_value(hasher.finish()).to_string()
+    crate::ids::Digest::from_value(hasher.finish()).to_string()
 }
 
 /// The agent context as agents see it.

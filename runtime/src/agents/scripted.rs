@@ -22,7 +22,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::{AgentAnswer, AgentContext, AgentFailure};
-use crate::descriptor::Descriptor;
+use crate::store::descriptor::Descriptor;
 
 /// Answers per role.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{AgentAnswer, AgentContext, AgentFailure};
-use crate::config::AgentKind;
+use crate::store::config::AgentKind;
 
 /// Default time one request may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);

@@ -6,14 +6,12 @@
 //! a structured-output constraint, and asked again with the validation errors until an answer
 //! validates or its retries are spent.
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
-
 use serde_json::{Value, json};
 
-use crate::agent::openai::{Message, OpenAiAgent};
-use crate::agent::{AgentFailure, RetryPolicy, with_retries};
-use crate::thread_log::InfoLog;
+use super::openai::{Message, OpenAiAgent};
+use super::{AgentFailure, RetryPolicy, with_retries};
+use crate::schema::compile;
+use crate::store::info_log::{InfoLog, LogLevel};
 
 /// Why nothing valid was found. Becomes the WIT `extract-error`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -30,7 +28,7 @@ pub enum ExtractFailure {
 }
 
 /// Finds schema-valid JSON in agents' answers. Compiled schemas live in a process-wide cache
-/// (see [`compile`]), so extractors are free to create, one per thread.
+/// (see [`crate::schema::compile`]), so extractors are free to create, one per thread.
 #[derive(Debug, Default)]
 pub struct Extractor;
 
@@ -67,36 +65,6 @@ impl Extractor {
         }
         Err(first_mismatch.map_or(ExtractFailure::NoJson, ExtractFailure::SchemaMismatch))
     }
-}
-
-/// Compiled schemas by their text, shared by every thread of the process: a worker's threads
-/// run one bundle whose roles use the same few schemas, and compiling one costs more than a
-/// whole step. Bounded, because the schemas come from untrusted guests.
-static COMPILED: LazyLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> =
-    LazyLock::new(Mutex::default);
-const MAX_COMPILED: usize = 256;
-
-/// The validator of `schema` (JSON Schema as JSON text), compiled once per process. The
-/// error says why the text is not JSON or not a valid schema.
-pub fn compile(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
-    let cached = COMPILED.lock().unwrap_or_else(|p| p.into_inner()).get(schema).cloned();
-    if let Some(validator) = cached {
-        return Ok(validator);
-    }
-    let value: Value = serde_json::from_str(schema).map_err(|e| e.to_string())?;
-    let validator = Arc::new(jsonschema::validator_for(&value).map_err(|e| e.to_string())?);
-    let mut compiled = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
-    if compiled.len() >= MAX_COMPILED {
-        compiled.clear();
-    }
-    compiled.insert(schema.to_string(), validator.clone());
-    Ok(validator)
-}
-
-/// Compiles the JSON Schema meta-schema, which checking any schema needs first and which
-/// costs milliseconds: a worker does it on a spare core while its engine starts.
-pub fn precompile_meta_schema() {
-    let _ = jsonschema::draft202012::meta::is_valid(&Value::Bool(true));
 }
 
 /// An OpenAI-compatible model that extracts what the agent's text does not hold as JSON.
@@ -157,7 +125,7 @@ impl LlmExtractor {
                     if format.is_some() && message.contains("HTTP 4") =>
                 {
                     info.write(
-                        "warn",
+                        LogLevel::Warn,
                         TAG_LLM,
                         &format!(
                             "{what}: structured output refused ({message}); retrying without it"
@@ -171,7 +139,7 @@ impl LlmExtractor {
             match local.extract(schema, &answer, None) {
                 Ok(value) => {
                     info.write(
-                        "info",
+                        LogLevel::Info,
                         TAG_LLM,
                         &format!("{what}: valid meta on attempt {attempt}/{attempts}"),
                     );
@@ -180,7 +148,7 @@ impl LlmExtractor {
                 Err(failure) => {
                     last_error = failure.to_string();
                     info.write(
-                        "warn",
+                        LogLevel::Warn,
                         TAG_LLM,
                         &format!("{what}: attempt {attempt}/{attempts} invalid: {last_error}"),
                     );

@@ -1,23 +1,22 @@
 //! A thread's sandbox: the wasmtime store data (a WASI context that grants nothing, resource
-//! limits, CPU accounting) and the capture of the guest's stdout/stderr into its debug log.
+//! limits, CPU accounting) and what the host imports work with.
 
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::agent::AgentSet;
-use crate::extract::Extractor;
-use crate::human::PendingCall;
-use crate::journal::Journal;
+use super::control::ThreadControl;
+use super::output::GuestOutput;
+use crate::agents::AgentSet;
+use crate::agents::extract::Extractor;
+use crate::ids::ThreadId;
 use crate::limits::{Limits, Size};
-use crate::runner::ThreadControl;
-use crate::thread_log::InfoLog;
+use crate::store::info_log::{InfoLog, LogLevel};
+use crate::store::journal::Journal;
+use crate::store::records::PendingCall;
 
 /// The data of one thread's wasmtime store.
 pub struct ThreadState {
@@ -35,7 +34,8 @@ pub struct ThreadState {
 /// What the host imports (`agent`, `extract`, `log`) need.
 #[derive(Debug)]
 pub struct HostContext {
-    pub thread_id: String,
+    /// `None` while the host reads a descriptor.
+    pub thread_id: Option<ThreadId>,
     /// `None` while the host reads a descriptor: no agent may be asked then.
     pub agents: Option<AgentSet>,
     pub extractor: Extractor,
@@ -62,14 +62,14 @@ impl HostContext {
 
     /// A thread's host context.
     pub fn new(
-        thread_id: String,
+        thread_id: ThreadId,
         agents: AgentSet,
         info: InfoLog,
         journal: Journal,
         control: Arc<ThreadControl>,
     ) -> Self {
         HostContext {
-            thread_id,
+            thread_id: Some(thread_id),
             agents: Some(agents),
             extractor: Extractor,
             info,
@@ -84,7 +84,7 @@ impl HostContext {
     /// log goes to `tracing`.
     pub fn detached() -> Self {
         HostContext {
-            thread_id: String::new(),
+            thread_id: None,
             agents: None,
             extractor: Extractor,
             info: InfoLog::tracing(),
@@ -138,8 +138,8 @@ impl ThreadState {
     pub fn new(host: HostContext, limits: &Limits) -> Self {
         let output = GuestOutput::new(host.info.clone(), limits.output_bytes);
         let wasi = WasiCtx::builder()
-            .stdout(output.stream("stdout"))
-            .stderr(output.stream("stderr"))
+            .stdout(output.stream(LogLevel::Stdout))
+            .stderr(output.stream(LogLevel::Stderr))
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -159,7 +159,8 @@ impl ThreadState {
         self.clock.in_host
     }
 
-    /// Starts timing a new step (CPU budget and host time).
+    /// Starts timing a new step (CPU budget and host time); the runner does this itself, this
+    /// is for embedders that drive the generator directly (the micro-benchmarks).
     pub fn start_step(&mut self) {
         self.clock.start_step();
     }
@@ -256,142 +257,23 @@ impl WasiView for ThreadState {
     }
 }
 
-/// The guest's stdout and stderr, written line by line into the debug log, up to a budget
-/// shared by both streams; past it, output is dropped with one note in the log.
-#[derive(Clone)]
-pub(crate) struct GuestOutput {
-    info: InfoLog,
-    shared: Arc<Mutex<OutputBudget>>,
-}
-
-struct OutputBudget {
-    remaining: usize,
-    noted_overflow: bool,
-    /// The last lines the guest wrote to stderr, where a panic message would be.
-    stderr_tail: std::collections::VecDeque<String>,
-}
-
-impl GuestOutput {
-    fn new(info: InfoLog, budget: usize) -> Self {
-        GuestOutput {
-            info,
-            shared: Arc::new(Mutex::new(OutputBudget {
-                remaining: budget,
-                noted_overflow: false,
-                stderr_tail: Default::default(),
-            })),
+/// A store for `state` with its limits enforced: memory and tables through the limiter, guest
+/// CPU time per step through epoch checks (at every tick the store checks its step clock, and
+/// yields to other threads on the executor while the budget lasts).
+pub fn new_store(engine: &Engine, state: ThreadState) -> Store<ThreadState> {
+    let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limiter);
+    store.epoch_deadline_callback(|ctx| {
+        let clock = &ctx.data().clock;
+        if clock.exhausted() {
+            Err(wasmtime::Error::msg(format!(
+                "CPU limit exceeded: the bundle computed for more than {:?} in one step",
+                clock.budget()
+            )))
+        } else {
+            Ok(UpdateDeadline::Yield(1))
         }
-    }
-
-    /// Takes `bytes` from the budget; how many may be kept.
-    fn take(&self, bytes: usize) -> usize {
-        let mut budget = self.shared.lock().unwrap_or_else(|p| p.into_inner());
-        let take = bytes.min(budget.remaining);
-        budget.remaining -= take;
-        if take < bytes && !budget.noted_overflow {
-            budget.noted_overflow = true;
-            self.info.write(
-                "warn",
-                TAG_GUEST_OUTPUT,
-                "guest output limit reached (limits.output); further output dropped",
-            );
-        }
-        take
-    }
-
-    /// A log line from the guest's `log` import, within the budget (which counts the line's
-    /// JSON framing too, so the budget bounds the file).
-    pub(crate) fn log(&self, level: &str, tag: &str, message: &str) {
-        let cost = message.len() + LINE_OVERHEAD;
-        if self.take(cost) == cost {
-            self.info.write(level, tag, message);
-        }
-    }
-
-    /// What the guest said on stderr before it died: a Rust panic's message if there is one
-    /// (`panicked at FILE:LINE:` and the line after it), else its last stderr line.
-    pub(crate) fn last_words(&self) -> Option<String> {
-        let budget = self.shared.lock().unwrap_or_else(|p| p.into_inner());
-        let lines: Vec<&String> = budget.stderr_tail.iter().collect();
-        if let Some(i) = lines.iter().rposition(|l| l.contains("panicked at")) {
-            let message = lines.get(i + 1).map(|l| l.trim()).unwrap_or_default();
-            return Some(format!("{} {message}", lines[i].trim()).trim().to_string());
-        }
-        lines.last().map(|l| l.trim().to_string())
-    }
-
-    fn stream(&self, name: &'static str) -> GuestStream {
-        GuestStream { output: self.clone(), name, line: Arc::new(Mutex::new(Vec::new())) }
-    }
-}
-
-/// One of the two streams; keeps its partial last line.
-#[derive(Clone)]
-struct GuestStream {
-    output: GuestOutput,
-    name: &'static str,
-    line: Arc<Mutex<Vec<u8>>>,
-}
-
-/// Bytes of JSON around each debug log line (tag, level, timestamp, quotes).
-const LINE_OVERHEAD: usize = 80;
-
-/// Stderr lines kept to explain a crash.
-const STDERR_TAIL_LINES: usize = 8;
-
-/// Log tag of guest stdout/stderr lines.
-const TAG_GUEST_OUTPUT: &str = "G5TD0VT1";
-
-impl GuestStream {
-    fn write(&self, bytes: &[u8]) {
-        let take = self.output.take(bytes.len());
-        let newlines = bytes[..take].iter().filter(|&&b| b == b'\n').count();
-        // Charge the JSON framing of each line too, so the budget bounds the file.
-        self.output.take(newlines * LINE_OVERHEAD);
-        let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
-        line.extend_from_slice(&bytes[..take]);
-        while let Some(end) = line.iter().position(|&b| b == b'\n') {
-            let text = String::from_utf8_lossy(&line[..end]).into_owned();
-            line.drain(..=end);
-            if self.name == "stderr" && !text.trim().is_empty() {
-                let mut budget = self.output.shared.lock().unwrap_or_else(|p| p.into_inner());
-                if budget.stderr_tail.len() == STDERR_TAIL_LINES {
-                    budget.stderr_tail.pop_front();
-                }
-                budget.stderr_tail.push_back(text.clone());
-            }
-            self.output.info.write(self.name, TAG_GUEST_OUTPUT, &text);
-        }
-    }
-}
-
-impl IsTerminal for GuestStream {
-    fn is_terminal(&self) -> bool {
-        false
-    }
-}
-
-impl StdoutStream for GuestStream {
-    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        Box::new(self.clone())
-    }
-}
-
-impl tokio::io::AsyncWrite for GuestStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        self.write(buf);
-        Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
+    });
+    store.set_epoch_deadline(1);
+    store
 }

@@ -2,29 +2,26 @@
 //! (the continuation contract), drive its `run` generator, persist every role output before
 //! asking for the next, and end, pause or stop after a given number of steps.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::broadcast;
 
-use wasmtime::{Store, UpdateDeadline};
+use wasmtime::Store;
 
-use crate::agent::AgentSet;
-use crate::bindings::{RoleOutput, RunInput, RunOptions, Step};
-use crate::catalog::LoadedBundle;
-use crate::engine::{CacheOutcome, Runtime, one_line};
-use crate::error::{Result, exit};
+use crate::agents::AgentSet;
+use crate::clock::now_ms;
+use crate::error::{Result, chain_line, exit};
 use crate::faults::crash_point;
-use crate::home::Home;
-use crate::human::{HumanPort, PendingCall};
 use crate::ids::ThreadId;
-use crate::journal::Journal;
 use crate::limits::Limits;
-use crate::sandbox::{HostContext, ThreadState};
-use crate::thread_log::{
-    End, EndRecord, EndStatus, InfoLog, Paused, StepRecord, ThreadRecord, ThreadWriter, now_ms,
+use crate::sandbox::bindings::{RoleOutput, RunInput, RunOptions, Step};
+use crate::sandbox::control::ThreadControl;
+use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
+use crate::sandbox::state::{HostContext, ThreadState, new_store};
+use crate::store::info_log::{InfoLog, LogLevel};
+use crate::store::records::{
+    End, EndRecord, EndStatus, PauseReason, Paused, PendingCall, StepRecord, ThreadRecord,
 };
+use crate::store::{Storage, ThreadWriter};
 
 /// Log tags of this module's call sites.
 const TAG_START: &str = "RN8STA2T";
@@ -32,68 +29,6 @@ const TAG_CACHE: &str = "RNC4CH3E";
 const TAG_END: &str = "RN3ND0NE";
 const TAG_PAUSE: &str = "RNPA5E0K";
 const TAG_TORN: &str = "RNT0RN1N";
-
-/// Shared between a running thread and whoever controls it (the worker, `ps`, followers).
-#[derive(Debug)]
-pub struct ThreadControl {
-    pause: AtomicBool,
-    /// What the thread does now (for `ps`)…
-    activity: Mutex<Option<Activity>>,
-    /// …and each change of it, in order (for followers).
-    activity_events: broadcast::Sender<Activity>,
-    steps: AtomicUsize,
-    /// Where `human` agents put their questions.
-    pub human: HumanPort,
-}
-
-/// What a thread is doing: which role is at work, with which agent.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Activity {
-    pub role: String,
-    pub agent: String,
-}
-
-impl Default for ThreadControl {
-    fn default() -> Self {
-        ThreadControl {
-            pause: AtomicBool::new(false),
-            activity: Mutex::new(None),
-            activity_events: broadcast::channel(64).0,
-            steps: AtomicUsize::new(0),
-            human: HumanPort::default(),
-        }
-    }
-}
-
-impl ThreadControl {
-    /// Asks the thread to stop after its current step is persisted.
-    pub fn request_pause(&self) {
-        self.pause.store(true, Ordering::SeqCst);
-    }
-
-    /// The role being worked on, if an agent is at work.
-    pub fn current_role(&self) -> Option<String> {
-        self.activity.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|a| a.role.clone())
-    }
-
-    /// Records what the thread is doing.
-    pub fn set_activity(&self, activity: Option<Activity>) {
-        if let Some(activity) = &activity {
-            let _ = self.activity_events.send(activity.clone());
-        }
-        *self.activity.lock().unwrap_or_else(|p| p.into_inner()) = activity;
-    }
-
-    /// Follows what the thread starts doing from now on.
-    pub fn watch(&self) -> broadcast::Receiver<Activity> {
-        self.activity_events.subscribe()
-    }
-
-    /// Steps recorded so far.
-    pub fn steps(&self) -> usize {
-        self.steps.load(Ordering::SeqCst)
-    }
-}
 
 /// How far to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +62,7 @@ pub enum ThreadEvent {
 /// Everything a run needs besides the bundle.
 pub struct RunContext<'a> {
     pub runtime: &'a Runtime,
-    pub home: &'a Home,
+    pub store: &'a Storage,
     pub agents: AgentSet,
     pub limits: Limits,
     pub control: Arc<ThreadControl>,
@@ -142,25 +77,25 @@ pub struct RunContext<'a> {
 pub async fn run_thread(
     ctx: &RunContext<'_>,
     bundle: &LoadedBundle,
-    writer: &mut ThreadWriter,
+    writer: &mut dyn ThreadWriter,
     record: &ThreadRecord,
     until: Until,
     mut on_event: impl FnMut(ThreadEvent),
 ) -> Result<RunOutcome> {
     let id = record.id();
-    let info = InfoLog::open(ctx.home, bundle.hash, id)?;
+    let info = ctx.store.threads().info_log(bundle.hash, id)?;
     let resumed = if record.steps.is_empty() {
         String::new()
     } else {
         format!(" after step {}", record.steps.len())
     };
     info.write(
-        "info",
+        LogLevel::Info,
         TAG_START,
         &format!("thread {id} of `{}` ({}) running{resumed}", bundle.name, bundle.hash),
     );
     info.write(
-        "info",
+        LogLevel::Info,
         TAG_CACHE,
         match bundle.cache {
             CacheOutcome::Hit => "bundle loaded from the AOT cache (no compilation)",
@@ -169,7 +104,7 @@ pub async fn run_thread(
     );
     if !record.skipped_lines.is_empty() {
         info.write(
-            "warn",
+            LogLevel::Warn,
             TAG_TORN,
             &format!(
                 "skipped unreadable lines {:?} of the thread file (torn write?)",
@@ -177,16 +112,10 @@ pub async fn run_thread(
             ),
         );
     }
-    let journal = Journal::open(&ctx.home.thread_calls_file(bundle.hash, id))?;
-    ctx.control.steps.store(record.steps.len(), Ordering::SeqCst);
+    let journal = ctx.store.threads().journal(bundle.hash, id)?;
+    ctx.control.set_steps(record.steps.len());
 
-    let host = HostContext::new(
-        id.to_string(),
-        ctx.agents.clone(),
-        info.clone(),
-        journal,
-        ctx.control.clone(),
-    );
+    let host = HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone());
     let mut generator = match Generator::start(ctx, bundle, host, id, record).await {
         Ok(generator) => generator,
         Err(end) => return finish(writer, &info, end),
@@ -211,33 +140,41 @@ pub async fn run_thread(
         taken += 1;
         writer.append_step(&step)?;
         crash_point("step-persisted");
-        ctx.control.steps.store(count, Ordering::SeqCst);
+        ctx.control.set_steps(count);
         info.flush();
         let agent = ctx.agents.for_role(&step.role).label.clone();
         on_event(ThreadEvent::Step { index: count, step, agent, elapsed: started.elapsed() });
-        if ctx.control.pause.load(Ordering::SeqCst) {
-            writer.append_pause(Paused { by: "pause".into(), role: None, call: None })?;
-            info.write("info", TAG_PAUSE, &format!("paused after step {count}"));
+        if ctx.control.pause_requested() {
+            writer.append_pause(Paused::by(PauseReason::Pause))?;
+            info.write(LogLevel::Info, TAG_PAUSE, &format!("paused after step {count}"));
             return Ok(RunOutcome::Paused);
         }
     }
 }
 
 /// Writes the end record, or the waiting marker.
-fn finish(writer: &mut ThreadWriter, info: &InfoLog, stop: Stop) -> Result<RunOutcome> {
+fn finish(writer: &mut dyn ThreadWriter, info: &InfoLog, stop: Stop) -> Result<RunOutcome> {
     let end = match stop {
         Stop::End(end) => end,
         Stop::Waiting { role, call } => {
-            info.write("info", TAG_PAUSE, &format!("waiting for a human answer for role `{role}`"));
+            info.write(
+                LogLevel::Info,
+                TAG_PAUSE,
+                &format!("waiting for a human answer for role `{role}`"),
+            );
             writer.append_pause(Paused {
-                by: "waiting".into(),
+                by: PauseReason::Waiting,
                 role: Some(role.clone()),
                 call: Some(call),
             })?;
             return Ok(RunOutcome::Waiting { role });
         }
     };
-    info.write("info", TAG_END, &format!("thread ended {}: {}", end.status.as_str(), end.summary));
+    info.write(
+        LogLevel::Info,
+        TAG_END,
+        &format!("thread ended {}: {}", end.status.as_str(), end.summary),
+    );
     let record = EndRecord { end, timestamp: now_ms() };
     writer.append_end(&record)?;
     Ok(RunOutcome::Ended(record))
@@ -246,7 +183,7 @@ fn finish(writer: &mut ThreadWriter, info: &InfoLog, stop: Stop) -> Result<RunOu
 /// An instantiated bundle and its generator resource.
 struct Generator {
     store: Store<ThreadState>,
-    instance: crate::bindings::Bundle,
+    instance: crate::sandbox::bindings::Bundle,
     thread: wasmtime::component::ResourceAny,
 }
 
@@ -259,14 +196,12 @@ impl Generator {
         id: ThreadId,
         record: &ThreadRecord,
     ) -> Result<Self, Stop> {
-        let mut store = Store::new(ctx.runtime.engine(), ThreadState::new(host, &ctx.limits));
-        store.limiter(|state| &mut state.limiter);
-        install_cpu_deadline(&mut store);
+        let mut store = new_store(ctx.runtime.engine(), ThreadState::new(host, &ctx.limits));
         let instance = bundle
             .pre
             .instantiate_async(&mut store)
             .await
-            .map_err(|e| failed(format!("bundle failed to start: {}", one_line(&e))))?;
+            .map_err(|e| failed(format!("bundle failed to start: {}", chain_line(&e))))?;
         let input = RunInput {
             prompt: record.start.parameters.prompt.clone(),
             steps: record.steps.iter().map(to_wit).collect(),
@@ -379,23 +314,6 @@ fn stopped(store: &mut Store<ThreadState>, during: &str, e: &wasmtime::Error) ->
     }
 }
 
-/// Bounds guest CPU time per step: at every epoch tick the store checks its step clock, and
-/// yields to other threads on the executor while the budget lasts.
-pub(crate) fn install_cpu_deadline(store: &mut Store<ThreadState>) {
-    store.epoch_deadline_callback(|ctx| {
-        let clock = &ctx.data().clock;
-        if clock.exhausted() {
-            Err(wasmtime::Error::msg(format!(
-                "CPU limit exceeded: the bundle computed for more than {:?} in one step",
-                clock.budget()
-            )))
-        } else {
-            Ok(UpdateDeadline::Yield(1))
-        }
-    });
-    store.set_epoch_deadline(1);
-}
-
 /// A trap as one line, naming the limit when one was hit.
 fn trap_reason(store: &Store<ThreadState>, during: &str, e: &wasmtime::Error) -> String {
     let state = store.data();
@@ -419,7 +337,7 @@ fn trap_reason(store: &Store<ThreadState>, during: &str, e: &wasmtime::Error) ->
             }
         },
         Some(trap) => format!("the bundle trapped during {during}: {trap}"),
-        None => format!("the bundle failed during {during}: {}", one_line(e)),
+        None => format!("the bundle failed during {during}: {}", chain_line(e)),
     }
 }
 
@@ -429,5 +347,154 @@ fn to_wit(step: &StepRecord) -> RoleOutput {
         content: step.content.clone(),
         meta: step.meta.to_string(),
         timestamp: step.timestamp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The step loop's rules, stated on a real bundle (solve-issue) in a temporary home.
+
+    use std::path::Path;
+
+    use super::*;
+    use crate::agents::AgentFlags;
+    use crate::home::Home;
+    use crate::run::catalog::Catalog;
+    use crate::run::lifecycle::{self, NewThread, OpenThread};
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        store: Storage,
+        runtime: Runtime,
+        bundle: LoadedBundle,
+    }
+
+    impl Fixture {
+        async fn new() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Storage::open(&Home::new(dir.path()));
+            let runtime = Runtime::new(store.home()).unwrap();
+            let catalog = Catalog::new(&store);
+            let path = Path::new(uncaged_test_artifacts::SOLVE_ISSUE);
+            let added = catalog.add(&runtime, "solve-issue", path).await.unwrap();
+            let bundle = catalog.load(&runtime, "solve-issue", added.hash).unwrap();
+            Fixture { _dir: dir, store, runtime, bundle }
+        }
+
+        /// A new thread whose every role is answered by `agent`.
+        fn thread(&self, agent: Option<String>) -> OpenThread {
+            let new = NewThread {
+                name: "solve-issue".into(),
+                hash: self.bundle.hash,
+                prompt: "Fix the crash".into(),
+                max_rounds: 10,
+                agents: AgentFlags { default: agent, ..Default::default() },
+                limits: Default::default(),
+            };
+            lifecycle::create(&self.store, new).unwrap()
+        }
+
+        /// Runs `record`'s thread `until`, with the agents it recorded.
+        async fn run(
+            &self,
+            open: &mut OpenThread,
+            until: Until,
+            control: Arc<ThreadControl>,
+        ) -> (RunOutcome, Vec<usize>) {
+            let (writer, record) = open;
+            let agents =
+                lifecycle::agents_for(&self.store, record, &self.bundle, &Default::default())
+                    .unwrap();
+            let ctx = RunContext {
+                runtime: &self.runtime,
+                store: &self.store,
+                agents,
+                limits: Limits::default(),
+                control,
+            };
+            let mut seen = Vec::new();
+            let outcome = run_thread(&ctx, &self.bundle, &mut **writer, record, until, |event| {
+                let ThreadEvent::Step { index, .. } = event;
+                seen.push(index);
+            })
+            .await
+            .unwrap();
+            (outcome, seen)
+        }
+    }
+
+    #[tokio::test]
+    async fn every_step_is_stored_before_the_next_is_asked_for() {
+        let fixture = Fixture::new().await;
+        let mut open = fixture.thread(None);
+        let (outcome, seen) = fixture.run(&mut open, Until::End, Arc::default()).await;
+        let RunOutcome::Ended(end) = outcome else { panic!("{outcome:?}") };
+        let stored = fixture.store.threads().read(open.1.id()).unwrap();
+        // Each event reported a step already on the store, numbered from 1.
+        assert_eq!(seen, (1..=stored.steps.len()).collect::<Vec<_>>());
+        assert_eq!(stored.end, Some(end));
+        for step in &stored.steps {
+            assert!(step.timestamp >= stored.start.timestamp, "host clock stamps steps");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_step_budget_stops_the_loop_and_a_pause_stops_it_after_the_step() {
+        let fixture = Fixture::new().await;
+        let mut open = fixture.thread(None);
+        let (outcome, seen) = fixture.run(&mut open, Until::Steps(2), Arc::default()).await;
+        assert_eq!((outcome, seen), (RunOutcome::Stepped, vec![1, 2]));
+
+        let id = open.1.id();
+        drop(open);
+        let mut open = lifecycle::open(&fixture.store, id).unwrap();
+        assert_eq!(open.1.steps.len(), 2);
+        let control = Arc::new(ThreadControl::default());
+        control.request_pause();
+        let (outcome, seen) = fixture.run(&mut open, Until::End, control).await;
+        assert_eq!((outcome, seen), (RunOutcome::Paused, vec![3]));
+        drop(open);
+        let paused = fixture.store.threads().read(id).unwrap();
+        assert_eq!(paused.paused.map(|p| p.by), Some(PauseReason::Pause));
+        assert_eq!(paused.steps.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_step_run_again_is_answered_from_the_journal() {
+        let fixture = Fixture::new().await;
+        // A command agent that counts its calls (one step, the planner's, is enough here).
+        let dir = fixture.store.home().root().to_path_buf();
+        let count = dir.join("calls");
+        let script = dir.join("agent.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho x >> {}\necho '{{\"steps\": [\"do it\"]}}'\n",
+                count.display()
+            ),
+        )
+        .unwrap();
+        let mut permissions = std::fs::metadata(&script).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+        std::fs::set_permissions(&script, permissions).unwrap();
+
+        let mut open = fixture.thread(Some(format!("command:{}", script.display())));
+        let (outcome, _) = fixture.run(&mut open, Until::Steps(1), Arc::default()).await;
+        assert_eq!(outcome, RunOutcome::Stepped);
+        let id = open.1.id();
+        drop(open);
+        // A crash after the answer was journaled but before the step was stored: the step is
+        // gone from the thread, its call is still in the journal.
+        let data = fixture.store.home().thread_data_file(fixture.bundle.hash, id);
+        let text = std::fs::read_to_string(&data).unwrap();
+        let first_line = text.lines().next().unwrap();
+        std::fs::write(&data, format!("{first_line}\n")).unwrap();
+
+        let mut open = lifecycle::open(&fixture.store, id).unwrap();
+        assert!(open.1.steps.is_empty());
+        let (outcome, seen) = fixture.run(&mut open, Until::Steps(1), Arc::default()).await;
+        assert_eq!((outcome, seen), (RunOutcome::Stepped, vec![1]));
+        let calls = std::fs::read_to_string(&count).unwrap();
+        assert_eq!(calls.lines().count(), 1, "the agent was asked again");
     }
 }

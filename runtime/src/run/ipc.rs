@@ -15,7 +15,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::BundleHash;
-use crate::thread_log::{EndRecord, StepRecord};
+use crate::store::records::{EndRecord, StepRecord};
 
 /// How long a client waits for a worker to come up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);

@@ -1,0 +1,148 @@
+//! Agents: the execution capability behind a role — a program, a model, a person, or the
+//! built-in scripted answers — bound by the host from `config.yaml` and CLI flags, never by
+//! the bundle; the failure policy every call goes through; and the extractor that turns an
+//! answer into a role's typed meta.
+
+pub mod binding;
+pub mod command;
+pub mod extract;
+pub mod human;
+pub mod openai;
+pub mod retry;
+pub mod scripted;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::store::info_log::InfoLog;
+use crate::store::records::StepRecord;
+
+pub use binding::{AgentFlags, AgentSet};
+pub use command::CommandAgent;
+pub use openai::OpenAiAgent;
+pub use retry::{RetryPolicy, with_retries};
+pub use scripted::ScriptedAgent;
+
+/// What an agent is told: the thread so far and the role it answers as. This is also the JSON
+/// a `command` agent reads on stdin.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentContext {
+    pub thread_id: String,
+    pub prompt: String,
+    pub steps: Vec<StepRecord>,
+    pub role: RoleRef,
+}
+
+/// The role an agent answers as.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleRef {
+    pub name: String,
+    pub system_prompt: String,
+}
+
+impl AgentContext {
+    /// The thread rendered for a reader (a model or a person): the task, each step so far,
+    /// and whose turn it is.
+    pub fn render(&self) -> String {
+        let mut text = format!("# Task\n\n{}\n", self.prompt.trim());
+        for (i, step) in self.steps.iter().enumerate() {
+            text.push_str(&format!(
+                "\n# Step {}: {}\n\n{}\n",
+                i + 1,
+                step.role,
+                step.content.trim()
+            ));
+        }
+        text.push_str(&format!(
+            "\n# Your turn\n\nYou are the {}. Answer as the {}.\n",
+            self.role.name, self.role.name
+        ));
+        text
+    }
+}
+
+/// An agent's answer: its text, and the structured meta if the agent gave one itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentAnswer {
+    pub content: String,
+    pub meta: Option<serde_json::Value>,
+}
+
+/// Why an agent gave no answer. All but `Waiting` become the WIT `agent-error` the bundle sees.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AgentFailure {
+    /// The binding cannot be used (program missing, no key…). Not retried.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The agent ran and failed. Retried if `transient`.
+    #[error("{message}")]
+    Failed { message: String, transient: bool },
+    /// No answer in time. Retried.
+    #[error("{0}")]
+    Timeout(String),
+    /// A person must answer and nobody is at a terminal: the thread waits for `answer`.
+    #[error("waiting for a human answer")]
+    Waiting,
+}
+
+impl AgentFailure {
+    /// A permanent failure.
+    pub fn failed(message: impl Into<String>) -> Self {
+        AgentFailure::Failed { message: message.into(), transient: false }
+    }
+
+    /// Is a retry worth it?
+    pub fn is_transient(&self) -> bool {
+        matches!(self, AgentFailure::Timeout(_) | AgentFailure::Failed { transient: true, .. })
+    }
+}
+
+/// A bound agent.
+#[derive(Debug)]
+pub enum Agent {
+    Scripted(ScriptedAgent),
+    Command(CommandAgent),
+    OpenAi(OpenAiAgent),
+    /// Answered by a person, through the host (see [`human`]).
+    Human,
+}
+
+impl Agent {
+    /// Asks the agent once. A `Human` agent is answered by the host, not here.
+    pub async fn answer(&self, context: &AgentContext) -> Result<AgentAnswer, AgentFailure> {
+        match self {
+            Agent::Scripted(agent) => {
+                if let Some(delay) = agent.delay() {
+                    tokio::time::sleep(delay).await;
+                }
+                agent.answer(context)
+            }
+            Agent::Command(agent) => agent.answer(context).await,
+            Agent::OpenAi(agent) => agent.answer(context).await,
+            Agent::Human => Err(AgentFailure::Waiting),
+        }
+    }
+}
+
+/// An agent with the name it was bound by (for logs and progress) and its failure policy.
+#[derive(Debug, Clone)]
+pub struct Bound {
+    pub label: String,
+    pub agent: Arc<Agent>,
+    pub policy: RetryPolicy,
+}
+
+impl Bound {
+    /// Asks the agent under its failure policy (see [`with_retries`]).
+    pub async fn answer(
+        &self,
+        context: &AgentContext,
+        info: &InfoLog,
+    ) -> Result<AgentAnswer, AgentFailure> {
+        let what = format!("role `{}`: agent `{}`", context.role.name, self.label);
+        with_retries(self.policy, info, &what, || self.agent.answer(context)).await
+    }
+}

@@ -1,0 +1,150 @@
+//! The rule the folders follow, checked: dependencies run one way, from the CLI down to the
+//! base, and no two modules of one folder depend on each other in a circle. The test reads
+//! the source (`crate::…` and `super::…` paths) rather than trusting a list kept by hand.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Top-level modules by layer; a module may use only modules of its own layer or below.
+const LAYERS: &[(&str, &[&str])] = &[
+    (
+        "base",
+        &["error", "ids", "clock", "home", "durable", "schema", "limits", "faults", "scaffold"],
+    ),
+    ("store", &["store"]),
+    ("agents", &["agents"]),
+    ("sandbox", &["sandbox"]),
+    ("run", &["run"]),
+    ("cli", &["cli"]),
+];
+
+/// Module path of each source file (`store/journal.rs` → `store::journal`), and its text.
+fn modules(src: &Path) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "bin") {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(src).unwrap().with_extension("");
+            let mut parts: Vec<String> =
+                relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+                parts.pop();
+            }
+            found.insert(parts.join("::"), std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    found
+}
+
+/// The modules `text` (the file of module `me`) refers to, resolved to known modules.
+fn references(me: &str, text: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    // A file's own code (tests included) counts, its comments do not.
+    let code: String =
+        text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+    let parent = me.rsplit_once("::").map_or("", |(p, _)| p);
+    for (prefix, base) in [("crate::", String::new()), ("super::", parent.to_string())] {
+        for (at, _) in code.match_indices(prefix) {
+            if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let rest = &code[at + prefix.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(rest.len());
+            let mut path: Vec<&str> = base.split("::").filter(|p| !p.is_empty()).collect();
+            path.extend(rest[..end].split("::").filter(|p| !p.is_empty()));
+            // The longest prefix that is a module.
+            while !path.is_empty() && !known.contains(&path.join("::")) {
+                path.pop();
+            }
+            if !path.is_empty() {
+                out.insert(path.join("::"));
+            }
+        }
+    }
+    out.remove(me);
+    out
+}
+
+fn top(module: &str) -> &str {
+    module.split("::").next().unwrap()
+}
+
+fn layer(module: &str) -> usize {
+    LAYERS
+        .iter()
+        .position(|(_, members)| members.contains(&top(module)))
+        .unwrap_or_else(|| panic!("module `{module}` is in no layer: add it to LAYERS"))
+}
+
+/// A circle in `edges`, if there is one.
+fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == node) {
+            let mut cycle = path[i..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges.keys().find_map(|node| visit(node, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn dependencies_run_one_way_and_without_circles() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = modules(&src);
+    let known: BTreeSet<String> = files.keys().cloned().collect();
+    let mut upward = Vec::new();
+    // Edges between siblings: files of one folder, or the top-level modules.
+    let mut siblings: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (me, text) in &files {
+        if me.is_empty() {
+            continue;
+        }
+        for target in references(me, text, &known) {
+            if layer(&target) > layer(me) {
+                upward.push(format!("{me} -> {target}"));
+            }
+            // Reduce both ends to the children of their deepest common folder.
+            let (a, b): (Vec<&str>, Vec<&str>) =
+                (me.split("::").collect(), target.split("::").collect());
+            let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+            if common < a.len() && common < b.len() {
+                let from = a[..=common].join("::");
+                let to = b[..=common].join("::");
+                siblings.entry(from).or_default().insert(to);
+            }
+        }
+    }
+    assert!(upward.is_empty(), "modules that use a layer above their own: {upward:#?}");
+    assert_eq!(find_cycle(&siblings), None, "a circle of dependencies");
+}

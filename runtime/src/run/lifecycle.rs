@@ -1,0 +1,194 @@
+//! A thread's life on the store: creating one (after checking all that can be checked before
+//! it exists), opening one to continue it, forking one, and what it runs with — the agents
+//! and limits it recorded, carried from process to process.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::agents::{AgentFlags, AgentSet};
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::ids::{BundleHash, ThreadId};
+use crate::limits::Limits;
+use crate::run::catalog::Catalog;
+use crate::sandbox::engine::LoadedBundle;
+use crate::store::records::{
+    ForkedFrom, Parameters, RunParameters, StartRecord, StepRecord, ThreadRecord,
+};
+use crate::store::{Storage, ThreadWriter};
+
+/// A thread held open by this process, with what it held when opened.
+pub type OpenThread = (Box<dyn ThreadWriter>, ThreadRecord);
+
+/// What a new thread is.
+#[derive(Debug, Clone)]
+pub struct NewThread {
+    pub name: String,
+    pub hash: BundleHash,
+    pub prompt: String,
+    pub max_rounds: u32,
+    /// Agent choices, already made absolute (see [`AgentFlags::absolutize`]).
+    pub agents: AgentFlags,
+    /// `--limit` overrides.
+    pub limits: BTreeMap<String, String>,
+}
+
+/// Creates a thread (its start record) and holds its run lock.
+pub fn create(store: &Storage, new: NewThread) -> Result<OpenThread> {
+    create_with(store, new, &[], None, &[])
+}
+
+fn create_with(
+    store: &Storage,
+    new: NewThread,
+    steps: &[StepRecord],
+    forked_from: Option<ForkedFrom>,
+    calls: &[crate::store::journal::CallRecord],
+) -> Result<OpenThread> {
+    let start = StartRecord {
+        name: new.name,
+        hash: new.hash,
+        thread_id: ThreadId::new(),
+        parameters: Parameters {
+            prompt: new.prompt,
+            options: RunParameters {
+                max_rounds: new.max_rounds,
+                agent: new.agents.default.clone(),
+                agent_for: new.agents.for_roles.iter().cloned().collect(),
+                cwd: new.agents.cwd.clone(),
+                limits: new.limits,
+            },
+        },
+        timestamp: now_ms(),
+        forked_from,
+    };
+    store.threads().create(&start, steps, calls)
+}
+
+/// Creates a thread of workflow `name` after checking all that can be checked before a thread
+/// exists — the bundle's integrity, the agent bindings, the limits, max rounds against the
+/// hard cap — so that a mistake is reported without leaving a thread behind.
+pub fn start_new(
+    store: &Storage,
+    name: &str,
+    prompt: &str,
+    max_rounds: Option<u32>,
+    agents: AgentFlags,
+    limits: BTreeMap<String, String>,
+) -> Result<OpenThread> {
+    let catalog = Catalog::new(store);
+    // One read of the registry serves both the name and the bundle's integrity record.
+    let registry = catalog.registry().load()?;
+    let entry =
+        registry.workflows.get(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))?;
+    catalog.bundles().load(&registry, name, entry.hash)?;
+    let descriptor = catalog.bundles().descriptor(entry.hash)?;
+    let config = store.config()?;
+    AgentSet::resolve(&config, &agents, &descriptor)?;
+    let cap = Limits::resolve(&config.limits, &limits)?.max_rounds;
+    let max_rounds = match max_rounds {
+        Some(asked) if asked > cap => return Err(Error::RoundsOverCap { asked, cap }),
+        Some(asked) => asked,
+        None => descriptor.max_rounds.min(cap),
+    };
+    create(
+        store,
+        NewThread {
+            name: name.to_string(),
+            hash: entry.hash,
+            prompt: prompt.to_string(),
+            max_rounds,
+            agents,
+            limits,
+        },
+    )
+}
+
+/// Opens thread `id` to continue it: takes its run lock and refuses an ended thread.
+pub fn open(store: &Storage, id: ThreadId) -> Result<OpenThread> {
+    let (writer, record) = store.threads().open(id)?;
+    if let Some(end) = &record.end {
+        return Err(Error::ended(id, end.end.status.as_str()));
+    }
+    Ok((writer, record))
+}
+
+/// Where a fork starts.
+#[derive(Debug, Clone)]
+pub enum ForkAt {
+    /// Keep the first N steps.
+    Steps(usize),
+    /// Keep the steps before the last occurrence of this role.
+    BeforeRole(String),
+    /// Keep every step.
+    All,
+}
+
+/// How many of `original`'s steps a fork keeps.
+pub fn fork_point(original: &ThreadRecord, at: &ForkAt) -> Result<usize> {
+    let id = original.id().to_string();
+    match at {
+        ForkAt::All => Ok(original.steps.len()),
+        ForkAt::Steps(n) if *n <= original.steps.len() => Ok(*n),
+        ForkAt::Steps(n) => Err(Error::ThreadState {
+            id,
+            status: "too short",
+            reason: format!("it has {} steps; cannot fork at {n}", original.steps.len()),
+        }),
+        ForkAt::BeforeRole(role) => {
+            original.steps.iter().rposition(|s| &s.role == role).ok_or_else(|| Error::ThreadState {
+                id,
+                status: "without that role",
+                reason: format!("no step of role `{role}` to fork before"),
+            })
+        }
+    }
+}
+
+/// Creates a fork of `original` keeping its first `keep` steps and the journal of those
+/// steps; the original is only read.
+pub fn fork(
+    store: &Storage,
+    original: &ThreadRecord,
+    keep: usize,
+    agents: AgentFlags,
+) -> Result<OpenThread> {
+    let start = &original.start;
+    let options = &start.parameters.options;
+    let calls = store.threads().journal(start.hash, original.id())?.calls_before(keep);
+    create_with(
+        store,
+        NewThread {
+            name: start.name.clone(),
+            hash: start.hash,
+            prompt: start.parameters.prompt.clone(),
+            max_rounds: options.max_rounds,
+            agents: agents.over(options),
+            limits: options.limits.clone(),
+        },
+        &original.steps[..keep],
+        Some(ForkedFrom { thread_id: start.thread_id, step: keep }),
+        &calls,
+    )
+}
+
+/// The agents of a thread: what it recorded at its start, overridden by `flags`.
+pub fn agents_for(
+    store: &Storage,
+    record: &ThreadRecord,
+    bundle: &LoadedBundle,
+    flags: &AgentFlags,
+) -> Result<AgentSet> {
+    let merged = flags.over(&record.start.parameters.options);
+    AgentSet::resolve(&store.config()?, &merged, &bundle.descriptor)
+}
+
+/// The limits of a thread: defaults, then config.yaml, then what the thread recorded.
+pub fn limits_for(store: &Storage, record: &ThreadRecord) -> Result<Limits> {
+    Limits::resolve(&store.config()?.limits, &record.start.parameters.options.limits)
+}
+
+/// The directory to record for a new thread: the current one.
+pub fn current_dir() -> Result<std::path::PathBuf> {
+    std::env::current_dir().map_err(Error::io("read the current directory", Path::new(".")))
+}

@@ -1,0 +1,9 @@
+//! Running workflows: the catalog of registered workflows, a thread's life on the store
+//! (create, open, fork), the runner that advances a thread step by step in the sandbox, and
+//! the worker process that runs a bundle's threads, reached over its local socket.
+
+pub mod catalog;
+pub mod ipc;
+pub mod lifecycle;
+pub mod runner;
+pub mod worker;

@@ -1,0 +1,112 @@
+//! Everything the product keeps, and nothing of wasmtime: thread records, call journals, debug
+//! logs, the registry of workflows, bundle files and their descriptors, and `config.yaml`.
+//!
+//! Threads are reached through [`ThreadStore`], a small interface that today's home directory
+//! implements ([`thread_files::FileThreads`]); a store shared by many machines (a database) is
+//! another implementation of the same interface, not a change to its callers. The interface
+//! is synchronous: each call is one short read or append, made between guest steps.
+
+pub mod bundles;
+pub mod config;
+pub mod descriptor;
+pub mod info_log;
+pub mod journal;
+pub mod records;
+pub mod registry;
+pub mod thread_files;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::home::Home;
+use crate::ids::{BundleHash, ThreadId};
+
+use self::bundles::BundleStore;
+use self::config::Config;
+use self::info_log::InfoLog;
+use self::journal::{CallRecord, Journal};
+use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord};
+use self::registry::Registry;
+
+/// Where threads are kept.
+pub trait ThreadStore: Send + Sync + fmt::Debug {
+    /// Creates a thread with its start record, its initial steps (a fork's prefix) and the
+    /// calls those steps made; the returned writer holds the thread's run lock.
+    fn create(
+        &self,
+        start: &StartRecord,
+        steps: &[StepRecord],
+        calls: &[CallRecord],
+    ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)>;
+
+    /// Takes a thread's run lock and reads it back, to continue it. Fails with
+    /// [`Error::ThreadBusy`](crate::Error::ThreadBusy) if another process runs it.
+    fn open(&self, id: ThreadId) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)>;
+
+    /// Reads a thread as it is now.
+    fn read(&self, id: ThreadId) -> Result<ThreadRecord>;
+
+    /// Every thread's id, oldest first.
+    fn list(&self) -> Result<Vec<ThreadId>>;
+
+    /// Deletes a thread with its journal and debug log (under its run lock).
+    fn remove(&self, id: ThreadId) -> Result<()>;
+
+    /// The call journal of a thread.
+    fn journal(&self, hash: BundleHash, id: ThreadId) -> Result<Journal>;
+
+    /// The debug log of a thread.
+    fn info_log(&self, hash: BundleHash, id: ThreadId) -> Result<InfoLog>;
+}
+
+/// A thread held open by the one process that runs it: its records, appended durably (each
+/// is stored when the call returns). Dropping it releases the run lock.
+pub trait ThreadWriter: Send + fmt::Debug {
+    /// Appends a role output.
+    fn append_step(&mut self, step: &StepRecord) -> Result<()>;
+    /// Appends a pause marker.
+    fn append_pause(&mut self, paused: Paused) -> Result<()>;
+    /// Appends the end record.
+    fn append_end(&mut self, end: &EndRecord) -> Result<()>;
+}
+
+/// Where a home keeps everything: its threads, its registry and bundle files, and its
+/// configuration. (Named apart from `wasmtime::Store`, a guest instance's state.)
+#[derive(Debug, Clone)]
+pub struct Storage {
+    home: Home,
+    threads: Arc<dyn ThreadStore>,
+}
+
+impl Storage {
+    /// The store kept in the home directory `home`.
+    pub fn open(home: &Home) -> Self {
+        Storage { home: home.clone(), threads: Arc::new(thread_files::FileThreads::new(home)) }
+    }
+
+    /// The home directory (local state: configuration, AOT cache, worker sockets).
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
+    /// The threads.
+    pub fn threads(&self) -> &dyn ThreadStore {
+        &*self.threads
+    }
+
+    /// The registry of workflows.
+    pub fn registry(&self) -> Registry {
+        Registry::new(&self.home)
+    }
+
+    /// The stored bundles and their descriptors.
+    pub fn bundles(&self) -> BundleStore {
+        BundleStore::new(&self.home)
+    }
+
+    /// `config.yaml`: agent bindings and limits.
+    pub fn config(&self) -> Result<Config> {
+        Config::load(&self.home.config_file())
+    }
+}

@@ -1,0 +1,243 @@
+//! What a thread is made of on any store: its start record, one record per role output, pause
+//! markers and its end record, and the thread as read back with its status. The JSON of these
+//! types is the line format of `.data.jsonl` and of `thread --json`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{BundleHash, ThreadId};
+
+/// Line 1 of a thread: what the thread runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartRecord {
+    /// The workflow name it was started under.
+    pub name: String,
+    pub hash: BundleHash,
+    pub thread_id: ThreadId,
+    pub parameters: Parameters,
+    pub timestamp: u64,
+    /// Set when the thread is a fork of another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
+}
+
+/// A thread's parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Parameters {
+    pub prompt: String,
+    pub options: RunParameters,
+}
+
+/// Options a thread runs with. Agent bindings and the working directory are recorded so that
+/// a thread resumed in another process gets the same agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunParameters {
+    pub max_rounds: u32,
+    /// `--agent`, with relative paths made absolute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// `--agent-for`, role → agent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agent_for: BTreeMap<String, String>,
+    /// Where command agents run: the directory the thread was started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// `--limit` overrides, key → value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
+}
+
+/// Where a fork came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkedFrom {
+    pub thread_id: ThreadId,
+    /// Number of steps taken over from the original.
+    pub step: usize,
+}
+
+/// One role output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub role: String,
+    pub content: String,
+    pub meta: serde_json::Value,
+    pub timestamp: u64,
+}
+
+/// The last line of a finished thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndRecord {
+    pub end: End,
+    pub timestamp: u64,
+}
+
+/// How a thread ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct End {
+    pub return_code: i32,
+    pub summary: String,
+    pub status: EndStatus,
+}
+
+/// The host's view of how a thread ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndStatus {
+    /// The workflow returned code 0.
+    Completed,
+    /// The workflow returned a non-zero code, trapped, or hit a limit.
+    Failed,
+    /// Stopped by `kill`.
+    Killed,
+}
+
+impl EndStatus {
+    /// Lower-case name, as in the file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndStatus::Completed => "completed",
+            EndStatus::Failed => "failed",
+            EndStatus::Killed => "killed",
+        }
+    }
+}
+
+/// A control line: the thread stopped without ending and waits for `resume` or `step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PauseRecord {
+    pub paused: Paused,
+    pub timestamp: u64,
+}
+
+/// Why a thread is paused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Paused {
+    pub by: PauseReason,
+    /// For `waiting`: the role whose human answer is needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// For `waiting`: the agent call to answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<PendingCall>,
+}
+
+impl Paused {
+    /// A pause of `reason` that waits on no call.
+    pub fn by(reason: PauseReason) -> Self {
+        Paused { by: reason, role: None, call: None }
+    }
+}
+
+/// Who or what paused a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PauseReason {
+    /// A user asked (`pause`, Ctrl-C of `run`).
+    Pause,
+    /// Created by `thread start` and not run yet.
+    Start,
+    /// A `human` agent must answer (see `answer`).
+    Waiting,
+}
+
+/// The agent call a waiting thread needs answered: recorded in its pause marker, so `answer`
+/// can journal the text under it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingCall {
+    /// Index of the step (0-based) and position of the call in it.
+    pub step: usize,
+    pub seq: usize,
+    /// Digest of the agent request.
+    pub digest: String,
+}
+
+/// A thread as read back from its store.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThreadRecord {
+    pub start: StartRecord,
+    pub steps: Vec<StepRecord>,
+    pub end: Option<EndRecord>,
+    /// The pause the thread is in: the last control line, if no step came after it.
+    pub paused: Option<Paused>,
+    /// When that pause was recorded.
+    #[serde(skip)]
+    pub paused_at: Option<u64>,
+    /// Lines that did not parse (a torn last line after a crash, or damage) and were skipped.
+    #[serde(skip)]
+    pub skipped_lines: Vec<usize>,
+    /// Whether a process held the thread's run lock when it was read.
+    #[serde(skip)]
+    pub running: bool,
+}
+
+/// Where a thread is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThreadStatus {
+    /// A process is running it now.
+    Running,
+    /// Stopped between steps; `resume` or `step` continues it.
+    Paused,
+    /// Stopped until a person answers for a `human` agent (`answer`).
+    Waiting,
+    /// Its process died mid-run (crash, `kill -9`); `resume` continues from the last step.
+    Interrupted,
+    Completed,
+    Failed,
+    Killed,
+}
+
+impl ThreadStatus {
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadStatus::Running => "running",
+            ThreadStatus::Paused => "paused",
+            ThreadStatus::Waiting => "waiting",
+            ThreadStatus::Interrupted => "interrupted",
+            ThreadStatus::Completed => "completed",
+            ThreadStatus::Failed => "failed",
+            ThreadStatus::Killed => "killed",
+        }
+    }
+
+    /// Has the thread ended for good?
+    pub fn is_ended(self) -> bool {
+        matches!(self, ThreadStatus::Completed | ThreadStatus::Failed | ThreadStatus::Killed)
+    }
+}
+
+impl ThreadRecord {
+    /// The thread's status. A thread being run holds its run lock, so "running" is known
+    /// without asking any process, and a crashed run's lock is gone with it.
+    pub fn status(&self) -> ThreadStatus {
+        if let Some(end) = &self.end {
+            return match end.end.status {
+                EndStatus::Completed => ThreadStatus::Completed,
+                EndStatus::Failed => ThreadStatus::Failed,
+                EndStatus::Killed => ThreadStatus::Killed,
+            };
+        }
+        if self.running {
+            ThreadStatus::Running
+        } else if let Some(paused) = &self.paused {
+            match paused.by {
+                PauseReason::Waiting => ThreadStatus::Waiting,
+                PauseReason::Pause | PauseReason::Start => ThreadStatus::Paused,
+            }
+        } else {
+            ThreadStatus::Interrupted
+        }
+    }
+
+    /// The thread's id.
+    pub fn id(&self) -> ThreadId {
+        self.start.thread_id
+    }
+}

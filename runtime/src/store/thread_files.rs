@@ -1,0 +1,397 @@
+//! Threads in the home directory: `logs/<HASH>/<ULID>.data.jsonl` (start record, one line per
+//! role output, pause markers, end record), appended durably; `<ULID>.calls.jsonl`, the call
+//! journal; `<ULID>.info.jsonl`, the debug log.
+//!
+//! A thread being run holds an exclusive lock on its data file, so "running" is visible
+//! without asking any process. Readers tolerate a torn last line (a crash mid-append): it is
+//! skipped and counted, and the next append terminates it so the file stays line-structured.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::clock::now_ms;
+use crate::durable::{self, AppendFile};
+use crate::error::{Error, Result};
+use crate::home::Home;
+use crate::ids::{BundleHash, ThreadId};
+use crate::store::info_log::{InfoLog, LogSink};
+use crate::store::journal::{CallLog, CallRecord, Journal};
+use crate::store::records::{
+    EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadRecord,
+};
+use crate::store::{ThreadStore, ThreadWriter};
+
+/// The threads of a home directory.
+#[derive(Debug, Clone)]
+pub struct FileThreads {
+    home: Home,
+}
+
+impl FileThreads {
+    /// The threads under `home`.
+    pub fn new(home: &Home) -> Self {
+        FileThreads { home: home.clone() }
+    }
+
+    /// Where a thread's data file is, by id (threads are filed under their bundle's hash).
+    fn find(&self, id: ThreadId) -> Result<(BundleHash, PathBuf)> {
+        let file_name = format!("{id}.data.jsonl");
+        for (hash, dir) in bundle_log_dirs(&self.home)? {
+            let path = dir.join(&file_name);
+            if path.exists() {
+                return Ok((hash, path));
+            }
+        }
+        Err(Error::UnknownThread(id.to_string()))
+    }
+}
+
+impl ThreadStore for FileThreads {
+    fn create(
+        &self,
+        start: &StartRecord,
+        steps: &[StepRecord],
+        calls: &[CallRecord],
+    ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
+        let (hash, id) = (start.hash, start.thread_id);
+        let dir = self.home.thread_dir(hash);
+        durable::create_dir(&dir)?;
+        let path = self.home.thread_data_file(hash, id);
+        if path.exists() {
+            return Err(Error::Host(format!("thread {id} already exists at {}", path.display())));
+        }
+        let data = AppendFile::open(&path, true)?;
+        data.lock().map_err(Error::io("lock thread", &path))?;
+        let mut writer = ThreadFile { data, path };
+        writer.append(start)?;
+        for step in steps {
+            writer.append(step)?;
+        }
+        if !calls.is_empty() {
+            let mut text = Vec::new();
+            for call in calls {
+                serde_json::to_writer(&mut text, call).expect("call records serialize");
+                text.push(b'\n');
+            }
+            durable::write_atomic(&self.home.thread_calls_file(hash, id), &text)?;
+        }
+        let record = ThreadRecord {
+            start: start.clone(),
+            steps: steps.to_vec(),
+            end: None,
+            paused: None,
+            paused_at: None,
+            skipped_lines: vec![],
+            running: true,
+        };
+        Ok((Box::new(writer), record))
+    }
+
+    fn open(&self, id: ThreadId) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
+        let (_, path) = self.find(id)?;
+        let (writer, record) = ThreadFile::open(&path)?;
+        Ok((Box::new(writer), record))
+    }
+
+    fn read(&self, id: ThreadId) -> Result<ThreadRecord> {
+        read_thread(&self.find(id)?.1)
+    }
+
+    fn list(&self) -> Result<Vec<ThreadId>> {
+        let mut threads = Vec::new();
+        for (_, dir) in bundle_log_dirs(&self.home)? {
+            let entries = std::fs::read_dir(&dir).map_err(Error::io("list threads in", &dir))?;
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let id = name.to_str().and_then(|n| n.strip_suffix(".data.jsonl"));
+                if let Some(Ok(id)) = id.map(str::parse::<ThreadId>) {
+                    threads.push(id);
+                }
+            }
+        }
+        threads.sort();
+        Ok(threads)
+    }
+
+    fn remove(&self, id: ThreadId) -> Result<()> {
+        let (hash, data) = self.find(id)?;
+        // Holding the run lock while deleting keeps a worker from starting it meanwhile.
+        let (_lock, _) = ThreadFile::open(&data)?;
+        std::fs::remove_file(&data).map_err(Error::io("delete thread", &data))?;
+        for extra in [self.home.thread_info_file(hash, id), self.home.thread_calls_file(hash, id)] {
+            if let Err(e) = std::fs::remove_file(&extra)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(Error::io("delete thread file", &extra)(e));
+            }
+        }
+        Ok(())
+    }
+
+    fn journal(&self, hash: BundleHash, id: ThreadId) -> Result<Journal> {
+        Journal::new(Box::new(CallFile::open(&self.home.thread_calls_file(hash, id))?))
+    }
+
+    fn info_log(&self, hash: BundleHash, id: ThreadId) -> Result<InfoLog> {
+        durable::create_dir(&self.home.thread_dir(hash))?;
+        let path = self.home.thread_info_file(hash, id);
+        Ok(InfoLog::new(Box::new(LogFile { path, file: None })))
+    }
+}
+
+/// A thread's data file, open for appending under its run lock (an exclusive lock on the
+/// file, held for as long as this lives: one process at a time runs a thread).
+#[derive(Debug)]
+pub struct ThreadFile {
+    data: AppendFile,
+    path: PathBuf,
+}
+
+impl ThreadFile {
+    /// Opens an existing thread to continue it, taking its run lock and reading it back
+    /// (after the lock, so nothing appends between the read and the continuation). A torn
+    /// last line is terminated so the next record starts cleanly.
+    pub fn open(path: &Path) -> Result<(Self, ThreadRecord)> {
+        let data = AppendFile::open(path, true)?;
+        let locked = data.try_lock();
+        let mut record = read_thread(path)?;
+        locked.map_err(|_| Error::ThreadBusy(record.start.thread_id.to_string()))?;
+        record.running = true;
+        Ok((ThreadFile { data, path: path.to_path_buf() }, record))
+    }
+
+    fn append(&mut self, record: &impl Serialize) -> Result<()> {
+        let line = serde_json::to_vec(record).expect("thread records serialize");
+        self.data.append(&line).map_err(Error::io("append to thread", &self.path))
+    }
+}
+
+impl ThreadWriter for ThreadFile {
+    fn append_step(&mut self, step: &StepRecord) -> Result<()> {
+        self.append(step)
+    }
+
+    fn append_pause(&mut self, paused: Paused) -> Result<()> {
+        self.append(&PauseRecord { paused, timestamp: now_ms() })
+    }
+
+    fn append_end(&mut self, end: &EndRecord) -> Result<()> {
+        self.append(end)
+    }
+}
+
+/// A thread's call journal file: kept open from one record to the next while the thread runs,
+/// and closed before it waits ([`CallLog::release`]).
+#[derive(Debug)]
+pub struct CallFile {
+    path: PathBuf,
+    file: Option<AppendFile>,
+}
+
+impl CallFile {
+    /// Opens (creating) the journal at `path`; opening repairs a torn last line before
+    /// anything is appended.
+    pub fn open(path: &Path) -> Result<Self> {
+        AppendFile::open(path, true)?;
+        Ok(CallFile { path: path.to_path_buf(), file: None })
+    }
+}
+
+impl CallLog for CallFile {
+    fn read(&self) -> Result<Vec<CallRecord>> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(Error::io("read call journal", &self.path)(e)),
+        };
+        Ok(text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect())
+    }
+
+    fn append(&mut self, record: &CallRecord, durable: bool) -> Result<()> {
+        let line = serde_json::to_vec(record).expect("call records serialize");
+        let file = match &mut self.file {
+            Some(file) => file,
+            // `open` repaired a torn tail already.
+            None => self.file.insert(AppendFile::reopen(&self.path, false)?),
+        };
+        file.append_synced(&line, durable).map_err(Error::io("append to call journal", &self.path))
+    }
+
+    fn release(&mut self) {
+        self.file = None;
+    }
+}
+
+/// A thread's debug log file, created at the first write, open between flushes while the
+/// thread runs and closed while it waits.
+#[derive(Debug)]
+struct LogFile {
+    path: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl LogSink for LogFile {
+    fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
+        let mut file = match self.file.take() {
+            Some(file) => file,
+            None => std::fs::OpenOptions::new().create(true).append(true).open(&self.path)?,
+        };
+        std::io::Write::write_all(&mut file, lines)?;
+        self.file = Some(file);
+        Ok(())
+    }
+
+    fn release(&mut self) {
+        self.file = None;
+    }
+
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+/// Is someone holding the run lock of this data file?
+fn is_locked(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    match file.try_lock() {
+        Ok(()) => false,
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(_)) => false,
+    }
+}
+
+/// Reads a thread's data file.
+pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
+    let file = std::fs::File::open(path).map_err(Error::io("read thread", path))?;
+    let mut start = None;
+    let mut steps = Vec::new();
+    let mut end = None;
+    let mut paused = None;
+    let mut skipped_lines = Vec::new();
+    for (index, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(Error::io("read thread", path))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value = match serde_json::from_str(&line) {
+            Ok(value) => value,
+            Err(_) => {
+                skipped_lines.push(index + 1);
+                continue;
+            }
+        };
+        let parsed = if start.is_none() {
+            serde_json::from_value(value).map(|s| start = Some(s))
+        } else if value.get("end").is_some() {
+            serde_json::from_value(value).map(|e| end = Some(e))
+        } else if value.get("paused").is_some() {
+            serde_json::from_value::<PauseRecord>(value).map(|p| paused = Some(p))
+        } else {
+            serde_json::from_value(value).map(|s| {
+                steps.push(s);
+                paused = None;
+            })
+        };
+        if parsed.is_err() {
+            skipped_lines.push(index + 1);
+        }
+    }
+    let start = start.ok_or_else(|| Error::Corrupt {
+        path: path.to_path_buf(),
+        reason: "no start record: not a thread file".into(),
+    })?;
+    let (paused, paused_at) = match paused {
+        Some(PauseRecord { paused, timestamp }) => (Some(paused), Some(timestamp)),
+        None => (None, None),
+    };
+    Ok(ThreadRecord {
+        start,
+        steps,
+        end,
+        paused,
+        paused_at,
+        skipped_lines,
+        running: is_locked(path),
+    })
+}
+
+fn bundle_log_dirs(home: &Home) -> Result<Vec<(BundleHash, PathBuf)>> {
+    let logs = home.logs_dir();
+    let entries = match std::fs::read_dir(&logs) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(Error::io("list", &logs)(e)),
+    };
+    Ok(entries
+        .flatten()
+        .filter_map(|e| {
+            let hash = e.file_name().to_str()?.parse().ok()?;
+            Some((hash, e.path()))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::io::Write;
+
+    use super::*;
+    use crate::store::records::{Parameters, RunParameters};
+
+    #[test]
+    fn torn_last_line_is_skipped_and_repaired_by_the_next_append() -> Result<()> {
+        let dir = tempfile::tempdir().unwrap();
+        let threads = FileThreads::new(&Home::new(dir.path()));
+        let id = ThreadId::new();
+        let start = StartRecord {
+            name: "w".into(),
+            hash: BundleHash::of(b"w"),
+            thread_id: id,
+            parameters: Parameters {
+                prompt: "p".into(),
+                options: RunParameters {
+                    max_rounds: 3,
+                    agent: None,
+                    agent_for: BTreeMap::new(),
+                    cwd: None,
+                    limits: BTreeMap::new(),
+                },
+            },
+            timestamp: 1,
+            forked_from: None,
+        };
+        let step = StepRecord {
+            role: "r".into(),
+            content: "c".into(),
+            meta: serde_json::json!({}),
+            timestamp: 2,
+        };
+        {
+            let (mut writer, _) = threads.create(&start, &[], &[])?;
+            writer.append_step(&step)?;
+        }
+        let (_, path) = threads.find(id)?;
+        // Simulate a crash in the middle of the next append.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(br#"{"role":"r","cont"#)
+            .unwrap();
+        let torn = threads.read(id)?;
+        assert_eq!(torn.steps, vec![step.clone()]);
+        assert_eq!(torn.skipped_lines, vec![3]);
+
+        let (mut writer, record) = threads.open(id)?;
+        assert_eq!(record.steps.len(), 1);
+        writer.append_step(&step)?;
+        drop(writer);
+        let repaired = threads.read(id)?;
+        assert_eq!(repaired.steps, vec![step.clone(), step]);
+        assert_eq!(repaired.skipped_lines, vec![3]);
+        Ok(())
+    }
+}
