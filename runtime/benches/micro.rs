@@ -33,7 +33,13 @@ fn rt() -> tokio::runtime::Runtime {
 fn setup(dir: &Path, runtime: &Runtime) -> (Home, LoadedBundle) {
     let home = Home::new(dir);
     let catalog = Catalog::new(&Storage::open(&home));
-    rt().block_on(catalog.add(runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE))).unwrap();
+    rt().block_on(catalog.add(
+        runtime,
+        "solve-issue",
+        Path::new(artifacts::SOLVE_ISSUE),
+        &Limits::default(),
+    ))
+    .unwrap();
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = catalog.load(runtime, "solve-issue", hash).unwrap();
     (home, bundle)

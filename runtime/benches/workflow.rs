@@ -101,7 +101,10 @@ async fn ours(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64> 
     let store = Storage::open(&home);
     let runtime = Runtime::for_worker(&home, &Limits::default()).unwrap();
     let catalog = Catalog::new(&store);
-    catalog.add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE)).await.unwrap();
+    catalog
+        .add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
+        .await
+        .unwrap();
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = catalog.load(&runtime, "solve-issue", hash).unwrap();
     let config = answers_config(dir.path(), None);
@@ -137,7 +140,7 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
     let describe = Home::new(dir.path().join("describe"));
     let runtime = Runtime::new(&describe).unwrap();
     let added = Catalog::new(&Storage::open(&describe))
-        .add(&runtime, "s", Path::new(artifacts::SOLVE_ISSUE))
+        .add(&runtime, "s", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
         .await
         .unwrap();
     let descriptor = added.descriptor;
@@ -215,7 +218,10 @@ async fn concurrency(n: usize) -> Value {
     };
     let store = Storage::open(&home);
     let catalog = Catalog::new(&store);
-    catalog.add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE)).await.unwrap();
+    catalog
+        .add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
+        .await
+        .unwrap();
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = Arc::new(catalog.load(&runtime, "solve-issue", hash).unwrap());
     let config = answers_config(dir.path(), Some(Duration::from_secs(600)));

@@ -1,6 +1,16 @@
 //! The command line: the top-level parser, one subcommand per file under `cli/`, and the
 //! small output helpers they share. Commands are thin; the work is in the library.
 
+/// `println!` that returns the failure instead of panicking: when the reader of stdout has gone
+/// (`uncaged-workflow threads | head -1`), the command stops with an error the binary turns
+/// into a quiet exit, as ripgrep and cargo do.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err($crate::error::Error::stdout)
+    }};
+}
+
 mod add;
 mod answer;
 mod control;
@@ -17,6 +27,7 @@ mod rollback;
 mod run;
 mod show;
 mod step;
+pub mod terminal;
 mod thread;
 mod threads;
 mod worker;

@@ -1,10 +1,25 @@
-//! Writes that survive a crash: atomic replacement of whole files and fsynced appends.
+//! Files of the home: writes that survive a crash (atomic replacement of whole files, fsynced
+//! appends), and reads that tell a missing file from a damaged one.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+
+/// Reads a text file the host keeps or is given: `None` if it does not exist; a file that is
+/// not UTF-8 text is [`Error::Corrupt`] (bad data, not an I/O failure).
+pub fn read_text(path: &Path, action: &'static str) -> Result<Option<String>> {
+    match fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(Error::Corrupt {
+            path: path.to_path_buf(),
+            reason: "not UTF-8 text (a binary file?)".into(),
+        }),
+        Err(e) => Err(Error::io(action, path)(e)),
+    }
+}
 
 /// Creates `dir` and its parents.
 pub fn create_dir(dir: &Path) -> Result<()> {
@@ -15,6 +30,17 @@ pub fn create_dir(dir: &Path) -> Result<()> {
 /// a mix, and after return the new content is on disk (temp file + fsync + rename + fsync of
 /// the directory).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let (dir, temp) = synced_temp(path, bytes)?;
+    temp.persist(path).map_err(|e| Error::Io {
+        action: "replace",
+        path: path.to_path_buf(),
+        cause: e.error,
+    })?;
+    sync_dir(dir)
+}
+
+/// A temporary file beside `path` holding `bytes`, on disk; and the directory.
+fn synced_temp<'a>(path: &'a Path, bytes: &[u8]) -> Result<(&'a Path, tempfile::NamedTempFile)> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     create_dir(dir)?;
     let mut temp = tempfile::Builder::new()
@@ -23,12 +49,27 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(Error::io("create a temporary file in", dir))?;
     temp.write_all(bytes).map_err(Error::io("write", temp.path()))?;
     temp.as_file().sync_all().map_err(Error::io("sync", temp.path()))?;
-    temp.persist(path).map_err(|e| Error::Io {
-        action: "replace",
+    Ok((dir, temp))
+}
+
+/// Creates `path` holding `bytes`, atomically: the file appears whole, on disk, or not at all
+/// (temp file, fsync, `prepare` on it — a lock, say — then a rename that fails if `path`
+/// exists, and an fsync of the directory). Returns the file, open for reading and writing at
+/// its end.
+pub fn create_atomic(
+    path: &Path,
+    bytes: &[u8],
+    prepare: impl FnOnce(&File) -> std::io::Result<()>,
+) -> Result<File> {
+    let (dir, temp) = synced_temp(path, bytes)?;
+    prepare(temp.as_file()).map_err(Error::io("prepare", temp.path()))?;
+    let file = temp.persist_noclobber(path).map_err(|e| Error::Io {
+        action: "create",
         path: path.to_path_buf(),
         cause: e.error,
     })?;
-    sync_dir(dir)
+    sync_dir(dir)?;
+    Ok(file)
 }
 
 /// Makes a rename or a file creation in `dir` durable.
@@ -66,6 +107,11 @@ impl AppendFile {
             sync_dir(dir)?;
         }
         Ok(AppendFile { file, durable })
+    }
+
+    /// Appends to `file`, whose position is its end (a file [`create_atomic`] made).
+    pub fn from_file(file: File, durable: bool) -> Self {
+        AppendFile { file, durable }
     }
 
     /// Opens a file that `open` has already checked and repaired, for more appends: one

@@ -24,6 +24,10 @@ pub mod exit {
 /// Errors from the uncaged-workflow library.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The command line asks for something that cannot be done as asked.
+    #[error("{0}")]
+    Usage(String),
+
     /// An id given by the user does not parse.
     #[error("invalid {kind} `{id}`: expected {expected}")]
     InvalidId { kind: &'static str, id: String, expected: &'static str },
@@ -51,6 +55,19 @@ pub enum Error {
     /// A YAML or JSON file the host reads does not parse.
     #[error("{}: {reason}", path.display())]
     Corrupt { path: PathBuf, reason: String },
+
+    /// A file named on the command line, or one the home should hold, does not exist.
+    #[error("{what} {} does not exist", path.display())]
+    MissingFile { what: &'static str, path: PathBuf },
+
+    /// A recorded step is too large to hand back to the bundle.
+    #[error(
+        "thread `{id}`: step {step} (line {line} of its data file) is {}, over the string \
+         limit ({}; limits.string); fork the thread before that step to continue it",
+        bytesize::ByteSize(*size as u64).display().iec(),
+        bytesize::ByteSize(*limit as u64).display().iec()
+    )]
+    RecordTooLarge { id: String, step: usize, line: usize, size: usize, limit: usize },
 
     /// A registered bundle's file is gone.
     #[error("bundle `{hash}` of workflow `{name}` is missing: {} does not exist", path.display())]
@@ -96,15 +113,17 @@ impl Error {
     /// The process exit code this error maps to.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::InvalidId { .. } => exit::USAGE,
+            Error::InvalidId { .. } | Error::Usage(_) => exit::USAGE,
             Error::UnknownWorkflow(_)
             | Error::UnknownThread(_)
             | Error::MissingBundle { .. }
+            | Error::MissingFile { .. }
             | Error::UnknownVersion { .. } => exit::NOT_FOUND,
             Error::InvalidBundle { .. }
             | Error::Corrupt { .. }
             | Error::InvalidAgent { .. }
-            | Error::InvalidLimit { .. } => exit::DATA,
+            | Error::InvalidLimit { .. }
+            | Error::RecordTooLarge { .. } => exit::DATA,
             Error::RoundsOverCap { .. } => exit::USAGE,
             Error::NoHistory { .. } => exit::USAGE,
             Error::ThreadBusy(_) | Error::ThreadState { .. } => exit::STATE,
@@ -112,6 +131,16 @@ impl Error {
             Error::Host(_) => exit::SOFTWARE,
             Error::Remote { code, .. } => *code,
         }
+    }
+
+    /// A failure to write to standard output.
+    pub fn stdout(cause: std::io::Error) -> Error {
+        Error::Io { action: "write to", path: PathBuf::from("standard output"), cause }
+    }
+
+    /// Is this a write to a reader that has gone (a closed pipe)? Such a command ends quietly.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, Error::Io { cause, .. } if cause.kind() == std::io::ErrorKind::BrokenPipe)
     }
 
     /// A thread that has ended was asked to continue.

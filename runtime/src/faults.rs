@@ -1,7 +1,8 @@
 //! Fault injection for crash tests: `UNCAGED_WORKFLOW_CRASH_AT=<point>:<n>` makes the process
 //! abort (no cleanup, like `kill -9`) the n-th time it passes `point`. Points:
 //! `agent-call` (an agent is about to be asked), `agent-recorded` (its answer was journaled,
-//! not yet given to the guest), `step-persisted` (a step was appended to the data file).
+//! not yet given to the guest), `step-persisted` (a step was appended to the data file),
+//! `thread-create` (a new thread's records are written and synced, not yet in place).
 //! Unset, it costs one atomic load per point.
 
 use std::sync::OnceLock;

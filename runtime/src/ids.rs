@@ -67,7 +67,12 @@ impl FromStr for BundleHash {
             return Err(bad());
         }
         let value = decode_crockford(s).ok_or_else(bad)?;
-        u64::try_from(value).map(BundleHash).map_err(|_| bad())
+        let hash = u64::try_from(value).map(BundleHash).map_err(|_| bad())?;
+        // Strict: only the text `Display` writes (in either case), not Crockford's aliases.
+        if hash.to_string() != s.to_ascii_uppercase() {
+            return Err(bad());
+        }
+        Ok(hash)
     }
 }
 
@@ -125,12 +130,26 @@ impl fmt::Display for ThreadId {
 impl FromStr for ThreadId {
     type Err = Error;
 
+    /// Parses strictly: exactly the text [`Display`](fmt::Display) writes (upper or lower
+    /// case). A ULID holds 128 bits in 130, so its first character is `0`–`7`; a text that
+    /// would overflow, or that uses Crockford's aliases, names no thread and is refused
+    /// rather than read as some other id.
     fn from_str(s: &str) -> Result<Self, Error> {
-        ulid::Ulid::from_string(s).map(ThreadId).map_err(|_| Error::InvalidId {
+        let bad = || Error::InvalidId {
             kind: "thread id",
             id: s.to_string(),
-            expected: "a ULID: 26 Crockford Base32 characters, e.g. `01KQXKW18CT8G75T53R8F4G7YG`",
-        })
+            expected: "a ULID: 26 Crockford Base32 characters starting with 0-7, e.g. \
+                       `01KQXKW18CT8G75T53R8F4G7YG`",
+        };
+        let upper = s.to_ascii_uppercase();
+        if upper.len() != 26 || !upper.starts_with(|c: char| ('0'..='7').contains(&c)) {
+            return Err(bad());
+        }
+        let id = ulid::Ulid::from_string(&upper).map_err(|_| bad())?;
+        if id.to_string() != upper {
+            return Err(bad());
+        }
+        Ok(ThreadId(id))
     }
 }
 

@@ -16,6 +16,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sandbox", &["sandbox"]),
     ("run", &["run"]),
     ("cli", &["cli"]),
+    // Test-only modules that exercise the whole library.
+    ("tests", &["fuzz", "layering"]),
 ];
 
 /// Module path of each source file (`store/journal.rs` → `store::journal`), and its text.

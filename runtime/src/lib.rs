@@ -31,4 +31,6 @@ pub mod store;
 pub use error::{Error, Result};
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod layering;

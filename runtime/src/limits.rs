@@ -10,6 +10,11 @@
 //! | `output` | 1MiB | guest stdout, stderr and log lines kept in the debug log, per thread |
 //! | `max-rounds` | 1000 | hard cap on a thread's steps, whatever the bundle or `--max-rounds` say |
 //! | `max-threads` | 1000 | threads one worker runs at once |
+//! | `bundle-size` | 128MiB | a bundle file `add` accepts |
+//! | `descriptor` | 1MiB | a bundle's descriptor (its description, roles, prompts and schemas) |
+//! | `roles` | 64 | roles a bundle may declare |
+//!
+//! Every limit but `output` must be more than zero: a zero would only make every thread fail.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +32,9 @@ pub struct Limits {
     pub output_bytes: usize,
     pub max_rounds: u32,
     pub max_threads: usize,
+    pub bundle_bytes: usize,
+    pub descriptor_bytes: usize,
+    pub roles: usize,
 }
 
 impl Default for Limits {
@@ -39,36 +47,50 @@ impl Default for Limits {
             output_bytes: 1 << 20,
             max_rounds: 1000,
             max_threads: 1000,
+            bundle_bytes: 128 << 20,
+            descriptor_bytes: 1 << 20,
+            roles: 64,
         }
     }
 }
 
 /// The keys, for messages.
-pub const KEYS: &str =
-    "cpu-per-step, memory, table-elements, string, output, max-rounds, max-threads";
+pub const KEYS: &str = "cpu-per-step, memory, table-elements, string, output, max-rounds, \
+                        max-threads, bundle-size, descriptor, roles";
 
 impl Limits {
     /// Applies one `key=value` (or a config entry). Durations like `500ms`, `2s`, `1m`; sizes
     /// like `64MiB`, `1GB`, `4096`.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let positive = |n: usize| match n {
+            0 => Err(format!("`{value}`: must be more than zero")),
+            n => Ok(n),
+        };
         let size =
             || parse_size(value).ok_or_else(|| format!("`{value}` is not a size (e.g. 64MiB)"));
         let count =
             || value.parse::<usize>().map_err(|_| format!("`{value}` is not a whole number"));
         match key {
             "cpu-per-step" => {
-                self.cpu_per_step = humantime::parse_duration(value)
+                let duration = humantime::parse_duration(value)
                     .map_err(|e| format!("`{value}` is not a duration (e.g. 30s): {e}"))?;
+                if duration.is_zero() {
+                    return Err(format!("`{value}`: must be more than zero"));
+                }
+                self.cpu_per_step = duration;
             }
-            "memory" => self.memory_bytes = size()?,
-            "table-elements" => self.table_elements = count()?,
-            "string" => self.string_bytes = size()?,
+            "memory" => self.memory_bytes = positive(size()?)?,
+            "table-elements" => self.table_elements = positive(count()?)?,
+            "string" => self.string_bytes = positive(size()?)?,
             "output" => self.output_bytes = size()?,
             "max-rounds" => {
-                self.max_rounds =
-                    u32::try_from(count()?).map_err(|_| format!("`{value}` is too large"))?;
+                self.max_rounds = u32::try_from(positive(count()?)?)
+                    .map_err(|_| format!("`{value}` is too large"))?;
             }
-            "max-threads" => self.max_threads = count()?,
+            "max-threads" => self.max_threads = positive(count()?)?,
+            "bundle-size" => self.bundle_bytes = positive(size()?)?,
+            "descriptor" => self.descriptor_bytes = positive(size()?)?,
+            "roles" => self.roles = positive(count()?)?,
             _ => return Err(format!("unknown limit `{key}` (limits: {KEYS})")),
         }
         Ok(())

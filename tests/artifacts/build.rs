@@ -13,6 +13,7 @@ const COMPONENTS: &[(&str, &str, &str)] = &[
     ("NO_WORKFLOW_EXPORT", "guest-no-workflow-export", "guest_no_workflow_export"),
     ("ADVERSARY", "guest-adversary", "guest_adversary"),
     ("BAD_SCHEMA", "guest-bad-schema", "guest_bad_schema"),
+    ("DESCRIPTOR", "guest-descriptor", "guest_descriptor"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

@@ -113,9 +113,10 @@ fn failing_command_agent_fails_the_thread_with_its_stderr() -> Result<()> {
         "{summary}"
     );
 
-    let run = env.run(&["run", "solve-issue", "-p", "x", "--agent", "command:/no/such/program"])?;
-    assert_eq!(run.code, 1, "{run:?}");
-    assert!(run.stdout.contains("cannot start `/no/such/program`"), "{}", run.stdout);
+    // A program that is not there is refused before a thread exists.
+    let err =
+        env.fails(&["run", "solve-issue", "-p", "x", "--agent", "command:/no/such/program"], 64)?;
+    assert!(err.contains("program `/no/such/program` does not exist"), "{err}");
     Ok(())
 }
 

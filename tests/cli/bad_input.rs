@@ -35,8 +35,8 @@ fn add_refuses_what_is_not_a_bundle() -> Result<()> {
     let err = env.fails(&["add", "w", artifacts::NO_WORKFLOW_EXPORT], 65)?;
     assert!(err.contains("it does not export `uncaged:workflow/workflow@0.1.0`"), "{err}");
 
-    let err = env.fails(&["add", "w", "missing.wasm"], 65)?;
-    assert!(err.contains("missing.wasm: no such file"), "{err}");
+    let err = env.fails(&["add", "w", "missing.wasm"], 66)?;
+    assert!(err.contains("bundle missing.wasm does not exist"), "{err}");
 
     let err = env.fails(&["add", "bad name", artifacts::SOLVE_ISSUE], 64)?;
     assert!(err.contains("invalid workflow name `bad name`"), "{err}");
@@ -94,7 +94,7 @@ fn corrupt_config_and_answers_files() -> Result<()> {
     assert!(err.contains("config.yaml") && err.contains("line"), "{err}");
     std::fs::write(env.home().join("config.yaml"), "agentz: {}\n")?;
     let err = env.fails(&["run", "solve-issue", "-p", "x"], 65)?;
-    assert!(err.contains("unknown field `agentz`"), "{err}");
+    assert!(err.contains("unknown key `agentz`; did you mean `agent`?"), "{err}");
     std::fs::remove_file(env.home().join("config.yaml"))?;
 
     let answers = env.write("answers.yaml", "planner: [unclosed\n")?;

@@ -31,6 +31,11 @@ struct MockLlm {
 
 impl MockLlm {
     fn start(script: Box<Script>) -> Result<Self> {
+        Self::start_with_header(script, None)
+    }
+
+    /// As [`MockLlm::start`], adding `header` (`Name: value`) to every answer that is not 200.
+    fn start_with_header(script: Box<Script>, header: Option<&'static str>) -> Result<Self> {
         let server = tiny_http::Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("{e}"))?;
         let port = server.server_addr().to_ip().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -58,11 +63,14 @@ impl MockLlm {
                 // A client that timed out has gone; answering it later is harmless.
                 let handle = std::thread::spawn(move || {
                     std::thread::sleep(delay);
-                    let response = tiny_http::Response::from_string(reply.to_string())
+                    let mut response = tiny_http::Response::from_string(reply.to_string())
                         .with_status_code(status)
                         .with_header(
                             "Content-Type: application/json".parse::<tiny_http::Header>().unwrap(),
                         );
+                    if let Some(header) = header.filter(|_| status != 200) {
+                        response.add_header(header.parse::<tiny_http::Header>().unwrap());
+                    }
                     let _ = request.respond(response);
                 });
                 if delay.is_zero() {
@@ -293,6 +301,35 @@ fn a_rate_limit_is_retried_after_a_backoff() -> Result<()> {
         "{info}"
     );
     assert!(info.contains("retrying in 300ms"), "{info}");
+    Ok(())
+}
+
+#[test]
+fn a_rate_limit_with_retry_after_is_retried_when_the_server_says() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let llm = MockLlm::start_with_header(
+        Box::new(|n, body| match n {
+            1 => (429, json!({"error": {"message": "slow down"}}), Duration::ZERO),
+            _ => (200, by_role(body), Duration::ZERO),
+        }),
+        Some("Retry-After: 1"),
+    )?;
+    // The binding's own delay is far longer than what the server asks for.
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {}\n    model: m\n    retries: 3\n    retry_delay: 10m\n",
+            llm.base_url
+        ),
+    )?;
+    let run = env.run(&["run", "solve-issue", "-p", "x"])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(llm.seen().len(), 4, "one retry, then one call per role");
+    let thread = thread_id_of(&run.stdout)?;
+    let info =
+        std::fs::read_to_string(env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    assert!(info.contains("HTTP 429") && info.contains("retrying in 1s"), "{info}");
     Ok(())
 }
 

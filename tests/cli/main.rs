@@ -2,6 +2,8 @@
 
 mod agents;
 mod bad_input;
+mod durability;
+mod hostile;
 mod human;
 mod languages;
 mod lifecycle;

@@ -45,7 +45,8 @@ fn run_prints_steps_and_records_the_thread() -> Result<()> {
     let end = &lines[6]["end"];
     assert_eq!(
         end,
-        &json!({"returnCode": 0, "summary": "approved after 2 development round(s)", "status": "completed"})
+        &json!({"returnCode": 0, "summary": "approved after 2 development round(s)",
+                "status": "completed", "endedBy": "workflow"})
     );
 
     // The debug log names the thread and where the code came from.

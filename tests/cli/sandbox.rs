@@ -7,15 +7,29 @@ use serde_json::Value;
 use crate::{Env, artifacts, read_jsonl, wait_until};
 
 /// The outcome of one attack.
-struct Outcome {
-    end: Value,
-    steps: Vec<Value>,
-    info: String,
+pub struct Outcome {
+    pub end: Value,
+    pub steps: Vec<Value>,
+    pub info: String,
+    /// What `run --json` printed, one object per line.
+    pub printed: Vec<Value>,
+    /// `run`'s exit code.
+    pub code: i32,
 }
 
 /// Runs the adversary with `prompt` (and `--limit`s) while a sibling thread of the same
 /// bundle waits in the same worker; checks the worker survived and the sibling completes.
-fn attack(prompt: &str, limits: &[&str], env_vars: &[(&str, &str)]) -> Result<(Env, Outcome)> {
+pub fn attack(prompt: &str, limits: &[&str], env_vars: &[(&str, &str)]) -> Result<(Env, Outcome)> {
+    attack_with(prompt, limits, env_vars, &[])
+}
+
+/// [`attack`], with more arguments for the attack's `run` (its agent, say).
+pub fn attack_with(
+    prompt: &str,
+    limits: &[&str],
+    env_vars: &[(&str, &str)],
+    extra: &[&str],
+) -> Result<(Env, Outcome)> {
     let env = Env::new()?;
     let hash = env.json(&["add", "adversary", artifacts::ADVERSARY])?["hash"]
         .as_str()
@@ -48,6 +62,7 @@ fn attack(prompt: &str, limits: &[&str], env_vars: &[(&str, &str)]) -> Result<(E
     for limit in limits {
         args.extend(["--limit", limit]);
     }
+    args.extend(extra);
     let out = env.run_with(&args, env_vars)?;
     let stdout = out.stdout;
     let lines: Vec<Value> =
@@ -62,10 +77,10 @@ fn attack(prompt: &str, limits: &[&str], env_vars: &[(&str, &str)]) -> Result<(E
     let steps = data.iter().filter(|l| l.get("role").is_some()).cloned().collect();
     let info =
         std::fs::read_to_string(env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
-    ensure!(
-        Some(out.code) == end["returnCode"].as_i64().map(|c| c as i32),
-        "exit code is the return code"
-    );
+    let return_code = end["returnCode"].as_i64().unwrap() as i32;
+    let by_workflow = end["endedBy"] == "workflow";
+    let expected = if by_workflow && !(0..=63).contains(&return_code) { 1 } else { return_code };
+    ensure!(out.code == expected, "exit code {} for {end}", out.code);
 
     // The host survived: the sibling, released now, completes in the same worker.
     std::fs::write(&gate, "")?;
@@ -74,10 +89,10 @@ fn attack(prompt: &str, limits: &[&str], env_vars: &[(&str, &str)]) -> Result<(E
     })?;
     let answer = &env.json(&["thread", &sibling])?["steps"][0]["content"];
     ensure!(answer.as_str().unwrap().trim() == "released", "{answer}");
-    Ok((env, Outcome { end, steps, info }))
+    Ok((env, Outcome { end, steps, info, printed: lines, code: out.code }))
 }
 
-fn failed_with(outcome: &Outcome, needle: &str) {
+pub fn failed_with(outcome: &Outcome, needle: &str) {
     assert_eq!(outcome.end["status"], "failed", "{}", outcome.end);
     assert_eq!(outcome.end["returnCode"], 70);
     let summary = outcome.end["summary"].as_str().unwrap();
@@ -89,7 +104,8 @@ fn an_infinite_loop_hits_the_cpu_limit() -> Result<()> {
     let (_env, outcome) = attack("loop", &["cpu-per-step=1s"], &[])?;
     failed_with(
         &outcome,
-        "limit exceeded: the bundle computed for more than 1s during step 1 (limits.cpu-per-step)",
+        "limit exceeded: the bundle used more than 1s of guest time (computing, or blocked in \
+         WASI such as a sleep) during step 1 (limits.cpu-per-step)",
     );
     Ok(())
 }

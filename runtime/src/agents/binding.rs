@@ -1,7 +1,7 @@
 //! Binding agents to roles: the specs given on the command line (`--agent`,
 //! `--agent-for`) and in `config.yaml`, resolved into the agents of one thread.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -72,6 +72,8 @@ fn absolutize_spec(spec: &str, cwd: &Path) -> String {
 /// The agents of one thread, by role, and the LLM extractor if one is configured.
 #[derive(Debug, Clone)]
 pub struct AgentSet {
+    /// The roles the bundle declares: the only ones an agent may be asked for.
+    roles: BTreeSet<String>,
     default: Bound,
     by_role: BTreeMap<String, Bound>,
     extractor: Option<Arc<LlmExtractor>>,
@@ -123,12 +125,13 @@ impl AgentSet {
                 }))
             }
         };
-        Ok(AgentSet { default, by_role, extractor })
+        let roles = descriptor.roles.iter().map(|r| r.name.clone()).collect();
+        Ok(AgentSet { roles, default, by_role, extractor })
     }
 
-    /// The agent bound to `role`.
-    pub fn for_role(&self, role: &str) -> &Bound {
-        self.by_role.get(role).unwrap_or(&self.default)
+    /// The agent bound to `role`, if the bundle declares the role.
+    pub fn for_role(&self, role: &str) -> Option<&Bound> {
+        self.roles.contains(role).then(|| self.by_role.get(role).unwrap_or(&self.default))
     }
 
     /// The LLM extractor, if configured.
@@ -170,7 +173,7 @@ impl Binder<'_> {
                 return Err(invalid("no program given after `command:`".into()));
             }
             let program = words.remove(0);
-            Agent::Command(CommandAgent::new(program, words, None, cwd))
+            Agent::Command(CommandAgent::new(program, words, None, cwd).map_err(invalid)?)
         } else {
             return Err(invalid(
                 "not defined under `agents:` in config.yaml, and not `scripted`, `scripted:FILE`, \
@@ -195,12 +198,15 @@ impl Binder<'_> {
                     ScriptedAgent::new(file.as_deref(), self.descriptor).map_err(invalid)?;
                 Agent::Scripted(agent.with_delay(delay.map(|d| d.0)))
             }
-            AgentKind::Command { command, args } => Agent::Command(CommandAgent::new(
-                command.clone(),
-                args.clone(),
-                timeout,
-                self.cwd.map(Path::to_path_buf),
-            )),
+            AgentKind::Command { command, args } => Agent::Command(
+                CommandAgent::new(
+                    command.clone(),
+                    args.clone(),
+                    timeout,
+                    self.cwd.map(Path::to_path_buf),
+                )
+                .map_err(invalid)?,
+            ),
             AgentKind::OpenAi { .. } => {
                 Agent::OpenAi(OpenAiAgent::from_config(&config.kind, timeout).map_err(invalid)?)
             }
@@ -215,12 +221,26 @@ impl Binder<'_> {
     }
 }
 
-/// Parses `role=AGENT` from `--agent-for`.
+/// Parses `role=AGENT` from `--agent-for` (the agent checked as by [`parse_agent_spec`]).
 pub fn parse_role_binding(text: &str) -> std::result::Result<(String, String), String> {
     match text.split_once('=') {
         Some((role, agent)) if !role.is_empty() && !agent.is_empty() => {
-            Ok((role.to_string(), agent.to_string()))
+            Ok((role.to_string(), parse_agent_spec(agent)?))
         }
         _ => Err(format!("expected ROLE=AGENT, got `{text}`")),
     }
+}
+
+/// Checks an agent spec given on the command line as far as it can be checked alone: the
+/// program of a `command:` spec must exist (relative to the current directory) and be
+/// executable. Names of config bindings are checked when the config is read.
+pub fn parse_agent_spec(text: &str) -> std::result::Result<String, String> {
+    if let Some(command_line) = text.strip_prefix("command:") {
+        let words = shlex::split(command_line)
+            .ok_or("cannot split the command line (unbalanced quotes?)")?;
+        let program =
+            words.first().filter(|w| !w.is_empty()).ok_or("no program after `command:`")?;
+        super::command::find_program(program, None)?;
+    }
+    Ok(text.to_string())
 }

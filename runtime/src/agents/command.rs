@@ -5,7 +5,7 @@
 //! text, or a JSON object `{"content": "...", "meta": {...}}`. Exit status 0 means success;
 //! otherwise the error names the program, its status and the tail of its stderr.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -32,14 +32,17 @@ pub struct CommandAgent {
 }
 
 impl CommandAgent {
-    /// `program args… <thread-id>` run in `cwd`, killed after `timeout` (default 600 s).
+    /// `program args… <thread-id>` run in `cwd`, killed after `timeout` (default 600 s). The
+    /// program must exist and be executable now (see [`find_program`]), so that a mistyped
+    /// binding is refused before a thread is created, not when its first role runs.
     pub fn new(
         program: String,
         args: Vec<String>,
         timeout: Option<Duration>,
         cwd: Option<PathBuf>,
-    ) -> Self {
-        CommandAgent { program, args, timeout: timeout.unwrap_or(DEFAULT_TIMEOUT), cwd }
+    ) -> Result<Self, String> {
+        find_program(&program, cwd.as_deref())?;
+        Ok(CommandAgent { program, args, timeout: timeout.unwrap_or(DEFAULT_TIMEOUT), cwd })
     }
 
     /// Runs the program once.
@@ -48,6 +51,21 @@ impl CommandAgent {
         let mut command = tokio::process::Command::new(program);
         if let Some(cwd) = &self.cwd {
             command.current_dir(cwd);
+        }
+        // The agent must not outlive the worker that waits for it: if the worker dies (`kill
+        // -9`, a crash), `resume` asks again, and two agents would work on one workspace.
+        // SAFETY: the closure runs in the child between fork and exec, and calls only prctl,
+        // which is async-signal-safe; it touches no memory of the parent. The signal is tied
+        // to the thread that spawned the child: a tokio worker thread, which lives as long as
+        // the worker process's runtime.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(|| {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))
+                .map_err(std::io::Error::from)
+            });
         }
         let mut child = command
             .args(&self.args)
@@ -120,6 +138,34 @@ impl CommandAgent {
     }
 }
 
+/// Where `program` is: a path (with a `/`, relative to `cwd`) to an executable file, or the
+/// name of one on `PATH`, as the operating system will look it up when the agent starts.
+pub fn find_program(program: &str, cwd: Option<&Path>) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = match cwd {
+            Some(cwd) => cwd.join(program),
+            None => PathBuf::from(program),
+        };
+        return match std::fs::metadata(&path) {
+            Err(_) => Err(format!("program `{program}` does not exist")),
+            Ok(_) if !executable(&path) => {
+                Err(format!("program `{program}` is not an executable file"))
+            }
+            Ok(_) => Ok(path),
+        };
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|path| executable(path))
+        .ok_or_else(|| format!("program `{program}` is not on PATH"))
+}
+
 /// Kills a process group when dropped (SIGKILL to a group already gone is a no-op).
 struct ProcessGroupGuard(u32);
 
@@ -132,7 +178,7 @@ impl Drop for ProcessGroupGuard {
 }
 
 /// `{"content": ..., "meta": ...}` is taken apart; anything else is the content itself.
-fn parse_answer(text: String) -> AgentAnswer {
+pub(crate) fn parse_answer(text: String) -> AgentAnswer {
     if let Ok(serde_json::Value::Object(mut object)) = serde_json::from_str(text.trim())
         && let Some(serde_json::Value::String(content)) = object.remove("content")
     {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::openai::{Message, OpenAiAgent};
 use super::{AgentFailure, RetryPolicy, with_retries};
-use crate::schema::compile;
+use crate::schema::{compile, first_error};
 use crate::store::info_log::{InfoLog, LogLevel};
 
 /// Why nothing valid was found. Becomes the WIT `extract-error`.
@@ -48,18 +48,10 @@ impl Extractor {
         let mut first_mismatch = None;
         let candidates = preferred.cloned().into_iter().chain(candidates(content));
         for candidate in candidates {
-            match validator.validate(&candidate) {
-                Ok(()) => return Ok(candidate),
-                Err(error) => {
-                    first_mismatch.get_or_insert_with(|| {
-                        let path = error.instance_path.to_string();
-                        let at = if path.is_empty() {
-                            "at the top level".to_string()
-                        } else {
-                            format!("at `{path}`")
-                        };
-                        format!("{error} ({at})")
-                    });
+            match first_error(&validator, &candidate) {
+                None => return Ok(candidate),
+                Some(error) => {
+                    first_mismatch.get_or_insert(error);
                 }
             }
         }

@@ -83,6 +83,10 @@ pub enum AgentFailure {
     /// No answer in time. Retried.
     #[error("{0}")]
     Timeout(String),
+    /// The service asked to be called again later (HTTP 429 with `Retry-After`): retried
+    /// after that long, not after the binding's own delay.
+    #[error("{message}")]
+    RateLimited { message: String, retry_after: std::time::Duration },
     /// A person must answer and nobody is at a terminal: the thread waits for `answer`.
     #[error("waiting for a human answer")]
     Waiting,
@@ -96,7 +100,12 @@ impl AgentFailure {
 
     /// Is a retry worth it?
     pub fn is_transient(&self) -> bool {
-        matches!(self, AgentFailure::Timeout(_) | AgentFailure::Failed { transient: true, .. })
+        matches!(
+            self,
+            AgentFailure::Timeout(_)
+                | AgentFailure::Failed { transient: true, .. }
+                | AgentFailure::RateLimited { .. }
+        )
     }
 }
 

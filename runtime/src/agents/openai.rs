@@ -24,6 +24,8 @@ pub struct OpenAiAgent {
     api_key: Option<String>,
     temperature: Option<f64>,
     max_tokens: Option<u32>,
+    /// The longest a call may take; also the longest `Retry-After` this agent waits.
+    timeout: Duration,
 }
 
 /// One chat message.
@@ -46,8 +48,9 @@ impl OpenAiAgent {
                 format!("the API key variable `{var}` is not set in the host's environment")
             })?),
         };
+        let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
         let client = reqwest::Client::builder()
-            .timeout(timeout.unwrap_or(DEFAULT_TIMEOUT))
+            .timeout(timeout)
             .build()
             .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
         Ok(OpenAiAgent {
@@ -57,6 +60,7 @@ impl OpenAiAgent {
             api_key,
             temperature: *temperature,
             max_tokens: *max_tokens,
+            timeout,
         })
     }
 
@@ -107,6 +111,7 @@ impl OpenAiAgent {
             }
         })?;
         let status = response.status();
+        let headers = response.headers().clone();
         let text = response.text().await.map_err(|e| {
             if e.is_timeout() {
                 AgentFailure::Timeout(format!("POST {url} timed out reading the response"))
@@ -122,6 +127,10 @@ impl OpenAiAgent {
         })?;
         if !status.is_success() {
             let transient = status.as_u16() == 429 || status.is_server_error();
+            let retry_after = (status.as_u16() == 429)
+                .then(|| retry_after(&headers))
+                .flatten()
+                .map(|wait| wait.min(self.timeout));
             let tail: String = text
                 .chars()
                 .take(BODY_TAIL)
@@ -129,9 +138,10 @@ impl OpenAiAgent {
                 .split_whitespace()
                 .collect::<Vec<_>>()
                 .join(" ");
-            return Err(AgentFailure::Failed {
-                message: format!("POST {url} returned HTTP {status}: {tail}"),
-                transient,
+            let message = format!("POST {url} returned HTTP {status}: {tail}");
+            return Err(match retry_after {
+                Some(retry_after) => AgentFailure::RateLimited { message, retry_after },
+                None => AgentFailure::Failed { message, transient },
             });
         }
         let reply: Value = serde_json::from_str(&text).map_err(|e| {
@@ -146,6 +156,16 @@ impl OpenAiAgent {
     pub fn url(&self) -> &str {
         &self.url
     }
+}
+
+/// How long a `Retry-After` header asks to wait: seconds, or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO))
 }
 
 /// reqwest's message without the URL it already repeats (ours is in the message).

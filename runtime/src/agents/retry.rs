@@ -47,6 +47,11 @@ where
         };
         let ms = started.elapsed().as_millis();
         let retry = failure.is_transient() && attempt < attempts;
+        // A service that says when to come back is believed (bounded by the agent itself).
+        let wait = match &failure {
+            AgentFailure::RateLimited { retry_after, .. } => *retry_after,
+            _ => delay,
+        };
         info.write(
             LogLevel::Warn,
             TAG_ATTEMPT,
@@ -54,7 +59,7 @@ where
                 "{what} attempt {attempt}/{attempts} failed after {ms} ms ({}): {failure}{}",
                 if failure.is_transient() { "transient" } else { "permanent" },
                 if retry {
-                    format!("; retrying in {}", humantime::format_duration(delay))
+                    format!("; retrying in {}", humantime::format_duration(wait))
                 } else {
                     String::new()
                 }
@@ -74,7 +79,7 @@ where
                 other => other,
             });
         }
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(wait).await;
         delay *= 2;
         attempt += 1;
     }

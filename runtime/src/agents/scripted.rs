@@ -69,8 +69,9 @@ impl ScriptedAgent {
 }
 
 fn read_answers(path: &Path) -> Result<BTreeMap<String, Vec<String>>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read scripted answers {}: {e}", path.display()))?;
+    let text = crate::durable::read_text(path, "read scripted answers")
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("scripted answers {} do not exist", path.display()))?;
     let raw: BTreeMap<String, Value> = serde_yaml::from_str(&text).map_err(|e| {
         format!(
             "scripted answers {} do not parse: {}",

@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use uncaged_workflow::cli::Cli;
-use uncaged_workflow::error::exit;
+use uncaged_workflow::cli::{Cli, terminal};
+use uncaged_workflow::error::{chain_line, exit};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -19,8 +19,15 @@ async fn main() -> ExitCode {
     let code = match cli.execute().await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("uncaged-workflow: {}", format!("{e:#}").replace('\n', " "));
-            e.downcast_ref::<uncaged_workflow::Error>().map_or(1, |e| e.exit_code())
+            let ours = e.downcast_ref::<uncaged_workflow::Error>();
+            // The reader of our output has gone (`| head`): nothing is wrong, and nobody is
+            // listening for a message.
+            if ours.is_some_and(|e| e.is_broken_pipe()) {
+                return ExitCode::SUCCESS;
+            }
+            // Errors quote names and text that bundles and agents chose: never raw on a terminal.
+            eprintln!("uncaged-workflow: {}", terminal::line(&chain_line(&*e)));
+            ours.map_or(1, |e| e.exit_code())
         }
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))

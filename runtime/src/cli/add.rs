@@ -7,6 +7,8 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
+use super::terminal;
+use crate::limits::Limits;
 use crate::run::catalog::Catalog;
 use crate::sandbox::engine::Runtime;
 use crate::store::registry::Registered;
@@ -32,7 +34,8 @@ impl AddCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         let runtime = Runtime::new(store.home())?;
-        let added = Catalog::new(&store).add(&runtime, &self.name, &self.file).await?;
+        let limits = Limits::resolve(&store.config()?.limits, &Default::default())?;
+        let added = Catalog::new(&store).add(&runtime, &self.name, &self.file, &limits).await?;
         let (status, previous) = match added.registered {
             Registered::New => ("new", None),
             Registered::Updated { previous } => ("updated", Some(previous.to_string())),
@@ -50,7 +53,8 @@ impl AddCommand {
                 Some(previous) => format!("updated from {previous}"),
                 None => status.to_string(),
             };
-            println!("added {} {} ({note}; roles: {})", added.name, added.hash, roles.join(", "));
+            let roles = terminal::line(&roles.join(", ")).into_owned();
+            outln!("added {} {} ({note}; roles: {roles})", added.name, added.hash)?;
         }
         Ok(0)
     }

@@ -19,7 +19,7 @@ pub struct AnswerCommand {
     /// The waiting thread
     pub id: String,
     /// The answer
-    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    #[arg(required_unless_present = "file", conflicts_with = "file", value_parser = non_empty)]
     pub text: Option<String>,
     /// Read the answer from a file (`-` for standard input)
     #[arg(long, short, value_name = "FILE")]
@@ -49,14 +49,23 @@ impl AnswerCommand {
                 std::io::read_to_string(std::io::stdin())
                     .map_err(Error::io("read the answer from", "standard input"))?
             }
-            (None, Some(path)) => {
-                std::fs::read_to_string(path).map_err(Error::io("read the answer from", path))?
-            }
+            (None, Some(path)) => crate::durable::read_text(path, "read the answer from")?
+                .ok_or_else(|| Error::MissingFile { what: "answer file", path: path.clone() })?,
             (None, None) => unreachable!("clap requires TEXT or --file"),
         };
+        non_empty(&text).map_err(Error::Usage)?;
         let role = paused.role.clone().unwrap_or_default();
         store.threads().journal(record.start.hash, id)?.record_answer(call, &role, text)?;
         let how = self.follow.how();
         Ok(hand_over(store.home(), record.start.hash, id, &Default::default(), how).await?)
+    }
+}
+
+/// An answer must say something: an empty one would be journaled as the agent's reply.
+fn non_empty(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        Err("the answer is empty; give the text the thread waits for".into())
+    } else {
+        Ok(text.to_string())
     }
 }

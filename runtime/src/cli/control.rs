@@ -27,7 +27,7 @@ pub struct PauseCommand {
 impl KillCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let id = send(&global.store()?, &self.id, |thread| Request::Kill { thread }).await?;
-        println!("killed thread {id}");
+        outln!("killed thread {id}")?;
         Ok(0)
     }
 }
@@ -35,7 +35,7 @@ impl KillCommand {
 impl PauseCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let id = send(&global.store()?, &self.id, |thread| Request::Pause { thread }).await?;
-        println!("thread {id} pauses after its current step");
+        outln!("thread {id} pauses after its current step")?;
         Ok(0)
     }
 }

@@ -11,8 +11,9 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use super::output::{StepLine, truncate};
+use super::terminal;
 use crate::agents::AgentFlags;
-use crate::agents::binding::parse_role_binding;
+use crate::agents::binding::{parse_agent_spec, parse_role_binding};
 use crate::error::{Error, Result, exit};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
@@ -23,7 +24,7 @@ use crate::store::records::End;
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
     /// Agent for every role not bound more specifically (see `run --help`)
-    #[arg(long, value_name = "AGENT")]
+    #[arg(long, value_name = "AGENT", value_parser = parse_agent_spec)]
     pub agent: Option<String>,
     /// Agent for one role (repeatable)
     #[arg(long, value_name = "ROLE=AGENT", value_parser = parse_role_binding)]
@@ -96,12 +97,8 @@ pub struct Follow {
 
 impl Follow {
     /// Prints how the thread stopped: `json` with `--json`, else `text`.
-    fn report(self, json: serde_json::Value, text: String) {
-        if self.json {
-            println!("{json}");
-        } else {
-            println!("{text}");
-        }
+    fn report(self, json: serde_json::Value, text: String) -> Result<()> {
+        if self.json { outln!("{json}") } else { outln!("{}", terminal::block(&text)) }
     }
 }
 
@@ -127,15 +124,15 @@ impl Progress {
     fn working(&self, role: &str, agent: &str) {
         if let Some(bar) = &self.spinner {
             bar.reset_elapsed();
-            bar.set_message(format!("{role} is working ({agent})"));
+            bar.set_message(terminal::line(&format!("{role} is working ({agent})")).into_owned());
         }
     }
 
     /// Prints a line above the spinner.
-    fn println(&self, line: &str) {
+    fn println(&self, line: &str) -> Result<()> {
         match &self.spinner {
-            Some(bar) => bar.suspend(|| println!("{line}")),
-            None => println!("{line}"),
+            Some(bar) => bar.suspend(|| outln!("{}", terminal::line(line))),
+            None => outln!("{}", terminal::line(line)),
         }
     }
 
@@ -178,14 +175,11 @@ pub async fn hand_over(
     match connection.receive::<Reply>().await.map_err(lost)? {
         Some(Reply::Accepted { pid, cache_hit, steps, .. }) => {
             if how.detach {
-                println!("{id}");
+                outln!("{id}")?;
                 return Ok(0);
             }
             if how.json {
-                println!(
-                    "{}",
-                    json!({"thread": id.to_string(), "pid": pid, "resumedAfter": steps})
-                );
+                outln!("{}", json!({"thread": id.to_string(), "pid": pid, "resumedAfter": steps}))?;
             } else {
                 let cache = if cache_hit { "precompiled" } else { "compiled now" };
                 let resumed = if steps > 0 {
@@ -193,7 +187,7 @@ pub async fn hand_over(
                 } else {
                     String::new()
                 };
-                println!("thread {id}: bundle {hash} in worker {pid} ({cache}{resumed})");
+                outln!("thread {id}: bundle {hash} in worker {pid} ({cache}{resumed})")?;
             }
         }
         Some(Reply::Error { message, code }) => return Err(Error::Remote { message, code }),
@@ -223,10 +217,10 @@ pub async fn hand_over(
         match reply {
             Some(Reply::Working { role, agent }) => {
                 if how.json {
-                    println!(
+                    outln!(
                         "{}",
                         json!({"thread": id.to_string(), "working": {"role": role, "agent": agent}})
-                    );
+                    )?;
                 }
                 progress.working(&role, &agent);
             }
@@ -239,22 +233,25 @@ pub async fn hand_over(
                         agent: &agent,
                         duration_ms: elapsed_ms,
                     };
-                    println!("{}", serde_json::to_string(&line).expect("steps serialize"));
+                    outln!("{}", serde_json::to_string(&line).expect("steps serialize"))?;
                 } else {
                     let meta = truncate(&step.meta.to_string(), 100);
                     progress.println(&format!(
                         "[{index}] {:<10} {agent}, {elapsed_ms} ms  {meta}",
                         step.role
-                    ));
+                    ))?;
                 }
             }
             Some(Reply::Question { role, system_prompt, context }) => {
                 let lines = stdin.get_or_insert_with(|| BufReader::new(tokio::io::stdin()).lines());
                 progress.suspend(|| {
-                    eprintln!("── a human answer is needed for role `{role}` ──");
-                    eprintln!("{}", system_prompt.trim());
+                    eprintln!(
+                        "── a human answer is needed for role `{}` ──",
+                        terminal::line(&role)
+                    );
+                    eprintln!("{}", terminal::block(system_prompt.trim()));
                     eprintln!();
-                    eprintln!("{}", context.trim());
+                    eprintln!("{}", terminal::block(context.trim()));
                     eprintln!(
                         "── end your answer with a line holding only `.`, or with end of input ──"
                     );
@@ -269,17 +266,17 @@ pub async fn hand_over(
                     format!(
                         "waiting for a human answer for role `{role}`; `uncaged-workflow answer {id} TEXT` continues it"
                     ),
-                );
+                )?;
                 break exit::STATE;
             }
             Some(Reply::Ended { end }) => {
                 progress.finish();
-                let End { return_code, summary, status } = &end.end;
+                let End { return_code, summary, status, .. } = &end.end;
                 how.report(
                     json!({"thread": id.to_string(), "end": end.end}),
                     format!("{} ({return_code}): {summary}", status.as_str()),
-                );
-                break *return_code;
+                )?;
+                break end.end.exit_code();
             }
             Some(Reply::Paused { steps }) => {
                 progress.finish();
@@ -288,7 +285,7 @@ pub async fn hand_over(
                     format!(
                         "paused after step {steps}; `uncaged-workflow resume {id}` continues it"
                     ),
-                );
+                )?;
                 break exit::STATE;
             }
             Some(Reply::Error { message, code }) => {

@@ -43,7 +43,7 @@ impl ForkCommand {
         let (writer, fork) = lifecycle::fork(&store, &original, keep, flags)?;
         drop(writer);
         if !self.follow.detach && !self.follow.json {
-            println!("forked {id} at step {keep} into {}", fork.id());
+            outln!("forked {id} at step {keep} into {}", fork.id())?;
         }
         let how = self.follow.how();
         Ok(hand_over(store.home(), original.start.hash, fork.id(), &Default::default(), how)

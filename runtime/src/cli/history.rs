@@ -38,7 +38,7 @@ impl HistoryCommand {
                 ]
             })
             .collect();
-        print_table(&["HASH", "SINCE", ""], &rows);
+        print_table(&["HASH", "SINCE", ""], &rows)?;
         Ok(0)
     }
 }

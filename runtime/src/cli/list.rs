@@ -31,19 +31,22 @@ impl ListCommand {
             return Ok(0);
         }
         if registry.workflows.is_empty() {
-            println!(
+            outln!(
                 "no workflows registered (add one with `uncaged-workflow add <name> <file.wasm>`)"
-            );
+            )?;
             return Ok(0);
         }
         let rows: Vec<Vec<String>> = registry
             .workflows
             .iter()
             .map(|(name, e)| {
-                let description = catalog
-                    .bundles()
-                    .descriptor(e.hash)
-                    .map(|d| super::output::truncate(&d.description, 60))
+                // The registry keeps the start of each description: `list` reads no descriptor
+                // (older registries lack it, and fall back to the descriptor).
+                let summary = registry.bundles.get(&e.hash).and_then(|b| b.summary.clone());
+                let description = summary
+                    .map(Ok)
+                    .unwrap_or_else(|| catalog.bundles().descriptor(e.hash).map(|d| d.description))
+                    .map(|d| super::output::truncate(&d, 60))
                     .unwrap_or_else(|err| format!("(descriptor unreadable: {err})"));
                 vec![
                     name.clone(),
@@ -54,7 +57,7 @@ impl ListCommand {
                 ]
             })
             .collect();
-        print_table(&["NAME", "HASH", "VERSIONS", "UPDATED", "DESCRIPTION"], &rows);
+        print_table(&["NAME", "HASH", "VERSIONS", "UPDATED", "DESCRIPTION"], &rows)?;
         Ok(0)
     }
 }

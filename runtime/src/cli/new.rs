@@ -23,15 +23,15 @@ pub struct NewCommand {
 impl NewCommand {
     pub fn execute(self, _global: &GlobalOptions) -> anyhow::Result<i32> {
         let files = scaffold::create(&self.dir, self.lang, self.sdk.as_deref())?;
-        println!(
+        outln!(
             "created {} bundle project {}:",
             format!("{:?}", self.lang).to_lowercase(),
             self.dir.display()
-        );
+        )?;
         for file in files {
-            println!("  {}", file.display());
+            outln!("  {}", file.display())?;
         }
-        println!("see {} for how to build it", self.dir.join("README.md").display());
+        outln!("see {} for how to build it", self.dir.join("README.md").display())?;
         Ok(0)
     }
 }

@@ -1,9 +1,10 @@
 //! Output helpers shared by commands: aligned tables, JSON, ages, one-line summaries, and the
 //! JSON line of a step.
 
-use std::io::Write;
-
 use serde::Serialize;
+
+use super::terminal;
+use crate::error::Result;
 
 use crate::ids::ThreadId;
 use crate::store::records::StepRecord;
@@ -22,17 +23,20 @@ pub struct StepLine<'a> {
 }
 
 /// Prints `value` as pretty JSON on stdout.
-pub fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
-    writeln!(out)?;
-    Ok(())
+pub fn print_json(value: &impl Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).expect("output values serialize");
+    outln!("{text}")
 }
 
-/// Prints rows under a header with columns padded to their widest cell.
-pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+/// Prints rows under a header with columns padded to their widest cell; every cell is shown
+/// as one line of a terminal (see [`terminal::line`]).
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> Result<()> {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| terminal::line(cell).into_owned()).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
@@ -47,12 +51,13 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
                 text.push_str(&format!("{cell:<width$}  "));
             }
         }
-        println!("{}", text.trim_end());
+        outln!("{}", text.trim_end())
     };
-    line(header.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
+    line(header.to_vec())?;
+    for row in &rows {
+        line(row.iter().map(String::as_str).collect())?;
     }
+    Ok(())
 }
 
 /// `42s`, `5m`, `3h`, `2d` since `timestamp_ms`.
@@ -66,9 +71,11 @@ pub fn age(timestamp_ms: u64) -> String {
     }
 }
 
-/// `text` flattened to one line and cut to `max` characters, with an ellipsis if cut.
+/// `text` flattened to one line of a terminal (escaped, see [`terminal::line`]) and cut to `max`
+/// characters, with an ellipsis if cut.
 pub fn truncate(text: &str, max: usize) -> String {
     let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = terminal::line(&flat).into_owned();
     if flat.chars().count() <= max {
         flat
     } else {

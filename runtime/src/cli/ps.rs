@@ -50,7 +50,7 @@ impl PsCommand {
         if self.json {
             print_json(&all)?;
         } else if all.is_empty() {
-            println!("no running threads");
+            outln!("no running threads")?;
         } else {
             let rows: Vec<Vec<String>> = all
                 .iter()
@@ -66,7 +66,7 @@ impl PsCommand {
                     ]
                 })
                 .collect();
-            print_table(&["THREAD", "WORKFLOW", "STATE", "ROLE", "STEPS", "AGE", "PID"], &rows);
+            print_table(&["THREAD", "WORKFLOW", "STATE", "ROLE", "STEPS", "AGE", "PID"], &rows)?;
         }
         Ok(0)
     }

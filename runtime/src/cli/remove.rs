@@ -15,10 +15,11 @@ pub struct RemoveCommand {
 impl RemoveCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let entry = Catalog::new(&global.store()?).remove(&self.name)?;
-        println!(
+        outln!(
             "removed {} (was {}; its bundle files and threads stay on disk)",
-            self.name, entry.hash
-        );
+            self.name,
+            entry.hash
+        )?;
         Ok(0)
     }
 }

@@ -24,7 +24,7 @@ impl RollbackCommand {
         let target = self.hash.as_deref().map(str::parse::<BundleHash>).transpose()?;
         let catalog = Catalog::new(&global.store()?);
         let (from, to) = catalog.registry().update(|r| r.rollback(&self.name, target, now_ms()))?;
-        println!("rolled {} back from {from} to {to}", self.name);
+        outln!("rolled {} back from {from} to {to}", self.name)?;
         Ok(0)
     }
 }

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
+use super::terminal;
 use crate::run::catalog::Catalog;
 
 /// Show a workflow: description, current hash, roles and their schemas.
@@ -30,18 +31,18 @@ impl ShowCommand {
             }))?;
             return Ok(0);
         }
-        println!("{} {}", self.name, entry.hash);
-        println!("{}", descriptor.description);
-        println!("max rounds: {}", descriptor.max_rounds);
+        outln!("{} {}", self.name, entry.hash)?;
+        outln!("{}", terminal::block(&descriptor.description))?;
+        outln!("max rounds: {}", descriptor.max_rounds)?;
         for role in &descriptor.roles {
-            println!();
-            println!("role {}: {}", role.name, role.description);
-            println!("  system prompt:  {}", super::output::truncate(&role.system_prompt, 200));
-            println!("  extract prompt: {}", super::output::truncate(&role.extract_prompt, 200));
+            outln!()?;
+            outln!("role {}", terminal::line(&format!("{}: {}", role.name, role.description)))?;
+            outln!("  system prompt:  {}", super::output::truncate(&role.system_prompt, 200))?;
+            outln!("  extract prompt: {}", super::output::truncate(&role.extract_prompt, 200))?;
             let schema = serde_json::to_string_pretty(&role.schema)?;
-            println!("  schema:");
+            outln!("  schema:")?;
             for line in schema.lines() {
-                println!("    {line}");
+                outln!("    {line}")?;
             }
         }
         Ok(0)

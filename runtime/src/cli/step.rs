@@ -45,15 +45,16 @@ impl StepCommand {
         .await?;
         match outcome {
             RunOutcome::Waiting { role } => {
-                println!("{}", json!({"thread": id.to_string(), "waiting": {"role": role}}));
+                outln!("{}", json!({"thread": id.to_string(), "waiting": {"role": role}}))?;
+                let role = super::terminal::line(&role);
                 eprintln!(
                     "uncaged-workflow: thread {id} waits for a human answer for role `{role}`: `uncaged-workflow answer {id} TEXT`"
                 );
                 Ok(crate::error::exit::STATE)
             }
             RunOutcome::Ended(end) => {
-                println!("{}", json!({"thread": id.to_string(), "end": end.end}));
-                Ok(end.end.return_code)
+                outln!("{}", json!({"thread": id.to_string(), "end": end.end}))?;
+                Ok(end.end.exit_code())
             }
             RunOutcome::Stepped | RunOutcome::Paused => {
                 let (index, step, agent, elapsed) = taken.expect("a step was taken");
@@ -64,7 +65,7 @@ impl StepCommand {
                     agent: &agent,
                     duration_ms: elapsed.as_millis() as u64,
                 };
-                println!("{}", serde_json::to_string(&line).expect("steps serialize"));
+                outln!("{}", serde_json::to_string(&line).expect("steps serialize"))?;
                 Ok(0)
             }
         }

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
+use super::terminal;
 use crate::ids::ThreadId;
 use crate::run::lifecycle;
 use crate::store::records::{PauseReason, Paused};
@@ -62,13 +63,13 @@ impl ThreadCommand {
                     limits.overrides(),
                 )?;
                 writer.append_pause(Paused::by(PauseReason::Start))?;
-                println!("{}", record.id());
+                outln!("{}", record.id())?;
                 Ok(0)
             }
             Some(ThreadAction::Rm { id }) => {
                 let id: ThreadId = id.parse()?;
                 store.threads().remove(id)?;
-                println!("deleted thread {id}");
+                outln!("deleted thread {id}")?;
                 Ok(0)
             }
             None => {
@@ -83,33 +84,34 @@ impl ThreadCommand {
                     return Ok(0);
                 }
                 let start = &thread.start;
-                println!(
+                outln!(
                     "thread {}  {} {}  {}",
                     start.thread_id,
                     start.name,
                     start.hash,
                     thread.status().as_str()
-                );
-                println!("prompt: {}", start.parameters.prompt);
-                println!("max rounds: {}", start.parameters.options.max_rounds);
+                )?;
+                outln!("prompt: {}", terminal::block(&start.parameters.prompt))?;
+                outln!("max rounds: {}", start.parameters.options.max_rounds)?;
                 if let Some(fork) = &start.forked_from {
-                    println!("forked from {} at step {}", fork.thread_id, fork.step);
+                    outln!("forked from {} at step {}", fork.thread_id, fork.step)?;
                 }
                 for (i, step) in thread.steps.iter().enumerate() {
-                    println!();
-                    println!("[{}] {}  {}", i + 1, step.role, step.meta);
+                    outln!()?;
+                    let head = format!("[{}] {}  {}", i + 1, step.role, step.meta);
+                    outln!("{}", terminal::line(&head))?;
                     for line in step.content.lines() {
-                        println!("    {line}");
+                        outln!("    {}", terminal::line(line))?;
                     }
                 }
                 if let Some(end) = &thread.end {
-                    println!();
-                    println!(
+                    outln!()?;
+                    outln!(
                         "{} ({}): {}",
                         end.end.status.as_str(),
                         end.end.return_code,
-                        end.end.summary
-                    );
+                        terminal::block(&end.end.summary)
+                    )?;
                 }
                 Ok(0)
             }

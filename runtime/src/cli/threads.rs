@@ -54,9 +54,9 @@ impl ThreadsCommand {
         if self.json {
             print_json(&list)?;
         } else if rows.is_empty() {
-            println!("no threads");
+            outln!("no threads")?;
         } else {
-            print_table(&["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"], &rows);
+            print_table(&["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"], &rows)?;
         }
         Ok(0)
     }

@@ -7,7 +7,8 @@ use std::path::Path;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::BundleHash;
-use crate::sandbox::engine::{LoadedBundle, Runtime};
+use crate::limits::{Limits, Size};
+use crate::sandbox::engine::{HEADER_LEN, LoadedBundle, Runtime, check_header};
 use crate::store::Storage;
 use crate::store::bundles::BundleStore;
 use crate::store::descriptor::Descriptor;
@@ -47,20 +48,21 @@ impl Catalog {
 
     /// Validates the component at `path`, stores it, precompiles it into the AOT cache and
     /// registers it under `name` (the previous version goes to history).
-    pub async fn add(&self, runtime: &Runtime, name: &str, path: &Path) -> Result<Added> {
+    pub async fn add(
+        &self,
+        runtime: &Runtime,
+        name: &str,
+        path: &Path,
+        limits: &Limits,
+    ) -> Result<Added> {
         validate_name(name)?;
         // Fail on an unwritable home before the work of compiling.
         self.bundles.prepare()?;
-        let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                Error::InvalidBundle { path: path.to_path_buf(), reason: "no such file".into() }
-            }
-            _ => Error::io("read bundle", path)(e),
-        })?;
+        let bytes = read_bundle_file(path, limits.bundle_bytes)?;
         let hash = BundleHash::of(&bytes);
         // Compiling fills the AOT cache, so the first `run` starts at once.
         let (pre, _) = runtime.load(hash, &bytes, path)?;
-        let descriptor = runtime.describe(&pre, path).await?;
+        let descriptor = runtime.describe(&pre, path, limits).await?;
         let registered = self.registry.update(|registry| {
             self.bundles.put(registry, &bytes, &descriptor)?;
             Ok(registry.register(name, hash, now_ms()))
@@ -80,7 +82,17 @@ impl Catalog {
         let bundle = self.bundles.load(&registry, name, hash)?;
         let (pre, cache) = runtime.load(hash, &bundle.bytes, &bundle.path)?;
         let descriptor = self.bundles.descriptor(hash)?;
-        Ok(LoadedBundle { name: name.to_string(), hash, descriptor, pre, cache })
+        let mut schemas = std::collections::BTreeMap::new();
+        for role in &descriptor.roles {
+            let validator = crate::schema::compile(&role.schema.to_string()).map_err(|reason| {
+                Error::InvalidBundle {
+                    path: bundle.path.clone(),
+                    reason: format!("role `{}` has an invalid JSON Schema: {reason}", role.name),
+                }
+            })?;
+            schemas.insert(role.name.clone(), validator);
+        }
+        Ok(LoadedBundle { name: name.to_string(), hash, descriptor, schemas, pre, cache })
     }
 
     /// Unregisters `name`. Its bundle files stay: threads may still refer to them.
@@ -89,6 +101,45 @@ impl Catalog {
             registry.workflows.remove(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))
         })
     }
+}
+
+/// Reads a file to add as a bundle: only a regular file, only after its first bytes say it is
+/// a component, and no more than `max` bytes of it — a FIFO, a device or a huge sparse file is
+/// refused before it is read.
+fn read_bundle_file(path: &Path, max: usize) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
+    let metadata = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Error::MissingFile { what: "bundle", path: path.into() },
+        _ => Error::io("read bundle", path)(e),
+    })?;
+    if !metadata.is_file() {
+        let kind = if metadata.is_dir() { "a directory" } else { "not a regular file" };
+        return Err(invalid(format!("{kind}: a bundle is a `.wasm` file")));
+    }
+    if metadata.len() > max as u64 {
+        return Err(invalid(format!(
+            "it is {}, over the bundle size limit ({}; limits.bundle-size)",
+            Size(metadata.len() as usize),
+            Size(max)
+        )));
+    }
+    let file = std::fs::File::open(path).map_err(Error::io("read bundle", path))?;
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    let mut reader = file.take(max as u64 + 1);
+    (&mut reader)
+        .take(HEADER_LEN as u64)
+        .read_to_end(&mut bytes)
+        .map_err(Error::io("read bundle", path))?;
+    check_header(&bytes).map_err(|reason| invalid(reason.into()))?;
+    reader.read_to_end(&mut bytes).map_err(Error::io("read bundle", path))?;
+    if bytes.len() > max {
+        return Err(invalid(format!(
+            "it grew past the bundle size limit ({}; limits.bundle-size) while being read",
+            Size(max)
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Workflow names become file-free registry keys and CLI arguments: keep them simple.

@@ -104,11 +104,25 @@ pub fn start_new(
     )
 }
 
-/// Opens thread `id` to continue it: takes its run lock and refuses an ended thread.
+/// Opens thread `id` to continue it: takes its run lock, refuses an ended thread, and one whose
+/// recorded steps could not be handed back to its bundle (a step over the `string` limit).
 pub fn open(store: &Storage, id: ThreadId) -> Result<OpenThread> {
     let (writer, record) = store.threads().open(id)?;
     if let Some(end) = &record.end {
         return Err(Error::ended(id, end.end.status.as_str()));
+    }
+    let max = limits_for(store, &record)?.string_bytes;
+    for (index, step) in record.steps.iter().enumerate() {
+        let size = step.content.len().max(step.meta.to_string().len());
+        if size > max {
+            return Err(Error::RecordTooLarge {
+                id: id.to_string(),
+                step: index + 1,
+                line: record.step_lines.get(index).copied().unwrap_or(0),
+                size,
+                limit: max,
+            });
+        }
     }
     Ok((writer, record))
 }

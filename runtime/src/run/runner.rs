@@ -16,7 +16,7 @@ use crate::limits::Limits;
 use crate::sandbox::bindings::{RoleOutput, RunInput, RunOptions, Step};
 use crate::sandbox::control::ThreadControl;
 use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
-use crate::sandbox::state::{HostContext, ThreadState, new_store};
+use crate::sandbox::state::{HostContext, ThreadState, new_store, within_budget};
 use crate::store::info_log::{InfoLog, LogLevel};
 use crate::store::records::{
     End, EndRecord, EndStatus, PauseReason, Paused, PendingCall, StepRecord, ThreadRecord,
@@ -107,8 +107,9 @@ pub async fn run_thread(
             LogLevel::Warn,
             TAG_TORN,
             &format!(
-                "skipped unreadable lines {:?} of the thread file (torn write?)",
-                record.skipped_lines
+                "skipped {} unreadable line(s) of the thread file (torn write?), first {:?}",
+                record.skipped_lines.len(),
+                &record.skipped_lines[..record.skipped_lines.len().min(10)]
             ),
         );
     }
@@ -142,7 +143,7 @@ pub async fn run_thread(
         crash_point("step-persisted");
         ctx.control.set_steps(count);
         info.flush();
-        let agent = ctx.agents.for_role(&step.role).label.clone();
+        let agent = ctx.agents.for_role(&step.role).map_or_else(String::new, |b| b.label.clone());
         on_event(ThreadEvent::Step { index: count, step, agent, elapsed: started.elapsed() });
         if ctx.control.pause_requested() {
             writer.append_pause(Paused::by(PauseReason::Pause))?;
@@ -156,6 +157,10 @@ pub async fn run_thread(
 fn finish(writer: &mut dyn ThreadWriter, info: &InfoLog, stop: Stop) -> Result<RunOutcome> {
     let end = match stop {
         Stop::End(end) => end,
+        Stop::Store(error) => {
+            info.write(LogLevel::Error, TAG_END, &format!("stopped unended: {error}"));
+            return Err(error);
+        }
         Stop::Waiting { role, call } => {
             info.write(
                 LogLevel::Info,
@@ -197,9 +202,9 @@ impl Generator {
         record: &ThreadRecord,
     ) -> Result<Self, Stop> {
         let mut store = new_store(ctx.runtime.engine(), ThreadState::new(host, &ctx.limits));
-        let instance = bundle
-            .pre
-            .instantiate_async(&mut store)
+        // Instantiating runs the bundle's start code: it gets the same budget as a step.
+        let clock = store.data().clock().clone();
+        let instance = within_budget(&clock, bundle.pre.instantiate_async(&mut store))
             .await
             .map_err(|e| failed(format!("bundle failed to start: {}", chain_line(&e))))?;
         let input = RunInput {
@@ -210,12 +215,11 @@ impl Generator {
             thread_id: id.to_string(),
             max_rounds: record.start.parameters.options.max_rounds,
         };
-        store.data_mut().clock.start_step();
+        clock.start_step();
         store.data_mut().host.journal.begin_step(record.steps.len());
-        let thread = instance
-            .uncaged_workflow_workflow()
-            .thread()
-            .call_constructor(&mut store, &input, &options)
+        let generator = instance.uncaged_workflow_workflow().thread();
+        let call = generator.call_constructor(&mut store, &input, &options);
+        let thread = within_budget(&clock, call)
             .await
             .map_err(|e| stopped(&mut store, "starting the generator", &e))?;
         Ok(Generator { store, instance, thread })
@@ -230,13 +234,11 @@ impl Generator {
         max_rounds: u32,
     ) -> Result<StepRecord, Stop> {
         let store = &mut self.store;
-        store.data_mut().clock.start_step();
+        let clock = store.data().clock().clone();
+        clock.start_step();
         store.data_mut().host.journal.begin_step(count);
-        let step = self
-            .instance
-            .uncaged_workflow_workflow()
-            .thread()
-            .call_next(&mut *store, self.thread)
+        let generator = self.instance.uncaged_workflow_workflow().thread();
+        let step = within_budget(&clock, generator.call_next(&mut *store, self.thread))
             .await
             .map_err(|e| stopped(store, &format!("step {}", count + 1), &e))?;
         let output = match step {
@@ -245,13 +247,7 @@ impl Generator {
                     .data_mut()
                     .check_string("the summary", &result.summary)
                     .map_err(|e| failed(e.to_string()))?;
-                let status =
-                    if result.return_code == 0 { EndStatus::Completed } else { EndStatus::Failed };
-                return Err(Stop::End(End {
-                    return_code: result.return_code,
-                    summary: result.summary,
-                    status,
-                }));
+                return Err(Stop::End(End::by_workflow(result.return_code, result.summary)));
             }
             Step::Output(output) => output,
         };
@@ -275,26 +271,29 @@ impl Generator {
                 .check_string(&format!("{what} of {during}"), text)
                 .map_err(|e| failed(e.to_string()))?;
         }
-        if bundle.descriptor.role(&output.role).is_none() {
+        let Some(schema) = bundle.schemas.get(&output.role) else {
+            let role: String = output.role.chars().take(64).collect();
+            return Err(failed(format!("the bundle yielded a step for undeclared role `{role}`")));
+        };
+        let meta = serde_json::from_str(&output.meta).map_err(|e| {
+            failed(format!(
+                "the bundle yielded a `{}` step whose meta is not JSON: {e}",
+                output.role
+            ))
+        })?;
+        if let Some(error) = crate::schema::first_error(schema, &meta) {
             return Err(failed(format!(
-                "bundle yielded a step for unknown role `{}`",
+                "the bundle yielded a `{}` step whose meta does not match the role's schema: {error}",
                 output.role
             )));
         }
-        let meta = serde_json::from_str(&output.meta).map_err(|e| {
-            failed(format!("bundle yielded a `{}` step whose meta is not JSON: {e}", output.role))
-        })?;
-        Ok(StepRecord {
-            role: output.role,
-            content: output.content,
-            meta,
-            timestamp: output.timestamp,
-        })
+        // The WIT says a step's time is the host's; the host does not take the bundle's word.
+        Ok(StepRecord { role: output.role, content: output.content, meta, timestamp: now_ms() })
     }
 }
 
 fn failed(summary: String) -> Stop {
-    Stop::End(End { return_code: exit::SOFTWARE, summary, status: EndStatus::Failed })
+    Stop::End(End::by_host(exit::SOFTWARE, summary, EndStatus::Failed))
 }
 
 /// Why the generator stopped before yielding a step.
@@ -303,12 +302,18 @@ enum Stop {
     End(End),
     /// A `human` agent needs an answer nobody was there to give.
     Waiting { role: String, call: PendingCall },
+    /// The store could not write: the thread stops unended (interrupted), to be resumed.
+    Store(crate::Error),
 }
 
 /// A trap as a stop: waiting for a human if that is what the host trapped for, else a failure
 /// with the reason.
 fn stopped(store: &mut Store<ThreadState>, during: &str, e: &wasmtime::Error) -> Stop {
-    match store.data_mut().host.waiting.take() {
+    let host = &mut store.data_mut().host;
+    if let Some(error) = host.store_failure.take() {
+        return Stop::Store(error);
+    }
+    match host.waiting.take() {
         Some((role, call)) => Stop::Waiting { role, call },
         None => failed(trap_reason(store, during, e)),
     }
@@ -320,10 +325,11 @@ fn trap_reason(store: &Store<ThreadState>, during: &str, e: &wasmtime::Error) ->
     if let Some(limit) = state.exceeded() {
         return format!("{limit} (during {during})");
     }
-    if state.clock.exhausted() {
+    if state.clock().exhausted() {
         return format!(
-            "limit exceeded: the bundle computed for more than {} during {during} (limits.cpu-per-step)",
-            humantime::format_duration(state.clock.budget())
+            "limit exceeded: the bundle used more than {} of guest time (computing, or blocked \
+             in WASI such as a sleep) during {during} (limits.cpu-per-step)",
+            humantime::format_duration(state.clock().budget())
         );
     }
     match e.downcast_ref::<wasmtime::Trap>() {
@@ -376,7 +382,8 @@ mod tests {
             let runtime = Runtime::new(store.home()).unwrap();
             let catalog = Catalog::new(&store);
             let path = Path::new(uncaged_test_artifacts::SOLVE_ISSUE);
-            let added = catalog.add(&runtime, "solve-issue", path).await.unwrap();
+            let added =
+                catalog.add(&runtime, "solve-issue", path, &Limits::default()).await.unwrap();
             let bundle = catalog.load(&runtime, "solve-issue", added.hash).unwrap();
             Fixture { _dir: dir, store, runtime, bundle }
         }

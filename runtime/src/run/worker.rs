@@ -424,11 +424,7 @@ fn start(
         // and an agent process it was waiting on is killed with it.
         let outcome = finished.unwrap_or_else(|| {
             let end = EndRecord {
-                end: End {
-                    return_code: KILLED_RETURN_CODE,
-                    summary: "killed".into(),
-                    status: EndStatus::Killed,
-                },
+                end: End::by_host(KILLED_RETURN_CODE, "killed".into(), EndStatus::Killed),
                 timestamp: now_ms(),
             };
             writer.append_end(&end).map(|()| RunOutcome::Ended(end))

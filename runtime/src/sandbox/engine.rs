@@ -4,13 +4,12 @@
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::{Bundle, BundlePre};
-use super::state::{HostContext, ThreadState, new_store};
+use super::state::{EPOCH_TICK, HostContext, ThreadState, new_store, within_budget};
 use crate::durable;
 use crate::error::{Error, Result, chain_line};
 use crate::home::Home;
@@ -21,9 +20,6 @@ use crate::store::descriptor::{Descriptor, RoleText};
 /// WIT names of what a bundle must export and may import, besides WASI.
 pub const WORKFLOW_EXPORT: &str = "uncaged:workflow/workflow@0.1.0";
 const HOST_IMPORTS: [&str; 2] = ["uncaged:workflow/host@0.1.0", "uncaged:workflow/types@0.1.0"];
-
-/// How often the epoch advances; the granularity of CPU deadlines.
-pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// The engine, the linker and the home's AOT cache. One per process, shared by all threads.
 #[derive(Clone)]
@@ -62,6 +58,9 @@ pub struct LoadedBundle {
     pub name: String,
     pub hash: BundleHash,
     pub descriptor: Descriptor,
+    /// Each role's schema, compiled: every step the bundle yields is checked against its
+    /// role's.
+    pub schemas: std::collections::BTreeMap<String, std::sync::Arc<jsonschema::Validator>>,
     pub pre: BundlePre<ThreadState>,
     pub cache: CacheOutcome,
 }
@@ -218,19 +217,24 @@ impl Runtime {
 
     /// Instantiates the bundle once, in a sandbox with no agents, to read its descriptor.
     /// `path` names the bundle in errors.
-    pub async fn describe(&self, pre: &BundlePre<ThreadState>, path: &Path) -> Result<Descriptor> {
+    pub async fn describe(
+        &self,
+        pre: &BundlePre<ThreadState>,
+        path: &Path,
+        limits: &Limits,
+    ) -> Result<Descriptor> {
         let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
         let state = ThreadState::new(HostContext::detached(), &Limits::default());
         let mut store = new_store(&self.engine, state);
-        let bundle = pre
-            .instantiate_async(&mut store)
+        let clock = store.data().clock().clone();
+        let bundle = within_budget(&clock, pre.instantiate_async(&mut store))
             .await
             .map_err(|e| invalid(format!("it fails to start: {}", chain_line(&e))))?;
-        let raw = bundle
-            .uncaged_workflow_workflow()
-            .call_descriptor(&mut store)
-            .await
-            .map_err(|e| invalid(format!("its `descriptor()` failed: {}", chain_line(&e))))?;
+        clock.start_step();
+        let raw =
+            within_budget(&clock, bundle.uncaged_workflow_workflow().call_descriptor(&mut store))
+                .await
+                .map_err(|e| invalid(format!("its `descriptor()` failed: {}", chain_line(&e))))?;
         let roles = raw
             .roles
             .into_iter()
@@ -242,7 +246,7 @@ impl Runtime {
                 schema: r.schema,
             })
             .collect();
-        Descriptor::check(raw.description, raw.default_max_rounds, roles).map_err(invalid)
+        Descriptor::check(raw.description, raw.default_max_rounds, roles, limits).map_err(invalid)
     }
 
     /// Checks imports and exports against the world and pre-instantiates.
@@ -305,21 +309,26 @@ const MAX_MEMORY_SLOTS: u32 = 16_384;
 /// Compiles a component, turning wasmtime's errors into what a user can act on.
 fn compile(engine: &Engine, bytes: &[u8], path: &Path) -> Result<Component> {
     let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
-    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
-        return Err(invalid(
-            "not a WebAssembly file (it does not start with the `\\0asm` magic bytes)".into(),
-        ));
+    check_header(bytes).map_err(|reason| invalid(reason.into()))?;
+    Component::new(engine, bytes)
+        .map_err(|e| invalid(format!("not a valid WebAssembly component: {}", chain_line(&e))))
+}
+
+/// Bytes a component starts with that say what it is: magic, version, layer.
+pub const HEADER_LEN: usize = 8;
+
+/// Checks the first [`HEADER_LEN`] bytes of a file that should be a component, so that
+/// anything else is refused before it is read whole.
+pub fn check_header(bytes: &[u8]) -> std::result::Result<(), &'static str> {
+    if bytes.len() < HEADER_LEN || &bytes[..4] != b"\0asm" {
+        return Err("not a WebAssembly file (it does not start with the `\\0asm` magic bytes)");
     }
     // Bytes 4..8: version and layer. Core modules are layer 0, components layer 1.
     if bytes[6..8] == [0, 0] {
-        return Err(invalid(
-            "a core WebAssembly module, not a component: build the bundle for `wasm32-wasip2` \
-             (or wrap it with `wasm-tools component new`)"
-                .into(),
-        ));
+        return Err("a core WebAssembly module, not a component: build the bundle for \
+                    `wasm32-wasip2` (or wrap it with `wasm-tools component new`)");
     }
-    Component::new(engine, bytes)
-        .map_err(|e| invalid(format!("not a valid WebAssembly component: {}", chain_line(&e))))
+    Ok(())
 }
 
 fn internal(action: &str, e: wasmtime::Error) -> Error {

@@ -11,7 +11,7 @@ use crate::agents::extract::ExtractFailure;
 use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, RoleRef};
 use crate::clock::now_ms;
 use crate::faults::crash_point;
-use crate::ids::tag;
+use crate::ids::{ThreadId, tag};
 use crate::limits::Size;
 use crate::store::info_log::LogLevel;
 use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay, digest};
@@ -30,6 +30,8 @@ impl host::Host for ThreadState {
         request: AgentRequest,
     ) -> wasmtime::Result<Result<String, AgentError>> {
         let started = Instant::now();
+        // Until this returns, the time is the host's, not the guest's.
+        let _in_host = self.clock.host_call();
         self.check_string("the agent request's system prompt", &request.system_prompt)?;
         self.check_string("the agent request's prompt", &request.context.prompt)?;
         for step in &request.context.steps {
@@ -37,16 +39,27 @@ impl host::Host for ThreadState {
             self.check_string("a step's meta in the agent request", &step.meta)?;
         }
         let role = request.role.clone();
-        let Some(agents) = &self.host.agents else {
+        let (Some(agents), Some(thread_id)) = (&self.host.agents, self.host.thread_id) else {
             return Ok(Err(AgentError::Unavailable(
                 "no agent may be asked outside a thread".into(),
             )));
         };
-        let bound = agents.for_role(&role).clone();
+        // The host binds agents to the roles a bundle declares, and to nothing else.
+        let Some(bound) = agents.for_role(&role).cloned() else {
+            let shown: String = role.chars().take(64).collect();
+            self.host.info.write(
+                LogLevel::Warn,
+                TAG_AGENT,
+                &format!("refused an agent request for undeclared role `{shown}`"),
+            );
+            return Ok(Err(AgentError::Unavailable(format!(
+                "the bundle declares no role `{shown}`: agents answer only declared roles"
+            ))));
+        };
         self.host
             .control
             .set_activity(Some(Activity { role: role.clone(), agent: bound.label.clone() }));
-        let request_digest = agent_request_digest(&request);
+        let request_digest = agent_request_digest(thread_id, &request);
         let (seq, replay) = self.host.journal.next_call(CallKind::Agent, &role, &request_digest)?;
         let response = match replay {
             Replay::Recorded(response) => {
@@ -58,7 +71,7 @@ impl host::Host for ThreadState {
                 response
             }
             Replay::Fresh => {
-                let context = agent_context(request);
+                let context = agent_context(thread_id, request);
                 self.host.info.write(
                     LogLevel::Info,
                     TAG_AGENT,
@@ -123,27 +136,22 @@ impl host::Host for ThreadState {
                         let kind = match failure {
                             AgentFailure::Unavailable(_) => CallErrorKind::Unavailable,
                             AgentFailure::Timeout(_) => CallErrorKind::Timeout,
-                            AgentFailure::Failed { .. } | AgentFailure::Waiting => {
-                                CallErrorKind::Failed
-                            }
+                            AgentFailure::Failed { .. }
+                            | AgentFailure::RateLimited { .. }
+                            | AgentFailure::Waiting => CallErrorKind::Failed,
                         };
                         CallResponse::Error { kind, message: failure.to_string() }
                     }
                 };
                 let durable = !matches!(&*bound.agent, Agent::Scripted(_));
-                self.host.journal.record(
-                    seq,
-                    CallKind::Agent,
-                    &role,
-                    request_digest,
-                    response.clone(),
-                    durable,
-                )?;
+                self.host
+                    .journal
+                    .record(seq, CallKind::Agent, &role, request_digest, response.clone(), durable)
+                    .map_err(|e| self.host.store_failed(e))?;
                 crash_point("agent-recorded");
                 response
             }
         };
-        self.clock.add_host_time(started.elapsed());
         Ok(match response {
             CallResponse::Ok { value, meta } => {
                 self.host.agent_meta = meta.map(|meta| (value.clone(), meta));
@@ -161,7 +169,8 @@ impl host::Host for ThreadState {
         &mut self,
         request: ExtractRequest,
     ) -> wasmtime::Result<Result<String, ExtractError>> {
-        let started = Instant::now();
+        // Until this returns, the time is the host's, not the guest's.
+        let _in_host = self.clock.host_call();
         self.check_string("the extract request's schema", &request.schema)?;
         self.check_string("the extract request's prompt", &request.prompt)?;
         self.check_string("the extract request's content", &request.content)?;
@@ -216,18 +225,13 @@ impl host::Host for ThreadState {
                         CallResponse::Error { kind, message: failure.to_string() }
                     }
                 };
-                self.host.journal.record(
-                    seq,
-                    CallKind::Extract,
-                    "",
-                    key,
-                    response.clone(),
-                    asked_llm,
-                )?;
+                self.host
+                    .journal
+                    .record(seq, CallKind::Extract, "", key, response.clone(), asked_llm)
+                    .map_err(|e| self.host.store_failed(e))?;
                 response
             }
         };
-        self.clock.add_host_time(started.elapsed());
         Ok(match response {
             CallResponse::Ok { value, .. } => Ok(value),
             CallResponse::Error { kind, message } => Err(match kind {
@@ -273,8 +277,10 @@ impl host::Host for ThreadState {
 }
 
 /// XXH64 of an agent request, hashed field by field: the same request gives the same digest
-/// without serializing the whole thread context on every call.
-fn agent_request_digest(request: &AgentRequest) -> String {
+/// without serializing the whole thread context on every call. The thread id is the host's;
+/// steps' timestamps are left out, since the host stamps stored steps with its own clock and a
+/// resumed bundle gets those back, not the ones it had in memory.
+fn agent_request_digest(thread_id: ThreadId, request: &AgentRequest) -> String {
     use std::hash::Hasher;
     let mut hasher = twox_hash::XxHash64::with_seed(0);
     let mut field = |bytes: &[u8]| {
@@ -283,21 +289,21 @@ fn agent_request_digest(request: &AgentRequest) -> String {
     };
     field(request.role.as_bytes());
     field(request.system_prompt.as_bytes());
-    field(request.context.thread_id.as_bytes());
+    field(thread_id.to_string().as_bytes());
     field(request.context.prompt.as_bytes());
     for step in &request.context.steps {
         field(step.role.as_bytes());
         field(step.content.as_bytes());
         field(step.meta.as_bytes());
-        field(&step.timestamp.to_le_bytes());
     }
     crate::ids::Digest::from_value(hasher.finish()).to_string()
 }
 
-/// The agent context as agents see it.
-fn agent_context(request: AgentRequest) -> AgentContext {
+/// The agent context as agents see it. The thread id is the host's own: what a bundle puts in
+/// its request never reaches an agent program's arguments.
+fn agent_context(thread_id: ThreadId, request: AgentRequest) -> AgentContext {
     AgentContext {
-        thread_id: request.context.thread_id,
+        thread_id: thread_id.to_string(),
         prompt: request.context.prompt,
         steps: request
             .context

@@ -49,9 +49,20 @@ pub struct HostContext {
     pub control: Arc<ThreadControl>,
     /// Set when a `human` agent had nobody to ask: the role and the call to answer.
     pub waiting: Option<(String, PendingCall)>,
+    /// Set when the store could not record what the thread did (a full disk, say): the thread
+    /// stops where it is, unended, and `resume` continues it once the store can write again.
+    pub store_failure: Option<crate::Error>,
 }
 
 impl HostContext {
+    /// Records that the store failed to write for this thread, and makes the trap that stops
+    /// the guest: what it did since the last record is not lost, only not yet kept.
+    pub fn store_failed(&mut self, error: crate::Error) -> wasmtime::Error {
+        let message = error.to_string();
+        self.store_failure = Some(error);
+        wasmtime::Error::msg(message)
+    }
+
     /// Called before the thread waits, maybe long (an agent, the LLM extractor): what led here
     /// is on disk, and the thread holds no log or journal file open while it waits, so a
     /// worker's thousands of waiting threads keep one descriptor each (their data file).
@@ -77,6 +88,7 @@ impl HostContext {
             journal,
             control,
             waiting: None,
+            store_failure: None,
         }
     }
 
@@ -92,43 +104,118 @@ impl HostContext {
             journal: Journal::disabled(),
             control: Arc::default(),
             waiting: None,
+            store_failure: None,
         }
     }
 }
 
-/// Guest CPU time of the current step: wall time since the step began minus time spent in
-/// host calls (agents may take minutes; that is not the guest spinning).
-#[derive(Debug)]
+/// How often the epoch advances: the granularity of the guest-time budget (the engine's
+/// ticker advances it; the budget's watchdog wakes no more often).
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Guest time of the current step: wall time since the step began minus time spent in the
+/// host's imports (agents may take minutes; that is not the guest's doing). Time the guest
+/// spends computing *or blocked in WASI* (a sleep, a poll) counts: both hold the thread's slot.
+///
+/// Shared (`Clone`): the epoch callback checks it while the guest computes, and the runner's
+/// watchdog ([`StepClock::expired`]) while it is blocked, when no epoch check runs.
+#[derive(Debug, Clone)]
 pub struct StepClock {
+    state: Arc<parking_lot::Mutex<ClockState>>,
+    budget: Duration,
+}
+
+#[derive(Debug)]
+struct ClockState {
     started: Instant,
     in_host: Duration,
-    budget: Duration,
+    /// Since when the guest is in a host import, if it is.
+    host_call: Option<Instant>,
 }
 
 impl StepClock {
     fn new(budget: Duration) -> Self {
-        StepClock { started: Instant::now(), in_host: Duration::ZERO, budget }
+        let state =
+            ClockState { started: Instant::now(), in_host: Duration::ZERO, host_call: None };
+        StepClock { state: Arc::new(parking_lot::Mutex::new(state)), budget }
     }
 
     /// Starts the budget of a new step.
-    pub fn start_step(&mut self) {
-        self.started = Instant::now();
-        self.in_host = Duration::ZERO;
+    pub fn start_step(&self) {
+        let mut state = self.state.lock();
+        state.started = Instant::now();
+        state.in_host = Duration::ZERO;
+        state.host_call = None;
     }
 
-    /// Records time spent in a host call.
-    pub fn add_host_time(&mut self, spent: Duration) {
-        self.in_host += spent;
+    /// Marks the guest as inside a host import until the guard is dropped: that time is not
+    /// the guest's.
+    pub fn host_call(&self) -> HostCall {
+        self.state.lock().host_call = Some(Instant::now());
+        HostCall(self.state.clone())
+    }
+
+    /// Time the current step has spent in host imports.
+    pub fn in_host(&self) -> Duration {
+        let state = self.state.lock();
+        state.in_host + state.host_call.map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// The guest's time in the current step.
+    pub fn guest_time(&self) -> Duration {
+        let elapsed = self.state.lock().started.elapsed();
+        elapsed.saturating_sub(self.in_host())
     }
 
     /// Has the guest used up its budget?
     pub fn exhausted(&self) -> bool {
-        self.started.elapsed().saturating_sub(self.in_host) > self.budget
+        self.guest_time() > self.budget
+    }
+
+    /// Resolves once the guest has used up its budget: the watchdog for a guest blocked in
+    /// WASI, where epoch checks do not run.
+    pub async fn expired(&self) {
+        loop {
+            let left = self.budget.saturating_sub(self.guest_time());
+            if left.is_zero() && self.exhausted() {
+                return;
+            }
+            tokio::time::sleep(left.max(EPOCH_TICK)).await;
+        }
     }
 
     /// The budget.
     pub fn budget(&self) -> Duration {
         self.budget
+    }
+}
+
+/// Runs a call into the guest until it returns or the guest's time in this step runs out while
+/// it is blocked (asleep in WASI): epoch checks stop a guest that computes, this one that
+/// waits. Dropping the call is safe; the instance is not used again.
+pub async fn within_budget<T>(
+    clock: &StepClock,
+    call: impl std::future::Future<Output = wasmtime::Result<T>>,
+) -> wasmtime::Result<T> {
+    tokio::select! {
+        result = call => result,
+        () = clock.expired() => Err(wasmtime::Error::msg(format!(
+            "the bundle used more than {} of guest time in one step",
+            humantime::format_duration(clock.budget())
+        ))),
+    }
+}
+
+/// A host import in progress (see [`StepClock::host_call`]).
+#[derive(Debug)]
+pub struct HostCall(Arc<parking_lot::Mutex<ClockState>>);
+
+impl Drop for HostCall {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        if let Some(since) = state.host_call.take() {
+            state.in_host += since.elapsed();
+        }
     }
 }
 
@@ -156,7 +243,12 @@ impl ThreadState {
 
     /// Time the current step has spent in host calls (agents, extraction, logging).
     pub fn step_host_time(&self) -> Duration {
-        self.clock.in_host
+        self.clock.in_host()
+    }
+
+    /// The guest-time clock of the current step.
+    pub fn clock(&self) -> &StepClock {
+        &self.clock
     }
 
     /// Starts timing a new step (CPU budget and host time); the runner does this itself, this

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::BundleHash;
 use crate::store::descriptor::Descriptor;
-use crate::store::registry::{BundleRecord, RegistryFile, yaml_reason};
+use crate::store::registry::{BundleRecord, RegistryFile, SUMMARY_CHARS, yaml_reason};
 
 /// Bundles and their descriptors under a home.
 #[derive(Debug, Clone)]
@@ -71,7 +71,11 @@ impl BundleStore {
         }
         let yaml = serde_yaml::to_string(descriptor).expect("descriptor serializes");
         durable::write_atomic(&self.home.descriptor_file(hash), yaml.as_bytes())?;
-        registry.bundles.insert(hash, BundleRecord { sha256, size: bytes.len() as u64 });
+        let summary = descriptor.description.chars().take(SUMMARY_CHARS).collect();
+        registry.bundles.insert(
+            hash,
+            BundleRecord { sha256, size: bytes.len() as u64, summary: Some(summary) },
+        );
         Ok(hash)
     }
 
@@ -118,7 +122,9 @@ impl BundleStore {
     /// Reads the descriptor stored beside a bundle.
     pub fn descriptor(&self, hash: BundleHash) -> Result<Descriptor> {
         let path = self.home.descriptor_file(hash);
-        let text = std::fs::read_to_string(&path).map_err(Error::io("read descriptor", &path))?;
+        let Some(text) = durable::read_text(&path, "read descriptor")? else {
+            return Err(Error::MissingFile { what: "the descriptor of bundle", path });
+        };
         serde_yaml::from_str(&text).map_err(|e| Error::Corrupt { path, reason: yaml_reason(&e) })
     }
 }

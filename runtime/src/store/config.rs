@@ -151,18 +151,89 @@ impl<'de> Deserialize<'de> for Seconds {
 impl Config {
     /// Reads `path`; a missing file is the empty config.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
-            Err(e) => return Err(Error::io("read config", path)(e)),
+        let Some(text) = crate::durable::read_text(path, "read config")? else {
+            return Ok(Config::default());
         };
+        let corrupt = |reason: String| Error::Corrupt { path: path.to_path_buf(), reason };
         let mut config: Config = if text.trim().is_empty() {
             Config::default()
         } else {
-            serde_yaml::from_str(&text)
-                .map_err(|e| Error::Corrupt { path: path.to_path_buf(), reason: yaml_reason(&e) })?
+            let value: serde_yaml::Value =
+                serde_yaml::from_str(&text).map_err(|e| corrupt(yaml_reason(&e)))?;
+            check_keys(&value).map_err(corrupt)?;
+            serde_yaml::from_value(value).map_err(|e| corrupt(yaml_reason(&e)))?
         };
         config.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(config)
     }
+}
+
+/// Keys of the top level.
+const TOP_KEYS: &[&str] = &["agent", "agents", "roles", "extractor", "limits"];
+/// Keys every agent binding may have, and those of each kind.
+const BINDING_KEYS: &[&str] = &["kind", "timeout", "retries", "retry_delay"];
+const KIND_KEYS: &[(&str, &[&str])] = &[
+    ("scripted", &["answers", "delay"]),
+    ("command", &["command", "args"]),
+    ("openai", &["base_url", "model", "api_key_env", "temperature", "max_tokens"]),
+    ("human", &[]),
+];
+const EXTRACTOR_KEYS: &[&str] = &["agent", "retries"];
+
+/// Refuses a key the file may not have, naming where it is and the closest valid key: a
+/// misspelt `api_key_envv` or `timout` would otherwise be ignored, and requests would go out
+/// without a key or with the default timeout.
+fn check_keys(value: &serde_yaml::Value) -> std::result::Result<(), String> {
+    let Some(top) = value.as_mapping() else { return Ok(()) };
+    known(top, TOP_KEYS, "")?;
+    if let Some(agents) = top.get("agents").and_then(|a| a.as_mapping()) {
+        for (name, binding) in agents {
+            let Some(binding) = binding.as_mapping() else { continue };
+            let name = name.as_str().unwrap_or("?");
+            let kind = binding.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+            let Some((_, kind_keys)) = KIND_KEYS.iter().find(|(k, _)| *k == kind) else {
+                // serde names the unknown kind, with the valid ones.
+                continue;
+            };
+            let valid: Vec<&str> = BINDING_KEYS.iter().chain(kind_keys.iter()).copied().collect();
+            known(binding, &valid, &format!("agents.{name}."))?;
+        }
+    }
+    if let Some(extractor) = top.get("extractor").and_then(|e| e.as_mapping()) {
+        known(extractor, EXTRACTOR_KEYS, "extractor.")?;
+    }
+    if let Some(limits) = top.get("limits").and_then(|l| l.as_mapping()) {
+        let valid: Vec<&str> = crate::limits::KEYS.split(", ").collect();
+        known(limits, &valid, "limits.")?;
+    }
+    Ok(())
+}
+
+fn known(
+    mapping: &serde_yaml::Mapping,
+    valid: &[&str],
+    at: &str,
+) -> std::result::Result<(), String> {
+    for key in mapping.keys() {
+        let key = key.as_str().unwrap_or("?");
+        if !valid.contains(&key) {
+            let hint = closest(key, valid)
+                .map_or_else(String::new, |near| format!("; did you mean `{at}{near}`?"));
+            return Err(format!(
+                "unknown key `{at}{key}`{hint} (valid here: {})",
+                valid.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The valid key nearest to `key` by edit distance, if one is near enough to be a typo.
+fn closest<'a>(key: &str, valid: &[&'a str]) -> Option<&'a str> {
+    valid
+        .iter()
+        .map(|v| (strsim::levenshtein(key, v), *v))
+        .filter(|(distance, v)| *distance <= 2.max(v.len() / 3))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, v)| v)
 }

@@ -5,6 +5,8 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::limits::{Limits, Size};
+
 /// What a bundle says about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Descriptor {
@@ -41,18 +43,59 @@ pub struct RoleText {
     pub schema: String,
 }
 
+/// The longest role name.
+pub const MAX_ROLE_NAME: usize = 64;
+
 impl Descriptor {
-    /// Checks what a bundle says about itself: unique non-empty role names, schemas that are
-    /// JSON and valid JSON Schema. The error says which role is wrong and why.
-    pub fn check(description: String, max_rounds: u32, raw: Vec<RoleText>) -> Result<Self, String> {
-        let mut names = HashSet::new();
-        let mut roles = Vec::with_capacity(raw.len());
+    /// Checks what a bundle says about itself: within the `roles` and `descriptor` limits,
+    /// unique role names of printable characters, schemas that are JSON and valid, bounded
+    /// JSON Schema. The error says which role is wrong and why.
+    pub fn check(
+        description: String,
+        max_rounds: u32,
+        raw: Vec<RoleText>,
+        limits: &Limits,
+    ) -> Result<Self, String> {
         if raw.is_empty() {
             return Err("its descriptor declares no roles".into());
         }
+        if raw.len() > limits.roles {
+            return Err(format!(
+                "its descriptor declares {} roles, over the limit of {} (limits.roles)",
+                raw.len(),
+                limits.roles
+            ));
+        }
+        let size = description.len()
+            + raw
+                .iter()
+                .map(|r| {
+                    r.name.len()
+                        + r.description.len()
+                        + r.system_prompt.len()
+                        + r.extract_prompt.len()
+                        + r.schema.len()
+                })
+                .sum::<usize>();
+        if size > limits.descriptor_bytes {
+            return Err(format!(
+                "its descriptor is {}, over the descriptor limit ({}; limits.descriptor)",
+                Size(size),
+                Size(limits.descriptor_bytes)
+            ));
+        }
+        let mut names = HashSet::new();
+        let mut roles = Vec::with_capacity(raw.len());
         for role in raw {
-            if role.name.trim().is_empty() {
-                return Err("its descriptor has a role with an empty name".into());
+            let printable = !role.name.is_empty()
+                && role.name.len() <= MAX_ROLE_NAME
+                && !role.name.chars().any(|c| c.is_control() || c.is_whitespace());
+            if !printable {
+                return Err(format!(
+                    "its descriptor has a role name {:?} that is not 1-{MAX_ROLE_NAME} bytes of \
+                     printable characters without spaces",
+                    role.name.chars().take(MAX_ROLE_NAME).collect::<String>()
+                ));
             }
             if !names.insert(role.name.clone()) {
                 return Err(format!("its descriptor declares role `{}` twice", role.name));

@@ -83,6 +83,53 @@ pub struct End {
     pub return_code: i32,
     pub summary: String,
     pub status: EndStatus,
+    /// Who ended it: the workflow (its own result) or the host (a trap, a limit, a broken
+    /// contract, `kill`). Absent in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<EndedBy>,
+}
+
+/// Who ended a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndedBy {
+    /// The workflow returned its result.
+    Workflow,
+    /// The host stopped it.
+    Host,
+}
+
+/// The return codes a workflow's own result passes through as the CLI's exit code. The rest
+/// of the range is the host's (see [`crate::error::exit`]); a workflow code outside this one
+/// exits with [`WORKFLOW_CODE_OUT_OF_RANGE`], so no bundle can exit like the host does.
+pub const WORKFLOW_CODES: std::ops::RangeInclusive<i32> = 0..=63;
+
+/// The exit code of a workflow result outside [`WORKFLOW_CODES`].
+pub const WORKFLOW_CODE_OUT_OF_RANGE: i32 = 1;
+
+impl End {
+    /// The ending a workflow gave itself: completed on 0, failed otherwise.
+    pub fn by_workflow(return_code: i32, summary: String) -> Self {
+        let status = if return_code == 0 { EndStatus::Completed } else { EndStatus::Failed };
+        End { return_code, summary, status, ended_by: Some(EndedBy::Workflow) }
+    }
+
+    /// An ending the host imposed.
+    pub fn by_host(return_code: i32, summary: String, status: EndStatus) -> Self {
+        End { return_code, summary, status, ended_by: Some(EndedBy::Host) }
+    }
+
+    /// The exit code of a command that followed the thread to this end: a workflow's own code
+    /// if it is in [`WORKFLOW_CODES`], else [`WORKFLOW_CODE_OUT_OF_RANGE`]; the host's codes
+    /// as they are.
+    pub fn exit_code(&self) -> i32 {
+        match self.ended_by {
+            Some(EndedBy::Workflow) if !WORKFLOW_CODES.contains(&self.return_code) => {
+                WORKFLOW_CODE_OUT_OF_RANGE
+            }
+            _ => self.return_code,
+        }
+    }
 }
 
 /// The host's view of how a thread ended.
@@ -171,6 +218,9 @@ pub struct ThreadRecord {
     /// Lines that did not parse (a torn last line after a crash, or damage) and were skipped.
     #[serde(skip)]
     pub skipped_lines: Vec<usize>,
+    /// Where each step is in the store (its line in a thread file), for messages.
+    #[serde(skip)]
+    pub step_lines: Vec<usize>,
     /// Whether a process held the thread's run lock when it was read.
     #[serde(skip)]
     pub running: bool,

@@ -52,7 +52,14 @@ pub struct Version {
 pub struct BundleRecord {
     pub sha256: String,
     pub size: u64,
+    /// The start of the bundle's description, for listings that must not read every
+    /// descriptor (absent in registries written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
 }
+
+/// How much of a description [`BundleRecord::summary`] keeps.
+pub const SUMMARY_CHARS: usize = 200;
 
 /// What [`Registry::register`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,12 +87,8 @@ impl Registry {
     /// Reads the registry; a missing file is an empty registry.
     pub fn load(&self) -> Result<RegistryFile> {
         let path = self.home.registry_file();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(RegistryFile::default());
-            }
-            Err(e) => return Err(Error::io("read registry", &path)(e)),
+        let Some(text) = durable::read_text(&path, "read registry")? else {
+            return Ok(RegistryFile::default());
         };
         if text.trim().is_empty() {
             return Ok(RegistryFile::default());

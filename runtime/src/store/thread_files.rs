@@ -16,6 +16,7 @@ use crate::durable::{self, AppendFile};
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
+use crate::limits::Size;
 use crate::store::info_log::{InfoLog, LogSink};
 use crate::store::journal::{CallLog, CallRecord, Journal};
 use crate::store::records::{
@@ -59,23 +60,20 @@ impl ThreadStore for FileThreads {
         let dir = self.home.thread_dir(hash);
         durable::create_dir(&dir)?;
         let path = self.home.thread_data_file(hash, id);
-        if path.exists() {
-            return Err(Error::Host(format!("thread {id} already exists at {}", path.display())));
-        }
-        let data = AppendFile::open(&path, true)?;
-        data.lock().map_err(Error::io("lock thread", &path))?;
-        let mut writer = ThreadFile { data, path };
-        writer.append(start)?;
-        for step in steps {
-            writer.append(step)?;
-        }
+        // A thread appears whole or not at all: its records are written to a temporary file,
+        // synced, locked and renamed to the thread's name. A crash before the rename leaves
+        // only a temporary file, which no listing reads.
+        let mut lines = jsonl(std::slice::from_ref(start));
+        lines.extend(jsonl(steps));
+        let file = durable::create_atomic(&path, &lines, |file| {
+            crate::faults::crash_point("thread-create");
+            file.lock()
+        })?;
+        let writer = ThreadFile { data: AppendFile::from_file(file, true), path };
+        // A fork's copy of the calls its kept steps made: history only (the fork continues
+        // after those steps, so none is replayed), put in place atomically once the thread is.
         if !calls.is_empty() {
-            let mut text = Vec::new();
-            for call in calls {
-                serde_json::to_writer(&mut text, call).expect("call records serialize");
-                text.push(b'\n');
-            }
-            durable::write_atomic(&self.home.thread_calls_file(hash, id), &text)?;
+            durable::write_atomic(&self.home.thread_calls_file(hash, id), &jsonl(calls))?;
         }
         let record = ThreadRecord {
             start: start.clone(),
@@ -84,6 +82,7 @@ impl ThreadStore for FileThreads {
             paused: None,
             paused_at: None,
             skipped_lines: vec![],
+            step_lines: (2..steps.len() + 2).collect(),
             running: true,
         };
         Ok((Box::new(writer), record))
@@ -117,8 +116,18 @@ impl ThreadStore for FileThreads {
 
     fn remove(&self, id: ThreadId) -> Result<()> {
         let (hash, data) = self.find(id)?;
-        // Holding the run lock while deleting keeps a worker from starting it meanwhile.
-        let (_lock, _) = ThreadFile::open(&data)?;
+        // Holding the run lock while deleting keeps a worker from starting it meanwhile. The
+        // file is not read: a damaged thread can be removed too.
+        let lock = std::fs::File::open(&data).map_err(Error::io("open thread", &data))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::ThreadBusy(id.to_string()));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("lock thread", &data)(e)),
+        }
+        // The data file first: once it is gone the thread is gone, and what is left of its
+        // journal and log is garbage, never a thread without its journal.
         std::fs::remove_file(&data).map_err(Error::io("delete thread", &data))?;
         for extra in [self.home.thread_info_file(hash, id), self.home.thread_calls_file(hash, id)] {
             if let Err(e) = std::fs::remove_file(&extra)
@@ -201,12 +210,16 @@ impl CallFile {
 
 impl CallLog for CallFile {
     fn read(&self) -> Result<Vec<CallRecord>> {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(text) => text,
+        let bytes = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
             Err(e) => return Err(Error::io("read call journal", &self.path)(e)),
         };
-        Ok(text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect())
+        // Damaged lines (torn, or not even text) are skipped: their calls are made again.
+        Ok(bytes
+            .split(|&b| b == b'\n')
+            .filter_map(|line| serde_json::from_slice(line).ok())
+            .collect())
     }
 
     fn append(&mut self, record: &CallRecord, durable: bool) -> Result<()> {
@@ -252,6 +265,16 @@ impl LogSink for LogFile {
     }
 }
 
+/// Records as JSON lines.
+fn jsonl<T: Serialize>(records: &[T]) -> Vec<u8> {
+    let mut text = Vec::new();
+    for record in records {
+        serde_json::to_writer(&mut text, record).expect("records serialize");
+        text.push(b'\n');
+    }
+    text
+}
+
 /// Is someone holding the run lock of this data file?
 fn is_locked(path: &Path) -> bool {
     let Ok(file) = std::fs::File::open(path) else { return false };
@@ -262,20 +285,47 @@ fn is_locked(path: &Path) -> bool {
     }
 }
 
+/// The longest line a thread file may have: far above any record the host writes with sane
+/// limits, and a bound on what reading a damaged or hostile file can cost.
+pub const MAX_LINE_BYTES: usize = 256 << 20;
+
 /// Reads a thread's data file.
 pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
     let file = std::fs::File::open(path).map_err(Error::io("read thread", path))?;
+    let mut reader = std::io::BufReader::new(file);
     let mut start = None;
     let mut steps = Vec::new();
+    let mut step_lines = Vec::new();
     let mut end = None;
     let mut paused = None;
     let mut skipped_lines = Vec::new();
-    for (index, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(Error::io("read thread", path))?;
+    let mut bytes = Vec::new();
+    for index in 0.. {
+        bytes.clear();
+        let read = std::io::Read::take(&mut reader, MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut bytes)
+            .map_err(Error::io("read thread", path))?;
+        if read == 0 {
+            break;
+        }
+        if bytes.len() > MAX_LINE_BYTES {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "line {} is over {} (no record the host writes is that large)",
+                    index + 1,
+                    Size(MAX_LINE_BYTES)
+                ),
+            });
+        }
+        let Ok(line) = std::str::from_utf8(&bytes) else {
+            skipped_lines.push(index + 1);
+            continue;
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let value: serde_json::Value = match serde_json::from_str(&line) {
+        let value: serde_json::Value = match serde_json::from_str(line) {
             Ok(value) => value,
             Err(_) => {
                 skipped_lines.push(index + 1);
@@ -291,6 +341,7 @@ pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
         } else {
             serde_json::from_value(value).map(|s| {
                 steps.push(s);
+                step_lines.push(index + 1);
                 paused = None;
             })
         };
@@ -313,6 +364,7 @@ pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
         paused,
         paused_at,
         skipped_lines,
+        step_lines,
         running: is_locked(path),
     })
 }

@@ -14,6 +14,14 @@
 //! | `giant` | yields a 64 MiB content |
 //! | `log-flood` | writes 100,000 log lines, then yields |
 //! | `stdout-flood` | prints 30,000 lines to stdout, then yields |
+//! | `ghost-role` | asks the agent for role `ghost`, which it does not declare, and reports the answer |
+//! | `thread-id:TEXT` | asks the agent for `probe` with TEXT as the request's thread id |
+//! | `bad-meta` | yields a `strict` step whose meta violates the role's schema |
+//! | `timestamp:N` | yields a step stamped N |
+//! | `return:N` | ends at once with return code N |
+//! | `sleep` | sleeps an hour in WASI (`wasi:clocks`) |
+//! | `recursive-schema` | asks `extract` with the schema `{"allOf": [{"$ref": "#"}]}` |
+//! | `escapes` | yields content, meta and a summary full of terminal escape sequences |
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -21,8 +29,8 @@ use std::hint::black_box;
 use uncaged_workflow_sdk::bindings::exports::uncaged::workflow::workflow::{Guest, GuestThread};
 use uncaged_workflow_sdk::bindings::uncaged::workflow::host;
 use uncaged_workflow_sdk::bindings::uncaged::workflow::types::{
-    AgentRequest, BundleDescriptor, LogLevel, RoleDescriptor, RoleOutput, RunInput, RunOptions,
-    Step, ThreadContext, WorkflowResult,
+    AgentRequest, BundleDescriptor, ExtractRequest, LogLevel, RoleDescriptor, RoleOutput, RunInput,
+    RunOptions, Step, ThreadContext, WorkflowResult,
 };
 use uncaged_workflow_sdk::json;
 
@@ -34,13 +42,27 @@ impl Guest for Adversary {
     fn descriptor() -> BundleDescriptor {
         BundleDescriptor {
             description: "Attacks the host in the way its prompt names (a test fixture).".into(),
-            roles: vec![RoleDescriptor {
-                name: "probe".into(),
-                description: "Reports what the attack did".into(),
-                system_prompt: "Answer anything.".into(),
-                extract_prompt: String::new(),
-                schema: json!({"type": "object"}).to_string(),
-            }],
+            roles: vec![
+                RoleDescriptor {
+                    name: "probe".into(),
+                    description: "Reports what the attack did".into(),
+                    system_prompt: "Answer anything.".into(),
+                    extract_prompt: String::new(),
+                    schema: json!({"type": "object"}).to_string(),
+                },
+                RoleDescriptor {
+                    name: "strict".into(),
+                    description: "A role whose meta has a shape".into(),
+                    system_prompt: "Approve or not.".into(),
+                    extract_prompt: String::new(),
+                    schema: json!({
+                        "type": "object",
+                        "required": ["approved"],
+                        "properties": {"approved": {"type": "boolean"}}
+                    })
+                    .to_string(),
+                },
+            ],
             default_max_rounds: 3,
         }
     }
@@ -63,22 +85,54 @@ impl GuestThread for Attack {
 
     fn next(&self) -> Step {
         if self.done.replace(true) {
-            return Step::Done(WorkflowResult { return_code: 0, summary: "attack over".into() });
+            let summary = match self.prompt.as_str() {
+                "escapes" => ESCAPES.into(),
+                _ => "attack over".into(),
+            };
+            return Step::Done(WorkflowResult { return_code: 0, summary });
         }
         let report = match self.prompt.as_str() {
-            "ok" => {
-                let request = AgentRequest {
-                    context: ThreadContext {
-                        thread_id: self.thread_id.clone(),
-                        prompt: self.prompt.clone(),
-                        steps: vec![],
-                    },
-                    role: "probe".into(),
-                    system_prompt: "Answer anything.".into(),
-                };
-                let answer = host::agent(&request).unwrap_or_else(|e| format!("{e:?}"));
-                return output(answer, json!({"ok": true}));
+            "ok" => return output(self.ask("probe", &self.thread_id), json!({"ok": true})),
+            "ghost-role" => return output(self.ask("ghost", &self.thread_id), json!({})),
+            p if p.starts_with("thread-id:") => {
+                return output(self.ask("probe", &p["thread-id:".len()..]), json!({}));
             }
+            "bad-meta" => {
+                return Step::Output(RoleOutput {
+                    role: "strict".into(),
+                    content: "yes".into(),
+                    meta: json!({"approved": "yes"}).to_string(),
+                    timestamp: host::now(),
+                });
+            }
+            p if p.starts_with("timestamp:") => {
+                return Step::Output(RoleOutput {
+                    role: "probe".into(),
+                    content: "stamped".into(),
+                    meta: "{}".into(),
+                    timestamp: p["timestamp:".len()..].parse().unwrap_or(0),
+                });
+            }
+            p if p.starts_with("return:") => {
+                let return_code = p["return:".len()..].parse().unwrap_or(0);
+                return Step::Done(WorkflowResult { return_code, summary: "as I say".into() });
+            }
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                json!({"slept": true})
+            }
+            "recursive-schema" => {
+                let request = ExtractRequest {
+                    schema: json!({"allOf": [{"$ref": "#"}]}).to_string(),
+                    prompt: String::new(),
+                    content: "{}".into(),
+                };
+                match host::extract(&request) {
+                    Ok(value) => json!({"extracted": value}),
+                    Err(e) => json!({"error": format!("{e:?}")}),
+                }
+            }
+            "escapes" => return output(ESCAPES.into(), json!({"shout": ESCAPES})),
             "loop" => {
                 let mut n = 0u64;
                 loop {
@@ -128,6 +182,26 @@ impl GuestThread for Attack {
             other => json!({"unknown": other}),
         };
         output(report.to_string(), report)
+    }
+}
+
+/// Terminal escape sequences: set the window title (OSC 0), hide text (SGR 8), erase the line,
+/// and a right-to-left override.
+const ESCAPES: &str = "\u{1b}]0;pwned\u{7}\u{1b}[8mhidden\u{1b}[0m\u{1b}[2K\u{202e}desrever";
+
+impl Attack {
+    /// Asks the agent bound to `role`, claiming `thread_id` as the thread's id.
+    fn ask(&self, role: &str, thread_id: &str) -> String {
+        let request = AgentRequest {
+            context: ThreadContext {
+                thread_id: thread_id.into(),
+                prompt: self.prompt.clone(),
+                steps: vec![],
+            },
+            role: role.into(),
+            system_prompt: "Answer anything.".into(),
+        };
+        host::agent(&request).unwrap_or_else(|e| format!("{e:?}"))
     }
 }
 

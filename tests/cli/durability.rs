@@ -1,0 +1,196 @@
+//! Nothing lost, nothing leaked: a thread appears whole or not at all, a full disk interrupts a
+//! thread instead of failing it, an agent process does not outlive its worker, and a misspelt
+//! key in `config.yaml` is refused rather than ignored.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, ensure};
+use serde_json::json;
+
+use crate::{Env, read_jsonl, thread_id_of, wait_until};
+
+fn alive(pid: u64) -> bool {
+    // A zombie (exited, not yet reaped) is not alive.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.starts_with(" Z")))
+}
+
+fn status(env: &Env, thread: &str) -> Result<String> {
+    Ok(env.json(&["thread", thread])?["status"].as_str().context("status")?.to_string())
+}
+
+/// An agent for solve-issue that answers each role, after `gate` exists if one is given.
+fn agent(env: &Env, gate: Option<&Path>) -> Result<String> {
+    let wait = gate.map_or(String::new(), |gate| {
+        format!("while [ ! -f {} ]; do sleep 0.02; done\n", gate.display())
+    });
+    let path = env.write_script(
+        "agent.sh",
+        format!(
+            r#"#!/bin/sh
+input=$(cat)
+{wait}case "$input" in
+  *'"role":{{"name":"planner"'*) echo '{{"steps": ["do it"]}}' ;;
+  *'"role":{{"name":"developer"'*) echo '{{"summary": "done"}}' ;;
+  *) echo '{{"approved": true}}' ;;
+esac
+"#
+        ),
+    )?;
+    Ok(format!("command:{}", path.display()))
+}
+
+#[test]
+fn a_crash_while_creating_a_thread_or_a_fork_leaves_no_thread() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let crash = [("UNCAGED_WORKFLOW_CRASH_AT", "thread-create:1")];
+    let out = env.run_with(&["run", "solve-issue", "-p", "x"], &crash)?;
+    ensure!(out.code != 0, "the crash point was not reached: {out:?}");
+    assert_eq!(env.json(&["threads"])?, json!([]));
+    let listed = env.run(&["threads"])?;
+    assert!(listed.stderr.is_empty(), "{}", listed.stderr);
+
+    let original = thread_id_of(&env.ok(&["run", "solve-issue", "-p", "x"])?)?;
+    let data = env.home().join(format!("logs/{hash}/{original}.data.jsonl"));
+    let before = std::fs::read(&data)?;
+    let out = env.run_with(&["fork", &original, "--at", "2"], &crash)?;
+    ensure!(out.code != 0, "the crash point was not reached: {out:?}");
+    let threads = env.json(&["threads"])?;
+    assert_eq!(threads.as_array().unwrap().len(), 1, "{threads}");
+    assert_eq!(std::fs::read(&data)?, before, "the original is untouched");
+    // What a crash can leave is not a thread: every file of the thread directory is the
+    // original's, or a temporary file no listing reads.
+    for entry in std::fs::read_dir(data.parent().unwrap())? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        assert!(name.starts_with(&original) || name.starts_with(".tmp-"), "{name}");
+    }
+    Ok(())
+}
+
+#[test]
+fn thread_rm_removes_a_thread_file_whatever_its_state() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let dir = env.home().join(format!("logs/{hash}"));
+    std::fs::create_dir_all(&dir)?;
+    // An empty file and one of noise, as an older version could leave after a crash.
+    for (id, content) in
+        [("01KQXKW18CT8G75T53R8F4G7YG", &b""[..]), ("01KQXKW18CT8G75T53R8F4G7YH", b"\xff\x00")]
+    {
+        let path = dir.join(format!("{id}.data.jsonl"));
+        std::fs::write(&path, content)?;
+        assert_eq!(env.ok(&["thread", "rm", id])?.trim(), format!("deleted thread {id}"));
+        assert!(!path.exists());
+    }
+    Ok(())
+}
+
+/// A small tmpfs mounted for the test, unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(at: PathBuf, size: &str) -> Result<Self> {
+        std::fs::create_dir_all(&at)?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&at)
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "this test mounts a tmpfs (it runs as root, as CI does): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(SmallDisk(at))
+    }
+
+    /// Writes a file until the disk is full; returns it.
+    fn fill(&self) -> Result<PathBuf> {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut file = std::fs::File::create(&path)?;
+        let chunk = vec![0u8; 64 << 10];
+        while file.write_all(&chunk).is_ok() {}
+        let _ = file.sync_all();
+        Ok(path)
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_interrupts_a_thread_and_resume_continues_it() -> Result<()> {
+    let env = Env::new()?;
+    let disk = SmallDisk::mount(env.home(), "64M")?;
+    let hash = env.add_solve_issue()?;
+    let gate = env.dir.path().join("gate");
+    let agent = agent(&env, Some(&gate))?;
+    let thread = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &agent, "--detach"])?;
+    let thread = thread.trim();
+    wait_until("the planner's agent runs", || Ok(env.json(&["ps"])?[0]["role"] == "planner"))?;
+    let filler = disk.fill()?;
+    std::fs::write(&gate, "")?;
+    wait_until("the thread stops", || Ok(status(&env, thread)? != "running"))?;
+    assert_eq!(status(&env, thread)?, "interrupted", "a full disk ends nothing");
+    let lines = read_jsonl(&env.home().join(format!("logs/{hash}/{thread}.data.jsonl")))?;
+    assert!(lines.iter().all(|l| l.get("end").is_none()), "no end record: {lines:?}");
+
+    std::fs::remove_file(filler)?;
+    let out = env.ok(&["resume", thread])?;
+    assert!(out.contains("completed (0)"), "{out}");
+    Ok(())
+}
+
+#[test]
+fn an_agent_process_does_not_outlive_its_worker() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let pid_file = env.dir.path().join("agent.pid");
+    // It would sleep well past any wait of this test if nothing stopped it.
+    let stuck = env.write_script(
+        "stuck.sh",
+        format!("#!/bin/sh\necho $$ > {}\nexec sleep 600\n", pid_file.display()),
+    )?;
+    let spec = format!("command:{}", stuck.display());
+    let thread = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &spec, "--detach"])?;
+    wait_until("the agent runs", || {
+        Ok(std::fs::read_to_string(&pid_file).is_ok_and(|t| !t.trim().is_empty()))
+    })?;
+    let agent: u64 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
+    let worker = env.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;
+    assert!(alive(agent) && alive(worker));
+    std::process::Command::new("kill").args(["-9", &worker.to_string()]).status()?;
+    wait_until("the agent is gone with its worker", || Ok(!alive(agent)))?;
+    assert_eq!(status(&env, thread.trim())?, "interrupted");
+    Ok(())
+}
+
+#[test]
+fn misspelt_keys_in_config_are_refused_with_the_closest_one() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let config = env.home().join("config.yaml");
+    for (yaml, wanted) in [
+        (
+            "agents:\n  llm:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n    model: m\n    api_key_envv: KEY\n",
+            "unknown key `agents.llm.api_key_envv`; did you mean `agents.llm.api_key_env`?",
+        ),
+        (
+            "agents:\n  c:\n    kind: command\n    command: /bin/true\n    timout: 5\n",
+            "unknown key `agents.c.timout`; did you mean `agents.c.timeout`?",
+        ),
+        ("extractor:\n  agent: x\n  retrys: 2\n", "did you mean `extractor.retries`?"),
+        ("limits:\n  memroy: 1GiB\n", "did you mean `limits.memory`?"),
+    ] {
+        std::fs::write(&config, yaml)?;
+        let err = env.fails(&["run", "solve-issue", "-p", "x"], 65)?;
+        assert!(err.contains(wanted), "{err}");
+        assert!(err.contains("config.yaml"), "{err}");
+    }
+    assert_eq!(env.json(&["threads"])?, json!([]));
+    Ok(())
+}
