@@ -449,3 +449,71 @@ fn a_command_agent_exiting_75_is_retried() -> Result<()> {
     }));
     Ok(())
 }
+
+#[test]
+fn the_key_comes_from_the_command_that_runs_the_thread_not_the_worker() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|_, body| (200, by_role(body), Duration::ZERO)))?;
+    config(
+        &env,
+        &format!(
+            "agents:\n  local:\n    kind: openai\n    base_url: {}\n    model: m\n    api_key_env: UNCAGED_TEST_KEY\n",
+            llm.base_url
+        ),
+    )?;
+    // A worker started from a shell without the key, kept alive by a thread that waits.
+    let gate = env.dir.path().join("gate");
+    let held = env.write_script(
+        "held.sh",
+        format!("#!/bin/sh\nwhile [ ! -f {} ]; do sleep 0.02; done\necho ok\n", gate.display()),
+    )?;
+    let spec = format!("command:{}", held.display());
+    env.ok(&["run", "solve-issue", "-p", "hold", "--agent", &spec, "--detach"])?;
+    crate::wait_until("the worker runs", || {
+        Ok(env.json(&["ps"])?.as_array().is_some_and(|a| a.len() == 1))
+    })?;
+    let worker = env.json(&["ps"])?[0]["pid"].clone();
+    // Two commands with the key exported after the worker started, then changed.
+    for key in ["sk-first-0000", "sk-second-1111"] {
+        let run = env.run_with(
+            &["run", "solve-issue", "-p", "x", "--agent", "local"],
+            &[("UNCAGED_TEST_KEY", key)],
+        )?;
+        assert_eq!(run.code, 0, "{run:?}");
+        assert!(run.stdout.contains(&format!("in worker {worker}")), "{}", run.stdout);
+    }
+    let sent: Vec<String> =
+        llm.seen().into_iter().map(|s| s.authorization.unwrap_or_default()).collect();
+    assert_eq!(sent.len(), 6, "{sent:?}");
+    assert!(sent[..3].iter().all(|a| a == "Bearer sk-first-0000"), "{sent:?}");
+    assert!(sent[3..].iter().all(|a| a == "Bearer sk-second-1111"), "{sent:?}");
+    std::fs::write(&gate, "")?;
+    Ok(())
+}
+
+#[test]
+fn a_key_echoed_by_the_server_is_redacted_from_everything_recorded() -> Result<()> {
+    const KEY: &str = "sk-echoed-secret-4242";
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|_, _| {
+        let message = format!("invalid credentials: Authorization: Bearer {KEY}");
+        (401, json!({"error": {"message": message}}), Duration::ZERO)
+    }))?;
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {}\n    model: m\n    api_key_env: UNCAGED_TEST_KEY\n",
+            llm.base_url
+        ),
+    )?;
+    let run = env.run_with(&["run", "solve-issue", "-p", "x"], &[("UNCAGED_TEST_KEY", KEY)])?;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(!run.stdout.contains(KEY) && !run.stderr.contains(KEY), "{run:?}");
+    assert!(!all_home_text(&env)?.contains(KEY), "the key reached a file under the home");
+    let lines = env.thread_lines(&hash, &thread_id_of(&run.stdout)?)?;
+    let summary = lines.last().unwrap()["end"]["summary"].as_str().unwrap().to_string();
+    assert!(summary.contains("Bearer [redacted]"), "{summary}");
+    Ok(())
+}

@@ -22,7 +22,58 @@ pub struct AgentFlags {
     pub for_roles: Vec<(String, String)>,
     /// Where command agents run, and what relative paths in specs are relative to.
     pub cwd: Option<std::path::PathBuf>,
+    /// The secrets the bindings name (API key variables), as the command that started or
+    /// resumed the thread has them: a worker never reads its own environment for them.
+    pub secrets: Secrets,
 }
+
+/// Values of the environment variables that bindings name for their secrets, taken from the
+/// environment of the command a user ran and handed to the worker over its socket — never
+/// written to disk. Their values are redacted from everything agents return.
+#[derive(Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Secrets(BTreeMap<String, String>);
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+impl Secrets {
+    /// The variables `config`'s bindings name, from this process's environment (those unset
+    /// are left out: the binding that needs one says so when it is used).
+    pub fn from_env(config: &Config) -> Self {
+        let names = config.agents.values().filter_map(|a| match &a.kind {
+            AgentKind::OpenAi { api_key_env: Some(var), .. } => Some(var),
+            _ => None,
+        });
+        Secrets(
+            names
+                .filter_map(|var| std::env::var(var).ok().map(|value| (var.clone(), value)))
+                .collect(),
+        )
+    }
+
+    /// The value of `var`.
+    pub fn get(&self, var: &str) -> Option<&str> {
+        self.0.get(var).map(String::as_str)
+    }
+
+    /// `text` with every secret value replaced by `[redacted]`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        // Short values would redact ordinary words; no real key is that short.
+        for value in self.0.values().filter(|v| v.len() >= MIN_SECRET_LEN) {
+            if text.contains(value.as_str()) {
+                text = text.replace(value.as_str(), "[redacted]");
+            }
+        }
+        text
+    }
+}
+
+/// The shortest secret value redacted.
+const MIN_SECRET_LEN: usize = 6;
 
 impl AgentFlags {
     /// Makes relative paths in `scripted:FILE` and `command:./PROGRAM` specs absolute against
@@ -48,6 +99,7 @@ impl AgentFlags {
             default: self.default.clone().or_else(|| options.agent.clone()),
             for_roles: for_roles.into_iter().collect(),
             cwd: self.cwd.clone().or_else(|| options.cwd.clone()),
+            secrets: self.secrets.clone(),
         }
     }
 }
@@ -86,7 +138,8 @@ impl AgentSet {
     /// The descriptor supplies the roles' schemas, from which the scripted agent answers when
     /// it has no answers file, and lets a binding for a role the bundle lacks be refused.
     pub fn resolve(config: &Config, flags: &AgentFlags, descriptor: &Descriptor) -> Result<Self> {
-        let binder = Binder { config, descriptor, cwd: flags.cwd.as_deref() };
+        let secrets = Arc::new(flags.secrets.clone());
+        let binder = Binder { config, descriptor, cwd: flags.cwd.as_deref(), secrets: &secrets };
         let default_spec =
             flags.default.as_deref().or(config.agent.as_deref()).unwrap_or("scripted");
         let default = binder.bind(default_spec)?;
@@ -145,6 +198,7 @@ struct Binder<'a> {
     config: &'a Config,
     descriptor: &'a Descriptor,
     cwd: Option<&'a Path>,
+    secrets: &'a Arc<Secrets>,
 }
 
 impl Binder<'_> {
@@ -185,6 +239,7 @@ impl Binder<'_> {
             label: spec.to_string(),
             agent: Arc::new(agent),
             policy: RetryPolicy::default(),
+            secrets: self.secrets.clone(),
         })
     }
 
@@ -207,9 +262,9 @@ impl Binder<'_> {
                 )
                 .map_err(invalid)?,
             ),
-            AgentKind::OpenAi { .. } => {
-                Agent::OpenAi(OpenAiAgent::from_config(&config.kind, timeout).map_err(invalid)?)
-            }
+            AgentKind::OpenAi { .. } => Agent::OpenAi(
+                OpenAiAgent::from_config(&config.kind, timeout, self.secrets).map_err(invalid)?,
+            ),
             AgentKind::Human => Agent::Human,
         };
         let defaults = RetryPolicy::default();
@@ -217,7 +272,12 @@ impl Binder<'_> {
             max_retries: config.retries.unwrap_or(defaults.max_retries),
             initial_delay: config.retry_delay.map_or(defaults.initial_delay, |d| d.0),
         };
-        Ok(Bound { label: name.to_string(), agent: Arc::new(agent), policy })
+        Ok(Bound {
+            label: name.to_string(),
+            agent: Arc::new(agent),
+            policy,
+            secrets: self.secrets.clone(),
+        })
     }
 }
 

@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::store::info_log::InfoLog;
 use crate::store::records::StepRecord;
 
-pub use binding::{AgentFlags, AgentSet};
+pub use binding::{AgentFlags, AgentSet, Secrets};
 pub use command::CommandAgent;
 pub use openai::OpenAiAgent;
 pub use retry::{RetryPolicy, with_retries};
@@ -98,6 +98,21 @@ impl AgentFailure {
         AgentFailure::Failed { message: message.into(), transient: false }
     }
 
+    /// The same failure with its message passed through `f`.
+    pub fn map_message(self, f: impl Fn(&str) -> String) -> Self {
+        match self {
+            AgentFailure::Unavailable(message) => AgentFailure::Unavailable(f(&message)),
+            AgentFailure::Failed { message, transient } => {
+                AgentFailure::Failed { message: f(&message), transient }
+            }
+            AgentFailure::Timeout(message) => AgentFailure::Timeout(f(&message)),
+            AgentFailure::RateLimited { message, retry_after } => {
+                AgentFailure::RateLimited { message: f(&message), retry_after }
+            }
+            AgentFailure::Waiting => AgentFailure::Waiting,
+        }
+    }
+
     /// Is a retry worth it?
     pub fn is_transient(&self) -> bool {
         matches!(
@@ -142,16 +157,31 @@ pub struct Bound {
     pub label: String,
     pub agent: Arc<Agent>,
     pub policy: RetryPolicy,
+    /// Secret values to redact from what the agent returns.
+    pub secrets: Arc<Secrets>,
 }
 
 impl Bound {
-    /// Asks the agent under its failure policy (see [`with_retries`]).
+    /// Asks the agent under its failure policy (see [`with_retries`]). Every secret the host
+    /// holds is redacted from the answer and from failure messages: an agent (or a server
+    /// echoing a request) must not get a key into a thread's records.
     pub async fn answer(
         &self,
         context: &AgentContext,
         info: &InfoLog,
     ) -> Result<AgentAnswer, AgentFailure> {
         let what = format!("role `{}`: agent `{}`", context.role.name, self.label);
-        with_retries(self.policy, info, &what, || self.agent.answer(context)).await
+        let answer = with_retries(self.policy, info, &what, || self.agent.answer(context)).await;
+        let redact = |text: &str| self.secrets.redact(text);
+        match answer {
+            Ok(AgentAnswer { content, meta }) => {
+                let meta = meta.map(|meta| {
+                    let text = redact(&meta.to_string());
+                    serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+                });
+                Ok(AgentAnswer { content: redact(&content), meta })
+            }
+            Err(failure) => Err(failure.map_message(redact)),
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{AgentAnswer, AgentContext, AgentFailure};
+use super::{AgentAnswer, AgentContext, AgentFailure, Secrets};
 use crate::store::config::AgentKind;
 
 /// Default time one request may take.
@@ -36,16 +36,24 @@ pub struct Message {
 }
 
 impl OpenAiAgent {
-    /// From an `openai` binding; reads the API key variable now.
-    pub fn from_config(kind: &AgentKind, timeout: Option<Duration>) -> Result<Self, String> {
+    /// From an `openai` binding, its key from `secrets` (the environment of the command that
+    /// started or resumed the thread).
+    pub fn from_config(
+        kind: &AgentKind,
+        timeout: Option<Duration>,
+        secrets: &Secrets,
+    ) -> Result<Self, String> {
         let AgentKind::OpenAi { base_url, model, api_key_env, temperature, max_tokens } = kind
         else {
             return Err("not an openai binding".into());
         };
         let api_key = match api_key_env {
             None => None,
-            Some(var) => Some(std::env::var(var).map_err(|_| {
-                format!("the API key variable `{var}` is not set in the host's environment")
+            Some(var) => Some(secrets.get(var).map(str::to_string).ok_or_else(|| {
+                format!(
+                    "the API key variable `{var}` is not set in the environment of the command \
+                     that started or resumed the thread"
+                )
             })?),
         };
         let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
@@ -78,6 +86,29 @@ impl OpenAiAgent {
     /// HTTP 429 and 5xx, connection failures and timeouts are transient; other statuses are
     /// permanent. Errors name the endpoint and the status.
     pub async fn chat(
+        &self,
+        messages: &[Message],
+        response_format: Option<&Value>,
+    ) -> Result<String, AgentFailure> {
+        // The key is sent as a header only; a server that echoes it back (in an error body,
+        // say) must not get it into a message, a log or an answer.
+        match self.request(messages, response_format).await {
+            Ok(content) => Ok(self.scrub(&content)),
+            Err(failure) => Err(failure.map_message(|m| self.scrub(m))),
+        }
+    }
+
+    /// `text` without this agent's API key.
+    fn scrub(&self, text: &str) -> String {
+        match &self.api_key {
+            Some(key) if !key.is_empty() && text.contains(key.as_str()) => {
+                text.replace(key.as_str(), "[redacted]")
+            }
+            _ => text.to_string(),
+        }
+    }
+
+    async fn request(
         &self,
         messages: &[Message],
         response_format: Option<&Value>,

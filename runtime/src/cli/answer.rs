@@ -57,7 +57,7 @@ impl AnswerCommand {
         let role = paused.role.clone().unwrap_or_default();
         store.threads().journal(record.start.hash, id)?.record_answer(call, &role, text)?;
         let how = self.follow.how();
-        Ok(hand_over(store.home(), record.start.hash, id, &Default::default(), how).await?)
+        Ok(hand_over(&store, record.start.hash, id, &Default::default(), how).await?)
     }
 }
 

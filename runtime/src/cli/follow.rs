@@ -12,12 +12,12 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use super::output::{StepLine, truncate};
 use super::terminal;
-use crate::agents::AgentFlags;
 use crate::agents::binding::{parse_agent_spec, parse_role_binding};
+use crate::agents::{AgentFlags, Secrets};
 use crate::error::{Error, Result, exit};
-use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::ipc::{self, ClientMessage, Reply, Request};
+use crate::store::Storage;
 use crate::store::records::End;
 
 /// Agent choices for a thread.
@@ -37,7 +37,7 @@ impl AgentArgs {
         let flags = AgentFlags {
             default: self.agent.clone(),
             for_roles: self.agent_for.clone(),
-            cwd: None,
+            ..Default::default()
         };
         Ok(flags.absolutize(&crate::run::lifecycle::current_dir()?))
     }
@@ -155,13 +155,17 @@ impl Progress {
 /// 75 if it paused or waits for a human answer, 130 if this command was interrupted (the
 /// thread then pauses).
 pub async fn hand_over(
-    home: &Home,
+    store: &Storage,
     hash: BundleHash,
     id: ThreadId,
     flags: &AgentFlags,
     how: Follow,
 ) -> Result<i32> {
+    let home = store.home();
     let mut connection = ipc::connect_or_spawn(home, hash).await?;
+    // The thread's agents use this command's secrets, not the worker's environment: the
+    // worker may have been started by another shell, before a key was exported or changed.
+    let secrets = Secrets::from_env(&store.config()?);
     let request = Request::Run {
         thread: id.to_string(),
         follow: !how.detach,
@@ -169,6 +173,7 @@ pub async fn hand_over(
         agent: flags.default.clone(),
         agent_for: flags.for_roles.clone(),
         cwd: flags.cwd.clone(),
+        secrets,
     };
     let lost = |e: std::io::Error| Error::Host(format!("lost the worker of bundle {hash}: {e}"));
     connection.send(&request).await.map_err(lost)?;

@@ -46,7 +46,6 @@ impl ForkCommand {
             outln!("forked {id} at step {keep} into {}", fork.id())?;
         }
         let how = self.follow.how();
-        Ok(hand_over(store.home(), original.start.hash, fork.id(), &Default::default(), how)
-            .await?)
+        Ok(hand_over(&store, original.start.hash, fork.id(), &Default::default(), how).await?)
     }
 }

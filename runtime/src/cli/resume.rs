@@ -35,6 +35,6 @@ impl ResumeCommand {
         }
         let flags = self.agents.overrides()?;
         let how = self.follow.how();
-        Ok(hand_over(store.home(), record.start.hash, id, &flags, how).await?)
+        Ok(hand_over(&store, record.start.hash, id, &flags, how).await?)
     }
 }

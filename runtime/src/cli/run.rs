@@ -58,7 +58,7 @@ impl RunCommand {
         drop(writer);
         // The bindings are recorded in the thread; the worker reads them from there.
         Ok(hand_over(
-            store.home(),
+            &store,
             record.start.hash,
             record.id(),
             &Default::default(),

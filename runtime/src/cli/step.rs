@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::StepLine;
+use crate::agents::{AgentFlags, Secrets};
 use crate::ids::ThreadId;
 use crate::run::catalog::Catalog;
 use crate::run::lifecycle;
@@ -29,7 +30,10 @@ impl StepCommand {
         let (mut writer, record) = lifecycle::open(&store, id)?;
         let runtime = Runtime::new(store.home())?;
         let bundle = Catalog::new(&store).load(&runtime, &record.start.name, record.start.hash)?;
-        let agents = lifecycle::agents_for(&store, &record, &bundle, &Default::default())?;
+        // `step` runs the thread in this process, with this command's secrets.
+        let flags =
+            AgentFlags { secrets: Secrets::from_env(&store.config()?), ..Default::default() };
+        let agents = lifecycle::agents_for(&store, &record, &bundle, &flags)?;
         let ctx = RunContext {
             runtime: &runtime,
             store: &store,

@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
+use crate::agents::Secrets;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::BundleHash;
@@ -37,6 +38,9 @@ pub enum Request {
         agent_for: Vec<(String, String)>,
         #[serde(default)]
         cwd: Option<PathBuf>,
+        /// The secrets the thread's bindings name, from the client's environment.
+        #[serde(default)]
+        secrets: Secrets,
     },
     /// The threads this worker is running.
     Ps,

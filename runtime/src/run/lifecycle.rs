@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::agents::{AgentFlags, AgentSet};
+use crate::agents::{AgentFlags, AgentSet, Secrets};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
@@ -84,7 +84,9 @@ pub fn start_new(
     catalog.bundles().load(&registry, name, entry.hash)?;
     let descriptor = catalog.bundles().descriptor(entry.hash)?;
     let config = store.config()?;
-    AgentSet::resolve(&config, &agents, &descriptor)?;
+    // Checked with this command's secrets: the ones its worker will be handed.
+    let checked = AgentFlags { secrets: Secrets::from_env(&config), ..agents.clone() };
+    AgentSet::resolve(&config, &checked, &descriptor)?;
     let cap = Limits::resolve(&config.limits, &limits)?.max_rounds;
     let max_rounds = match max_rounds {
         Some(asked) if asked > cap => return Err(Error::RoundsOverCap { asked, cap }),

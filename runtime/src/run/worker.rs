@@ -248,8 +248,8 @@ async fn handle(worker: Arc<Worker>, mut connection: Connection) {
             }
             done
         }
-        Request::Run { thread, follow, interactive, agent, agent_for, cwd } => {
-            let flags = AgentFlags { default: agent, for_roles: agent_for, cwd };
+        Request::Run { thread, follow, interactive, agent, agent_for, cwd, secrets } => {
+            let flags = AgentFlags { default: agent, for_roles: agent_for, cwd, secrets };
             match start(&worker, &thread, flags, follow && interactive) {
                 Err(e) => Reply::Error { message: e.to_string(), code: e.exit_code() },
                 Ok(started) => {
