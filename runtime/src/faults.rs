@@ -2,7 +2,8 @@
 //! abort (no cleanup, like `kill -9`) the n-th time it passes `point`. Points:
 //! `agent-call` (an agent is about to be asked), `agent-recorded` (its answer was journaled,
 //! not yet given to the guest), `step-persisted` (a step was appended to the data file),
-//! `thread-create` (a new thread's records are written and synced, not yet in place).
+//! `thread-create` (a new thread's records are written and synced, not yet in place),
+//! `thread-removing` (a removed thread's data file is renamed away, its journal not deleted).
 //! Unset, it costs one atomic load per point.
 
 use std::sync::OnceLock;

@@ -194,3 +194,55 @@ fn misspelt_keys_in_config_are_refused_with_the_closest_one() -> Result<()> {
     assert_eq!(env.json(&["threads"])?, json!([]));
     Ok(())
 }
+
+#[test]
+fn prune_removes_only_ended_threads_that_match_and_finishes_crashed_removals() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let run = |args: &[&str]| -> Result<String> {
+        let mut all = vec!["run", "solve-issue", "-p", "x"];
+        all.extend(args);
+        thread_id_of(&env.run(&all)?.stdout)
+    };
+    let completed = [run(&[])?, run(&[])?, run(&[])?];
+    let failed = run(&["--max-rounds", "1"])?;
+    assert_eq!(status(&env, &failed)?, "failed");
+    let paused = env.ok(&["thread", "start", "solve-issue", "-p", "x"])?.trim().to_string();
+    let count = || -> Result<usize> { Ok(env.json(&["threads"])?.as_array().unwrap().len()) };
+
+    let dry = env.ok(&["threads", "prune", "--older-than", "0s", "--dry-run"])?;
+    assert!(dry.contains("would remove 4 thread(s)"), "{dry}");
+    assert_eq!(count()?, 5);
+    let none = env.ok(&["threads", "prune", "--older-than", "1h"])?;
+    assert!(none.contains("removed 0 thread(s)"), "{none}");
+    let gone = env.json(&["threads", "prune", "--older-than", "0s", "--status", "failed"])?;
+    assert_eq!(gone[0]["threadId"], failed.as_str());
+    assert_eq!(gone.as_array().unwrap().len(), 1);
+    let gone = env.json(&["threads", "prune", "--older-than", "0s", "--workflow", "other"])?;
+    assert_eq!(gone, json!([]));
+    env.ok(&["threads", "prune", "--older-than", "0s"])?;
+    let left = env.json(&["threads"])?;
+    assert_eq!(left.as_array().unwrap().len(), 1, "{left}");
+    assert_eq!(left[0]["threadId"], paused.as_str());
+    let dir = env.home().join(format!("logs/{hash}"));
+    for id in completed.iter().chain([&failed]) {
+        for kind in ["data", "calls", "info"] {
+            assert!(!dir.join(format!("{id}.{kind}.jsonl")).exists(), "{id}.{kind} is left");
+        }
+    }
+
+    // A removal killed halfway: the thread is gone at once, and the next removal finishes it.
+    let victim = run(&[])?;
+    let crash = [("UNCAGED_WORKFLOW_CRASH_AT", "thread-removing:1")];
+    let out = env.run_with(&["thread", "rm", &victim], &crash)?;
+    ensure!(out.code != 0, "the crash point was not reached: {out:?}");
+    env.fails(&["thread", &victim], 66)?;
+    assert!(dir.join(format!("{victim}.calls.jsonl")).exists(), "the crash left its journal");
+    env.ok(&["threads", "prune", "--older-than", "1h"])?;
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)?
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(&victim))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    Ok(())
+}

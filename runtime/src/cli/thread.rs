@@ -68,7 +68,7 @@ impl ThreadCommand {
             }
             Some(ThreadAction::Rm { id }) => {
                 let id: ThreadId = id.parse()?;
-                store.threads().remove(id)?;
+                lifecycle::remove(&store, id)?;
                 outln!("deleted thread {id}")?;
                 Ok(0)
             }

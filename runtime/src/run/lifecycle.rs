@@ -13,7 +13,7 @@ use crate::limits::Limits;
 use crate::run::catalog::Catalog;
 use crate::sandbox::engine::LoadedBundle;
 use crate::store::records::{
-    ForkedFrom, Parameters, RunParameters, StartRecord, StepRecord, ThreadRecord,
+    EndStatus, ForkedFrom, Parameters, RunParameters, StartRecord, StepRecord, ThreadRecord,
 };
 use crate::store::{Storage, ThreadWriter};
 
@@ -186,6 +186,63 @@ pub fn fork(
         Some(ForkedFrom { thread_id: start.thread_id, step: keep }),
         &calls,
     )
+}
+
+/// Removes thread `id` (not while it runs), first finishing any removal a crash interrupted.
+pub fn remove(store: &Storage, id: ThreadId) -> Result<()> {
+    store.threads().finish_removals()?;
+    store.threads().remove(id)
+}
+
+/// Which ended threads [`prune`] removes.
+#[derive(Debug, Clone)]
+pub struct PruneFilter {
+    /// Ended at least this long ago.
+    pub older_than: std::time::Duration,
+    /// With one of these statuses (all ended: completed, failed, killed).
+    pub statuses: Vec<EndStatus>,
+    /// Of this workflow only.
+    pub workflow: Option<String>,
+}
+
+/// A thread [`prune`] removed (or would remove).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pruned {
+    pub thread_id: ThreadId,
+    pub name: String,
+    pub status: EndStatus,
+    pub ended: u64,
+}
+
+/// Removes the ended threads `filter` selects — never one that has not ended, so never one
+/// that runs — or, with `dry_run`, only says which. Unreadable threads are left alone.
+pub fn prune(store: &Storage, filter: &PruneFilter, dry_run: bool) -> Result<Vec<Pruned>> {
+    if !dry_run {
+        store.threads().finish_removals()?;
+    }
+    let cutoff = now_ms().saturating_sub(filter.older_than.as_millis() as u64);
+    let mut pruned = Vec::new();
+    for id in store.threads().list()? {
+        let Ok(thread) = store.threads().read(id) else { continue };
+        let Some(end) = &thread.end else { continue };
+        let selected = end.timestamp <= cutoff
+            && filter.statuses.contains(&end.end.status)
+            && filter.workflow.as_ref().is_none_or(|w| *w == thread.start.name);
+        if !selected {
+            continue;
+        }
+        if !dry_run {
+            store.threads().remove(id)?;
+        }
+        pruned.push(Pruned {
+            thread_id: id,
+            name: thread.start.name.clone(),
+            status: end.end.status,
+            ended: end.timestamp,
+        });
+    }
+    Ok(pruned)
 }
 
 /// The agents of a thread: what it recorded at its start, overridden by `flags`.

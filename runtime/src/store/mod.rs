@@ -50,8 +50,13 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// Every thread's id, oldest first.
     fn list(&self) -> Result<Vec<ThreadId>>;
 
-    /// Deletes a thread with its journal and debug log (under its run lock).
+    /// Deletes a thread with its journal and debug log (under its run lock), in a way a crash
+    /// cannot leave half-done: once a removal starts the thread is gone, and what a crash
+    /// leaves of it is finished by the next removal.
     fn remove(&self, id: ThreadId) -> Result<()>;
+
+    /// Finishes removals a crash interrupted.
+    fn finish_removals(&self) -> Result<()>;
 
     /// The call journal of a thread.
     fn journal(&self, hash: BundleHash, id: ThreadId) -> Result<Journal>;

@@ -114,10 +114,13 @@ impl ThreadStore for FileThreads {
         Ok(threads)
     }
 
+    /// A removal a crash cannot leave half-done: under the run lock (the file is not read, so
+    /// a damaged thread can be removed too), the data file is renamed to a `.removing-` name —
+    /// from then on the thread is gone — then its journal and log are deleted, then the renamed
+    /// file. A removal a crash interrupted is finished by the next one
+    /// ([`ThreadStore::finish_removals`]).
     fn remove(&self, id: ThreadId) -> Result<()> {
         let (hash, data) = self.find(id)?;
-        // Holding the run lock while deleting keeps a worker from starting it meanwhile. The
-        // file is not read: a damaged thread can be removed too.
         let lock = std::fs::File::open(&data).map_err(Error::io("open thread", &data))?;
         match lock.try_lock() {
             Ok(()) => {}
@@ -126,14 +129,26 @@ impl ThreadStore for FileThreads {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("lock thread", &data)(e)),
         }
-        // The data file first: once it is gone the thread is gone, and what is left of its
-        // journal and log is garbage, never a thread without its journal.
-        std::fs::remove_file(&data).map_err(Error::io("delete thread", &data))?;
-        for extra in [self.home.thread_info_file(hash, id), self.home.thread_calls_file(hash, id)] {
-            if let Err(e) = std::fs::remove_file(&extra)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                return Err(Error::io("delete thread file", &extra)(e));
+        let dir = self.home.thread_dir(hash);
+        let removing = dir.join(format!("{REMOVING}{id}.data.jsonl"));
+        std::fs::rename(&data, &removing).map_err(Error::io("delete thread", &data))?;
+        durable::sync_dir(&dir)?;
+        crate::faults::crash_point("thread-removing");
+        self.delete_rest(hash, id, &removing)
+    }
+
+    fn finish_removals(&self) -> Result<()> {
+        for (hash, dir) in bundle_log_dirs(&self.home)? {
+            let entries = std::fs::read_dir(&dir).map_err(Error::io("list threads in", &dir))?;
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let id = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix(REMOVING)?.strip_suffix(".data.jsonl"))
+                    .and_then(|id| id.parse::<ThreadId>().ok());
+                if let Some(id) = id {
+                    self.delete_rest(hash, id, &entry.path())?;
+                }
             }
         }
         Ok(())
@@ -147,6 +162,24 @@ impl ThreadStore for FileThreads {
         durable::create_dir(&self.home.thread_dir(hash))?;
         let path = self.home.thread_info_file(hash, id);
         Ok(InfoLog::new(Box::new(LogFile { path, file: None })))
+    }
+}
+
+/// The prefix of a data file being removed.
+const REMOVING: &str = ".removing-";
+
+impl FileThreads {
+    /// Deletes a removed thread's journal and log, then its (renamed) data file.
+    fn delete_rest(&self, hash: BundleHash, id: ThreadId, data: &Path) -> Result<()> {
+        let files = [self.home.thread_info_file(hash, id), self.home.thread_calls_file(hash, id)];
+        for file in files.iter().map(PathBuf::as_path).chain([data]) {
+            if let Err(e) = std::fs::remove_file(file)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(Error::io("delete thread file", file)(e));
+            }
+        }
+        Ok(())
     }
 }
 
