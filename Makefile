@@ -4,6 +4,7 @@
 #   make test    run every test (unit, integration, guest fixtures)
 #   make lint    rustfmt and clippy, host and guests
 #   make fuzz    the property tests of every parser, with 20,000 cases each (make test runs 256)
+#   make test-crash  kill -9 at random points of run, fork, resume and thread rm, 100 times each
 #
 # Every target installs what it needs (the wasm32-wasip2 Rust target) when missing.
 
@@ -15,7 +16,7 @@ BIN          := target/debug/uncaged-workflow
 DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop
 
-.PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz
+.PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash
 
 all: build bundles
 
@@ -62,6 +63,12 @@ lint: guest-target
 
 fmt:
 	$(CARGO) fmt --all
+
+# The crash trials at length (make test runs 3 of each): every kill is reported with the lost
+# or duplicated steps and repeated agent calls it caused, which must all be zero.
+CRASH_TRIALS ?= 100
+test-crash: guest-target
+	UNCAGED_CRASH_TRIALS=$(CRASH_TRIALS) $(CARGO) test -p uncaged-workflow --test cli crash -- --nocapture
 
 # Property tests of every parser of untrusted bytes (runtime/src/fuzz.rs), at length: a fixed
 # seed, so a failure reproduces; UNCAGED_FUZZ_SEED=N explores elsewhere.

@@ -2,6 +2,7 @@
 
 mod agents;
 mod bad_input;
+mod crash;
 mod durability;
 mod hostile;
 mod human;
