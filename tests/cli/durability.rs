@@ -246,3 +246,38 @@ fn prune_removes_only_ended_threads_that_match_and_finishes_crashed_removals() -
     assert!(leftovers.is_empty(), "{leftovers:?}");
     Ok(())
 }
+
+#[test]
+fn threads_are_listed_from_an_index_rebuilt_when_missing() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let ended: Vec<String> = (0..3)
+        .map(|_| thread_id_of(&env.ok(&["run", "solve-issue", "-p", "x"])?))
+        .collect::<Result<_>>()?;
+    let waiting = env.ok(&["thread", "start", "solve-issue", "-p", "y"])?.trim().to_string();
+    let listed = env.json(&["threads"])?;
+    assert_eq!(listed.as_array().unwrap().len(), 4);
+    let index = env.home().join("logs/index.jsonl");
+    let indexed = read_jsonl(&index)?;
+    assert_eq!(indexed.len(), 3, "only ended threads are indexed: {indexed:?}");
+
+    // An ended thread is listed from the index, without its file being read again...
+    let data = env.home().join(format!("logs/{hash}/{}.data.jsonl", ended[0]));
+    std::fs::write(&data, "damaged\n")?;
+    assert_eq!(env.json(&["threads"])?, listed);
+    // ...while a thread that has not ended is read each time.
+    env.run(&["resume", &waiting])?;
+    let now = env.json(&["threads"])?;
+    assert_eq!(now[3]["status"], "completed", "{now}");
+    // Without the index, it is rebuilt from the files (the damaged one is skipped).
+    std::fs::remove_file(&index)?;
+    let rebuilt = env.run(&["threads", "--json"])?;
+    let rebuilt: serde_json::Value = serde_json::from_str(&rebuilt.stdout)?;
+    assert_eq!(rebuilt.as_array().unwrap().len(), 3, "{rebuilt}");
+    assert_eq!(read_jsonl(&index)?.len(), 3);
+    // A removed thread leaves the index.
+    env.ok(&["thread", "rm", &ended[1]])?;
+    assert_eq!(env.json(&["threads"])?.as_array().unwrap().len(), 2);
+    assert_eq!(read_jsonl(&index)?.len(), 2);
+    Ok(())
+}

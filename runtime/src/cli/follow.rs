@@ -104,12 +104,29 @@ impl Follow {
 
 /// Progress output: a spinner on a terminal, nothing extra elsewhere.
 struct Progress {
+    how: Follow,
     spinner: Option<ProgressBar>,
 }
 
 impl Progress {
     fn new(how: Follow) -> Self {
-        let spinner = (!how.json && std::io::stdout().is_terminal()).then(|| {
+        Progress { how, spinner: Self::spinner(how) }
+    }
+
+    /// Stops the spinner while a person reads and types, so it neither claims a role is at
+    /// work nor draws over what they type; [`Progress::restart`] brings it back.
+    fn stop(&mut self) {
+        if let Some(bar) = self.spinner.take() {
+            bar.finish_and_clear();
+        }
+    }
+
+    fn restart(&mut self) {
+        self.spinner = Self::spinner(self.how);
+    }
+
+    fn spinner(how: Follow) -> Option<ProgressBar> {
+        (!how.json && std::io::stdout().is_terminal()).then(|| {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"),
@@ -117,8 +134,7 @@ impl Progress {
             bar.enable_steady_tick(Duration::from_millis(100));
             bar.set_message("starting");
             bar
-        });
-        Progress { spinner }
+        })
     }
 
     fn working(&self, role: &str, agent: &str) {
@@ -133,13 +149,6 @@ impl Progress {
         match &self.spinner {
             Some(bar) => bar.suspend(|| outln!("{}", terminal::line(line))),
             None => outln!("{}", terminal::line(line)),
-        }
-    }
-
-    fn suspend<T>(&self, f: impl FnOnce() -> T) -> T {
-        match &self.spinner {
-            Some(bar) => bar.suspend(f),
-            None => f(),
         }
     }
 
@@ -202,7 +211,7 @@ pub async fn hand_over(
             )));
         }
     }
-    let progress = Progress::new(how);
+    let mut progress = Progress::new(how);
     let mut stdin: Option<Lines<BufReader<Stdin>>> = None;
     let code = loop {
         let reply = tokio::select! {
@@ -248,21 +257,27 @@ pub async fn hand_over(
                 }
             }
             Some(Reply::Question { role, system_prompt, context }) => {
-                let lines = stdin.get_or_insert_with(|| BufReader::new(tokio::io::stdin()).lines());
-                progress.suspend(|| {
+                progress.stop();
+                eprintln!("── a human answer is needed for role `{}` ──", terminal::line(&role));
+                eprintln!("{}", terminal::block(system_prompt.trim()));
+                eprintln!();
+                eprintln!("{}", terminal::block(context.trim()));
+                let answer = if std::io::stdin().is_terminal() {
                     eprintln!(
-                        "── a human answer is needed for role `{}` ──",
-                        terminal::line(&role)
+                        "── type your answer; a line holding only `.` (or Ctrl-D) ends it, \
+                         Ctrl-C declines ──"
                     );
-                    eprintln!("{}", terminal::block(system_prompt.trim()));
-                    eprintln!();
-                    eprintln!("{}", terminal::block(context.trim()));
+                    tokio::task::spawn_blocking(edit_answer).await.unwrap_or(None)
+                } else {
                     eprintln!(
                         "── end your answer with a line holding only `.`, or with end of input ──"
                     );
-                });
-                let answer = read_answer(lines).await;
+                    let lines =
+                        stdin.get_or_insert_with(|| BufReader::new(tokio::io::stdin()).lines());
+                    read_answer(lines).await
+                };
                 connection.send(&ClientMessage::Answer { text: answer }).await.map_err(lost)?;
+                progress.restart();
             }
             Some(Reply::Waiting { role }) => {
                 progress.finish();
@@ -312,6 +327,27 @@ pub async fn hand_over(
         }
     };
     Ok(code)
+}
+
+/// Reads an answer from a person at a terminal, a line at a time with a line editor (moving
+/// in the line, history of the lines typed): up to a line holding only `.` or Ctrl-D; Ctrl-C
+/// declines (the thread then waits for `answer`).
+fn edit_answer() -> Option<String> {
+    let mut editor = rustyline::DefaultEditor::new().ok()?;
+    let mut lines = Vec::new();
+    loop {
+        match editor.readline("> ") {
+            Ok(line) if line.trim() == "." => break,
+            Ok(line) => {
+                let _ = editor.add_history_entry(line.as_str());
+                lines.push(line);
+            }
+            Err(rustyline::error::ReadlineError::Eof) => break,
+            Err(_) => return None,
+        }
+    }
+    let text = lines.join("\n");
+    (!text.trim().is_empty()).then_some(text)
 }
 
 /// Reads an answer from stdin: lines up to one holding only `.`, or to the end of input.

@@ -41,23 +41,26 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> Result<()> {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let line = |cells: Vec<&str>| {
+    // One write for the whole table: a listing of 100,000 threads is 100,000 lines.
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
         let last = cells.len().saturating_sub(1);
-        let mut text = String::new();
+        let start = out.len();
         for (i, (cell, width)) in cells.iter().zip(&widths).enumerate() {
             if i == last {
-                text.push_str(cell);
+                out.push_str(cell);
             } else {
-                text.push_str(&format!("{cell:<width$}  "));
+                out.push_str(&format!("{cell:<width$}  "));
             }
         }
-        outln!("{}", text.trim_end())
+        out.truncate(start + out[start..].trim_end().len());
+        out.push('\n');
     };
-    line(header.to_vec())?;
+    line(header.to_vec());
     for row in &rows {
-        line(row.iter().map(String::as_str).collect())?;
+        line(row.iter().map(String::as_str).collect());
     }
-    Ok(())
+    outln!("{}", out.trim_end_matches('\n'))
 }
 
 /// `42s`, `5m`, `3h`, `2d` since `timestamp_ms`.

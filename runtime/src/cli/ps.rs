@@ -31,16 +31,15 @@ impl PsCommand {
             }
         }
         // Threads waiting for a human answer hold no process, but they are live work.
-        for id in store.threads().list()? {
-            let Ok(thread) = store.threads().read(id) else { continue };
-            if thread.status() == ThreadStatus::Waiting {
+        for thread in store.threads().summaries()? {
+            if thread.status == ThreadStatus::Waiting {
                 all.push(PsEntry {
-                    thread_id: id.to_string(),
-                    name: thread.start.name.clone(),
-                    hash: thread.start.hash.to_string(),
-                    role: thread.paused.as_ref().and_then(|p| p.role.clone()),
-                    steps: thread.steps.len(),
-                    since: thread.paused_at.unwrap_or(thread.start.timestamp),
+                    thread_id: thread.thread_id.to_string(),
+                    name: thread.name.clone(),
+                    hash: thread.hash.to_string(),
+                    role: thread.waiting_role.clone(),
+                    steps: thread.steps,
+                    since: thread.paused_at.unwrap_or(thread.timestamp),
                     pid: None,
                     state: "waiting".into(),
                 });

@@ -95,33 +95,25 @@ impl ThreadsCommand {
         }
         let mut rows = Vec::new();
         let mut list = Vec::new();
-        for id in store.threads().list()? {
-            // One unreadable thread must not hide the others.
-            let thread = match store.threads().read(id) {
-                Ok(thread) => thread,
-                Err(e) => {
-                    tracing::warn!("skipping thread {id}: {e}");
-                    continue;
-                }
-            };
-            if self.name.as_ref().is_some_and(|n| *n != thread.start.name) {
+        for thread in store.threads().summaries()? {
+            if self.name.as_ref().is_some_and(|n| *n != thread.name) {
                 continue;
             }
             if self.json {
                 list.push(json!({
-                    "threadId": id.to_string(), "name": thread.start.name, "hash": thread.start.hash.to_string(),
-                    "status": thread.status(), "steps": thread.steps.len(),
-                    "timestamp": thread.start.timestamp, "prompt": thread.start.parameters.prompt,
-                    "returnCode": thread.end.as_ref().map(|e| e.end.return_code),
+                    "threadId": thread.thread_id, "name": thread.name, "hash": thread.hash,
+                    "status": thread.status, "steps": thread.steps,
+                    "timestamp": thread.timestamp, "prompt": thread.prompt,
+                    "returnCode": thread.return_code,
                 }));
             } else {
                 rows.push(vec![
-                    id.to_string(),
-                    thread.start.name.clone(),
-                    thread.status().as_str().to_string(),
-                    thread.steps.len().to_string(),
-                    age(thread.start.timestamp),
-                    truncate(&thread.start.parameters.prompt, 40),
+                    thread.thread_id.to_string(),
+                    thread.name.clone(),
+                    thread.status.as_str().to_string(),
+                    thread.steps.to_string(),
+                    age(thread.timestamp),
+                    truncate(&thread.prompt, 40),
                 ]);
             }
         }

@@ -14,6 +14,7 @@ use crate::run::catalog::Catalog;
 use crate::sandbox::engine::LoadedBundle;
 use crate::store::records::{
     EndStatus, ForkedFrom, Parameters, RunParameters, StartRecord, StepRecord, ThreadRecord,
+    ThreadStatus,
 };
 use crate::store::{Storage, ThreadWriter};
 
@@ -223,24 +224,24 @@ pub fn prune(store: &Storage, filter: &PruneFilter, dry_run: bool) -> Result<Vec
     }
     let cutoff = now_ms().saturating_sub(filter.older_than.as_millis() as u64);
     let mut pruned = Vec::new();
-    for id in store.threads().list()? {
-        let Ok(thread) = store.threads().read(id) else { continue };
-        let Some(end) = &thread.end else { continue };
-        let selected = end.timestamp <= cutoff
-            && filter.statuses.contains(&end.end.status)
-            && filter.workflow.as_ref().is_none_or(|w| *w == thread.start.name);
+    for thread in store.threads().summaries()? {
+        let Some(ended) = thread.ended else { continue };
+        let status = match thread.status {
+            ThreadStatus::Completed => EndStatus::Completed,
+            ThreadStatus::Failed => EndStatus::Failed,
+            ThreadStatus::Killed => EndStatus::Killed,
+            _ => continue,
+        };
+        let selected = ended <= cutoff
+            && filter.statuses.contains(&status)
+            && filter.workflow.as_ref().is_none_or(|w| *w == thread.name);
         if !selected {
             continue;
         }
         if !dry_run {
-            store.threads().remove(id)?;
+            store.threads().remove(thread.thread_id)?;
         }
-        pruned.push(Pruned {
-            thread_id: id,
-            name: thread.start.name.clone(),
-            status: end.end.status,
-            ended: end.timestamp,
-        });
+        pruned.push(Pruned { thread_id: thread.thread_id, name: thread.name, status, ended });
     }
     Ok(pruned)
 }

@@ -285,7 +285,10 @@ async fn follow_thread(
                 None => std::future::pending().await,
             }
         };
+        // In this order: a step that was stored before a question is shown before it, and
+        // the role at work is known before its agent asks anything.
         tokio::select! {
+            biased;
             event = events.recv() => match event {
                 Ok(reply) => {
                     let last = matches!(reply, Reply::Ended { .. } | Reply::Paused { .. } | Reply::Waiting { .. } | Reply::Error { .. });

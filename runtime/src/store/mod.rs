@@ -26,7 +26,7 @@ use self::bundles::BundleStore;
 use self::config::Config;
 use self::info_log::InfoLog;
 use self::journal::{CallRecord, Journal};
-use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord};
+use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary};
 use self::registry::Registry;
 
 /// Where threads are kept.
@@ -49,6 +49,10 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
 
     /// Every thread's id, oldest first.
     fn list(&self) -> Result<Vec<ThreadId>>;
+
+    /// Every thread as listings show it, oldest first. Threads that cannot be read are left
+    /// out (with a warning): one damaged thread must not hide the others.
+    fn summaries(&self) -> Result<Vec<ThreadSummary>>;
 
     /// Deletes a thread with its journal and debug log (under its run lock), in a way a crash
     /// cannot leave half-done: once a removal starts the thread is gone, and what a crash

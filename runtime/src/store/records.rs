@@ -226,8 +226,56 @@ pub struct ThreadRecord {
     pub running: bool,
 }
 
+/// A thread as listings show it (`threads`, `ps`, `threads prune`): what a store can keep in
+/// an index, so that listing many threads does not read every one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadSummary {
+    pub thread_id: ThreadId,
+    pub name: String,
+    pub hash: BundleHash,
+    pub status: ThreadStatus,
+    pub steps: usize,
+    /// When the thread started.
+    pub timestamp: u64,
+    /// The start of the prompt ([`SUMMARY_PROMPT_CHARS`] characters at most).
+    pub prompt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_code: Option<i32>,
+    /// When it ended, if it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<u64>,
+    /// For a waiting thread: the role a person must answer for, and since when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<u64>,
+}
+
+/// How much of a prompt a [`ThreadSummary`] keeps.
+pub const SUMMARY_PROMPT_CHARS: usize = 1000;
+
+impl ThreadRecord {
+    /// This thread as listings show it.
+    pub fn summary(&self) -> ThreadSummary {
+        ThreadSummary {
+            thread_id: self.start.thread_id,
+            name: self.start.name.clone(),
+            hash: self.start.hash,
+            status: self.status(),
+            steps: self.steps.len(),
+            timestamp: self.start.timestamp,
+            prompt: self.start.parameters.prompt.chars().take(SUMMARY_PROMPT_CHARS).collect(),
+            return_code: self.end.as_ref().map(|e| e.end.return_code),
+            ended: self.end.as_ref().map(|e| e.timestamp),
+            waiting_role: self.paused.as_ref().and_then(|p| p.role.clone()),
+            paused_at: self.paused_at,
+        }
+    }
+}
+
 /// Where a thread is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ThreadStatus {
     /// A process is running it now.
