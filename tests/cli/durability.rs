@@ -7,17 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, ensure};
 use serde_json::json;
 
-use crate::{Env, read_jsonl, thread_id_of, wait_until};
-
-fn alive(pid: u64) -> bool {
-    // A zombie (exited, not yet reaped) is not alive.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.starts_with(" Z")))
-}
-
-fn status(env: &Env, thread: &str) -> Result<String> {
-    Ok(env.json(&["thread", thread])?["status"].as_str().context("status")?.to_string())
-}
+use crate::{Env, alive, read_jsonl, status, thread_id_of, wait_until};
 
 /// An agent for solve-issue that answers each role, after `gate` exists if one is given.
 fn agent(env: &Env, gate: Option<&Path>) -> Result<String> {

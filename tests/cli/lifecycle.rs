@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
-use crate::{Env, artifacts, read_jsonl, roles, wait_until};
+use crate::{Env, alive, artifacts, read_jsonl, roles, status, wait_until};
 
 /// An agent that logs `start <n>` / `done <n>` (n = steps before the call) to `calls.log`,
 /// sleeps `delay` seconds and answers for solve-issue: the reviewer approves on its second
@@ -52,19 +52,8 @@ fn calls_log(env: &Env) -> Result<Vec<String>> {
     Ok(std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect())
 }
 
-fn status(env: &Env, thread: &str) -> Result<String> {
-    Ok(env.json(&["thread", thread])?["status"].as_str().context("status")?.to_string())
-}
-
 fn ps(env: &Env) -> Result<Vec<Value>> {
     Ok(env.json(&["ps"])?.as_array().context("ps")?.clone())
-}
-
-fn alive(pid: u64) -> bool {
-    // A zombie has exited: only its parent has not reaped it yet.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
-        .unwrap_or(false)
 }
 
 fn detach(env: &Env, args: &[&str]) -> Result<String> {

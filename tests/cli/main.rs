@@ -150,6 +150,17 @@ pub fn wait_until(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result
     Ok(())
 }
 
+/// Is process `pid` alive? A zombie (exited, not yet reaped) is not.
+pub fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// A thread's status, as `thread --json` says it.
+pub fn status(env: &Env, thread: &str) -> Result<String> {
+    Ok(env.json(&["thread", thread])?["status"].as_str().context("status")?.to_string())
+}
+
 pub fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
     text.lines().map(|l| serde_json::from_str(l).with_context(|| format!("bad line {l}"))).collect()

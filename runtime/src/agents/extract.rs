@@ -48,11 +48,12 @@ impl Extractor {
         let mut first_mismatch = None;
         let candidates = preferred.cloned().into_iter().chain(candidates(content));
         for candidate in candidates {
-            match first_error(&validator, &candidate) {
-                None => return Ok(candidate),
-                Some(error) => {
-                    first_mismatch.get_or_insert(error);
-                }
+            // Only the first mismatch is reported: the others are not worth formatting.
+            if validator.is_valid(&candidate) {
+                return Ok(candidate);
+            }
+            if first_mismatch.is_none() {
+                first_mismatch = first_error(&validator, &candidate);
             }
         }
         Err(first_mismatch.map_or(ExtractFailure::NoJson, ExtractFailure::SchemaMismatch))
