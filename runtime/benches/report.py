@@ -142,53 +142,67 @@ def concurrency_runs():
 
 
 def thread_listing(n=100_000, runs=5):
-    """`threads` over a home of n ended threads: the first call builds the index from the
-    files, the next ones read it. Wall time of the whole process, output to a pipe."""
+    """`threads` over a home of n ended threads, each with its data file and call journal and a
+    prompt of a few hundred characters. Three states of the index: missing (built from the
+    files), present while the bundle's directory has just changed (a thread was created: the
+    directory is listed again, ended threads come from the index), and present with the
+    directory unchanged. Wall time of the whole process, output to a pipe."""
     binary = TARGET / "release" / "uncaged-workflow"
+    prompt = ("Fix the failing test in the parser module; the reviewer wants a regression test, "
+              "a changelog entry and no new dependency. ") * 3
     with tempfile.TemporaryDirectory(dir=TARGET) as home:
         logs = Path(home) / "logs" / "0000000000000"
         logs.mkdir(parents=True)
         base = 1_795_000_000_000
+        alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
         for i in range(n):
             # A ULID: 10 characters of time, 16 of randomness (here a counter), Crockford.
-            alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
             rest, tail = i, ""
             for _ in range(16):
                 tail = alphabet[rest % 32] + tail
                 rest //= 32
             tid = "01M80000000" + tail[1:]
             start = {"name": "w", "hash": "0000000000000", "threadId": tid,
-                     "parameters": {"prompt": f"task {i}", "options": {"maxRounds": 3}},
+                     "parameters": {"prompt": f"task {i}: {prompt}", "options": {"maxRounds": 3}},
                      "timestamp": base + i}
             step = {"role": "r", "content": "c", "meta": {}, "timestamp": base + i}
             end = {"end": {"returnCode": 0, "summary": "ok", "status": "completed"},
                    "timestamp": base + i}
             (logs / f"{tid}.data.jsonl").write_text(
                 "\n".join(json.dumps(x) for x in (start, step, end)) + "\n")
+            (logs / f"{tid}.calls.jsonl").write_text("{}\n")
         env = dict(os.environ, UNCAGED_WORKFLOW_HOME=home)
-        timings = {}
-        for mode in ("cold", "warm"):
-            if mode == "cold":
-                (Path(home) / "logs" / "index.jsonl").unlink(missing_ok=True)
-            samples = []
-            for _ in range(1 if mode == "cold" else runs):
-                started = time.perf_counter()
-                out = subprocess.run([binary, "threads"], env=env, capture_output=True)
-                samples.append((time.perf_counter() - started) * 1e6)
-                assert out.returncode == 0 and out.stdout.count(b"\n") == n + 1, out.stderr
-            timings[mode] = samples
+
+        def listing():
+            started = time.perf_counter()
+            out = subprocess.run([binary, "threads"], env=env, capture_output=True)
+            elapsed = (time.perf_counter() - started) * 1e6
+            assert out.returncode == 0 and out.stdout.count(b"\n") == n + 1, out.stderr
+            return elapsed
+
+        timings = {"cold": [listing()], "changed": [], "warm": []}
+        for _ in range(runs):
+            # A directory time is trusted once it is 2 s old (see store/thread_index.rs).
+            (logs / "unrelated").touch()
+            timings["changed"].append(listing())
+            time.sleep(2.1)
+            listing()  # writes the index with the settled time
+            timings["warm"].append(listing())
         return timings
 
 
 def thread_listing_lines(n=100_000):
     t = thread_listing(n)
-    cold, warm = median_spread(t["cold"]), median_spread(t["warm"])
+    cold, changed, warm = (median_spread(t[k]) for k in ("cold", "changed", "warm"))
     ok = warm[0] < 200_000
     return [f"## Listing {n:,} threads (`threads`, whole process, release build)", "",
+            "Each thread has a data file and a call journal (200,000 files in one directory) and a",
+            "prompt of about 330 characters; the listing prints every thread.", "",
             "| index | wall time | spread |", "|---|---|---|",
             f"| missing: built from the thread files | {fmt_us(cold[0])} | |",
-            f"| present | {fmt_us(warm[0])} | {fmt_us(warm[1])} – {fmt_us(warm[2])} |", "",
-            f"Target: under 200 ms with the index present — {'met' if ok else 'missed'}.", ""]
+            f"| present, directory just changed (listed again) | {fmt_us(changed[0])} | {fmt_us(changed[1])} – {fmt_us(changed[2])} |",
+            f"| present, directory unchanged | {fmt_us(warm[0])} | {fmt_us(warm[1])} – {fmt_us(warm[2])} |", "",
+            f"Target: under 200 ms with the index present and the directory unchanged — {'met' if ok else 'missed'}.", ""]
 
 
 def max_map_count():

@@ -83,6 +83,11 @@ impl Home {
         self.root.join("logs")
     }
 
+    /// `logs/threads.index`: the listing cache of threads (see `store::thread_index`).
+    pub fn thread_index_file(&self) -> PathBuf {
+        self.logs_dir().join("threads.index")
+    }
+
     /// `logs/<HASH>/`: the threads of one bundle version.
     pub fn thread_dir(&self, hash: BundleHash) -> PathBuf {
         self.logs_dir().join(hash.to_string())
@@ -106,5 +111,10 @@ impl Home {
     /// `run/`: sockets and locks of live worker processes.
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run")
+    }
+
+    /// `run/agents/<ULID>.json`: the agent process groups a thread has running.
+    pub fn agent_processes_file(&self, id: ThreadId) -> PathBuf {
+        self.run_dir().join("agents").join(format!("{id}.json"))
     }
 }

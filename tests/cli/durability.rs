@@ -160,6 +160,37 @@ fn an_agent_process_does_not_outlive_its_worker() -> Result<()> {
 }
 
 #[test]
+fn what_an_agent_started_is_stopped_before_its_thread_runs_again() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let dir = env.dir.path();
+    let helper_pid = dir.join("helper.pid");
+    // The agent starts a helper (a compiler, a test run…) in its process group and works on;
+    // the helper is not the worker's child, so the worker's death does not reach it.
+    let agent = env.write_script(
+        "coder.sh",
+        format!("#!/bin/sh\nsleep 600 & echo $! > {}\nexec sleep 600\n", helper_pid.display()),
+    )?;
+    let spec = format!("command:{}", agent.display());
+    let thread = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &spec, "--detach"])?;
+    let thread = thread.trim();
+    wait_until("the helper runs", || {
+        Ok(std::fs::read_to_string(&helper_pid).is_ok_and(|t| !t.trim().is_empty()))
+    })?;
+    let helper: u64 = std::fs::read_to_string(&helper_pid)?.trim().parse()?;
+    let worker = env.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;
+    std::process::Command::new("kill").args(["-9", &worker.to_string()]).status()?;
+    wait_until("the thread is interrupted", || Ok(status(&env, thread)? == "interrupted"))?;
+    assert!(alive(helper), "the helper outlives the worker (what this test is about)");
+
+    let out = env.ok(&["resume", thread, "--agent", "scripted"])?;
+    assert!(out.contains("completed (0)"), "{out}");
+    assert!(!alive(helper), "the helper was stopped before the call was made again");
+    assert!(!env.home().join(format!("run/agents/{thread}.json")).exists());
+    Ok(())
+}
+
+#[test]
 fn misspelt_keys_in_config_are_refused_with_the_closest_one() -> Result<()> {
     let env = Env::new()?;
     env.add_solve_issue()?;
@@ -247,9 +278,8 @@ fn threads_are_listed_from_an_index_rebuilt_when_missing() -> Result<()> {
     let waiting = env.ok(&["thread", "start", "solve-issue", "-p", "y"])?.trim().to_string();
     let listed = env.json(&["threads"])?;
     assert_eq!(listed.as_array().unwrap().len(), 4);
-    let index = env.home().join("logs/index.jsonl");
-    let indexed = read_jsonl(&index)?;
-    assert_eq!(indexed.len(), 3, "only ended threads are indexed: {indexed:?}");
+    let index = env.home().join("logs/threads.index");
+    assert!(index.exists());
 
     // An ended thread is listed from the index, without its file being read again...
     let data = env.home().join(format!("logs/{hash}/{}.data.jsonl", ended[0]));
@@ -264,10 +294,17 @@ fn threads_are_listed_from_an_index_rebuilt_when_missing() -> Result<()> {
     let rebuilt = env.run(&["threads", "--json"])?;
     let rebuilt: serde_json::Value = serde_json::from_str(&rebuilt.stdout)?;
     assert_eq!(rebuilt.as_array().unwrap().len(), 3, "{rebuilt}");
-    assert_eq!(read_jsonl(&index)?.len(), 3);
-    // A removed thread leaves the index.
+    assert!(index.exists(), "the index was written again");
+    // The rebuilt index holds the threads that have ended since: damaged now, still listed.
+    let resumed = env.home().join(format!("logs/{hash}/{waiting}.data.jsonl"));
+    std::fs::write(&resumed, "damaged\n")?;
+    assert_eq!(env.json(&["threads"])?, rebuilt);
+    // A removed thread leaves the listing, index or not.
     env.ok(&["thread", "rm", &ended[1]])?;
     assert_eq!(env.json(&["threads"])?.as_array().unwrap().len(), 2);
-    assert_eq!(read_jsonl(&index)?.len(), 2);
+    // An index that is not one is rebuilt from the files, not trusted: the damaged files
+    // are skipped now.
+    std::fs::write(&index, "garbage")?;
+    assert_eq!(env.json(&["threads"])?.as_array().unwrap().len(), 1);
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::extract::LlmExtractor;
-use super::{Agent, Bound, CommandAgent, OpenAiAgent, RetryPolicy, ScriptedAgent};
+use super::{Agent, AgentProcesses, Bound, CommandAgent, OpenAiAgent, RetryPolicy, ScriptedAgent};
 use crate::error::{Error, Result};
 use crate::store::config::{AgentConfig, AgentKind, Config};
 use crate::store::descriptor::Descriptor;
@@ -183,6 +183,14 @@ impl AgentSet {
     }
 
     /// The agent bound to `role`, if the bundle declares the role.
+    /// The same agents, listing the process groups they start in `processes`.
+    pub fn with_processes(mut self, processes: Arc<AgentProcesses>) -> Self {
+        for bound in std::iter::once(&mut self.default).chain(self.by_role.values_mut()) {
+            bound.processes = Some(processes.clone());
+        }
+        self
+    }
+
     pub fn for_role(&self, role: &str) -> Option<&Bound> {
         self.roles.contains(role).then(|| self.by_role.get(role).unwrap_or(&self.default))
     }
@@ -240,6 +248,7 @@ impl Binder<'_> {
             agent: Arc::new(agent),
             policy: RetryPolicy::default(),
             secrets: self.secrets.clone(),
+            processes: None,
         })
     }
 
@@ -277,6 +286,7 @@ impl Binder<'_> {
             agent: Arc::new(agent),
             policy,
             secrets: self.secrets.clone(),
+            processes: None,
         })
     }
 }

@@ -7,10 +7,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::processes::{AgentProcesses, GroupGuard};
 use super::{AgentAnswer, AgentContext, AgentFailure};
 
 /// Default time a command agent may take.
@@ -45,8 +47,12 @@ impl CommandAgent {
         Ok(CommandAgent { program, args, timeout: timeout.unwrap_or(DEFAULT_TIMEOUT), cwd })
     }
 
-    /// Runs the program once.
-    pub async fn answer(&self, context: &AgentContext) -> Result<AgentAnswer, AgentFailure> {
+    /// Runs the program once; its process group is listed in `processes` while it runs.
+    pub async fn answer(
+        &self,
+        context: &AgentContext,
+        processes: Option<&Arc<AgentProcesses>>,
+    ) -> Result<AgentAnswer, AgentFailure> {
         let program = &self.program;
         let mut command = tokio::process::Command::new(program);
         if let Some(cwd) = &self.cwd {
@@ -79,7 +85,19 @@ impl CommandAgent {
             .spawn()
             .map_err(|e| AgentFailure::Unavailable(format!("cannot start `{program}`: {e}")))?;
         // A killed or timed-out thread drops this future: the agent and its children go too.
-        let _group = child.id().map(ProcessGroupGuard);
+        // Listed while it runs, so that a later run of the thread can stop what a dead worker
+        // left behind.
+        // A list that cannot be written (a full disk) only loses that safety net: the
+        // agent's first process still dies with the worker, and the thread's next record
+        // will meet the same disk and interrupt the thread.
+        let _group = child.id().map(|pid| match processes.map(|p| p.track(pid)) {
+            Some(Ok(guard)) => guard,
+            Some(Err(e)) => {
+                tracing::warn!("agent `{program}` runs unlisted: {e}");
+                GroupGuard::untracked(pid)
+            }
+            None => GroupGuard::untracked(pid),
+        });
 
         let input = serde_json::to_vec(context).expect("agent context serializes");
         let mut stdin = child.stdin.take().expect("stdin is piped");
@@ -164,17 +182,6 @@ pub fn find_program(program: &str, cwd: Option<&Path>) -> Result<PathBuf, String
         .map(|dir| dir.join(program))
         .find(|path| executable(path))
         .ok_or_else(|| format!("program `{program}` is not on PATH"))
-}
-
-/// Kills a process group when dropped (SIGKILL to a group already gone is a no-op).
-struct ProcessGroupGuard(u32);
-
-impl Drop for ProcessGroupGuard {
-    fn drop(&mut self) {
-        if let Some(pid) = rustix::process::Pid::from_raw(self.0 as i32) {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
 }
 
 /// `{"content": ..., "meta": ...}` is taken apart; anything else is the content itself.

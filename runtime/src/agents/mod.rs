@@ -8,6 +8,7 @@ pub mod command;
 pub mod extract;
 pub mod human;
 pub mod openai;
+pub mod processes;
 pub mod retry;
 pub mod scripted;
 
@@ -21,6 +22,7 @@ use crate::store::records::StepRecord;
 pub use binding::{AgentFlags, AgentSet, Secrets};
 pub use command::CommandAgent;
 pub use openai::OpenAiAgent;
+pub use processes::AgentProcesses;
 pub use retry::{RetryPolicy, with_retries};
 pub use scripted::ScriptedAgent;
 
@@ -136,7 +138,12 @@ pub enum Agent {
 
 impl Agent {
     /// Asks the agent once. A `Human` agent is answered by the host, not here.
-    pub async fn answer(&self, context: &AgentContext) -> Result<AgentAnswer, AgentFailure> {
+    /// A command agent's process group is listed in `processes` while it runs, if given.
+    pub async fn answer(
+        &self,
+        context: &AgentContext,
+        processes: Option<&Arc<AgentProcesses>>,
+    ) -> Result<AgentAnswer, AgentFailure> {
         match self {
             Agent::Scripted(agent) => {
                 if let Some(delay) = agent.delay() {
@@ -144,7 +151,7 @@ impl Agent {
                 }
                 agent.answer(context)
             }
-            Agent::Command(agent) => agent.answer(context).await,
+            Agent::Command(agent) => agent.answer(context, processes).await,
             Agent::OpenAi(agent) => agent.answer(context).await,
             Agent::Human => Err(AgentFailure::Waiting),
         }
@@ -159,6 +166,8 @@ pub struct Bound {
     pub policy: RetryPolicy,
     /// Secret values to redact from what the agent returns.
     pub secrets: Arc<Secrets>,
+    /// Where the thread lists its running agent processes (see [`processes`]).
+    pub processes: Option<Arc<AgentProcesses>>,
 }
 
 impl Bound {
@@ -171,7 +180,10 @@ impl Bound {
         info: &InfoLog,
     ) -> Result<AgentAnswer, AgentFailure> {
         let what = format!("role `{}`: agent `{}`", context.role.name, self.label);
-        let answer = with_retries(self.policy, info, &what, || self.agent.answer(context)).await;
+        let answer = with_retries(self.policy, info, &what, || {
+            self.agent.answer(context, self.processes.as_ref())
+        })
+        .await;
         let redact = |text: &str| self.secrets.redact(text);
         match answer {
             Ok(AgentAnswer { content, meta }) => {

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::terminal;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 use crate::ids::ThreadId;
 use crate::store::records::StepRecord;
@@ -30,59 +30,254 @@ pub fn print_json(value: &impl Serialize) -> Result<()> {
 
 /// Prints rows under a header with columns padded to their widest cell; every cell is shown
 /// as one line of a terminal (see [`terminal::line`]).
-pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> Result<()> {
-    let rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|row| row.iter().map(|cell| terminal::line(cell).into_owned()).collect())
-        .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+pub fn print_table<S: AsRef<str>>(header: &[&str], rows: &[Vec<S>]) -> Result<()> {
+    let mut table = Table::new(header);
+    for cell in rows.iter().flatten() {
+        table.cell(cell.as_ref());
+    }
+    table.print()
+}
+
+/// A table filled cell by cell, row after row, and printed with its columns padded to their
+/// widest cell. Cells are escaped for a terminal as they come and kept in one buffer: a listing
+/// of 100,000 threads is 600,000 cells, and none of them is an allocation of its own.
+pub struct Table {
+    header: Vec<String>,
+    text: String,
+    /// Where each cell ends in `text`, and its width in characters.
+    cells: Vec<(usize, usize)>,
+    widths: Vec<usize>,
+}
+
+impl Table {
+    /// An empty table under `header` (its columns).
+    pub fn new(header: &[&str]) -> Table {
+        Table {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            text: String::new(),
+            cells: Vec::new(),
+            widths: header.iter().map(|h| h.chars().count()).collect(),
         }
     }
-    // One write for the whole table: a listing of 100,000 threads is 100,000 lines.
-    let mut out = String::new();
-    let mut line = |cells: Vec<&str>| {
-        let last = cells.len().saturating_sub(1);
-        let start = out.len();
-        for (i, (cell, width)) in cells.iter().zip(&widths).enumerate() {
-            if i == last {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<width$}  "));
+
+    /// Adds the next cell: `text`, escaped as one line of a terminal.
+    pub fn cell(&mut self, text: &str) -> &mut Table {
+        self.text.push_str(&terminal::line(text));
+        self.end_cell()
+    }
+
+    /// Adds the next cell: `text`, already made fit for a terminal ([`truncate`] does).
+    pub fn cell_shown(&mut self, text: &str) -> &mut Table {
+        debug_assert_eq!(terminal::line(text), text);
+        self.text.push_str(text);
+        self.end_cell()
+    }
+
+    /// Adds the next cell, formatted (`format_args!`), escaped as [`Table::cell`] is.
+    pub fn cell_fmt(&mut self, args: std::fmt::Arguments<'_>) -> &mut Table {
+        let start = self.text.len();
+        std::fmt::Write::write_fmt(&mut self.text, args).expect("writing to a String succeeds");
+        if let std::borrow::Cow::Owned(escaped) = terminal::line(&self.text[start..]) {
+            self.text.truncate(start);
+            self.text.push_str(&escaped);
+        }
+        self.end_cell()
+    }
+
+    fn end_cell(&mut self) -> &mut Table {
+        let start = self.cells.last().map_or(0, |&(end, _)| end);
+        let cell = &self.text[start..];
+        let width = if cell.is_ascii() { cell.len() } else { cell.chars().count() };
+        let column = self.cells.len() % self.widths.len();
+        self.widths[column] = self.widths[column].max(width);
+        self.cells.push((self.text.len(), width));
+        self
+    }
+
+    /// Makes room for about `rows` more rows, so that a long listing is not copied as it grows.
+    pub fn reserve(&mut self, rows: usize) -> &mut Table {
+        self.text.reserve(rows * 24 * self.widths.len());
+        self.cells.reserve(rows * self.widths.len());
+        self
+    }
+
+    /// Whether no row was added.
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// Prints the table on stdout, in one write.
+    pub fn print(self) -> Result<()> {
+        let columns = self.widths.len();
+        // Written a piece at a time: a copy of a 100,000-row table would cost as much memory as
+        // the table.
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        let mut row = String::new();
+        let mut line = |cells: &mut dyn Iterator<Item = (&str, usize)>| {
+            row.clear();
+            for (column, (cell, width)) in cells.enumerate() {
+                row.push_str(cell);
+                if column + 1 < columns {
+                    let pad = self.widths[column] - width + 2;
+                    const SPACES: &str = "                                                ";
+                    match SPACES.get(..pad) {
+                        Some(spaces) => row.push_str(spaces),
+                        None => row.extend(std::iter::repeat_n(' ', pad)),
+                    }
+                }
             }
-        }
-        out.truncate(start + out[start..].trim_end().len());
-        out.push('\n');
-    };
-    line(header.to_vec());
-    for row in &rows {
-        line(row.iter().map(String::as_str).collect());
+            row.truncate(row.trim_end().len());
+            row.push('\n');
+            std::io::Write::write_all(&mut out, row.as_bytes())
+        };
+        let mut write = || -> std::io::Result<()> {
+            line(&mut self.header.iter().map(|h| (h.as_str(), h.chars().count())))?;
+            let mut start = 0;
+            for cells in self.cells.chunks(columns) {
+                line(&mut cells.iter().map(|&(end, width)| {
+                    let cell = &self.text[start..end];
+                    start = end;
+                    (cell, width)
+                }))?;
+            }
+            Ok(())
+        };
+        write().and_then(|()| std::io::Write::flush(&mut out)).map_err(Error::stdout)
     }
-    outln!("{}", out.trim_end_matches('\n'))
+}
+
+/// How long ago `timestamp_ms` was, as [`age`] writes it.
+pub struct Age(pub u64);
+
+impl std::fmt::Display for Age {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = crate::clock::now_ms().saturating_sub(self.0) / 1000;
+        match secs {
+            s if s < 60 => write!(f, "{s}s"),
+            s if s < 3600 => write!(f, "{}m", s / 60),
+            s if s < 86_400 => write!(f, "{}h", s / 3600),
+            s => write!(f, "{}d", s / 86_400),
+        }
+    }
 }
 
 /// `42s`, `5m`, `3h`, `2d` since `timestamp_ms`.
 pub fn age(timestamp_ms: u64) -> String {
-    let secs = crate::clock::now_ms().saturating_sub(timestamp_ms) / 1000;
-    match secs {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m", s / 60),
-        s if s < 86_400 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86_400),
-    }
+    Age(timestamp_ms).to_string()
 }
 
-/// `text` flattened to one line of a terminal (escaped, see [`terminal::line`]) and cut to `max`
-/// characters, with an ellipsis if cut.
+/// `text` flattened to one line of a terminal (runs of whitespace become one space; the rest
+/// escaped, see [`terminal::line`]) and cut to `max` characters, with an ellipsis if cut.
+/// One pass that stops at the cut: listings call it for every thread.
 pub fn truncate(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let flat = terminal::line(&flat).into_owned();
-    if flat.chars().count() <= max {
-        flat
-    } else {
-        let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
-        format!("{cut}…")
+    // Most texts begin with plain words: then the cut is a slice. Listings call this for
+    // every thread, and the general path costs as much as the rest of a row.
+    let bytes = text.as_bytes();
+    let plain = |s: &[u8]| {
+        s.first() != Some(&b' ')
+            && s.iter().all(|b| (b' '..=b'~').contains(b))
+            && !s.windows(2).any(|w| w == b"  ")
+    };
+    if bytes.len() <= max && plain(bytes) {
+        return text.trim_end_matches(' ').to_string();
+    }
+    if bytes.len() > max && bytes[max] != b' ' && plain(&bytes[..=max]) {
+        let mut cut = String::with_capacity(max + 3);
+        cut.push_str(&text[..max.saturating_sub(1)]);
+        cut.push('…');
+        return cut;
+    }
+    truncate_general(text, max)
+}
+
+/// [`truncate`] for any text, one character at a time.
+fn truncate_general(text: &str, max: usize) -> String {
+    /// The text so far, how many characters it shows, and where it ends once cut.
+    struct Cut {
+        out: String,
+        count: usize,
+        keep: usize,
+        max: usize,
+    }
+    impl Cut {
+        /// Adds `c`; true once more than `max` characters were added (the text is then cut).
+        #[inline]
+        fn push(&mut self, c: char) -> bool {
+            if self.count + 1 == self.max {
+                self.keep = self.out.len();
+            }
+            self.out.push(c);
+            self.count += 1;
+            self.count > self.max
+        }
+    }
+    let mut cut =
+        Cut { out: String::with_capacity(text.len().min(max) + 4), count: 0, keep: 0, max };
+    let mut space = false;
+    let mut full = false;
+    for c in text.trim_start().chars() {
+        if c.is_whitespace() {
+            space = true;
+            continue;
+        }
+        if std::mem::take(&mut space) && cut.push(' ') {
+            full = true;
+            break;
+        }
+        full = if terminal::is_hidden_in_line(c) {
+            let mut buf = [0u8; 4];
+            terminal::line(c.encode_utf8(&mut buf)).chars().any(|c| cut.push(c))
+        } else {
+            cut.push(c)
+        };
+        if full {
+            break;
+        }
+    }
+    if full {
+        cut.out.truncate(cut.keep);
+        cut.out.push('…');
+    }
+    cut.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_pad_every_column_but_the_last_and_escape_cells() {
+        let mut table = Table::new(&["A", "LONG HEADER", "C"]);
+        table.cell("wide cell").cell("x").cell("last  ");
+        table.cell("é").cell_fmt(format_args!("{}", 42)).cell("\u{1b}]0;t");
+        let mut columns = [0usize; 3];
+        for (i, &(_, width)) in table.cells.iter().enumerate() {
+            columns[i % 3] = columns[i % 3].max(width);
+        }
+        assert_eq!(columns, [9, 2, 10]);
+        assert_eq!(table.widths, vec![9, 11, 10]);
+        assert_eq!(&table.text, "wide cellxlast  é42\\u{1b}]0;t");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn truncate_takes_its_shortcut_only_when_it_changes_nothing(
+            text in "[ a-c\t\n\u{1b}é]{0,12}", max in 0usize..10
+        ) {
+            proptest::prop_assert_eq!(truncate(&text, max), truncate_general(&text, max));
+        }
+    }
+
+    #[test]
+    fn truncate_flattens_escapes_and_cuts_by_characters() {
+        assert_eq!(truncate("  fix\n the\tbug  ", 40), "fix the bug");
+        assert_eq!(truncate("héllo wörld", 8), "héllo w…");
+        assert_eq!(truncate("héllo wörld", 11), "héllo wörld");
+        assert_eq!(truncate("a\u{1b}[2Jb", 40), "a\\u{1b}[2Jb");
+        assert_eq!(truncate("", 5), "");
+        assert_eq!(truncate("abc", 0), "…");
+        assert_eq!(truncate("abcd", 1), "…");
+        assert_eq!(truncate("ab\u{7}", 5), "ab\\u…", "an escape counts as what it shows");
+        assert_eq!(truncate(&"word ".repeat(1000), 12), "word word w…");
     }
 }

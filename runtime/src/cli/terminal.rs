@@ -16,12 +16,18 @@ pub fn block(text: &str) -> Cow<'_, str> {
     escape(text, true)
 }
 
+/// Whether [`line`] shows `c` escaped.
+pub fn is_hidden_in_line(c: char) -> bool {
+    c.is_control() || is_invisible_format(c)
+}
+
 fn escape(text: &str, keep_layout: bool) -> Cow<'_, str> {
     let unsafe_char = |c: char| {
         let layout = c == '\n' || c == '\t';
-        (c.is_control() && !(keep_layout && layout)) || is_invisible_format(c)
+        is_hidden_in_line(c) && !(keep_layout && layout)
     };
-    if !text.chars().any(unsafe_char) {
+    // Printable ASCII, by far the common case, needs no look at each character.
+    if text.bytes().all(|b| (b' '..=b'~').contains(&b)) || !text.chars().any(unsafe_char) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 
 use super::GlobalOptions;
-use super::output::{age, print_json, print_table, truncate};
+use super::output::{Age, Table, print_json, truncate};
 use crate::run::lifecycle::{self, PruneFilter};
 use crate::store::records::EndStatus;
 
@@ -93,36 +93,36 @@ impl ThreadsCommand {
             }
             return Ok(0);
         }
-        let mut rows = Vec::new();
-        let mut list = Vec::new();
-        for thread in store.threads().summaries()? {
-            if self.name.as_ref().is_some_and(|n| *n != thread.name) {
-                continue;
-            }
-            if self.json {
-                list.push(json!({
-                    "threadId": thread.thread_id, "name": thread.name, "hash": thread.hash,
-                    "status": thread.status, "steps": thread.steps,
-                    "timestamp": thread.timestamp, "prompt": thread.prompt,
-                    "returnCode": thread.return_code,
-                }));
-            } else {
-                rows.push(vec![
-                    thread.thread_id.to_string(),
-                    thread.name.clone(),
-                    thread.status.as_str().to_string(),
-                    thread.steps.to_string(),
-                    age(thread.timestamp),
-                    truncate(&thread.prompt, 40),
-                ]);
-            }
-        }
+        let summaries = store.threads().summaries()?;
+        let selected = summaries.iter().filter(|t| self.name.as_ref().is_none_or(|n| *n == t.name));
         if self.json {
-            print_json(&list)?;
-        } else if rows.is_empty() {
+            let list: Vec<_> = selected
+                .map(|thread| {
+                    json!({
+                        "threadId": thread.thread_id, "name": thread.name, "hash": thread.hash,
+                        "status": thread.status, "steps": thread.steps,
+                        "timestamp": thread.timestamp, "prompt": thread.prompt,
+                        "returnCode": thread.return_code,
+                    })
+                })
+                .collect();
+            return print_json(&list).map(|()| 0).map_err(Into::into);
+        }
+        let mut table = Table::new(&["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"]);
+        table.reserve(summaries.len());
+        for thread in selected {
+            table
+                .cell_shown(thread.thread_id.encode(&mut [0; 26]))
+                .cell(&thread.name)
+                .cell_shown(thread.status.as_str())
+                .cell_fmt(format_args!("{}", thread.steps))
+                .cell_fmt(format_args!("{}", Age(thread.timestamp)))
+                .cell_shown(&truncate(&thread.prompt, 40));
+        }
+        if table.is_empty() {
             outln!("no threads")?;
         } else {
-            print_table(&["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"], &rows)?;
+            table.print()?;
         }
         Ok(0)
     }

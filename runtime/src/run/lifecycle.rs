@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
+use crate::agents::processes::{self, AgentProcesses};
 use crate::agents::{AgentFlags, AgentSet, Secrets};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
@@ -111,6 +113,7 @@ pub fn start_new(
 /// recorded steps could not be handed back to its bundle (a step over the `string` limit).
 pub fn open(store: &Storage, id: ThreadId) -> Result<OpenThread> {
     let (writer, record) = store.threads().open(id)?;
+    stop_leftover_agents(store, id)?;
     if let Some(end) = &record.end {
         return Err(Error::ended(id, end.end.status.as_str()));
     }
@@ -192,7 +195,21 @@ pub fn fork(
 /// Removes thread `id` (not while it runs), first finishing any removal a crash interrupted.
 pub fn remove(store: &Storage, id: ThreadId) -> Result<()> {
     store.threads().finish_removals()?;
-    store.threads().remove(id)
+    store.threads().remove(id)?;
+    stop_leftover_agents(store, id)
+}
+
+/// Stops the agent processes an earlier run of thread `id` left running (its worker died
+/// while they worked; see [`crate::agents::processes`]). Called with the thread's run lock
+/// held, so no live run of the thread owns them.
+fn stop_leftover_agents(store: &Storage, id: ThreadId) -> Result<()> {
+    let stopped = processes::stop_leftovers(&store.home().agent_processes_file(id))?;
+    if stopped > 0 {
+        tracing::warn!(
+            "thread {id}: stopped {stopped} agent process group(s) left running by a worker that died"
+        );
+    }
+    Ok(())
 }
 
 /// Which ended threads [`prune`] removes.
@@ -254,7 +271,9 @@ pub fn agents_for(
     flags: &AgentFlags,
 ) -> Result<AgentSet> {
     let merged = flags.over(&record.start.parameters.options);
-    AgentSet::resolve(&store.config()?, &merged, &bundle.descriptor)
+    let processes = store.home().agent_processes_file(record.start.thread_id);
+    Ok(AgentSet::resolve(&store.config()?, &merged, &bundle.descriptor)?
+        .with_processes(Arc::new(AgentProcesses::new(processes))))
 }
 
 /// The limits of a thread: defaults, then config.yaml, then what the thread recorded.

@@ -14,6 +14,7 @@ pub mod journal;
 pub mod records;
 pub mod registry;
 pub mod thread_files;
+pub mod thread_index;
 
 use std::fmt;
 use std::sync::Arc;

@@ -227,9 +227,9 @@ pub struct ThreadRecord {
 }
 
 /// A thread as listings show it (`threads`, `ps`, `threads prune`): what a store can keep in
-/// an index, so that listing many threads does not read every one.
+/// an index, so that listing many threads does not read every one. (Serialized in the file
+/// store's binary index, which has no field names: every field is always written.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct ThreadSummary {
     pub thread_id: ThreadId,
     pub name: String,
@@ -240,20 +240,18 @@ pub struct ThreadSummary {
     pub timestamp: u64,
     /// The start of the prompt ([`SUMMARY_PROMPT_CHARS`] characters at most).
     pub prompt: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub return_code: Option<i32>,
     /// When it ended, if it has.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended: Option<u64>,
     /// For a waiting thread: the role a person must answer for, and since when.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_role: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_at: Option<u64>,
 }
 
-/// How much of a prompt a [`ThreadSummary`] keeps.
-pub const SUMMARY_PROMPT_CHARS: usize = 1000;
+/// How much of a prompt a [`ThreadSummary`] keeps: enough to tell threads apart in a listing
+/// (which shows 40), little enough that the listing index of 100,000 threads stays small.
+/// The whole prompt is in the thread's start record (`thread <id> --json`).
+pub const SUMMARY_PROMPT_CHARS: usize = 120;
 
 impl ThreadRecord {
     /// This thread as listings show it.

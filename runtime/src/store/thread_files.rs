@@ -6,7 +6,6 @@
 //! without asking any process. Readers tolerate a torn last line (a crash mid-append): it is
 //! skipped and counted, and the next append terminates it so the file stays line-structured.
 
-use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
@@ -23,7 +22,7 @@ use crate::store::journal::{CallLog, CallRecord, Journal};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary,
 };
-use crate::store::{ThreadStore, ThreadWriter};
+use crate::store::{ThreadStore, ThreadWriter, thread_index};
 
 /// The threads of a home directory.
 #[derive(Debug, Clone)]
@@ -103,57 +102,20 @@ impl ThreadStore for FileThreads {
         Ok(self.data_files()?.into_iter().map(|(id, _)| id).collect())
     }
 
+    /// Summaries come from the listing index ([`thread_index`]): only the threads that have
+    /// not ended are read.
+    fn summaries(&self) -> Result<Vec<ThreadSummary>> {
+        let index = self.home.thread_index_file();
+        thread_index::summaries(&index, bundle_log_dirs(&self.home)?, |path| {
+            read_thread(path).map(|thread| thread.summary())
+        })
+    }
+
     /// A removal a crash cannot leave half-done: under the run lock (the file is not read, so
     /// a damaged thread can be removed too), the data file is renamed to a `.removing-` name —
     /// from then on the thread is gone — then its journal and log are deleted, then the renamed
     /// file. A removal a crash interrupted is finished by the next one
     /// ([`ThreadStore::finish_removals`]).
-    /// Summaries of ended threads are kept in `logs/index.jsonl` (an ended thread no longer
-    /// changes); everything else is read from its file. The index is rebuilt from the files
-    /// when it is missing, and rewritten (atomically) when threads have ended or gone since.
-    fn summaries(&self) -> Result<Vec<ThreadSummary>> {
-        let index_path = self.home.logs_dir().join("index.jsonl");
-        let mut index: BTreeMap<ThreadId, ThreadSummary> = match std::fs::read(&index_path) {
-            Ok(bytes) => bytes
-                .split(|&b| b == b'\n')
-                .filter_map(|line| serde_json::from_slice::<ThreadSummary>(line).ok())
-                .filter(|s| s.status.is_ended())
-                .map(|s| (s.thread_id, s))
-                .collect(),
-            Err(_) => BTreeMap::new(),
-        };
-        let mut dirty = false;
-        let mut summaries = Vec::new();
-        for (id, path) in self.data_files()? {
-            if let Some(summary) = index.remove(&id) {
-                summaries.push(summary);
-                continue;
-            }
-            match read_thread(&path) {
-                Ok(thread) => {
-                    let summary = thread.summary();
-                    dirty |= summary.status.is_ended();
-                    summaries.push(summary);
-                }
-                Err(e) => tracing::warn!("skipping thread {id}: {e}"),
-            }
-        }
-        // What is left of the index are threads that are gone.
-        dirty |= !index.is_empty();
-        if dirty {
-            let mut text = Vec::new();
-            for summary in summaries.iter().filter(|s| s.status.is_ended()) {
-                serde_json::to_writer(&mut text, summary).expect("summaries serialize");
-                text.push(b'\n');
-            }
-            // The index only saves time: failing to write it must not fail a listing.
-            if let Err(e) = durable::write_atomic(&index_path, &text) {
-                tracing::warn!("cannot write the thread index: {e}");
-            }
-        }
-        Ok(summaries)
-    }
-
     fn remove(&self, id: ThreadId) -> Result<()> {
         let (hash, data) = self.find(id)?;
         let lock = std::fs::File::open(&data).map_err(Error::io("open thread", &data))?;
@@ -208,13 +170,8 @@ impl FileThreads {
     fn data_files(&self) -> Result<Vec<(ThreadId, PathBuf)>> {
         let mut threads = Vec::new();
         for (_, dir) in bundle_log_dirs(&self.home)? {
-            let entries = std::fs::read_dir(&dir).map_err(Error::io("list threads in", &dir))?;
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let id = name.to_str().and_then(|n| n.strip_suffix(".data.jsonl"));
-                if let Some(Ok(id)) = id.map(str::parse::<ThreadId>) {
-                    threads.push((id, entry.path()));
-                }
+            for id in thread_index::thread_ids(&dir)? {
+                threads.push((id, dir.join(format!("{id}.data.jsonl"))));
             }
         }
         threads.sort_by_key(|(id, _)| *id);

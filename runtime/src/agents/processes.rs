@@ -1,0 +1,231 @@
+//! The agent processes a thread has running, written down so that the next run of the thread
+//! can stop any that outlived their worker.
+//!
+//! A command agent runs in a process group of its own. Its first process dies with the worker
+//! (`PR_SET_PDEATHSIG`), but what it started — a coding agent's shell, compiler or test run —
+//! is not its child in the kernel's eyes and keeps running. So each running group is listed in
+//! `run/agents/<ULID>.json` (the home's machine-local directory: processes belong to a
+//! machine) while its call lasts, and before a thread is continued (`resume`, `answer`, `step`)
+//! or removed, every group still listed there is killed: two agents never work on one call.
+//!
+//! A group id is only trusted for the boot it was recorded in, and only while its first
+//! process, if still there, is the one recorded (same start time): Linux does not give a
+//! process-group id to a new process while any member of the group lives, so a group whose
+//! first process is gone but whose members remain is still the agent's.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use rustix::process::{Pid, Signal};
+use serde::{Deserialize, Serialize};
+
+use crate::durable;
+use crate::error::{Error, Result};
+
+/// How long a killed group may take to be gone.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// One agent process group as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Group {
+    /// The group id: the pid of its first process.
+    pgid: i32,
+    /// That process's start time, in clock ticks after boot (`/proc/<pid>/stat`, field 22).
+    started: u64,
+    /// The boot it ran in (`/proc/sys/kernel/random/boot_id`).
+    boot: String,
+}
+
+/// The ledger of one thread's running agent process groups.
+#[derive(Debug)]
+pub struct AgentProcesses {
+    path: PathBuf,
+    groups: Mutex<Vec<Group>>,
+}
+
+impl AgentProcesses {
+    /// The ledger at `path` (nothing is read or written yet).
+    pub fn new(path: PathBuf) -> Self {
+        AgentProcesses { path, groups: Mutex::new(Vec::new()) }
+    }
+
+    /// Records the group led by `pid`, just started; it stays listed until the returned guard
+    /// is dropped, which kills the group (whatever the agent left running) and unlists it.
+    pub fn track(self: &std::sync::Arc<Self>, pid: u32) -> Result<GroupGuard> {
+        let pgid = pid as i32;
+        let group = Group {
+            pgid,
+            // A process that has already exited has no start time left to read: it cannot
+            // outlive anything, but its group might, so it is listed all the same.
+            started: start_time(pgid).unwrap_or(0),
+            boot: boot_id(),
+        };
+        let mut groups = self.groups.lock();
+        groups.push(group);
+        self.write(&groups)?;
+        Ok(GroupGuard { ledger: Some(self.clone()), pgid })
+    }
+
+    fn untrack(&self, pgid: i32) {
+        let mut groups = self.groups.lock();
+        groups.retain(|g| g.pgid != pgid);
+        if let Err(e) = self.write(&groups) {
+            tracing::warn!("cannot update the agent process list: {e}");
+        }
+    }
+
+    /// Rewrites the list. It is removed only when the thread's run is over (on drop), not as
+    /// each call ends: freeing its block mid-run would let a full disk look less full to the
+    /// thread's next records than it is.
+    fn write(&self, groups: &[Group]) -> Result<()> {
+        let text = serde_json::to_vec(groups).expect("process groups serialize");
+        durable::write_atomic(&self.path, &text)
+    }
+}
+
+impl Drop for AgentProcesses {
+    fn drop(&mut self) {
+        if self.groups.lock().is_empty() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Kills every agent process group listed at `path` by a run of the thread that is over (its
+/// worker died), waits until they are gone, and clears the list. Returns how many groups were
+/// still running.
+pub fn stop_leftovers(path: &Path) -> Result<usize> {
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("read", path)(e)),
+    };
+    // A damaged list names no process that can be trusted: nothing is killed.
+    let groups: Vec<Group> = serde_json::from_slice(&text).unwrap_or_default();
+    let boot = boot_id();
+    let mut stopped = 0;
+    for group in groups.iter().filter(|g| g.boot == boot) {
+        let Some(pgid) = Pid::from_raw(group.pgid) else { continue };
+        if start_time(group.pgid).is_some_and(|started| started != group.started) {
+            continue; // The id now leads another group.
+        }
+        if rustix::process::kill_process_group(pgid, Signal::KILL).is_err() {
+            continue; // No such group left.
+        }
+        stopped += 1;
+        let deadline = Instant::now() + KILL_WAIT;
+        while group_runs(group.pgid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", path)(e)),
+        _ => Ok(stopped),
+    }
+}
+
+/// Kills its process group when dropped (SIGKILL to a group already gone is a no-op), and
+/// takes it off its thread's ledger.
+#[derive(Debug)]
+pub struct GroupGuard {
+    ledger: Option<std::sync::Arc<AgentProcesses>>,
+    pgid: i32,
+}
+
+impl GroupGuard {
+    /// A guard that kills the group led by `pid` on drop, with no ledger.
+    pub fn untracked(pid: u32) -> Self {
+        GroupGuard { ledger: None, pgid: pid as i32 }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = Pid::from_raw(self.pgid) {
+            let _ = rustix::process::kill_process_group(pgid, Signal::KILL);
+        }
+        if let Some(ledger) = &self.ledger {
+            ledger.untrack(self.pgid);
+        }
+    }
+}
+
+/// When process `pid` started, in clock ticks after boot; `None` if there is no such process.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`: the command name may hold spaces and parentheses, so fields
+    // are counted from the last `)`; the start time is field 22, the 20th after it.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether a process of group `pgid` still runs (a zombie — dead, waiting for its parent to
+/// collect it — does not).
+fn group_runs(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|entry| {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+        let mut fields = after.split_whitespace();
+        let state = fields.next();
+        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+        group == Some(pgid) && !matches!(state, Some("Z" | "X"))
+    })
+}
+
+/// This boot's id (empty where the kernel does not say).
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|id| id.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_times_are_read_from_proc() {
+        let me = std::process::id() as i32;
+        let started = start_time(me).expect("this process has a start time");
+        assert_eq!(start_time(me), Some(started), "stable");
+        assert!(start_time(i32::MAX).is_none());
+    }
+
+    #[test]
+    fn leftover_groups_are_killed_and_foreign_ones_spared() -> Result<()> {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agents.json");
+        let spawn =
+            || std::process::Command::new("sleep").arg("300").process_group(0).spawn().unwrap();
+        let (mut ours, mut other) = (spawn(), spawn());
+        let ledger = std::sync::Arc::new(AgentProcesses::new(path.clone()));
+        let guard = ledger.track(ours.id())?;
+        // The other group is listed with a start time that is not its own: an id reused.
+        let mut groups = ledger.groups.lock().clone();
+        groups.push(Group { pgid: other.id() as i32, started: 1, boot: boot_id() });
+        std::fs::write(&path, serde_json::to_vec(&groups).unwrap()).unwrap();
+        std::mem::forget(guard); // as when the worker dies: nobody unlists the group
+
+        assert_eq!(stop_leftovers(&path)?, 1);
+        assert!(ours.wait().unwrap().code().is_none(), "killed by a signal");
+        assert!(other.try_wait().unwrap().is_none(), "the foreign group runs on");
+        assert!(!path.exists(), "the list is cleared");
+        assert_eq!(stop_leftovers(&path)?, 0);
+
+        // A run that ends with no agent running takes its list away.
+        let ledger = std::sync::Arc::new(AgentProcesses::new(path.clone()));
+        let mut third = spawn();
+        let tracked = ledger.track(third.id());
+        drop(tracked);
+        assert!(third.wait().unwrap().code().is_none(), "the guard kills its group");
+        assert!(path.exists());
+        drop(ledger);
+        assert!(!path.exists());
+        other.kill().unwrap();
+        other.wait().unwrap();
+        Ok(())
+    }
+}
