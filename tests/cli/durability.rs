@@ -147,15 +147,27 @@ fn an_agent_process_does_not_outlive_its_worker() -> Result<()> {
     )?;
     let spec = format!("command:{}", stuck.display());
     let thread = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &spec, "--detach"])?;
-    wait_until("the agent runs", || {
-        Ok(std::fs::read_to_string(&pid_file).is_ok_and(|t| !t.trim().is_empty()))
-    })?;
-    let agent: u64 = std::fs::read_to_string(&pid_file)?.trim().parse()?;
-    let worker = env.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;
-    assert!(alive(agent) && alive(worker));
-    std::process::Command::new("kill").args(["-9", &worker.to_string()]).status()?;
+    let agent = pid_written_to(&pid_file, "the agent runs")?;
+    assert!(alive(agent));
+    kill_the_worker(&env)?;
     wait_until("the agent is gone with its worker", || Ok(!alive(agent)))?;
-    assert_eq!(status(&env, thread.trim())?, "interrupted");
+    // The worker's files (its run lock) close a moment after the agent's death signal: the
+    // thread that spawned the agent exits before the last of the worker's threads.
+    wait_until("the thread is interrupted", || Ok(status(&env, thread.trim())? == "interrupted"))?;
+    Ok(())
+}
+
+/// Waits until an agent script has written a process id to `file`, and reads it.
+fn pid_written_to(file: &Path, what: &str) -> Result<u64> {
+    wait_until(what, || Ok(std::fs::read_to_string(file).is_ok_and(|t| t.ends_with('\n'))))?;
+    Ok(std::fs::read_to_string(file)?.trim().parse()?)
+}
+
+/// `kill -9` of the one worker running.
+fn kill_the_worker(env: &Env) -> Result<()> {
+    let worker = env.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;
+    ensure!(alive(worker), "the worker {worker} is not running");
+    std::process::Command::new("kill").args(["-9", &worker.to_string()]).status()?;
     Ok(())
 }
 
@@ -174,12 +186,8 @@ fn what_an_agent_started_is_stopped_before_its_thread_runs_again() -> Result<()>
     let spec = format!("command:{}", agent.display());
     let thread = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &spec, "--detach"])?;
     let thread = thread.trim();
-    wait_until("the helper runs", || {
-        Ok(std::fs::read_to_string(&helper_pid).is_ok_and(|t| !t.trim().is_empty()))
-    })?;
-    let helper: u64 = std::fs::read_to_string(&helper_pid)?.trim().parse()?;
-    let worker = env.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;
-    std::process::Command::new("kill").args(["-9", &worker.to_string()]).status()?;
+    let helper = pid_written_to(&helper_pid, "the helper runs")?;
+    kill_the_worker(&env)?;
     wait_until("the thread is interrupted", || Ok(status(&env, thread)? == "interrupted"))?;
     assert!(alive(helper), "the helper outlives the worker (what this test is about)");
 

@@ -182,7 +182,6 @@ impl AgentSet {
         Ok(AgentSet { roles, default, by_role, extractor })
     }
 
-    /// The agent bound to `role`, if the bundle declares the role.
     /// The same agents, listing the process groups they start in `processes`.
     pub fn with_processes(mut self, processes: Arc<AgentProcesses>) -> Self {
         for bound in std::iter::once(&mut self.default).chain(self.by_role.values_mut()) {
@@ -191,6 +190,7 @@ impl AgentSet {
         self
     }
 
+    /// The agent bound to `role`, if the bundle declares the role.
     pub fn for_role(&self, role: &str) -> Option<&Bound> {
         self.roles.contains(role).then(|| self.by_role.get(role).unwrap_or(&self.default))
     }

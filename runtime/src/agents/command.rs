@@ -87,15 +87,8 @@ impl CommandAgent {
         // A killed or timed-out thread drops this future: the agent and its children go too.
         // Listed while it runs, so that a later run of the thread can stop what a dead worker
         // left behind.
-        // A list that cannot be written (a full disk) only loses that safety net: the
-        // agent's first process still dies with the worker, and the thread's next record
-        // will meet the same disk and interrupt the thread.
-        let _group = child.id().map(|pid| match processes.map(|p| p.track(pid)) {
-            Some(Ok(guard)) => guard,
-            Some(Err(e)) => {
-                tracing::warn!("agent `{program}` runs unlisted: {e}");
-                GroupGuard::untracked(pid)
-            }
+        let _group = child.id().map(|pid| match processes {
+            Some(processes) => processes.track(pid),
             None => GroupGuard::untracked(pid),
         });
 

@@ -14,6 +14,7 @@
 //! first process is gone but whose members remain is still the agent's.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -52,7 +53,11 @@ impl AgentProcesses {
 
     /// Records the group led by `pid`, just started; it stays listed until the returned guard
     /// is dropped, which kills the group (whatever the agent left running) and unlists it.
-    pub fn track(self: &std::sync::Arc<Self>, pid: u32) -> Result<GroupGuard> {
+    ///
+    /// A list that cannot be written (a full disk) only loses that safety net, with a warning:
+    /// the agent's first process still dies with the worker, and the thread's next record will
+    /// meet the same disk and interrupt the thread.
+    pub fn track(self: &Arc<Self>, pid: u32) -> GroupGuard {
         let pgid = pid as i32;
         let group = Group {
             pgid,
@@ -63,8 +68,10 @@ impl AgentProcesses {
         };
         let mut groups = self.groups.lock();
         groups.push(group);
-        self.write(&groups)?;
-        Ok(GroupGuard { ledger: Some(self.clone()), pgid })
+        if let Err(e) = self.write(&groups) {
+            tracing::warn!("an agent process group runs unlisted: {e}");
+        }
+        GroupGuard { ledger: Some(self.clone()), pgid }
     }
 
     fn untrack(&self, pgid: i32) {
@@ -129,7 +136,7 @@ pub fn stop_leftovers(path: &Path) -> Result<usize> {
 /// takes it off its thread's ledger.
 #[derive(Debug)]
 pub struct GroupGuard {
-    ledger: Option<std::sync::Arc<AgentProcesses>>,
+    ledger: Option<Arc<AgentProcesses>>,
     pgid: i32,
 }
 
@@ -151,26 +158,30 @@ impl Drop for GroupGuard {
     }
 }
 
-/// When process `pid` started, in clock ticks after boot; `None` if there is no such process.
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid …`: the command name may hold spaces and parentheses, so fields
-    // are counted from the last `)`; the start time is field 22, the 20th after it.
+/// The fields of a `/proc/<pid>/stat` file that follow the command name, from field 3
+/// (`state`) on: the name may hold spaces and parentheses, so they are counted from the last
+/// `)`. `None` if there is no such process.
+fn stat_fields(stat_file: &Path) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(stat_file).ok()?;
     let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    Some(after.split_whitespace().map(str::to_string).collect())
 }
 
-/// Whether a process of group `pgid` still runs (a zombie — dead, waiting for its parent to
-/// collect it — does not).
+/// When process `pid` started, in clock ticks after boot (field 22); `None` if there is no
+/// such process.
+fn start_time(pid: i32) -> Option<u64> {
+    stat_fields(Path::new(&format!("/proc/{pid}/stat")))?.get(19)?.parse().ok()
+}
+
+/// Whether a process of group `pgid` (field 5) still runs; a zombie (field 3 `Z`: dead,
+/// waiting for its parent to collect it) does not.
 fn group_runs(pgid: i32) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else { return false };
     entries.flatten().any(|entry| {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
-        let mut fields = after.split_whitespace();
-        let state = fields.next();
-        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
-        group == Some(pgid) && !matches!(state, Some("Z" | "X"))
+        let Some(fields) = stat_fields(&entry.path().join("stat")) else { return false };
+        let state = fields.first().map(String::as_str);
+        fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid)
+            && !matches!(state, Some("Z" | "X"))
     })
 }
 
@@ -201,8 +212,8 @@ mod tests {
         let spawn =
             || std::process::Command::new("sleep").arg("300").process_group(0).spawn().unwrap();
         let (mut ours, mut other) = (spawn(), spawn());
-        let ledger = std::sync::Arc::new(AgentProcesses::new(path.clone()));
-        let guard = ledger.track(ours.id())?;
+        let ledger = Arc::new(AgentProcesses::new(path.clone()));
+        let guard = ledger.track(ours.id());
         // The other group is listed with a start time that is not its own: an id reused.
         let mut groups = ledger.groups.lock().clone();
         groups.push(Group { pgid: other.id() as i32, started: 1, boot: boot_id() });
@@ -216,10 +227,9 @@ mod tests {
         assert_eq!(stop_leftovers(&path)?, 0);
 
         // A run that ends with no agent running takes its list away.
-        let ledger = std::sync::Arc::new(AgentProcesses::new(path.clone()));
+        let ledger = Arc::new(AgentProcesses::new(path.clone()));
         let mut third = spawn();
-        let tracked = ledger.track(third.id());
-        drop(tracked);
+        drop(ledger.track(third.id()));
         assert!(third.wait().unwrap().code().is_none(), "the guard kills its group");
         assert!(path.exists());
         drop(ledger);

@@ -106,7 +106,7 @@ impl Table {
         self.cells.is_empty()
     }
 
-    /// Prints the table on stdout, in one write.
+    /// Prints the table on stdout, a buffered line at a time.
     pub fn print(self) -> Result<()> {
         let columns = self.widths.len();
         // Written a piece at a time: a copy of a 100,000-row table would cost as much memory as

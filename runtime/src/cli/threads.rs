@@ -106,7 +106,8 @@ impl ThreadsCommand {
                     })
                 })
                 .collect();
-            return print_json(&list).map(|()| 0).map_err(Into::into);
+            print_json(&list)?;
+            return Ok(0);
         }
         let mut table = Table::new(&["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"]);
         table.reserve(summaries.len());

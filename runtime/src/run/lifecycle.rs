@@ -16,7 +16,6 @@ use crate::run::catalog::Catalog;
 use crate::sandbox::engine::LoadedBundle;
 use crate::store::records::{
     EndStatus, ForkedFrom, Parameters, RunParameters, StartRecord, StepRecord, ThreadRecord,
-    ThreadStatus,
 };
 use crate::store::{Storage, ThreadWriter};
 
@@ -242,12 +241,8 @@ pub fn prune(store: &Storage, filter: &PruneFilter, dry_run: bool) -> Result<Vec
     let cutoff = now_ms().saturating_sub(filter.older_than.as_millis() as u64);
     let mut pruned = Vec::new();
     for thread in store.threads().summaries()? {
-        let Some(ended) = thread.ended else { continue };
-        let status = match thread.status {
-            ThreadStatus::Completed => EndStatus::Completed,
-            ThreadStatus::Failed => EndStatus::Failed,
-            ThreadStatus::Killed => EndStatus::Killed,
-            _ => continue,
+        let (Some(ended), Some(status)) = (thread.ended, thread.status.end_status()) else {
+            continue;
         };
         let selected = ended <= cutoff
             && filter.statuses.contains(&status)

@@ -303,9 +303,19 @@ impl ThreadStatus {
         }
     }
 
+    /// How the thread ended, if it has ended for good.
+    pub fn end_status(self) -> Option<EndStatus> {
+        match self {
+            ThreadStatus::Completed => Some(EndStatus::Completed),
+            ThreadStatus::Failed => Some(EndStatus::Failed),
+            ThreadStatus::Killed => Some(EndStatus::Killed),
+            _ => None,
+        }
+    }
+
     /// Has the thread ended for good?
     pub fn is_ended(self) -> bool {
-        matches!(self, ThreadStatus::Completed | ThreadStatus::Failed | ThreadStatus::Killed)
+        self.end_status().is_some()
     }
 }
 

@@ -99,7 +99,12 @@ impl ThreadStore for FileThreads {
     }
 
     fn list(&self) -> Result<Vec<ThreadId>> {
-        Ok(self.data_files()?.into_iter().map(|(id, _)| id).collect())
+        let mut ids = Vec::new();
+        for (_, dir) in bundle_log_dirs(&self.home)? {
+            ids.extend(thread_index::thread_ids(&dir)?);
+        }
+        ids.sort_unstable();
+        Ok(ids)
     }
 
     /// Summaries come from the listing index ([`thread_index`]): only the threads that have
@@ -166,18 +171,6 @@ impl ThreadStore for FileThreads {
 const REMOVING: &str = ".removing-";
 
 impl FileThreads {
-    /// Every thread's data file, by id, oldest first (temporary and removed files are not).
-    fn data_files(&self) -> Result<Vec<(ThreadId, PathBuf)>> {
-        let mut threads = Vec::new();
-        for (_, dir) in bundle_log_dirs(&self.home)? {
-            for id in thread_index::thread_ids(&dir)? {
-                threads.push((id, dir.join(format!("{id}.data.jsonl"))));
-            }
-        }
-        threads.sort_by_key(|(id, _)| *id);
-        Ok(threads)
-    }
-
     /// Deletes a removed thread's journal and log, then its (renamed) data file.
     fn delete_rest(&self, hash: BundleHash, id: ThreadId, data: &Path) -> Result<()> {
         let files = [self.home.thread_info_file(hash, id), self.home.thread_calls_file(hash, id)];

@@ -74,15 +74,9 @@ impl DirStamp {
     }
 }
 
-/// One bundle directory of the index as read: its entry, and its ended threads.
-struct IndexedDir {
-    stamp: Option<DirStamp>,
-    live: Vec<ThreadId>,
-    ended: Vec<ThreadSummary>,
-}
-
-/// Reads the index at `path`; `None` when it is missing, damaged or of another version.
-fn load(path: &Path) -> Option<HashMap<BundleHash, IndexedDir>> {
+/// Reads the index at `path`, by bundle; `None` when it is missing, damaged or of another
+/// version.
+fn load(path: &Path) -> Option<HashMap<BundleHash, DirEntry>> {
     let bytes = std::fs::read(path).ok()?;
     let rest = bytes.strip_prefix(MAGIC)?;
     let (version, rest) = rest.split_first_chunk::<4>()?;
@@ -96,14 +90,9 @@ fn load(path: &Path) -> Option<HashMap<BundleHash, IndexedDir>> {
     if !trailing.is_empty() {
         return None;
     }
-    let mut dirs = HashMap::with_capacity(index.dirs.len());
-    for dir in index.dirs {
-        if dir.ended.iter().any(|s| !s.status.is_ended() || s.hash != dir.hash) {
-            return None;
-        }
-        dirs.insert(dir.hash, IndexedDir { stamp: dir.stamp, live: dir.live, ended: dir.ended });
-    }
-    Some(dirs)
+    let consistent =
+        |dir: &DirEntry| dir.ended.iter().all(|s| s.status.is_ended() && s.hash == dir.hash);
+    index.dirs.iter().all(consistent).then(|| index.dirs.into_iter().map(|d| (d.hash, d)).collect())
 }
 
 /// Writes the index: `dirs` with their live threads, and the summaries of ended threads.
@@ -137,9 +126,9 @@ pub fn summaries(
     dirs: Vec<(BundleHash, PathBuf)>,
     read: impl Fn(&Path) -> Result<ThreadSummary>,
 ) -> Result<Vec<ThreadSummary>> {
-    let mut index = load(index_path);
-    let mut dirty = index.is_none();
-    let mut index_dirs = index.take().unwrap_or_default();
+    let loaded = load(index_path);
+    let mut dirty = loaded.is_none();
+    let mut index_dirs = loaded.unwrap_or_default();
     let mut entries = Vec::with_capacity(dirs.len());
     let mut summaries = Vec::new();
     for (hash, dir) in dirs {
@@ -262,6 +251,21 @@ mod tests {
         }
     }
 
+    /// A home with one bundle's directory holding empty thread files for `ids`, its time
+    /// settled; and the index's path.
+    fn bundle_dir(ids: &[ThreadId]) -> (tempfile::TempDir, BundleHash, PathBuf, PathBuf) {
+        let home = tempfile::tempdir().unwrap();
+        let hash: BundleHash = "0000000000000".parse().unwrap();
+        let dir = home.path().join(hash.to_string());
+        std::fs::create_dir(&dir).unwrap();
+        for id in ids {
+            std::fs::write(dir.join(format!("{id}.data.jsonl")), "").unwrap();
+        }
+        age(&dir);
+        let index = home.path().join("threads.index");
+        (home, hash, dir, index)
+    }
+
     /// Sets a directory's time to one fixed instant long ago, as if it had settled.
     fn age(dir: &Path) {
         let old = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
@@ -270,16 +274,8 @@ mod tests {
 
     #[test]
     fn an_unchanged_directory_is_not_listed_and_a_changed_one_is() -> Result<()> {
-        let home = tempfile::tempdir().unwrap();
-        let hash: BundleHash = "0000000000000".parse().unwrap();
-        let dir = home.path().join(hash.to_string());
-        std::fs::create_dir(&dir).unwrap();
-        let index = home.path().join("threads.index");
         let (a, b) = (ThreadId::new(), ThreadId::new());
-        for id in [a, b] {
-            std::fs::write(dir.join(format!("{id}.data.jsonl")), "").unwrap();
-        }
-        age(&dir);
+        let (_home, hash, dir, index) = bundle_dir(&[a, b]);
         let reads = std::cell::RefCell::new(Vec::new());
         let read = |path: &Path| {
             let id: ThreadId = path.file_name().unwrap().to_str().unwrap()[..26].parse().unwrap();
@@ -315,16 +311,8 @@ mod tests {
 
     #[test]
     fn a_damaged_or_cut_index_is_rebuilt() -> Result<()> {
-        let home = tempfile::tempdir().unwrap();
-        let hash: BundleHash = "0000000000000".parse().unwrap();
-        let dir = home.path().join(hash.to_string());
-        std::fs::create_dir(&dir).unwrap();
         let ids: Vec<ThreadId> = (0..3).map(|_| ThreadId::new()).collect();
-        for id in &ids {
-            std::fs::write(dir.join(format!("{id}.data.jsonl")), "").unwrap();
-        }
-        age(&dir);
-        let index = home.path().join("threads.index");
+        let (_home, hash, dir, index) = bundle_dir(&ids);
         let read = |path: &Path| {
             let id = path.file_name().unwrap().to_str().unwrap()[..26].parse().unwrap();
             Ok(summary(id, hash, ThreadStatus::Completed))
