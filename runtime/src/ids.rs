@@ -157,25 +157,40 @@ impl FromStr for ThreadId {
     }
 }
 
-/// Ids are written as their text in every record and message.
+/// Ids are written as their text in every record and message (JSON, YAML), and as their
+/// number in binary formats (the listing index, postcard): reading 100,000 ids back from
+/// text would cost more than the rest of the listing.
 macro_rules! serde_as_text {
-    ($($ty:ty),*) => {$(
+    ($($ty:ty: $raw:ty => $to_raw:expr, $from_raw:expr;)*) => {$(
         impl serde::Serialize for $ty {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
+                if s.is_human_readable() {
+                    s.collect_str(self)
+                } else {
+                    let to_raw: fn(&$ty) -> $raw = $to_raw;
+                    serde::Serialize::serialize(&to_raw(self), s)
+                }
             }
         }
 
         impl<'de> serde::Deserialize<'de> for $ty {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                text.parse().map_err(serde::de::Error::custom)
+                if d.is_human_readable() {
+                    let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                    text.parse().map_err(serde::de::Error::custom)
+                } else {
+                    let from_raw: fn($raw) -> $ty = $from_raw;
+                    Ok(from_raw(<$raw>::deserialize(d)?))
+                }
             }
         }
     )*};
 }
 
-serde_as_text!(BundleHash, ThreadId);
+serde_as_text! {
+    BundleHash: u64 => |hash| hash.0, BundleHash;
+    ThreadId: u128 => |id| id.0.0, |raw| ThreadId(ulid::Ulid(raw));
+}
 
 /// Log tags: 8 Crockford Base32 characters (40 random bits) fixed at each call site, so that
 /// `grep TAG` over the source finds the code that wrote a log line.

@@ -44,8 +44,8 @@ pub fn print_table<S: AsRef<str>>(header: &[&str], rows: &[Vec<S>]) -> Result<()
 pub struct Table {
     header: Vec<String>,
     text: String,
-    /// Where each cell ends in `text`, and its width in characters.
-    cells: Vec<(usize, usize)>,
+    /// Where each cell ends in `text`.
+    ends: Vec<usize>,
     widths: Vec<usize>,
 }
 
@@ -55,7 +55,7 @@ impl Table {
         Table {
             header: header.iter().map(|h| h.to_string()).collect(),
             text: String::new(),
-            cells: Vec::new(),
+            ends: Vec::new(),
             widths: header.iter().map(|h| h.chars().count()).collect(),
         }
     }
@@ -73,6 +73,20 @@ impl Table {
         self.end_cell()
     }
 
+    /// Adds the next cell: `text` cut to `max` characters as [`truncate`] cuts it.
+    pub fn cell_truncated(&mut self, text: &str, max: usize) -> &mut Table {
+        match plain_cut(text, max) {
+            Some((kept, ellipsis)) => {
+                self.text.push_str(kept);
+                if ellipsis {
+                    self.text.push('…');
+                }
+            }
+            None => self.text.push_str(&truncate_general(text, max)),
+        }
+        self.end_cell()
+    }
+
     /// Adds the next cell, formatted (`format_args!`), escaped as [`Table::cell`] is.
     pub fn cell_fmt(&mut self, args: std::fmt::Arguments<'_>) -> &mut Table {
         let start = self.text.len();
@@ -85,25 +99,23 @@ impl Table {
     }
 
     fn end_cell(&mut self) -> &mut Table {
-        let start = self.cells.last().map_or(0, |&(end, _)| end);
-        let cell = &self.text[start..];
-        let width = if cell.is_ascii() { cell.len() } else { cell.chars().count() };
-        let column = self.cells.len() % self.widths.len();
-        self.widths[column] = self.widths[column].max(width);
-        self.cells.push((self.text.len(), width));
+        let start = self.ends.last().copied().unwrap_or(0);
+        let column = self.ends.len() % self.widths.len();
+        self.widths[column] = self.widths[column].max(width(&self.text[start..]));
+        self.ends.push(self.text.len());
         self
     }
 
     /// Makes room for about `rows` more rows, so that a long listing is not copied as it grows.
     pub fn reserve(&mut self, rows: usize) -> &mut Table {
         self.text.reserve(rows * 24 * self.widths.len());
-        self.cells.reserve(rows * self.widths.len());
+        self.ends.reserve(rows * self.widths.len());
         self
     }
 
     /// Whether no row was added.
     pub fn is_empty(&self) -> bool {
-        self.cells.is_empty()
+        self.ends.is_empty()
     }
 
     /// Prints the table on stdout, a buffered line at a time.
@@ -113,12 +125,12 @@ impl Table {
         // the table.
         let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
         let mut row = String::new();
-        let mut line = |cells: &mut dyn Iterator<Item = (&str, usize)>| {
+        let mut line = |cells: &mut dyn Iterator<Item = &str>| {
             row.clear();
-            for (column, (cell, width)) in cells.enumerate() {
+            for (column, cell) in cells.enumerate() {
                 row.push_str(cell);
                 if column + 1 < columns {
-                    let pad = self.widths[column] - width + 2;
+                    let pad = self.widths[column] - width(cell) + 2;
                     const SPACES: &str = "                                                ";
                     match SPACES.get(..pad) {
                         Some(spaces) => row.push_str(spaces),
@@ -131,13 +143,13 @@ impl Table {
             std::io::Write::write_all(&mut out, row.as_bytes())
         };
         let mut write = || -> std::io::Result<()> {
-            line(&mut self.header.iter().map(|h| (h.as_str(), h.chars().count())))?;
+            line(&mut self.header.iter().map(String::as_str))?;
             let mut start = 0;
-            for cells in self.cells.chunks(columns) {
-                line(&mut cells.iter().map(|&(end, width)| {
+            for ends in self.ends.chunks(columns) {
+                line(&mut ends.iter().map(|&end| {
                     let cell = &self.text[start..end];
                     start = end;
-                    (cell, width)
+                    cell
                 }))?;
             }
             Ok(())
@@ -146,12 +158,21 @@ impl Table {
     }
 }
 
-/// How long ago `timestamp_ms` was, as [`age`] writes it.
-pub struct Age(pub u64);
+/// How many characters `cell` shows (cells are escaped: one character, one column).
+fn width(cell: &str) -> usize {
+    if cell.is_ascii() { cell.len() } else { cell.chars().count() }
+}
+
+/// How long before `now_ms` the time `at_ms` was, as [`age`] writes it. A listing reads the
+/// clock once for all its rows.
+pub struct Age {
+    pub at_ms: u64,
+    pub now_ms: u64,
+}
 
 impl std::fmt::Display for Age {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let secs = crate::clock::now_ms().saturating_sub(self.0) / 1000;
+        let secs = self.now_ms.saturating_sub(self.at_ms) / 1000;
         match secs {
             s if s < 60 => write!(f, "{s}s"),
             s if s < 3600 => write!(f, "{}m", s / 60),
@@ -163,15 +184,24 @@ impl std::fmt::Display for Age {
 
 /// `42s`, `5m`, `3h`, `2d` since `timestamp_ms`.
 pub fn age(timestamp_ms: u64) -> String {
-    Age(timestamp_ms).to_string()
+    Age { at_ms: timestamp_ms, now_ms: crate::clock::now_ms() }.to_string()
 }
 
 /// `text` flattened to one line of a terminal (runs of whitespace become one space; the rest
 /// escaped, see [`terminal::line`]) and cut to `max` characters, with an ellipsis if cut.
 /// One pass that stops at the cut: listings call it for every thread.
 pub fn truncate(text: &str, max: usize) -> String {
-    // Most texts begin with plain words: then the cut is a slice. Listings call this for
-    // every thread, and the general path costs as much as the rest of a row.
+    match plain_cut(text, max) {
+        Some((kept, false)) => kept.to_string(),
+        Some((kept, true)) => format!("{kept}…"),
+        None => truncate_general(text, max),
+    }
+}
+
+/// [`truncate`] for a text that begins with plain words, which most do: then the cut is a
+/// slice, followed by an ellipsis if `true`. `None` for any other text. Listings cut a prompt
+/// for every thread, and the general path costs as much as the rest of a row.
+fn plain_cut(text: &str, max: usize) -> Option<(&str, bool)> {
     let bytes = text.as_bytes();
     let plain = |s: &[u8]| {
         s.first() != Some(&b' ')
@@ -179,15 +209,12 @@ pub fn truncate(text: &str, max: usize) -> String {
             && !s.windows(2).any(|w| w == b"  ")
     };
     if bytes.len() <= max && plain(bytes) {
-        return text.trim_end_matches(' ').to_string();
+        return Some((text.trim_end_matches(' '), false));
     }
     if bytes.len() > max && bytes[max] != b' ' && plain(&bytes[..=max]) {
-        let mut cut = String::with_capacity(max + 3);
-        cut.push_str(&text[..max.saturating_sub(1)]);
-        cut.push('…');
-        return cut;
+        return Some((&text[..max.saturating_sub(1)], true));
     }
-    truncate_general(text, max)
+    None
 }
 
 /// [`truncate`] for any text, one character at a time.
@@ -251,8 +278,10 @@ mod tests {
         table.cell("wide cell").cell("x").cell("last  ");
         table.cell("é").cell_fmt(format_args!("{}", 42)).cell("\u{1b}]0;t");
         let mut columns = [0usize; 3];
-        for (i, &(_, width)) in table.cells.iter().enumerate() {
-            columns[i % 3] = columns[i % 3].max(width);
+        let mut start = 0;
+        for (i, &end) in table.ends.iter().enumerate() {
+            columns[i % 3] = columns[i % 3].max(width(&table.text[start..end]));
+            start = end;
         }
         assert_eq!(columns, [9, 2, 10]);
         assert_eq!(table.widths, vec![9, 11, 10]);
@@ -265,6 +294,9 @@ mod tests {
             text in "[ a-c\t\n\u{1b}é]{0,12}", max in 0usize..10
         ) {
             proptest::prop_assert_eq!(truncate(&text, max), truncate_general(&text, max));
+            let mut table = Table::new(&["PROMPT"]);
+            table.cell_truncated(&text, max);
+            proptest::prop_assert_eq!(table.text, truncate_general(&text, max));
         }
     }
 

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 
 use super::GlobalOptions;
-use super::output::{Age, Table, print_json, truncate};
+use super::output::{Age, Table, print_json};
 use crate::run::lifecycle::{self, PruneFilter};
 use crate::store::records::EndStatus;
 
@@ -111,14 +111,15 @@ impl ThreadsCommand {
         }
         let mut table = Table::new(&["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"]);
         table.reserve(summaries.len());
+        let now_ms = crate::clock::now_ms();
         for thread in selected {
             table
                 .cell_shown(thread.thread_id.encode(&mut [0; 26]))
                 .cell(&thread.name)
                 .cell_shown(thread.status.as_str())
                 .cell_fmt(format_args!("{}", thread.steps))
-                .cell_fmt(format_args!("{}", Age(thread.timestamp)))
-                .cell_shown(&truncate(&thread.prompt, 40));
+                .cell_fmt(format_args!("{}", Age { at_ms: thread.timestamp, now_ms }))
+                .cell_truncated(&thread.prompt, 40);
         }
         if table.is_empty() {
             outln!("no threads")?;
