@@ -14,7 +14,7 @@ GUEST_DIR    := target/$(GUEST_TARGET)/guest
 BIN          := target/debug/uncaged-workflow
 # The demo keeps its state inside the repository, never in your real home.
 DEMO_HOME    ?= $(CURDIR)/target/demo-home
-BUNDLES      := solve-issue develop
+BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash
 
@@ -28,7 +28,8 @@ build:
 
 # Every example bundle: Rust (cargo), Python (componentize-py) and JavaScript
 # (componentize-js), their tools installed into target/ when missing.
-bundles: guest-target language-tools target/bundles/solve_issue_py.wasm target/bundles/solve_issue_js.wasm
+bundles: guest-target language-tools target/bundles/solve_issue_py.wasm target/bundles/solve_issue_js.wasm \
+	target/bundles/review_panel_py.wasm target/bundles/review_panel_js.wasm
 	$(CARGO) build --target $(GUEST_TARGET) --profile guest $(addprefix -p ,$(BUNDLES))
 
 language-tools:
@@ -39,6 +40,12 @@ target/bundles/solve_issue_py.wasm: bundles/solve-issue-py/app.py $(wildcard gue
 
 target/bundles/solve_issue_js.wasm: bundles/solve-issue-js/app.js guest-sdk/js/uncaged-workflow.js wit/workflow.wit | language-tools
 	bundles/build-bundle.sh js bundles/solve-issue-js $@
+
+target/bundles/review_panel_py.wasm: bundles/review-panel-py/app.py $(wildcard guest-sdk/python/*.py) wit/workflow.wit | language-tools
+	bundles/build-bundle.sh python bundles/review-panel-py $@
+
+target/bundles/review_panel_js.wasm: bundles/review-panel-js/app.js guest-sdk/js/uncaged-workflow.js wit/workflow.wit | language-tools
+	bundles/build-bundle.sh js bundles/review-panel-js $@
 
 demo: build guest-target
 	$(CARGO) build --target $(GUEST_TARGET) --profile guest -p solve-issue

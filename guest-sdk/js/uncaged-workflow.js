@@ -1,10 +1,12 @@
 // Write uncaged-workflow bundles in JavaScript: roles as data, a moderator, one `define` call.
 //
-// The same model as the Rust SDK (guest-sdk/src) and the Python helper: each call of the
-// host's `next()` runs the moderator, asks the agent the host bound to the chosen role,
-// extracts the role's meta with the host's extractor, and yields the step. A thread started
-// with recorded steps continues after them (resume, fork); it ends with return code 2 once it
-// holds `maxRounds` steps. Time comes from the host (`now`), never from a guest clock.
+// The same model as the Rust SDK (guest-sdk/src) and the Python helper, on contract 0.2.0:
+// each call of the host's `next()` runs the moderator, asks the agents the host bound to the
+// chosen role or roles (`Next.parallel([...])`: all at once, the host runs them concurrently),
+// extracts each role's meta with the host's extractor, and yields the steps together. The
+// helper keeps the thread's steps itself; the host hands them over once. A thread started with
+// recorded steps continues after them (resume, fork); it ends with return code 2 once it would
+// hold more than `maxRounds` steps. Time comes from the host (`now`), never a guest clock.
 //
 //   // app.js
 //   import { define, Next } from "uncaged-workflow";
@@ -16,7 +18,7 @@
 //
 // Build: jco componentize app.js --wit wit --world-name bundle --disable all -o app.wasm
 
-import { agent, extract, now } from "uncaged:workflow/host@0.1.0";
+import { agents, extract, now } from "uncaged:workflow/host@0.2.0";
 
 export const RETURN_OK = 0;
 export const RETURN_FAILED = 1;
@@ -24,18 +26,21 @@ export const RETURN_MAX_ROUNDS = 2;
 
 /** A moderator's decision. */
 export const Next = {
-  role: (name) => ({ role: name }),
+  role: (name) => ({ roles: [name] }),
+  /** Run every role of `names` at once (a parallel group), e.g. three reviewers. */
+  parallel: (names) => ({ roles: [...names] }),
   done: (summary) => ({ returnCode: RETURN_OK, summary }),
   fail: (returnCode, summary) => ({ returnCode, summary }),
 };
 
 /** The thread so far, as the moderator sees it. */
 class ThreadContext {
-  constructor(threadId, prompt, steps, maxRounds) {
+  constructor(threadId, prompt, steps, maxRounds, triggerData) {
     this.threadId = threadId;
     this.prompt = prompt;
     this.steps = steps;
     this.maxRounds = maxRounds;
+    this.triggerData = triggerData;
   }
   last() {
     return this.steps[this.steps.length - 1];
@@ -94,38 +99,46 @@ export function define(definition) {
 
   function advance(thread) {
     const decision = definition.moderator(thread);
-    if (decision.role === undefined) {
+    if (decision.roles === undefined) {
       return { returnCode: decision.returnCode, summary: decision.summary };
     }
-    const name = decision.role;
-    if (thread.steps.length >= thread.maxRounds) {
+    const names = decision.roles;
+    if (names.length === 0) return { returnCode: RETURN_FAILED, summary: "moderator chose unknown role ``" };
+    if (thread.steps.length + names.length > thread.maxRounds) {
       return {
         returnCode: RETURN_MAX_ROUNDS,
-        summary: `reached max rounds (${thread.maxRounds}) before the workflow finished; next role was \`${name}\``,
+        summary: `reached max rounds (${thread.maxRounds}) before the workflow finished; next: \`${names.join("`, `")}\``,
       };
     }
-    const role = roles.find((r) => r.name === name);
-    if (!role) return { returnCode: RETURN_FAILED, summary: `moderator chose unknown role \`${name}\`` };
-    let content;
-    try {
-      content = agent({
-        context: { threadId: thread.threadId, prompt: thread.prompt, steps: thread.steps.map(toWit) },
-        role: role.name,
-        systemPrompt: role.systemPrompt,
-      });
-    } catch (e) {
-      return { returnCode: RETURN_FAILED, summary: `agent for role \`${name}\` failed: ${errorText(e)}` };
+    const chosen = [];
+    for (const name of names) {
+      const role = roles.find((r) => r.name === name);
+      if (!role) return { returnCode: RETURN_FAILED, summary: `moderator chose unknown role \`${name}\`` };
+      chosen.push(role);
     }
-    let extracted;
-    try {
-      extracted = extract({ schema: JSON.stringify(role.schema), prompt: role.extractPrompt, content });
-    } catch (e) {
-      return {
-        returnCode: RETURN_FAILED,
-        summary: `could not extract the meta of role \`${name}\`: ${errorText(e)}`,
-      };
+    const answers = agents(chosen.map((role) => ({ role: role.name, input: undefined })));
+    const steps = [];
+    for (const [i, role] of chosen.entries()) {
+      const answer = answers[i];
+      if (answer.tag === "err") {
+        return {
+          returnCode: RETURN_FAILED,
+          summary: `agent for role \`${role.name}\` failed: ${errorText({ payload: answer.val })}`,
+        };
+      }
+      const content = answer.val;
+      let extracted;
+      try {
+        extracted = extract({ schema: JSON.stringify(role.schema), prompt: role.extractPrompt, content });
+      } catch (e) {
+        return {
+          returnCode: RETURN_FAILED,
+          summary: `could not extract the meta of role \`${role.name}\`: ${errorText(e)}`,
+        };
+      }
+      steps.push({ role: role.name, content, meta: meta(extracted), timestamp: now() });
     }
-    return { step: { role: name, content, meta: meta(extracted), timestamp: now() } };
+    return { steps };
   }
 
   class Thread {
@@ -135,15 +148,16 @@ export function define(definition) {
         input.prompt,
         input.steps.map((s) => ({ role: s.role, content: s.content, meta: meta(s.meta), timestamp: s.timestamp })),
         options.maxRounds,
+        input.triggerData === undefined || input.triggerData === null ? undefined : meta(input.triggerData),
       );
       this.finished = null;
     }
     next() {
       if (this.finished === null) {
         const outcome = advance(this.thread);
-        if (outcome.step) {
-          this.thread.steps.push(outcome.step);
-          return { tag: "output", val: toWit(outcome.step) };
+        if (outcome.steps) {
+          this.thread.steps.push(...outcome.steps);
+          return { tag: "outputs", val: outcome.steps.map(toWit) };
         }
         this.finished = outcome;
       }

@@ -1,9 +1,12 @@
 """Write uncaged-workflow bundles in Python: roles as data, a moderator, one `export` call.
 
-The same model as the Rust SDK (guest-sdk/src): each call of the host's `next()` runs the
-moderator, asks the agent the host bound to the chosen role, extracts the role's meta with the
-host's extractor, and yields the step. A thread started with recorded steps continues after
-them (resume, fork), and a thread ends with return code 2 once it holds `max_rounds` steps.
+The same model as the Rust SDK (guest-sdk/src), on contract 0.2.0: each call of the host's
+`next()` runs the moderator, asks the agents the host bound to the chosen role or roles
+(`Next.parallel([...])`: all at once, the host runs them concurrently), extracts each role's
+meta with the host's extractor, and yields the steps together. The SDK keeps the thread's
+steps itself; the host hands them over once. A thread started with recorded steps continues
+after them (resume, fork), and a thread ends with return code 2 once it would hold more than
+`max_rounds` steps.
 
     # app.py
     import uncaged_workflow as uw
@@ -63,6 +66,7 @@ class ThreadContext:
     prompt: str
     steps: List[Step]
     max_rounds: int
+    trigger_data: Any = None
 
     def last(self) -> Optional[Step]:
         return self.steps[-1] if self.steps else None
@@ -76,15 +80,21 @@ class ThreadContext:
 
 @dataclass
 class Next:
-    """A moderator's decision: run `role_name`, or end with `return_code` and `summary`."""
+    """A moderator's decision: run `role_names` (one, or several at once), or end with
+    `return_code` and `summary`."""
 
-    role_name: Optional[str] = None
+    role_names: Optional[List[str]] = None
     return_code: int = RETURN_OK
     summary: str = ""
 
     @staticmethod
     def role(name: str) -> "Next":
-        return Next(role_name=name)
+        return Next(role_names=[name])
+
+    @staticmethod
+    def parallel(names: List[str]) -> "Next":
+        """Run every role of `names` at once (a parallel group), e.g. three reviewers."""
+        return Next(role_names=list(names))
 
     @staticmethod
     def done(summary: str) -> "Next":
@@ -171,49 +181,55 @@ class Thread:
             prompt=input.prompt,
             steps=[Step(s.role, s.content, _meta(s.meta), s.timestamp) for s in input.steps],
             max_rounds=options.max_rounds,
+            trigger_data=None if input.trigger_data is None else _meta(input.trigger_data),
         )
         self.finished: Optional[types.WorkflowResult] = None
 
     def next(self) -> types.Step:
         if self.finished is None:
             outcome = self._advance()
-            if isinstance(outcome, Step):
-                self.thread.steps.append(outcome)
-                return types.Step_Output(_to_wit(outcome))
+            if isinstance(outcome, list):
+                self.thread.steps.extend(outcome)
+                return types.Step_Outputs([_to_wit(s) for s in outcome])
             self.finished = outcome
         return types.Step_Done(self.finished)
 
     def _advance(self):
         thread = self.thread
         decision = self.definition.moderator(thread)
-        if decision.role_name is None:
+        if decision.role_names is None:
             return types.WorkflowResult(return_code=decision.return_code, summary=decision.summary)
-        name = decision.role_name
-        if len(thread.steps) >= thread.max_rounds:
+        names = decision.role_names
+        if not names:
+            return types.WorkflowResult(return_code=RETURN_FAILED, summary="moderator chose unknown role ``")
+        if len(thread.steps) + len(names) > thread.max_rounds:
+            shown = "`, `".join(names)
             return types.WorkflowResult(
                 return_code=RETURN_MAX_ROUNDS,
-                summary=f"reached max rounds ({thread.max_rounds}) before the workflow finished; next role was `{name}`",
+                summary=f"reached max rounds ({thread.max_rounds}) before the workflow finished; next: `{shown}`",
             )
-        role = next((r for r in self.definition.roles if r.name == name), None)
-        if role is None:
-            return types.WorkflowResult(return_code=RETURN_FAILED, summary=f"moderator chose unknown role `{name}`")
-        request = types.AgentRequest(
-            context=types.ThreadContext(
-                thread_id=thread.thread_id, prompt=thread.prompt, steps=[_to_wit(s) for s in thread.steps]
-            ),
-            role=role.name,
-            system_prompt=role.system_prompt,
-        )
-        try:
-            content = host.agent(request)
-        except Err as e:
-            return types.WorkflowResult(
-                return_code=RETURN_FAILED, summary=f"agent for role `{name}` failed: {_error_text(e)}"
-            )
-        try:
-            meta = host.extract(types.ExtractRequest(schema=_dumps(role.schema), prompt=role.extract_prompt, content=content))
-        except Err as e:
-            return types.WorkflowResult(
-                return_code=RETURN_FAILED, summary=f"could not extract the meta of role `{name}`: {_error_text(e)}"
-            )
-        return Step(role=name, content=content, meta=_meta(meta), timestamp=host.now())
+        roles = []
+        for name in names:
+            role = next((r for r in self.definition.roles if r.name == name), None)
+            if role is None:
+                return types.WorkflowResult(return_code=RETURN_FAILED, summary=f"moderator chose unknown role `{name}`")
+            roles.append(role)
+        answers = host.agents([types.AgentCall(role=r.name, input=None) for r in roles])
+        steps = []
+        for role, answer in zip(roles, answers):
+            if isinstance(answer, Err):
+                return types.WorkflowResult(
+                    return_code=RETURN_FAILED, summary=f"agent for role `{role.name}` failed: {_error_text(answer)}"
+                )
+            content = answer.value
+            try:
+                meta = host.extract(
+                    types.ExtractRequest(schema=_dumps(role.schema), prompt=role.extract_prompt, content=content)
+                )
+            except Err as e:
+                return types.WorkflowResult(
+                    return_code=RETURN_FAILED,
+                    summary=f"could not extract the meta of role `{role.name}`: {_error_text(e)}",
+                )
+            steps.append(Step(role=role.name, content=content, meta=_meta(meta), timestamp=host.now()))
+        return steps

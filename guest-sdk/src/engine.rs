@@ -104,10 +104,8 @@ pub struct Generator<W> {
 }
 
 struct State {
+    /// The thread: the steps the host handed over, then every one yielded since.
     thread: ThreadContext,
-    /// The steps in their WIT form, kept beside `thread.steps` so that each agent request
-    /// copies them instead of serializing every meta again.
-    wit_steps: Vec<wit::RoleOutput>,
     roles: Vec<Role>,
     /// Set once the thread is over; later `next()` calls repeat it.
     finished: Option<Outcome>,
@@ -115,17 +113,15 @@ struct State {
 
 impl<W: Workflow> GuestThread for Generator<W> {
     fn new(input: wit::RunInput, options: wit::RunOptions) -> Self {
-        let wit_steps = input.steps;
-        let steps = wit_steps.iter().cloned().map(step_from_wit).collect();
         Generator {
             state: RefCell::new(State {
                 thread: ThreadContext {
                     thread_id: options.thread_id,
                     prompt: input.prompt,
-                    steps,
+                    steps: input.steps.into_iter().map(step_from_wit).collect(),
                     max_rounds: options.max_rounds,
+                    trigger_data: input.trigger_data.as_deref().map(parse_meta),
                 },
-                wit_steps,
                 roles: W::roles(),
                 finished: None,
             }),
@@ -139,11 +135,10 @@ impl<W: Workflow> GuestThread for Generator<W> {
             return done(outcome);
         }
         match advance::<W>(&state) {
-            Ok(step) => {
-                let output = step_to_wit(&step);
-                state.thread.steps.push(step);
-                state.wit_steps.push(output.clone());
-                wit::Step::Output(output)
+            Ok(steps) => {
+                let outputs = steps.iter().map(step_to_wit).collect();
+                state.thread.steps.extend(steps);
+                wit::Step::Outputs(outputs)
             }
             Err(outcome) => {
                 let result = done(&outcome);
@@ -154,64 +149,72 @@ impl<W: Workflow> GuestThread for Generator<W> {
     }
 }
 
-/// Runs one step: moderator, agent, extract. `Err` ends the thread with that outcome.
-fn advance<W: Workflow>(state: &State) -> Result<Step, Outcome> {
+/// Runs one step: moderator, agents (at once), extract. `Err` ends the thread with that
+/// outcome.
+fn advance<W: Workflow>(state: &State) -> Result<Vec<Step>, Outcome> {
     let thread = &state.thread;
-    let name = match W::moderator(thread) {
+    let names = match W::moderator(thread) {
         Next::End(outcome) => return Err(outcome),
-        Next::Role(name) => name,
+        Next::Role(name) => vec![name],
+        Next::Parallel(names) if names.is_empty() => {
+            return Err(W::on_role_error(thread, &RoleError::UnknownRole(String::new())));
+        }
+        Next::Parallel(names) => names,
     };
     // Checked after the moderator so that a thread which ends on its last allowed round
     // ends the way its moderator says, not as a round overrun.
-    if thread.steps.len() >= thread.max_rounds as usize {
+    if thread.steps.len() + names.len() > thread.max_rounds as usize {
         return Err(Outcome {
             return_code: RETURN_MAX_ROUNDS,
             summary: format!(
-                "reached max rounds ({}) before the workflow finished; next role was `{name}`",
-                thread.max_rounds
+                "reached max rounds ({}) before the workflow finished; next: `{}`",
+                thread.max_rounds,
+                names.join("`, `")
             ),
         });
     }
-    let Some(role) = state.roles.iter().find(|r| r.name == name) else {
-        return Err(W::on_role_error(thread, &RoleError::UnknownRole(name)));
-    };
-    let request = wit::AgentRequest {
-        context: wit::ThreadContext {
-            thread_id: thread.thread_id.clone(),
-            prompt: thread.prompt.clone(),
-            steps: state.wit_steps.clone(),
-        },
-        role: role.name.clone(),
-        system_prompt: role.system_prompt.clone(),
-    };
-    let content = host::agent(&request).map_err(|e| {
-        let reason = match e {
-            wit::AgentError::Unavailable(m) => format!("unavailable: {m}"),
-            wit::AgentError::Failed(m) => m,
-            wit::AgentError::Timeout(m) => format!("timed out: {m}"),
-        };
-        W::on_role_error(thread, &RoleError::Agent { role: role.name.clone(), reason })
-    })?;
-    let extracted = host::extract(&wit::ExtractRequest {
-        schema: role.schema.to_string(),
-        prompt: role.extract_prompt.clone(),
-        content: content.clone(),
-    })
-    .map_err(|e| {
-        let reason = match e {
-            wit::ExtractError::InvalidSchema(m) => format!("invalid schema: {m}"),
-            wit::ExtractError::NoJson(m) => m,
-            wit::ExtractError::SchemaMismatch(m) => m,
-            wit::ExtractError::Unavailable(m) => format!("extractor unavailable: {m}"),
-        };
-        W::on_role_error(thread, &RoleError::Extract { role: role.name.clone(), reason })
-    })?;
-    Ok(Step {
-        role: role.name.clone(),
-        content,
-        meta: parse_meta(&extracted),
-        timestamp: host::now(),
-    })
+    let mut roles = Vec::with_capacity(names.len());
+    for name in names {
+        match state.roles.iter().find(|r| r.name == name) {
+            Some(role) => roles.push(role),
+            None => return Err(W::on_role_error(thread, &RoleError::UnknownRole(name))),
+        }
+    }
+    let calls: Vec<wit::AgentCall> =
+        roles.iter().map(|role| wit::AgentCall { role: role.name.clone(), input: None }).collect();
+    let answers = host::agents(&calls);
+    let mut steps = Vec::with_capacity(roles.len());
+    for (role, answer) in roles.into_iter().zip(answers) {
+        let content = answer.map_err(|e| {
+            let reason = match e {
+                wit::AgentError::Unavailable(m) => format!("unavailable: {m}"),
+                wit::AgentError::Failed(m) => m,
+                wit::AgentError::Timeout(m) => format!("timed out: {m}"),
+            };
+            W::on_role_error(thread, &RoleError::Agent { role: role.name.clone(), reason })
+        })?;
+        let extracted = host::extract(&wit::ExtractRequest {
+            schema: role.schema.to_string(),
+            prompt: role.extract_prompt.clone(),
+            content: content.clone(),
+        })
+        .map_err(|e| {
+            let reason = match e {
+                wit::ExtractError::InvalidSchema(m) => format!("invalid schema: {m}"),
+                wit::ExtractError::NoJson(m) => m,
+                wit::ExtractError::SchemaMismatch(m) => m,
+                wit::ExtractError::Unavailable(m) => format!("extractor unavailable: {m}"),
+            };
+            W::on_role_error(thread, &RoleError::Extract { role: role.name.clone(), reason })
+        })?;
+        steps.push(Step {
+            role: role.name.clone(),
+            content,
+            meta: parse_meta(&extracted),
+            timestamp: host::now(),
+        });
+    }
+    Ok(steps)
 }
 
 fn done(outcome: &Outcome) -> wit::Step {

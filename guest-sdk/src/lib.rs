@@ -37,12 +37,15 @@
 //!
 //! Each call of the host's `next()` runs one step in three phases:
 //!
-//! 1. the **moderator** looks at the thread (prompt and steps so far) and names the next role,
-//!    or ends the thread;
-//! 2. the **agent** bound to that role by the host answers with text;
-//! 3. the **extractor** turns that text into the role's `meta`, validated against its schema;
+//! 1. the **moderator** looks at the thread (prompt and steps so far) and names the next role
+//!    ([`Next::role`]), several roles to run at once ([`Next::parallel`]), or ends the thread;
+//! 2. the **agents** bound to those roles by the host answer with text (several at once: the
+//!    host runs them concurrently);
+//! 3. the **extractor** turns each answer into its role's `meta`, validated against its schema;
 //!
-//! and the step `{role, content, meta, timestamp}` is yielded for the host to persist.
+//! and the steps `{role, content, meta, timestamp}` are yielded together for the host to
+//! persist. The engine keeps the thread's steps itself: the host hands them over once, when
+//! the thread starts or resumes.
 //!
 //! The loop honours the *continuation contract*: a thread started with recorded steps
 //! continues after them, which is how the host resumes, pauses and forks threads. It also
@@ -97,7 +100,7 @@ pub mod log {
 pub mod bindings {
     wit_bindgen::generate!({
         world: "bundle",
-        path: "../wit",
+        path: "../wit/workflow.wit",
         pub_export_macro: true,
         export_macro_name: "__export_bundle",
         default_bindings_module: "uncaged_workflow_sdk::bindings",

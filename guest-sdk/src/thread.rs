@@ -26,6 +26,8 @@ pub struct ThreadContext {
     pub steps: Vec<Step>,
     /// The most steps this thread may hold.
     pub max_rounds: u32,
+    /// What the trigger that started the thread passed (a poll's item), if one did.
+    pub trigger_data: Option<Value>,
 }
 
 impl ThreadContext {
@@ -59,6 +61,9 @@ pub struct Outcome {
 pub enum Next {
     /// Run this role next.
     Role(String),
+    /// Run these roles at once: their agents answer concurrently, and their steps are
+    /// recorded together, in this order.
+    Parallel(Vec<String>),
     /// End the thread.
     End(Outcome),
 }
@@ -67,6 +72,11 @@ impl Next {
     /// Run `name` next.
     pub fn role(name: impl Into<String>) -> Self {
         Next::Role(name.into())
+    }
+
+    /// Run every role of `names` at once (a parallel group), e.g. three reviewers.
+    pub fn parallel<S: Into<String>>(names: impl IntoIterator<Item = S>) -> Self {
+        Next::Parallel(names.into_iter().map(Into::into).collect())
     }
 
     /// End the thread successfully.

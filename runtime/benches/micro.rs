@@ -15,10 +15,10 @@ use uncaged_workflow::home::Home;
 use uncaged_workflow::ids::BundleHash;
 use uncaged_workflow::limits::Limits;
 use uncaged_workflow::run::catalog::Catalog;
-use uncaged_workflow::sandbox::bindings::{RunInput, RunOptions};
 use uncaged_workflow::sandbox::control::ThreadControl;
 use uncaged_workflow::sandbox::engine::{LoadedBundle, Runtime};
-use uncaged_workflow::sandbox::state::{HostContext, ThreadState};
+use uncaged_workflow::sandbox::instance::ThreadInput;
+use uncaged_workflow::sandbox::state::{HostContext, ThreadState, ThreadView};
 use uncaged_workflow::store::Storage;
 use uncaged_workflow::store::config::Config;
 use uncaged_workflow::store::info_log::InfoLog;
@@ -56,6 +56,7 @@ fn store(runtime: &Runtime, bundle: &LoadedBundle) -> Store<ThreadState> {
         InfoLog::tracing(),
         Journal::disabled(),
         Arc::new(ThreadControl::default()),
+        ThreadView::default(),
     );
     let mut store = Store::new(runtime.engine(), ThreadState::new(host, &Limits::default()));
     store.set_epoch_deadline(u64::MAX / 2);
@@ -98,7 +99,7 @@ fn instantiate(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.to_async(&rt).iter(|| async {
                 let mut store = store(&runtime, &bundle);
-                bundle.pre.instantiate_async(&mut store).await.unwrap()
+                bundle.pre.instantiate(&mut store).await.unwrap()
             })
         });
     }
@@ -123,22 +124,22 @@ fn step(c: &mut Criterion) {
                 while done < iters {
                     // A thread of solve-issue takes 5 steps: time them, not the set-up.
                     let mut store = store(runtime, bundle);
-                    let instance = bundle.pre.instantiate_async(&mut store).await.unwrap();
-                    let generator = instance.uncaged_workflow_workflow().thread();
-                    let input = RunInput { prompt: "Fix the crash".into(), steps: vec![] };
-                    let options = RunOptions {
-                        thread_id: "01KQXKW18CT8G75T53R8F4G7YG".into(),
+                    let instance = bundle.pre.instantiate(&mut store).await.unwrap();
+                    let input = ThreadInput {
+                        thread_id: "01KQXKW18CT8G75T53R8F4G7YG".parse().unwrap(),
+                        prompt: "Fix the crash",
+                        steps: &[],
+                        trigger_data: None,
                         max_rounds: 1000,
                     };
-                    let thread =
-                        generator.call_constructor(&mut store, &input, &options).await.unwrap();
+                    let generator = instance.start(&mut store, input).await.unwrap();
                     for _ in 0..5 {
                         if done == iters {
                             break;
                         }
                         store.data_mut().start_step();
                         let started = Instant::now();
-                        generator.call_next(&mut store, thread).await.unwrap();
+                        generator.next(&mut store).await.unwrap();
                         let elapsed = started.elapsed();
                         total += elapsed;
                         let share =

@@ -168,8 +168,9 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
             let context = AgentContext {
                 thread_id: "bench".into(),
                 prompt: "Fix the crash".into(),
-                steps: recorded.clone(),
+                steps: Arc::new(recorded.clone()),
                 role: RoleRef { name: role.into(), system_prompt: spec.system_prompt.clone() },
+                input: None,
             };
             let answer = agent.answer(&context).unwrap();
             let response = CallResponse::Ok { value: answer.content.clone(), meta: None };
@@ -192,6 +193,7 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
                 content: answer.content,
                 meta,
                 timestamp: now_ms(),
+                group: None,
             };
             data.append(&serde_json::to_vec(&step).unwrap()).unwrap();
             recorded.push(step);
@@ -295,6 +297,7 @@ fn new_thread(store: &Storage, hash: BundleHash, max_rounds: u32) -> OpenThread 
             max_rounds,
             agents: AgentFlags::default(),
             limits: Default::default(),
+            trigger_data: None,
         },
     )
     .unwrap()

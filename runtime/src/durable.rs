@@ -131,6 +131,13 @@ impl AppendFile {
         self.file.try_lock()
     }
 
+    /// Cuts the file back to its first `len` bytes, on disk when this returns: what a crash
+    /// left half-written and nobody was told was stored.
+    pub fn cut_to(&mut self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)?;
+        self.file.sync_data()
+    }
+
     /// Appends one line (a newline is added) and, if the file is durable, fsyncs it.
     pub fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
         self.append_synced(line, self.durable)

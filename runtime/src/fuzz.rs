@@ -101,6 +101,7 @@ proptest! {
             description: String::new(),
             max_rounds: 1,
             roles: vec![],
+            contract: "0.2.0".into(),
         };
         // Ok or a message: either way no panic.
         let _ = crate::agents::ScriptedAgent::new(Some(&path), &descriptor);
@@ -163,6 +164,7 @@ proptest! {
                 content,
                 meta: serde_json::json!({"n": n}),
                 timestamp: n as u64,
+                group: None,
             })
             .collect();
         let (writer, _) = threads.create(&start, &records, &[]).unwrap();

@@ -9,6 +9,7 @@ use std::process::Command;
 const COMPONENTS: &[(&str, &str, &str)] = &[
     ("SOLVE_ISSUE", "solve-issue", "solve_issue"),
     ("DEVELOP", "develop", "develop"),
+    ("REVIEW_PANEL", "review-panel", "review_panel"),
     ("BAD_IMPORT", "guest-bad-import", "guest_bad_import"),
     ("NO_WORKFLOW_EXPORT", "guest-no-workflow-export", "guest_no_workflow_export"),
     ("ADVERSARY", "guest-adversary", "guest_adversary"),

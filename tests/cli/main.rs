@@ -9,6 +9,7 @@ mod human;
 mod languages;
 mod lifecycle;
 mod llm;
+mod parallel;
 mod registry;
 mod run;
 mod sandbox;

@@ -26,15 +26,20 @@ pub use processes::AgentProcesses;
 pub use retry::{RetryPolicy, with_retries};
 pub use scripted::ScriptedAgent;
 
-/// What an agent is told: the thread so far and the role it answers as. This is also the JSON
-/// a `command` agent reads on stdin.
+/// What an agent is told: the thread so far, the role it answers as, and any input the bundle
+/// gave this call. This is also the JSON a `command` agent reads on stdin.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentContext {
     pub thread_id: String,
     pub prompt: String,
-    pub steps: Vec<StepRecord>,
+    /// Every step persisted so far. Shared, not copied: the host's own record of the thread,
+    /// handed to each of a step's calls.
+    pub steps: Arc<Vec<StepRecord>>,
     pub role: RoleRef,
+    /// Input for this call only (a DAG step's resolved inputs, say), shown after the thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
 }
 
 /// The role an agent answers as.
@@ -57,6 +62,9 @@ impl AgentContext {
                 step.role,
                 step.content.trim()
             ));
+        }
+        if let Some(input) = &self.input {
+            text.push_str(&format!("\n# Input for this step\n\n{}\n", input.trim()));
         }
         text.push_str(&format!(
             "\n# Your turn\n\nYou are the {}. Answer as the {}.\n",

@@ -20,6 +20,32 @@ use crate::run::ipc::{self, ClientMessage, Reply, Request};
 use crate::store::Storage;
 use crate::store::records::End;
 
+/// Data for a thread, as a trigger would pass it.
+#[derive(Debug, Clone, Args)]
+pub struct TriggerArgs {
+    /// JSON handed to the bundle as `run-input.trigger-data` and kept in the start record,
+    /// as a schedule or a poll passes its item (at most 1 MiB)
+    #[arg(long, value_name = "JSON")]
+    pub trigger_data: Option<String>,
+}
+
+impl TriggerArgs {
+    /// The trigger data, parsed.
+    pub fn value(&self) -> crate::Result<Option<serde_json::Value>> {
+        const MAX: usize = 1 << 20;
+        let Some(text) = &self.trigger_data else { return Ok(None) };
+        if text.len() > MAX {
+            return Err(crate::Error::Usage(format!(
+                "--trigger-data is {} bytes, over its limit of 1 MiB",
+                text.len()
+            )));
+        }
+        serde_json::from_str(text)
+            .map(Some)
+            .map_err(|e| crate::Error::Usage(format!("--trigger-data is not JSON: {e}")))
+    }
+}
+
 /// Agent choices for a thread.
 #[derive(Debug, Clone, Args)]
 pub struct AgentArgs {
@@ -251,7 +277,8 @@ pub async fn hand_over(
                 } else {
                     let meta = truncate(&step.meta.to_string(), 100);
                     progress.println(&format!(
-                        "[{index}] {:<10} {agent}, {elapsed_ms} ms  {meta}",
+                        "{} {:<10} {agent}, {elapsed_ms} ms  {meta}",
+                        super::output::step_label(index, &step),
                         step.role
                     ))?;
                 }

@@ -22,6 +22,15 @@ pub struct StepLine<'a> {
     pub duration_ms: u64,
 }
 
+/// How a step is numbered in listings: `[5]`, or `[5 ∥ 4-6]` for a step of a parallel group
+/// (steps 4 to 6 ran together).
+pub fn step_label(index: usize, step: &StepRecord) -> String {
+    match step.group {
+        Some(group) => format!("[{index} ∥ {}-{}]", group.first, group.last()),
+        None => format!("[{index}]"),
+    }
+}
+
 /// Prints `value` as pretty JSON on stdout.
 pub fn print_json(value: &impl Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(value).expect("output values serialize");

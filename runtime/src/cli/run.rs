@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, LimitArgs, hand_over};
+use super::follow::{AgentArgs, FollowArgs, LimitArgs, TriggerArgs, hand_over};
 use crate::run::lifecycle;
 
 const AFTER_HELP: &str = "\
@@ -41,6 +41,8 @@ pub struct RunCommand {
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
+    pub trigger: TriggerArgs,
+    #[command(flatten)]
     pub follow: FollowArgs,
 }
 
@@ -54,6 +56,7 @@ impl RunCommand {
             self.max_rounds,
             self.agents.flags()?,
             self.limits.overrides(),
+            self.trigger.value()?,
         )?;
         drop(writer);
         // The bindings are recorded in the thread; the worker reads them from there.

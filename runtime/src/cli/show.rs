@@ -8,7 +8,8 @@ use super::output::print_json;
 use super::terminal;
 use crate::run::catalog::Catalog;
 
-/// Show a workflow: description, current hash, roles and their schemas.
+/// Show a workflow: description, current hash, the contract version it targets, roles and
+/// their schemas.
 #[derive(Debug, Parser)]
 pub struct ShowCommand {
     /// The workflow
@@ -27,13 +28,14 @@ impl ShowCommand {
             print_json(&json!({
                 "name": self.name, "hash": entry.hash.to_string(), "timestamp": entry.timestamp,
                 "description": descriptor.description, "maxRounds": descriptor.max_rounds,
-                "roles": descriptor.roles,
+                "contract": descriptor.contract, "roles": descriptor.roles,
             }))?;
             return Ok(0);
         }
         outln!("{} {}", self.name, entry.hash)?;
         outln!("{}", terminal::block(&descriptor.description))?;
         outln!("max rounds: {}", descriptor.max_rounds)?;
+        outln!("contract: uncaged:workflow@{}", terminal::line(&descriptor.contract))?;
         for role in &descriptor.roles {
             outln!()?;
             outln!("role {}", terminal::line(&format!("{}: {}", role.name, role.description)))?;

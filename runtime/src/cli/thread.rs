@@ -46,6 +46,8 @@ pub enum ThreadAction {
         agents: super::follow::AgentArgs,
         #[command(flatten)]
         limits: super::follow::LimitArgs,
+        #[command(flatten)]
+        trigger: super::follow::TriggerArgs,
     },
 }
 
@@ -53,7 +55,7 @@ impl ThreadCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         match self.action {
-            Some(ThreadAction::Start { name, prompt, max_rounds, agents, limits }) => {
+            Some(ThreadAction::Start { name, prompt, max_rounds, agents, limits, trigger }) => {
                 let (mut writer, record) = lifecycle::start_new(
                     &store,
                     &name,
@@ -61,6 +63,7 @@ impl ThreadCommand {
                     max_rounds,
                     agents.flags()?,
                     limits.overrides(),
+                    trigger.value()?,
                 )?;
                 writer.append_pause(Paused::by(PauseReason::Start))?;
                 outln!("{}", record.id())?;
@@ -98,7 +101,8 @@ impl ThreadCommand {
                 }
                 for (i, step) in thread.steps.iter().enumerate() {
                     outln!()?;
-                    let head = format!("[{}] {}  {}", i + 1, step.role, step.meta);
+                    let label = super::output::step_label(i + 1, step);
+                    let head = format!("{label} {}  {}", step.role, step.meta);
                     outln!("{}", terminal::line(&head))?;
                     for line in step.content.lines() {
                         outln!("    {}", terminal::line(line))?;

@@ -33,6 +33,8 @@ pub struct NewThread {
     pub agents: AgentFlags,
     /// `--limit` overrides.
     pub limits: BTreeMap<String, String>,
+    /// What a trigger passed to the thread (`--trigger-data`).
+    pub trigger_data: Option<serde_json::Value>,
 }
 
 /// Creates a thread (its start record) and holds its run lock.
@@ -63,6 +65,7 @@ fn create_with(
         },
         timestamp: now_ms(),
         forked_from,
+        trigger_data: new.trigger_data,
     };
     store.threads().create(&start, steps, calls)
 }
@@ -77,6 +80,7 @@ pub fn start_new(
     max_rounds: Option<u32>,
     agents: AgentFlags,
     limits: BTreeMap<String, String>,
+    trigger_data: Option<serde_json::Value>,
 ) -> Result<OpenThread> {
     let catalog = Catalog::new(store);
     // One read of the registry serves both the name and the bundle's integrity record.
@@ -104,6 +108,7 @@ pub fn start_new(
             max_rounds,
             agents,
             limits,
+            trigger_data,
         },
     )
 }
@@ -174,6 +179,21 @@ pub fn fork(
 ) -> Result<OpenThread> {
     let start = &original.start;
     let options = &start.parameters.options;
+    // A parallel group is one step of the bundle's generator: a fork keeps it whole or not
+    // at all.
+    if let Some(group) = keep.checked_sub(1).and_then(|i| original.steps.get(i)?.group)
+        && keep != group.last()
+    {
+        return Err(Error::Usage(format!(
+            "step {keep} of thread {} is inside a parallel group (steps {}-{} ran together): \
+             fork at {} or {}",
+            original.id(),
+            group.first,
+            group.last(),
+            group.first - 1,
+            group.last()
+        )));
+    }
     let calls = store.threads().journal(start.hash, original.id())?.calls_before(keep);
     create_with(
         store,
@@ -184,6 +204,7 @@ pub fn fork(
             max_rounds: options.max_rounds,
             agents: agents.over(options),
             limits: options.limits.clone(),
+            trigger_data: start.trigger_data.clone(),
         },
         &original.steps[..keep],
         Some(ForkedFrom { thread_id: start.thread_id, step: keep }),

@@ -13,13 +13,14 @@ use crate::error::{Result, chain_line, exit};
 use crate::faults::crash_point;
 use crate::ids::ThreadId;
 use crate::limits::Limits;
-use crate::sandbox::bindings::{RoleOutput, RunInput, RunOptions, Step};
 use crate::sandbox::control::ThreadControl;
 use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
-use crate::sandbox::state::{HostContext, ThreadState, new_store, within_budget};
+use crate::sandbox::instance::{self, GeneratorStep, ThreadInput};
+use crate::sandbox::state::{HostContext, ThreadState, ThreadView, new_store, within_budget};
 use crate::store::info_log::{InfoLog, LogLevel};
 use crate::store::records::{
-    End, EndRecord, EndStatus, PauseReason, Paused, PendingCall, StepRecord, ThreadRecord,
+    End, EndRecord, EndStatus, PauseReason, Paused, PendingCall, StepGroup, StepRecord,
+    ThreadRecord,
 };
 use crate::store::{Storage, ThreadWriter};
 
@@ -116,13 +117,27 @@ pub async fn run_thread(
     let journal = ctx.store.threads().journal(bundle.hash, id)?;
     ctx.control.set_steps(record.steps.len());
 
-    let host = HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone());
+    let view = ThreadView {
+        prompt: record.start.parameters.prompt.clone(),
+        steps: Arc::new(record.steps.clone()),
+        system_prompts: Arc::new(
+            bundle
+                .descriptor
+                .roles
+                .iter()
+                .map(|r| (r.name.clone(), r.system_prompt.clone()))
+                .collect(),
+        ),
+    };
+    let host =
+        HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone(), view);
     let mut generator = match Generator::start(ctx, bundle, host, id, record).await {
         Ok(generator) => generator,
         Err(end) => return finish(writer, &info, end),
     };
 
     let mut count = record.steps.len();
+    // Generator steps taken: `step` takes one, which may persist a parallel group.
     let mut taken = 0;
     loop {
         if let Until::Steps(n) = until
@@ -131,20 +146,24 @@ pub async fn run_thread(
             return Ok(RunOutcome::Stepped);
         }
         let started = Instant::now();
-        let step =
+        let steps =
             match generator.next(bundle, count, record.start.parameters.options.max_rounds).await {
-                Ok(step) => step,
+                Ok(steps) => steps,
                 Err(end) => return finish(writer, &info, end),
             };
         ctx.control.set_activity(None);
-        count += 1;
         taken += 1;
-        writer.append_step(&step)?;
+        writer.append_steps(&steps)?;
         crash_point("step-persisted");
-        ctx.control.set_steps(count);
+        generator.persisted(&steps);
+        ctx.control.set_steps(count + steps.len());
         info.flush();
-        let agent = ctx.agents.for_role(&step.role).map_or_else(String::new, |b| b.label.clone());
-        on_event(ThreadEvent::Step { index: count, step, agent, elapsed: started.elapsed() });
+        for step in steps {
+            count += 1;
+            let agent =
+                ctx.agents.for_role(&step.role).map_or_else(String::new, |b| b.label.clone());
+            on_event(ThreadEvent::Step { index: count, step, agent, elapsed: started.elapsed() });
+        }
         if ctx.control.pause_requested() {
             writer.append_pause(Paused::by(PauseReason::Pause))?;
             info.write(LogLevel::Info, TAG_PAUSE, &format!("paused after step {count}"));
@@ -185,11 +204,10 @@ fn finish(writer: &mut dyn ThreadWriter, info: &InfoLog, stop: Stop) -> Result<R
     Ok(RunOutcome::Ended(record))
 }
 
-/// An instantiated bundle and its generator resource.
+/// An instantiated bundle and its generator.
 struct Generator {
     store: Store<ThreadState>,
-    instance: crate::sandbox::bindings::Bundle,
-    thread: wasmtime::component::ResourceAny,
+    generator: instance::Generator,
 }
 
 impl Generator {
@@ -204,91 +222,114 @@ impl Generator {
         let mut store = new_store(ctx.runtime.engine(), ThreadState::new(host, &ctx.limits));
         // Instantiating runs the bundle's start code: it gets the same budget as a step.
         let clock = store.data().clock().clone();
-        let instance = within_budget(&clock, bundle.pre.instantiate_async(&mut store))
+        let instance = within_budget(&clock, bundle.pre.instantiate(&mut store))
             .await
             .map_err(|e| failed(format!("bundle failed to start: {}", chain_line(&e))))?;
-        let input = RunInput {
-            prompt: record.start.parameters.prompt.clone(),
-            steps: record.steps.iter().map(to_wit).collect(),
-        };
-        let options = RunOptions {
-            thread_id: id.to_string(),
+        let trigger_data = record.start.trigger_data.as_ref().map(|data| data.to_string());
+        let input = ThreadInput {
+            thread_id: id,
+            prompt: &record.start.parameters.prompt,
+            steps: &record.steps,
+            trigger_data: trigger_data.as_deref(),
             max_rounds: record.start.parameters.options.max_rounds,
         };
         clock.start_step();
         store.data_mut().host.journal.begin_step(record.steps.len());
-        let generator = instance.uncaged_workflow_workflow().thread();
-        let call = generator.call_constructor(&mut store, &input, &options);
-        let thread = within_budget(&clock, call)
+        let generator = within_budget(&clock, instance.start(&mut store, input))
             .await
             .map_err(|e| stopped(&mut store, "starting the generator", &e))?;
-        Ok(Generator { store, instance, thread })
+        Ok(Generator { store, generator })
     }
 
-    /// Asks for step `count + 1` and checks it: `Ok(step)` to persist, `Err(end)` when the
-    /// thread is over (by the bundle's word or the host's).
+    /// Asks for the step after step `count` and checks it: `Ok(steps)` to persist (one, or a
+    /// parallel group), `Err(end)` when the thread is over (by the bundle's word or the
+    /// host's).
     async fn next(
         &mut self,
         bundle: &LoadedBundle,
         count: usize,
         max_rounds: u32,
-    ) -> Result<StepRecord, Stop> {
+    ) -> Result<Vec<StepRecord>, Stop> {
         let store = &mut self.store;
         let clock = store.data().clock().clone();
         clock.start_step();
         store.data_mut().host.journal.begin_step(count);
-        let generator = self.instance.uncaged_workflow_workflow().thread();
-        let step = within_budget(&clock, generator.call_next(&mut *store, self.thread))
+        let during = format!("step {}", count + 1);
+        let step = within_budget(&clock, self.generator.next(&mut *store))
             .await
-            .map_err(|e| stopped(store, &format!("step {}", count + 1), &e))?;
-        let output = match step {
-            Step::Done(result) => {
+            .map_err(|e| stopped(store, &during, &e))?;
+        let outputs = match step {
+            GeneratorStep::Done { return_code, summary } => {
                 store
                     .data_mut()
-                    .check_string("the summary", &result.summary)
+                    .check_string("the summary", &summary)
                     .map_err(|e| failed(e.to_string()))?;
-                return Err(Stop::End(End::by_workflow(result.return_code, result.summary)));
+                return Err(Stop::End(End::by_workflow(return_code, summary)));
             }
-            Step::Output(output) => output,
+            GeneratorStep::Outputs(outputs) => outputs,
         };
         // The host's own checks: a bundle is untrusted and may not follow the contract.
-        let cap = store.data().limits().max_rounds;
-        if count >= max_rounds.min(cap) as usize {
+        if outputs.is_empty() {
+            return Err(failed(format!("the bundle yielded {during} with no role output")));
+        }
+        let cap = max_rounds.min(store.data().limits().max_rounds) as usize;
+        if count + outputs.len() > cap {
             return Err(failed(format!(
-                "the bundle yielded step {} beyond max rounds ({}); stopped by the host",
-                count + 1,
-                max_rounds.min(cap)
+                "the bundle yielded step {} beyond max rounds ({cap}); stopped by the host",
+                cap + 1
             )));
         }
-        let during = format!("step {}", count + 1);
-        let state = store.data_mut();
-        for (what, text) in [
-            ("the content", &output.content),
-            ("the meta", &output.meta),
-            ("the role name", &output.role),
-        ] {
-            state
-                .check_string(&format!("{what} of {during}"), text)
-                .map_err(|e| failed(e.to_string()))?;
+        let group =
+            (outputs.len() > 1).then(|| StepGroup { first: count + 1, size: outputs.len() });
+        let mut steps = Vec::with_capacity(outputs.len());
+        for (i, output) in outputs.into_iter().enumerate() {
+            let during = format!("step {}", count + 1 + i);
+            let state = store.data_mut();
+            for (what, text) in [
+                ("the content", &output.content),
+                ("the meta", &output.meta),
+                ("the role name", &output.role),
+            ] {
+                state
+                    .check_string(&format!("{what} of {during}"), text)
+                    .map_err(|e| failed(e.to_string()))?;
+            }
+            let Some(schema) = bundle.schemas.get(&output.role) else {
+                let role: String = output.role.chars().take(64).collect();
+                return Err(failed(format!(
+                    "the bundle yielded a step for undeclared role `{role}`"
+                )));
+            };
+            let meta = serde_json::from_str(&output.meta).map_err(|e| {
+                failed(format!(
+                    "the bundle yielded a `{}` step whose meta is not JSON: {e}",
+                    output.role
+                ))
+            })?;
+            if let Some(error) = crate::schema::first_error(schema, &meta) {
+                return Err(failed(format!(
+                    "the bundle yielded a `{}` step whose meta does not match the role's schema: {error}",
+                    output.role
+                )));
+            }
+            // The WIT says a step's time is the host's; the host does not take the bundle's
+            // word.
+            steps.push(StepRecord {
+                role: output.role,
+                content: output.content,
+                meta,
+                timestamp: now_ms(),
+                group,
+            });
         }
-        let Some(schema) = bundle.schemas.get(&output.role) else {
-            let role: String = output.role.chars().take(64).collect();
-            return Err(failed(format!("the bundle yielded a step for undeclared role `{role}`")));
-        };
-        let meta = serde_json::from_str(&output.meta).map_err(|e| {
-            failed(format!(
-                "the bundle yielded a `{}` step whose meta is not JSON: {e}",
-                output.role
-            ))
-        })?;
-        if let Some(error) = crate::schema::first_error(schema, &meta) {
-            return Err(failed(format!(
-                "the bundle yielded a `{}` step whose meta does not match the role's schema: {error}",
-                output.role
-            )));
-        }
-        // The WIT says a step's time is the host's; the host does not take the bundle's word.
-        Ok(StepRecord { role: output.role, content: output.content, meta, timestamp: now_ms() })
+        Ok(steps)
+    }
+
+    /// Adds persisted steps to the host's record of the thread, which later agent calls
+    /// are given.
+    fn persisted(&mut self, steps: &[StepRecord]) {
+        let view = &mut self.store.data_mut().host.thread;
+        Arc::make_mut(&mut view.steps).extend_from_slice(steps);
     }
 }
 
@@ -347,15 +388,6 @@ fn trap_reason(store: &Store<ThreadState>, during: &str, e: &wasmtime::Error) ->
     }
 }
 
-fn to_wit(step: &StepRecord) -> RoleOutput {
-    RoleOutput {
-        role: step.role.clone(),
-        content: step.content.clone(),
-        meta: step.meta.to_string(),
-        timestamp: step.timestamp,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! The step loop's rules, stated on a real bundle (solve-issue) in a temporary home.
@@ -397,6 +429,7 @@ mod tests {
                 max_rounds: 10,
                 agents: AgentFlags { default: agent, ..Default::default() },
                 limits: Default::default(),
+                trigger_data: None,
             };
             lifecycle::create(&self.store, new).unwrap()
         }

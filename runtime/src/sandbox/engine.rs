@@ -8,18 +8,18 @@ use std::sync::Arc;
 use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::{Bundle, BundlePre};
+use super::bindings::{self, Bundle, Contract, v0_1};
+use super::instance::BundlePre;
 use super::state::{EPOCH_TICK, HostContext, ThreadState, new_store, within_budget};
 use crate::durable;
 use crate::error::{Error, Result, chain_line};
 use crate::home::Home;
 use crate::ids::{BundleHash, Digest};
 use crate::limits::Limits;
-use crate::store::descriptor::{Descriptor, RoleText};
+use crate::store::descriptor::Descriptor;
 
-/// WIT names of what a bundle must export and may import, besides WASI.
-pub const WORKFLOW_EXPORT: &str = "uncaged:workflow/workflow@0.1.0";
-const HOST_IMPORTS: [&str; 2] = ["uncaged:workflow/host@0.1.0", "uncaged:workflow/types@0.1.0"];
+/// The WIT name a bundle exports its workflow under, before `@version`.
+const WORKFLOW_EXPORT: &str = "uncaged:workflow/workflow";
 
 /// The engine, the linker and the home's AOT cache. One per process, shared by all threads.
 #[derive(Clone)]
@@ -61,7 +61,7 @@ pub struct LoadedBundle {
     /// Each role's schema, compiled: every step the bundle yields is checked against its
     /// role's.
     pub schemas: std::collections::BTreeMap<String, std::sync::Arc<jsonschema::Validator>>,
-    pub pre: BundlePre<ThreadState>,
+    pub pre: BundlePre,
     pub cache: CacheOutcome,
 }
 
@@ -121,6 +121,10 @@ impl Runtime {
             .map_err(|e| internal("link WASI", e))?;
         Bundle::add_to_linker::<ThreadState, HasSelf<ThreadState>>(&mut linker, |state| state)
             .map_err(|e| internal("link the host interface", e))?;
+        v0_1::Bundle::add_to_linker::<ThreadState, HasSelf<ThreadState>>(&mut linker, |state| {
+            state
+        })
+        .map_err(|e| internal("link the 0.1.0 host interface", e))?;
 
         let weak = engine.weak();
         std::thread::Builder::new()
@@ -163,7 +167,7 @@ impl Runtime {
         hash: BundleHash,
         bytes: &[u8],
         path: &Path,
-    ) -> Result<(BundlePre<ThreadState>, CacheOutcome)> {
+    ) -> Result<(BundlePre, CacheOutcome)> {
         let (component, outcome) = match self.load_cached(hash) {
             Some(component) => (component, CacheOutcome::Hit),
             None => {
@@ -219,7 +223,7 @@ impl Runtime {
     /// `path` names the bundle in errors.
     pub async fn describe(
         &self,
-        pre: &BundlePre<ThreadState>,
+        pre: &BundlePre,
         path: &Path,
         limits: &Limits,
     ) -> Result<Descriptor> {
@@ -227,55 +231,72 @@ impl Runtime {
         let state = ThreadState::new(HostContext::detached(), &Limits::default());
         let mut store = new_store(&self.engine, state);
         let clock = store.data().clock().clone();
-        let bundle = within_budget(&clock, pre.instantiate_async(&mut store))
+        let bundle = within_budget(&clock, pre.instantiate(&mut store))
             .await
             .map_err(|e| invalid(format!("it fails to start: {}", chain_line(&e))))?;
         clock.start_step();
-        let raw =
-            within_budget(&clock, bundle.uncaged_workflow_workflow().call_descriptor(&mut store))
-                .await
-                .map_err(|e| invalid(format!("its `descriptor()` failed: {}", chain_line(&e))))?;
-        let roles = raw
-            .roles
-            .into_iter()
-            .map(|r| RoleText {
-                name: r.name,
-                description: r.description,
-                system_prompt: r.system_prompt,
-                extract_prompt: r.extract_prompt,
-                schema: r.schema,
-            })
-            .collect();
-        Descriptor::check(raw.description, raw.default_max_rounds, roles, limits).map_err(invalid)
+        let raw = within_budget(&clock, bundle.descriptor(&mut store))
+            .await
+            .map_err(|e| invalid(format!("its `descriptor()` failed: {}", chain_line(&e))))?;
+        let mut descriptor = Descriptor::check(raw.description, raw.max_rounds, raw.roles, limits)
+            .map_err(invalid)?;
+        descriptor.contract = pre.contract().version().to_string();
+        Ok(descriptor)
     }
 
-    /// Checks imports and exports against the world and pre-instantiates.
-    fn check_world(&self, component: &Component, path: &Path) -> Result<BundlePre<ThreadState>> {
+    /// Checks imports and exports against the world of the contract version the component
+    /// exports, and pre-instantiates.
+    fn check_world(&self, component: &Component, path: &Path) -> Result<BundlePre> {
         let invalid = |reason: String| Error::InvalidBundle { path: path.to_path_buf(), reason };
         let ty = component.component_type();
+        let exported = ty.exports(&self.engine).find_map(|(name, item)| {
+            let version = name.strip_prefix(WORKFLOW_EXPORT)?.strip_prefix('@')?;
+            matches!(item.ty, ComponentItem::ComponentInstance(_)).then(|| version.to_string())
+        });
+        // Imports first: what a component wants from the host is refused before anything else.
+        // Its contract imports must be of the version it exports.
+        let contract_import = |name: &str| {
+            ["uncaged:workflow/host@", "uncaged:workflow/types@"].iter().any(|prefix| {
+                name.strip_prefix(prefix).is_some_and(|v| match &exported {
+                    Some(version) => v == version,
+                    None => Contract::from_version(v).is_some(),
+                })
+            })
+        };
         for (name, _) in ty.imports(&self.engine) {
-            if !(HOST_IMPORTS.contains(&name) || name.starts_with("wasi:")) {
+            if !(contract_import(name) || name.starts_with("wasi:")) {
                 return Err(invalid(format!(
                     "it imports `{name}`, which the host does not provide (a bundle may import \
-                     only uncaged:workflow/host and WASI p2)"
+                     only uncaged:workflow/host of the contract it exports, and WASI p2)"
                 )));
             }
         }
-        let exports_workflow = ty.exports(&self.engine).any(|(name, item)| {
-            name == WORKFLOW_EXPORT && matches!(item.ty, ComponentItem::ComponentInstance(_))
-        });
-        if !exports_workflow {
+        let Some(version) = exported else {
             return Err(invalid(format!(
                 "it does not export `{WORKFLOW_EXPORT}`: not an uncaged-workflow bundle (build \
                  it against wit/ with the SDK)"
             )));
-        }
+        };
+        let Some(contract) = Contract::from_version(&version) else {
+            // The bundle's text: kept to what a version can hold.
+            let shown: String = version.chars().filter(char::is_ascii_graphic).take(32).collect();
+            let known: Vec<_> = Contract::ALL.iter().map(|c| c.version()).collect();
+            return Err(invalid(format!(
+                "it targets contract uncaged:workflow@{shown}, which this host does not run (it \
+                 runs {})",
+                known.join(" and ")
+            )));
+        };
         let pre = self
             .linker
             .instantiate_pre(component)
             .map_err(|e| invalid(format!("it does not fit the host: {}", chain_line(&e))))?;
-        BundlePre::new(pre).map_err(|e| {
-            invalid(format!("it does not match the `bundle` world: {}", chain_line(&e)))
+        let mismatch = |e: wasmtime::Error| {
+            invalid(format!("it does not match the {contract} `bundle` world: {}", chain_line(&e)))
+        };
+        Ok(match contract {
+            Contract::V0_1 => BundlePre::V0_1(v0_1::BundlePre::new(pre).map_err(mismatch)?),
+            Contract::V0_2 => BundlePre::V0_2(bindings::BundlePre::new(pre).map_err(mismatch)?),
         })
     }
 }

@@ -1,183 +1,444 @@
-//! The host side of the WIT imports (`uncaged:workflow/host`): what a bundle can ask of the
-//! host, and nothing more.
+//! The host side of the WIT imports of both contract versions: what a bundle can ask of the
+//! host, and nothing more. Agent calls have one implementation, [`ThreadState::ask_agents`]:
+//! 0.2's `agents` is a batch of calls run concurrently, 0.1's `agent` a batch of one.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
 
 use super::bindings::uncaged::workflow::{host, types};
-use super::bindings::{AgentError, AgentRequest, ExtractError, ExtractRequest};
+use super::bindings::v0_1;
+use super::bindings::{AgentCall, AgentError, ExtractError, ExtractRequest};
 use super::control::Activity;
 use super::state::ThreadState;
 use crate::agents::extract::ExtractFailure;
-use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, RoleRef};
+use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, Bound, RoleRef};
 use crate::clock::now_ms;
 use crate::faults::crash_point;
 use crate::ids::{ThreadId, tag};
 use crate::limits::Size;
 use crate::store::info_log::LogLevel;
 use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay, digest};
-use crate::store::records::{PendingCall, StepRecord};
+use crate::store::records::PendingCall;
 
 /// Log tags of this module's call sites.
 const TAG_AGENT: &str = "AGM7Q2XW";
 const TAG_EXTRACT: &str = "EXT4R9KD";
 const TAG_BAD_TAG: &str = "BDT6G0N3";
 
+/// The most calls one `agents` batch may hold (the WIT says so): each may start a process or
+/// hold a connection, and a bundle is untrusted.
+pub const MAX_BATCH: usize = 64;
+
+/// A response as the `result<string, agent-error>` of either contract version: their types
+/// are distinct and alike.
+macro_rules! agent_result {
+    ($response:expr, $error:ident) => {
+        match $response {
+            CallResponse::Ok { value, .. } => Ok(value),
+            CallResponse::Error { kind, message } => Err(match kind {
+                CallErrorKind::Unavailable => $error::Unavailable(message),
+                CallErrorKind::Timeout => $error::Timeout(message),
+                _ => $error::Failed(message),
+            }),
+        }
+    };
+}
+
+/// A response as the `result<string, extract-error>` of either contract version.
+macro_rules! extract_result {
+    ($response:expr, $error:ident) => {
+        match $response {
+            CallResponse::Ok { value, .. } => Ok(value),
+            CallResponse::Error { kind, message } => Err(match kind {
+                CallErrorKind::InvalidSchema => $error::InvalidSchema(message),
+                CallErrorKind::NoJson => $error::NoJson(message),
+                CallErrorKind::Unavailable => $error::Unavailable(message),
+                _ => $error::SchemaMismatch(message),
+            }),
+        }
+    };
+}
+
+/// A guest's `log-level` of either contract version as the debug log's.
+macro_rules! log_level {
+    ($level:expr, $wit:ident) => {
+        match $level {
+            $wit::Trace => LogLevel::Trace,
+            $wit::Debug => LogLevel::Debug,
+            $wit::Info => LogLevel::Info,
+            $wit::Warn => LogLevel::Warn,
+            $wit::Error => LogLevel::Error,
+        }
+    };
+}
+
+/// One agent call, as either version of the contract asks it.
+struct Call {
+    role: String,
+    input: Option<String>,
+    /// 0.1 bundles send a system prompt with each request; 0.2 bundles use the descriptor's.
+    system_prompt: Option<String>,
+    /// What the call journal knows the request by.
+    digest: String,
+}
+
+/// A call to make now (the journal has no answer for it), with what it needs.
+struct Fresh {
+    index: usize,
+    seq: usize,
+    bound: Bound,
+    digest: String,
+    context: AgentContext,
+}
+
+impl ThreadState {
+    /// Makes a batch of agent calls: each answered from the call journal if it holds the
+    /// answer, the others asked of their agents concurrently, each journaled as it answers.
+    /// One response per call, in order.
+    async fn ask_agents(&mut self, calls: Vec<Call>) -> wasmtime::Result<Vec<CallResponse>> {
+        // Until this returns, the time is the host's, not the guest's.
+        let _in_host = self.clock.host_call();
+        if calls.len() > MAX_BATCH {
+            return Err(self.exceed(format!(
+                "limit exceeded: the bundle asked {} agents at once, over the limit of {MAX_BATCH} \
+                 calls per batch",
+                calls.len()
+            )));
+        }
+        for call in &calls {
+            self.check_string("the role of an agent call", &call.role)?;
+            if let Some(input) = &call.input {
+                self.check_string("the input of an agent call", input)?;
+            }
+        }
+        let (Some(agents), Some(thread_id)) = (self.host.agents.clone(), self.host.thread_id)
+        else {
+            let refused = CallResponse::Error {
+                kind: CallErrorKind::Unavailable,
+                message: "no agent may be asked outside a thread".into(),
+            };
+            return Ok(vec![refused; calls.len()]);
+        };
+        let mut responses: Vec<Option<CallResponse>> = vec![None; calls.len()];
+        let mut fresh = Vec::new();
+        for (index, call) in calls.into_iter().enumerate() {
+            // The host binds agents to the roles a bundle declares, and to nothing else.
+            let Some(bound) = agents.for_role(&call.role).cloned() else {
+                let shown: String = call.role.chars().take(64).collect();
+                self.host.info.write(
+                    LogLevel::Warn,
+                    TAG_AGENT,
+                    &format!("refused an agent request for undeclared role `{shown}`"),
+                );
+                responses[index] = Some(CallResponse::Error {
+                    kind: CallErrorKind::Unavailable,
+                    message: format!(
+                        "the bundle declares no role `{shown}`: agents answer only declared roles"
+                    ),
+                });
+                continue;
+            };
+            let (seq, replay) =
+                self.host.journal.next_call(CallKind::Agent, &call.role, &call.digest)?;
+            match replay {
+                Replay::Recorded(response) => {
+                    self.host.info.write(
+                        LogLevel::Info,
+                        TAG_AGENT,
+                        &format!("role `{}`: answer replayed from the call journal", call.role),
+                    );
+                    responses[index] = Some(response);
+                }
+                Replay::Fresh => {
+                    let context = self.agent_context(thread_id, &call);
+                    fresh.push(Fresh { index, seq, bound, digest: call.digest, context });
+                }
+            }
+        }
+        if !fresh.is_empty() {
+            self.ask_fresh(fresh, &mut responses).await?;
+        }
+        let responses: Vec<CallResponse> =
+            responses.into_iter().map(|r| r.expect("every call has a response")).collect();
+        self.host.agent_meta = responses
+            .iter()
+            .filter_map(|r| match r {
+                CallResponse::Ok { value, meta: Some(meta) } => Some((value.clone(), meta.clone())),
+                _ => None,
+            })
+            .collect();
+        Ok(responses)
+    }
+
+    /// Asks the agents of `fresh` calls concurrently and journals each answer as it comes.
+    async fn ask_fresh(
+        &mut self,
+        fresh: Vec<Fresh>,
+        responses: &mut [Option<CallResponse>],
+    ) -> wasmtime::Result<()> {
+        let roles: Vec<&str> = fresh.iter().map(|f| f.context.role.name.as_str()).collect();
+        let mut labels: Vec<&str> = fresh.iter().map(|f| f.bound.label.as_str()).collect();
+        labels.dedup();
+        self.host
+            .control
+            .set_activity(Some(Activity { role: roles.join(", "), agent: labels.join(", ") }));
+        for f in &fresh {
+            self.host.info.write(
+                LogLevel::Info,
+                TAG_AGENT,
+                &format!("role `{}`: asking agent `{}`", f.context.role.name, f.bound.label),
+            );
+            crash_point("agent-call");
+        }
+        self.host.before_wait();
+        let info = self.host.info.clone();
+        let human = self.host.control.human.clone();
+        // Polled here, not spawned: when the thread is killed this future is dropped, and with
+        // it every call in flight (and the process group of each command agent).
+        let mut running: FuturesUnordered<_> = fresh
+            .into_iter()
+            .map(|f| {
+                let (info, human) = (info.clone(), human.clone());
+                async move {
+                    let started = Instant::now();
+                    let answer = match &*f.bound.agent {
+                        Agent::Human => match human.ask(&f.context).await {
+                            Some(text) => Ok(AgentAnswer { content: text, meta: None }),
+                            None => Err(AgentFailure::Waiting),
+                        },
+                        _ => f.bound.answer(&f.context, &info).await,
+                    };
+                    (f, answer, started.elapsed())
+                }
+            })
+            .collect();
+        let mut waiting = None;
+        let mut store_failure = None;
+        while let Some((f, answer, elapsed)) = running.next().await {
+            let role = f.context.role.name.clone();
+            let Some(response) = self.settle(&f, answer, elapsed) else {
+                // Nobody to ask: the thread stops once the others have answered; `answer`
+                // journals this call's answer and the resumed thread replays it.
+                let call =
+                    PendingCall { step: self.host.journal.step(), seq: f.seq, digest: f.digest };
+                waiting.get_or_insert((role, call));
+                continue;
+            };
+            let durable = !matches!(&*f.bound.agent, Agent::Scripted(_));
+            let recorded = self.host.journal.record(
+                f.seq,
+                CallKind::Agent,
+                &role,
+                f.digest,
+                response.clone(),
+                durable,
+            );
+            if let Err(e) = recorded {
+                // The calls still in flight are dropped (stopped) when this returns.
+                store_failure = Some(e);
+                break;
+            }
+            crash_point("agent-recorded");
+            responses[f.index] = Some(response);
+        }
+        if let Some(error) = store_failure {
+            return Err(self.host.store_failed(error));
+        }
+        if let Some((role, call)) = waiting {
+            self.host.waiting = Some((role.clone(), call));
+            return Err(wasmtime::Error::msg(format!(
+                "waiting for a human answer for role `{role}`"
+            )));
+        }
+        Ok(())
+    }
+
+    /// An agent's answer as the response the bundle gets (and the journal keeps), logged;
+    /// `None` if a person must answer and nobody is there.
+    fn settle(
+        &mut self,
+        call: &Fresh,
+        answer: Result<AgentAnswer, AgentFailure>,
+        elapsed: Duration,
+    ) -> Option<CallResponse> {
+        let (role, label, ms) = (&call.context.role.name, &call.bound.label, elapsed.as_millis());
+        let max = self.limits().string_bytes;
+        let answer = answer.and_then(|answer| match answer.content.len() > max {
+            true => Err(AgentFailure::failed(format!(
+                "the answer is {}, over the string limit ({}; limits.string)",
+                Size(answer.content.len()),
+                Size(max)
+            ))),
+            false => Ok(answer),
+        });
+        Some(match answer {
+            Ok(answer) => {
+                self.host.info.write(
+                    LogLevel::Info,
+                    TAG_AGENT,
+                    &format!(
+                        "role `{role}`: agent `{label}` answered in {ms} ms ({} bytes)",
+                        answer.content.len()
+                    ),
+                );
+                CallResponse::Ok { value: answer.content, meta: answer.meta }
+            }
+            Err(AgentFailure::Waiting) => return None,
+            Err(failure) => {
+                self.host.info.write(
+                    LogLevel::Error,
+                    TAG_AGENT,
+                    &format!("role `{role}`: agent `{label}` failed after {ms} ms: {failure}"),
+                );
+                let kind = match failure {
+                    AgentFailure::Unavailable(_) => CallErrorKind::Unavailable,
+                    AgentFailure::Timeout(_) => CallErrorKind::Timeout,
+                    AgentFailure::Failed { .. }
+                    | AgentFailure::RateLimited { .. }
+                    | AgentFailure::Waiting => CallErrorKind::Failed,
+                };
+                CallResponse::Error { kind, message: failure.to_string() }
+            }
+        })
+    }
+
+    /// The context an agent is given for `call`: the thread as the host recorded it. The
+    /// thread id is the host's own: nothing a bundle sends reaches an agent program's
+    /// arguments.
+    fn agent_context(&self, thread_id: ThreadId, call: &Call) -> AgentContext {
+        let view = &self.host.thread;
+        let system_prompt = call
+            .system_prompt
+            .clone()
+            .or_else(|| view.system_prompts.get(&call.role).cloned())
+            .unwrap_or_default();
+        AgentContext {
+            thread_id: thread_id.to_string(),
+            prompt: view.prompt.clone(),
+            steps: view.steps.clone(),
+            role: RoleRef { name: call.role.clone(), system_prompt },
+            input: call.input.clone(),
+        }
+    }
+}
+
 impl types::Host for ThreadState {}
 
 impl host::Host for ThreadState {
-    async fn agent(
+    async fn agents(
         &mut self,
-        request: AgentRequest,
-    ) -> wasmtime::Result<Result<String, AgentError>> {
-        let started = Instant::now();
-        // Until this returns, the time is the host's, not the guest's.
-        let _in_host = self.clock.host_call();
-        self.check_string("the agent request's system prompt", &request.system_prompt)?;
-        self.check_string("the agent request's prompt", &request.context.prompt)?;
-        for step in &request.context.steps {
-            self.check_string("a step in the agent request", &step.content)?;
-            self.check_string("a step's meta in the agent request", &step.meta)?;
-        }
-        let role = request.role.clone();
-        let (Some(agents), Some(thread_id)) = (&self.host.agents, self.host.thread_id) else {
-            return Ok(Err(AgentError::Unavailable(
-                "no agent may be asked outside a thread".into(),
-            )));
-        };
-        // The host binds agents to the roles a bundle declares, and to nothing else.
-        let Some(bound) = agents.for_role(&role).cloned() else {
-            let shown: String = role.chars().take(64).collect();
-            self.host.info.write(
-                LogLevel::Warn,
-                TAG_AGENT,
-                &format!("refused an agent request for undeclared role `{shown}`"),
-            );
-            return Ok(Err(AgentError::Unavailable(format!(
-                "the bundle declares no role `{shown}`: agents answer only declared roles"
-            ))));
-        };
-        self.host
-            .control
-            .set_activity(Some(Activity { role: role.clone(), agent: bound.label.clone() }));
-        let request_digest = agent_request_digest(thread_id, &request);
-        let (seq, replay) = self.host.journal.next_call(CallKind::Agent, &role, &request_digest)?;
-        let response = match replay {
-            Replay::Recorded(response) => {
-                self.host.info.write(
-                    LogLevel::Info,
-                    TAG_AGENT,
-                    &format!("role `{role}`: answer replayed from the call journal"),
-                );
-                response
-            }
-            Replay::Fresh => {
-                let context = agent_context(thread_id, request);
-                self.host.info.write(
-                    LogLevel::Info,
-                    TAG_AGENT,
-                    &format!("role `{role}`: asking agent `{}`", bound.label),
-                );
-                crash_point("agent-call");
-                self.host.before_wait();
-                let answer = match &*bound.agent {
-                    Agent::Human => match self.host.control.human.ask(&context).await {
-                        Some(text) => Ok(AgentAnswer { content: text, meta: None }),
-                        None => Err(AgentFailure::Waiting),
-                    },
-                    _ => bound.answer(&context, &self.host.info).await,
-                };
-                let ms = started.elapsed().as_millis();
-                let max = self.limits().string_bytes;
-                let answer = answer.and_then(|answer| match answer.content.len() > max {
-                    true => Err(AgentFailure::failed(format!(
-                        "the answer is {}, over the string limit ({}; limits.string)",
-                        Size(answer.content.len()),
-                        Size(max)
-                    ))),
-                    false => Ok(answer),
-                });
-                let response = match answer {
-                    Ok(answer) => {
-                        self.host.info.write(
-                            LogLevel::Info,
-                            TAG_AGENT,
-                            &format!(
-                                "role `{role}`: agent `{}` answered in {ms} ms ({} bytes)",
-                                bound.label,
-                                answer.content.len()
-                            ),
-                        );
-                        CallResponse::Ok { value: answer.content, meta: answer.meta }
-                    }
-                    Err(AgentFailure::Waiting) => {
-                        // Nobody to ask: stop the thread here; `answer` journals this call's
-                        // answer and the resumed thread replays it.
-                        self.host.waiting = Some((
-                            role.clone(),
-                            PendingCall {
-                                step: self.host.journal.step(),
-                                seq,
-                                digest: request_digest,
-                            },
-                        ));
-                        return Err(wasmtime::Error::msg(format!(
-                            "waiting for a human answer for role `{role}`"
-                        )));
-                    }
-                    Err(failure) => {
-                        self.host.info.write(
-                            LogLevel::Error,
-                            TAG_AGENT,
-                            &format!(
-                                "role `{role}`: agent `{}` failed after {ms} ms: {failure}",
-                                bound.label
-                            ),
-                        );
-                        let kind = match failure {
-                            AgentFailure::Unavailable(_) => CallErrorKind::Unavailable,
-                            AgentFailure::Timeout(_) => CallErrorKind::Timeout,
-                            AgentFailure::Failed { .. }
-                            | AgentFailure::RateLimited { .. }
-                            | AgentFailure::Waiting => CallErrorKind::Failed,
-                        };
-                        CallResponse::Error { kind, message: failure.to_string() }
-                    }
-                };
-                let durable = !matches!(&*bound.agent, Agent::Scripted(_));
-                self.host
-                    .journal
-                    .record(seq, CallKind::Agent, &role, request_digest, response.clone(), durable)
-                    .map_err(|e| self.host.store_failed(e))?;
-                crash_point("agent-recorded");
-                response
-            }
-        };
-        Ok(match response {
-            CallResponse::Ok { value, meta } => {
-                self.host.agent_meta = meta.map(|meta| (value.clone(), meta));
-                Ok(value)
-            }
-            CallResponse::Error { kind, message } => Err(match kind {
-                CallErrorKind::Unavailable => AgentError::Unavailable(message),
-                CallErrorKind::Timeout => AgentError::Timeout(message),
-                _ => AgentError::Failed(message),
-            }),
-        })
+        calls: Vec<AgentCall>,
+    ) -> wasmtime::Result<Vec<Result<String, AgentError>>> {
+        let calls = calls
+            .into_iter()
+            .map(|c| Call {
+                digest: call_digest(&c.role, c.input.as_deref()),
+                role: c.role,
+                input: c.input,
+                system_prompt: None,
+            })
+            .collect();
+        let responses = self.ask_agents(calls).await?;
+        Ok(responses.into_iter().map(|response| agent_result!(response, AgentError)).collect())
     }
 
     async fn extract(
         &mut self,
         request: ExtractRequest,
     ) -> wasmtime::Result<Result<String, ExtractError>> {
+        Ok(extract_result!(self.extract_json(request).await?, ExtractError))
+    }
+
+    async fn log(
+        &mut self,
+        level: types::LogLevel,
+        tag: String,
+        message: String,
+    ) -> wasmtime::Result<()> {
+        use types::LogLevel as Wit;
+        self.guest_log(log_level!(level, Wit), tag, message)
+    }
+
+    async fn now(&mut self) -> wasmtime::Result<u64> {
+        Ok(now_ms())
+    }
+}
+
+impl v0_1::uncaged::workflow::types::Host for ThreadState {}
+
+/// The 0.1.0 imports, on the same implementation: one agent call is a batch of one, whose
+/// context the host builds from its own records like any other (the thread the request
+/// carries is the bundle's copy of them). The journal keeps knowing the request by the
+/// digest 0.1.0 hosts gave it, so a thread interrupted under an older host resumes.
+impl v0_1::uncaged::workflow::host::Host for ThreadState {
+    async fn agent(
+        &mut self,
+        request: v0_1::AgentRequest,
+    ) -> wasmtime::Result<Result<String, v0_1::uncaged::workflow::types::AgentError>> {
+        use v0_1::uncaged::workflow::types::AgentError;
+        self.check_string("the agent request's system prompt", &request.system_prompt)?;
+        self.check_string("the agent request's prompt", &request.context.prompt)?;
+        for step in &request.context.steps {
+            self.check_string("a step in the agent request", &step.content)?;
+            self.check_string("a step's meta in the agent request", &step.meta)?;
+        }
+        let digest = match self.host.thread_id {
+            Some(thread_id) => agent_request_digest(thread_id, &request),
+            None => String::new(),
+        };
+        let call = Call {
+            role: request.role,
+            input: None,
+            system_prompt: Some(request.system_prompt),
+            digest,
+        };
+        let response = self.ask_agents(vec![call]).await?.pop().expect("one call, one response");
+        Ok(agent_result!(response, AgentError))
+    }
+
+    async fn extract(
+        &mut self,
+        request: v0_1::uncaged::workflow::types::ExtractRequest,
+    ) -> wasmtime::Result<Result<String, v0_1::uncaged::workflow::types::ExtractError>> {
+        use v0_1::uncaged::workflow::types::ExtractError;
+        let request = ExtractRequest {
+            schema: request.schema,
+            prompt: request.prompt,
+            content: request.content,
+        };
+        Ok(extract_result!(self.extract_json(request).await?, ExtractError))
+    }
+
+    async fn log(
+        &mut self,
+        level: v0_1::uncaged::workflow::types::LogLevel,
+        tag: String,
+        message: String,
+    ) -> wasmtime::Result<()> {
+        use v0_1::uncaged::workflow::types::LogLevel as Wit;
+        self.guest_log(log_level!(level, Wit), tag, message)
+    }
+
+    async fn now(&mut self) -> wasmtime::Result<u64> {
+        Ok(now_ms())
+    }
+}
+
+impl ThreadState {
+    /// Extracts JSON valid against a schema (see [`crate::agents::extract`]), journaled.
+    async fn extract_json(&mut self, request: ExtractRequest) -> wasmtime::Result<CallResponse> {
         // Until this returns, the time is the host's, not the guest's.
         let _in_host = self.clock.host_call();
         self.check_string("the extract request's schema", &request.schema)?;
         self.check_string("the extract request's prompt", &request.prompt)?;
         self.check_string("the extract request's content", &request.content)?;
-        let preferred = match self.host.agent_meta.take() {
-            Some((content, meta)) if content == request.content => Some(meta),
-            _ => None,
-        };
+        let preferred = self
+            .host
+            .agent_meta
+            .iter()
+            .position(|(content, _)| *content == request.content)
+            .map(|i| self.host.agent_meta.swap_remove(i).1);
         let key = digest(&(&request.schema, &request.prompt, &request.content, &preferred));
         let (seq, replay) = self.host.journal.next_call(CallKind::Extract, "", &key)?;
         let response = match replay {
@@ -232,30 +493,11 @@ impl host::Host for ThreadState {
                 response
             }
         };
-        Ok(match response {
-            CallResponse::Ok { value, .. } => Ok(value),
-            CallResponse::Error { kind, message } => Err(match kind {
-                CallErrorKind::InvalidSchema => ExtractError::InvalidSchema(message),
-                CallErrorKind::NoJson => ExtractError::NoJson(message),
-                CallErrorKind::Unavailable => ExtractError::Unavailable(message),
-                _ => ExtractError::SchemaMismatch(message),
-            }),
-        })
+        Ok(response)
     }
 
-    async fn log(
-        &mut self,
-        level: types::LogLevel,
-        tag: String,
-        message: String,
-    ) -> wasmtime::Result<()> {
-        let level = match level {
-            types::LogLevel::Trace => LogLevel::Trace,
-            types::LogLevel::Debug => LogLevel::Debug,
-            types::LogLevel::Info => LogLevel::Info,
-            types::LogLevel::Warn => LogLevel::Warn,
-            types::LogLevel::Error => LogLevel::Error,
-        };
+    /// Writes a guest's log line to the thread's debug log.
+    fn guest_log(&mut self, level: LogLevel, tag: String, message: String) -> wasmtime::Result<()> {
         self.check_string("a log message", &message)?;
         if tag::is_valid(&tag) {
             self.output.log(level, &tag, &message);
@@ -270,17 +512,30 @@ impl host::Host for ThreadState {
         }
         Ok(())
     }
+}
 
-    async fn now(&mut self) -> wasmtime::Result<u64> {
-        Ok(now_ms())
+/// The journal key of a 0.2 agent call: the role and the input. The thread it is asked in is
+/// the host's own record, the same whenever the call is made again at the same step.
+fn call_digest(role: &str, input: Option<&str>) -> String {
+    use std::hash::Hasher;
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    hasher.write_u64(role.len() as u64);
+    hasher.write(role.as_bytes());
+    match input {
+        Some(input) => {
+            hasher.write_u8(1);
+            hasher.write(input.as_bytes());
+        }
+        None => hasher.write_u8(0),
     }
+    crate::ids::Digest::from_value(hasher.finish()).to_string()
 }
 
 /// XXH64 of an agent request, hashed field by field: the same request gives the same digest
 /// without serializing the whole thread context on every call. The thread id is the host's;
 /// steps' timestamps are left out, since the host stamps stored steps with its own clock and a
 /// resumed bundle gets those back, not the ones it had in memory.
-fn agent_request_digest(thread_id: ThreadId, request: &AgentRequest) -> String {
+fn agent_request_digest(thread_id: ThreadId, request: &v0_1::AgentRequest) -> String {
     use std::hash::Hasher;
     let mut hasher = twox_hash::XxHash64::with_seed(0);
     let mut field = |bytes: &[u8]| {
@@ -297,25 +552,4 @@ fn agent_request_digest(thread_id: ThreadId, request: &AgentRequest) -> String {
         field(step.meta.as_bytes());
     }
     crate::ids::Digest::from_value(hasher.finish()).to_string()
-}
-
-/// The agent context as agents see it. The thread id is the host's own: what a bundle puts in
-/// its request never reaches an agent program's arguments.
-fn agent_context(thread_id: ThreadId, request: AgentRequest) -> AgentContext {
-    AgentContext {
-        thread_id: thread_id.to_string(),
-        prompt: request.context.prompt,
-        steps: request
-            .context
-            .steps
-            .into_iter()
-            .map(|s| StepRecord {
-                meta: serde_json::from_str(&s.meta).unwrap_or(serde_json::Value::String(s.meta)),
-                role: s.role,
-                content: s.content,
-                timestamp: s.timestamp,
-            })
-            .collect(),
-        role: RoleRef { name: request.role, system_prompt: request.system_prompt },
-    }
 }

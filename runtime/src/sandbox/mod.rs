@@ -1,13 +1,15 @@
-//! Everything wasmtime: the engine and its AOT cache, the one host-side bindgen of the WIT
-//! contract, a thread's store (WASI that grants nothing, limits, CPU accounting), the host side
-//! of the WIT imports, and the live state a running thread shares with its controllers.
+//! Everything wasmtime: the engine and its AOT cache, the host-side bindgen of each version of
+//! the WIT contract, a bundle instance of either version, a thread's store (WASI that grants
+//! nothing, limits, CPU accounting), the host side of the WIT imports, and the live state a
+//! running thread shares with its controllers.
 //!
 //! What a guest may do is decided here and nowhere else: it may call the imports in
-//! [`host`](self) (`agent`, `extract`, `log`, `now`) and the bare minimum of WASI p2.
+//! [`host`](self) (`agents`, `extract`, `log`, `now`) and the bare minimum of WASI p2.
 
 pub mod bindings;
 pub mod control;
 pub mod engine;
 mod host;
+pub mod instance;
 mod output;
 pub mod state;

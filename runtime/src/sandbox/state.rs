@@ -1,6 +1,7 @@
 //! A thread's sandbox: the wasmtime store data (a WASI context that grants nothing, resource
 //! limits, CPU accounting) and what the host imports work with.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use crate::ids::ThreadId;
 use crate::limits::{Limits, Size};
 use crate::store::info_log::{InfoLog, LogLevel};
 use crate::store::journal::Journal;
-use crate::store::records::PendingCall;
+use crate::store::records::{PendingCall, StepRecord};
 
 /// The data of one thread's wasmtime store.
 pub struct ThreadState {
@@ -40,9 +41,11 @@ pub struct HostContext {
     pub agents: Option<AgentSet>,
     pub extractor: Extractor,
     pub info: InfoLog,
-    /// The meta an agent supplied with its last answer, offered to the next `extract` of the
-    /// same content.
-    pub agent_meta: Option<(String, serde_json::Value)>,
+    /// The thread as the host recorded it, for agents' contexts.
+    pub thread: ThreadView,
+    /// The meta agents supplied with their last answers (content, meta), each offered to the
+    /// `extract` of the same content.
+    pub agent_meta: Vec<(String, serde_json::Value)>,
     /// Every call recorded before its answer reaches the guest.
     pub journal: Journal,
     /// Where the thread's controller sees the role being worked on.
@@ -78,13 +81,15 @@ impl HostContext {
         info: InfoLog,
         journal: Journal,
         control: Arc<ThreadControl>,
+        thread: ThreadView,
     ) -> Self {
         HostContext {
             thread_id: Some(thread_id),
             agents: Some(agents),
             extractor: Extractor,
             info,
-            agent_meta: None,
+            thread,
+            agent_meta: Vec::new(),
             journal,
             control,
             waiting: None,
@@ -100,13 +105,25 @@ impl HostContext {
             agents: None,
             extractor: Extractor,
             info: InfoLog::tracing(),
-            agent_meta: None,
+            thread: ThreadView::default(),
+            agent_meta: Vec::new(),
             journal: Journal::disabled(),
             control: Arc::default(),
             waiting: None,
             store_failure: None,
         }
     }
+}
+
+/// The thread as the host has recorded it: what each agent call's context is built from, so
+/// that a bundle never ships the thread back to the host.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadView {
+    pub prompt: String,
+    /// Every step persisted so far (the runner adds each as it persists it).
+    pub steps: Arc<Vec<StepRecord>>,
+    /// Each role's system prompt, from the bundle's descriptor.
+    pub system_prompts: Arc<HashMap<String, String>>,
 }
 
 /// How often the epoch advances: the granularity of the guest-time budget (the engine's

@@ -17,6 +17,14 @@ pub struct Descriptor {
     pub max_rounds: u32,
     /// The roles, in the order the bundle lists them.
     pub roles: Vec<RoleSpec>,
+    /// The version of the WIT contract the bundle targets (`0.2.0`); descriptors recorded
+    /// before there was more than one are `0.1.0`.
+    #[serde(default = "first_contract")]
+    pub contract: String,
+}
+
+fn first_contract() -> String {
+    "0.1.0".into()
 }
 
 /// One role, as data.
@@ -113,7 +121,8 @@ impl Descriptor {
                 schema,
             });
         }
-        Ok(Descriptor { description, max_rounds, roles })
+        // The caller, which knows the component, sets the contract.
+        Ok(Descriptor { description, max_rounds, roles, contract: first_contract() })
     }
 
     /// The role named `name`.

@@ -73,8 +73,10 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
 /// A thread held open by the one process that runs it: its records, appended durably (each
 /// is stored when the call returns). Dropping it releases the run lock.
 pub trait ThreadWriter: Send + fmt::Debug {
-    /// Appends a role output.
-    fn append_step(&mut self, step: &StepRecord) -> Result<()>;
+    /// Appends role outputs: one step, or the steps of a parallel group, stored together
+    /// (a group cut short by a crash is dropped by readers, and undone when the thread is
+    /// opened to continue).
+    fn append_steps(&mut self, steps: &[StepRecord]) -> Result<()>;
     /// Appends a pause marker.
     fn append_pause(&mut self, paused: Paused) -> Result<()>;
     /// Appends the end record.

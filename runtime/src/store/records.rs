@@ -22,6 +22,10 @@ pub struct StartRecord {
     /// Set when the thread is a fork of another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkedFrom>,
+    /// What the trigger that started the thread passed (a poll's item), if one did; the
+    /// bundle gets it as `run-input.trigger-data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_data: Option<serde_json::Value>,
 }
 
 /// A thread's parameters.
@@ -67,6 +71,26 @@ pub struct StepRecord {
     pub content: String,
     pub meta: serde_json::Value,
     pub timestamp: u64,
+    /// Set on each step of a parallel group: the steps that ran together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<StepGroup>,
+}
+
+/// The parallel group a step belongs to: steps `first ..= first + size - 1` (1-based) ran
+/// together, and were persisted together. A thread holds a group whole or not at all: one
+/// cut short by a crash is dropped when the thread is read, and its calls are answered
+/// again from the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepGroup {
+    pub first: usize,
+    pub size: usize,
+}
+
+impl StepGroup {
+    /// The last step of the group (1-based).
+    pub fn last(self) -> usize {
+        self.first + self.size - 1
+    }
 }
 
 /// The last line of a finished thread.

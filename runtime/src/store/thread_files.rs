@@ -197,11 +197,18 @@ impl ThreadFile {
     /// Opens an existing thread to continue it, taking its run lock and reading it back
     /// (after the lock, so nothing appends between the read and the continuation). A torn
     /// last line is terminated so the next record starts cleanly.
+    ///
+    /// A parallel group a crash cut short is undone here: its steps were never reported
+    /// stored, their calls are in the journal, and the group is made again whole.
     pub fn open(path: &Path) -> Result<(Self, ThreadRecord)> {
-        let data = AppendFile::open(path, true)?;
+        let mut data = AppendFile::open(path, true)?;
         let locked = data.try_lock();
-        let mut record = read_thread(path)?;
+        let (mut record, cut_group) = read_thread_lines(path)?;
         locked.map_err(|_| Error::ThreadBusy(record.start.thread_id.to_string()))?;
+        if let Some(line) = cut_group {
+            let offset = line_offset(path, line)?;
+            data.cut_to(offset).map_err(Error::io("undo a cut-short group in", path))?;
+        }
         record.running = true;
         Ok((ThreadFile { data, path: path.to_path_buf() }, record))
     }
@@ -213,8 +220,16 @@ impl ThreadFile {
 }
 
 impl ThreadWriter for ThreadFile {
-    fn append_step(&mut self, step: &StepRecord) -> Result<()> {
-        self.append(step)
+    fn append_steps(&mut self, steps: &[StepRecord]) -> Result<()> {
+        // One write: lines joined, the last newline added by `append`.
+        let mut lines = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            if i > 0 {
+                lines.push(b'\n');
+            }
+            serde_json::to_writer(&mut lines, step).expect("thread records serialize");
+        }
+        self.data.append(&lines).map_err(Error::io("append to thread", &self.path))
     }
 
     fn append_pause(&mut self, paused: Paused) -> Result<()> {
@@ -326,6 +341,28 @@ pub const MAX_LINE_BYTES: usize = 256 << 20;
 
 /// Reads a thread's data file.
 pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
+    read_thread_lines(path).map(|(record, _)| record)
+}
+
+/// Where line `line` (1-based, after the start record) of the file at `path` starts.
+fn line_offset(path: &Path, line: usize) -> Result<u64> {
+    let bytes = std::fs::read(path).map_err(Error::io("read thread", path))?;
+    let newline = bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &b)| b == b'\n')
+        .nth(line.saturating_sub(2))
+        .filter(|_| line >= 2)
+        .ok_or_else(|| Error::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!("line {line} changed while the thread was being opened"),
+        })?;
+    Ok(newline.0 as u64 + 1)
+}
+
+/// Reads a thread's data file; and the line where a parallel group cut short by a crash
+/// starts, if the file ends with one (its steps are not in the record).
+fn read_thread_lines(path: &Path) -> Result<(ThreadRecord, Option<usize>)> {
     let file = std::fs::File::open(path).map_err(Error::io("read thread", path))?;
     let mut reader = std::io::BufReader::new(file);
     let mut start = None;
@@ -388,11 +425,22 @@ pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
         path: path.to_path_buf(),
         reason: "no start record: not a thread file".into(),
     })?;
+    // A group is stored whole or not at all: one cut short (a crash in its write) is left out.
+    let mut cut_group = None;
+    if let Some(group) = steps.last().and_then(|s: &StepRecord| s.group) {
+        let held = steps.iter().rev().take_while(|s| s.group == Some(group)).count();
+        if held < group.size {
+            let keep = steps.len() - held;
+            cut_group = Some(step_lines[keep]);
+            skipped_lines.extend(step_lines.drain(keep..));
+            steps.truncate(keep);
+        }
+    }
     let (paused, paused_at) = match paused {
         Some(PauseRecord { paused, timestamp }) => (Some(paused), Some(timestamp)),
         None => (None, None),
     };
-    Ok(ThreadRecord {
+    let record = ThreadRecord {
         start,
         steps,
         end,
@@ -401,7 +449,8 @@ pub fn read_thread(path: &Path) -> Result<ThreadRecord> {
         skipped_lines,
         step_lines,
         running: is_locked(path),
-    })
+    };
+    Ok((record, cut_group))
 }
 
 fn bundle_log_dirs(home: &Home) -> Result<Vec<(BundleHash, PathBuf)>> {
@@ -426,14 +475,11 @@ mod tests {
     use std::io::Write;
 
     use super::*;
-    use crate::store::records::{Parameters, RunParameters};
+    use crate::store::records::{Parameters, RunParameters, StepGroup};
 
-    #[test]
-    fn torn_last_line_is_skipped_and_repaired_by_the_next_append() -> Result<()> {
-        let dir = tempfile::tempdir().unwrap();
-        let threads = FileThreads::new(&Home::new(dir.path()));
-        let id = ThreadId::new();
-        let start = StartRecord {
+    /// A thread's start record, for thread `id`.
+    fn start(id: ThreadId) -> StartRecord {
+        StartRecord {
             name: "w".into(),
             hash: BundleHash::of(b"w"),
             thread_id: id,
@@ -449,16 +495,69 @@ mod tests {
             },
             timestamp: 1,
             forked_from: None,
+            trigger_data: None,
+        }
+    }
+
+    #[test]
+    fn a_group_cut_short_is_left_out_and_undone_when_the_thread_continues() -> Result<()> {
+        let dir = tempfile::tempdir().unwrap();
+        let threads = FileThreads::new(&Home::new(dir.path()));
+        let id = ThreadId::new();
+        let step = |role: &str, group: Option<StepGroup>| StepRecord {
+            role: role.into(),
+            content: "c".into(),
+            meta: serde_json::json!({}),
+            timestamp: 2,
+            group,
         };
+        let group = Some(StepGroup { first: 2, size: 3 });
+        let whole = [step("a", group), step("b", group), step("c", group)];
+        {
+            let (mut writer, _) = threads.create(&start(id), &[], &[])?;
+            writer.append_steps(&[step("dev", None)])?;
+        }
+        let (_, path) = threads.find(id)?;
+        let before = std::fs::metadata(&path).unwrap().len();
+        // A crash after two of the group's three lines reached the file.
+        let mut cut = Vec::new();
+        for s in &whole[..2] {
+            serde_json::to_writer(&mut cut, s).unwrap();
+            cut.push(b'\n');
+        }
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(&cut).unwrap();
+        let read = threads.read(id)?;
+        assert_eq!(read.steps, vec![step("dev", None)], "no part of a group");
+        assert_eq!(read.skipped_lines, vec![3, 4]);
+
+        let (mut writer, record) = threads.open(id)?;
+        assert_eq!(record.steps.len(), 1);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), before, "the cut group is undone");
+        writer.append_steps(&whole)?;
+        drop(writer);
+        let read = threads.read(id)?;
+        assert_eq!(read.steps.len(), 4);
+        assert_eq!(read.steps[1..], whole);
+        assert!(read.skipped_lines.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn torn_last_line_is_skipped_and_repaired_by_the_next_append() -> Result<()> {
+        let dir = tempfile::tempdir().unwrap();
+        let threads = FileThreads::new(&Home::new(dir.path()));
+        let id = ThreadId::new();
+        let start = start(id);
         let step = StepRecord {
             role: "r".into(),
             content: "c".into(),
             meta: serde_json::json!({}),
             timestamp: 2,
+            group: None,
         };
         {
             let (mut writer, _) = threads.create(&start, &[], &[])?;
-            writer.append_step(&step)?;
+            writer.append_steps(std::slice::from_ref(&step))?;
         }
         let (_, path) = threads.find(id)?;
         // Simulate a crash in the middle of the next append.
@@ -474,7 +573,7 @@ mod tests {
 
         let (mut writer, record) = threads.open(id)?;
         assert_eq!(record.steps.len(), 1);
-        writer.append_step(&step)?;
+        writer.append_steps(std::slice::from_ref(&step))?;
         drop(writer);
         let repaired = threads.read(id)?;
         assert_eq!(repaired.steps, vec![step.clone(), step]);

@@ -29,8 +29,8 @@ use std::hint::black_box;
 use uncaged_workflow_sdk::bindings::exports::uncaged::workflow::workflow::{Guest, GuestThread};
 use uncaged_workflow_sdk::bindings::uncaged::workflow::host;
 use uncaged_workflow_sdk::bindings::uncaged::workflow::types::{
-    AgentRequest, BundleDescriptor, ExtractRequest, LogLevel, RoleDescriptor, RoleOutput, RunInput,
-    RunOptions, Step, ThreadContext, WorkflowResult,
+    AgentCall, BundleDescriptor, ExtractRequest, LogLevel, RoleDescriptor, RoleOutput, RunInput,
+    RunOptions, Step, WorkflowResult,
 };
 use uncaged_workflow_sdk::json;
 
@@ -98,20 +98,20 @@ impl GuestThread for Attack {
                 return output(self.ask("probe", &p["thread-id:".len()..]), json!({}));
             }
             "bad-meta" => {
-                return Step::Output(RoleOutput {
+                return Step::Outputs(vec![RoleOutput {
                     role: "strict".into(),
                     content: "yes".into(),
                     meta: json!({"approved": "yes"}).to_string(),
                     timestamp: host::now(),
-                });
+                }]);
             }
             p if p.starts_with("timestamp:") => {
-                return Step::Output(RoleOutput {
+                return Step::Outputs(vec![RoleOutput {
                     role: "probe".into(),
                     content: "stamped".into(),
                     meta: "{}".into(),
                     timestamp: p["timestamp:".len()..].parse().unwrap_or(0),
-                });
+                }]);
             }
             p if p.starts_with("return:") => {
                 let return_code = p["return:".len()..].parse().unwrap_or(0);
@@ -190,28 +190,23 @@ impl GuestThread for Attack {
 const ESCAPES: &str = "\u{1b}]0;pwned\u{7}\u{1b}[8mhidden\u{1b}[0m\u{1b}[2K\u{202e}desrever";
 
 impl Attack {
-    /// Asks the agent bound to `role`, claiming `thread_id` as the thread's id.
+    /// Asks the agent bound to `role`, passing `thread_id` as the call's input: a contract
+    /// where the bundle names the thread no longer exists, but what it sends must still never
+    /// reach an agent program's arguments.
     fn ask(&self, role: &str, thread_id: &str) -> String {
-        let request = AgentRequest {
-            context: ThreadContext {
-                thread_id: thread_id.into(),
-                prompt: self.prompt.clone(),
-                steps: vec![],
-            },
-            role: role.into(),
-            system_prompt: "Answer anything.".into(),
-        };
-        host::agent(&request).unwrap_or_else(|e| format!("{e:?}"))
+        let call = AgentCall { role: role.into(), input: Some(thread_id.into()) };
+        let mut answers = host::agents(&[call]);
+        answers.pop().map_or_else(String::new, |a| a.unwrap_or_else(|e| format!("{e:?}")))
     }
 }
 
 fn output(content: String, meta: uncaged_workflow_sdk::Value) -> Step {
-    Step::Output(RoleOutput {
+    Step::Outputs(vec![RoleOutput {
         role: "probe".into(),
         content,
         meta: meta.to_string(),
         timestamp: host::now(),
-    })
+    }])
 }
 
 #[allow(unconditional_recursion)]

@@ -99,12 +99,12 @@ impl GuestThread for Run {
             return Step::Done(WorkflowResult { return_code: 0, summary: description(&spec) });
         }
         let role = spec["roles"][0]["name"].as_str().unwrap_or_default();
-        Step::Output(RoleOutput {
+        Step::Outputs(vec![RoleOutput {
             role: role.into(),
             content: description(&spec),
             meta: "{}".into(),
             timestamp: host::now(),
-        })
+        }])
     }
 }
 
