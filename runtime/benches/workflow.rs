@@ -19,7 +19,7 @@ use uncaged_workflow::ids::BundleHash;
 use uncaged_workflow::limits::Limits;
 use uncaged_workflow::run::catalog::Catalog;
 use uncaged_workflow::run::lifecycle::{self, NewThread, OpenThread};
-use uncaged_workflow::run::runner::{RunContext, RunOutcome, Until, run_thread};
+use uncaged_workflow::run::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
 use uncaged_workflow::sandbox::control::ThreadControl;
 use uncaged_workflow::sandbox::engine::Runtime;
 use uncaged_workflow::store::Storage;
@@ -49,6 +49,8 @@ fn main() {
             emit(concurrency(n).await);
             return;
         }
+        emit(json!({"bench": "parallel", "agent_ms": 100,
+            "group_ms": parallel_round(if quick { 2 } else { 7 }).await}));
         let sizes: &[usize] = if quick { &[10] } else { &[10, 100, 1000] };
         for &steps in sizes {
             let repeat = if steps >= 1000 { 3 } else { 7 };
@@ -156,7 +158,8 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
         let calls = CallFile::open(&home.root().join(format!("{run}.calls.jsonl"))).unwrap();
         let mut journal = Journal::new(Box::new(calls)).unwrap();
         let extractor = Extractor;
-        let mut recorded: Vec<StepRecord> = Vec::new();
+        // Shared with each agent context, as the host shares its record of the thread.
+        let mut recorded: Arc<Vec<StepRecord>> = Arc::new(Vec::new());
         while recorded.len() < steps {
             let role = match recorded.last().map(|s| s.role.as_str()) {
                 None => "planner",
@@ -168,13 +171,15 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
             let context = AgentContext {
                 thread_id: "bench".into(),
                 prompt: "Fix the crash".into(),
-                steps: Arc::new(recorded.clone()),
+                steps: recorded.clone(),
                 role: RoleRef { name: role.into(), system_prompt: spec.system_prompt.clone() },
                 input: None,
             };
             let answer = agent.answer(&context).unwrap();
             let response = CallResponse::Ok { value: answer.content.clone(), meta: None };
-            journal.record(0, CallKind::Agent, role, digest(&context), response, false).unwrap();
+            journal
+                .record(0, CallKind::Agent, role, digest(&(role, &context.input)), response, false)
+                .unwrap();
             let schema = spec.schema.to_string();
             let meta = extractor.extract(&schema, &answer.content, None).unwrap();
             let response = CallResponse::Ok { value: meta.to_string(), meta: None };
@@ -196,12 +201,74 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
                 group: None,
             };
             data.append(&serde_json::to_vec(&step).unwrap()).unwrap();
-            recorded.push(step);
+            drop(context);
+            Arc::make_mut(&mut recorded).push(step);
         }
         data.append(br#"{"end": true}"#).unwrap();
         results.push(started.elapsed().as_secs_f64() * 1e6 / steps as f64);
     }
     results.remove(0);
+    results
+}
+
+/// review-panel's first round through the real runtime, every agent taking 100 ms: the
+/// developer, then the three reviewers at once. Milliseconds of the reviewers' step (asked,
+/// answered, extracted, persisted) in each repetition.
+async fn parallel_round(repeat: usize) -> Vec<f64> {
+    let dir = memory_dir();
+    let home = Home::new(dir.path().join("home"));
+    let store = Storage::open(&home);
+    let runtime = Runtime::for_worker(&home, &Limits::default()).unwrap();
+    let catalog = Catalog::new(&store);
+    let path = Path::new(artifacts::REVIEW_PANEL);
+    let added = catalog.add(&runtime, "review-panel", path, &Limits::default()).await.unwrap();
+    let bundle = catalog.load(&runtime, "review-panel", added.hash).unwrap();
+    let mut config = Config::default();
+    config.agents.insert(
+        "slow".into(),
+        AgentConfig {
+            kind: AgentKind::Scripted {
+                answers: None,
+                delay: Some(Seconds(Duration::from_millis(100))),
+            },
+            timeout: None,
+            retries: None,
+            retry_delay: None,
+        },
+    );
+    let flags = AgentFlags { default: Some("slow".into()), ..Default::default() };
+    let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
+    let mut results = Vec::new();
+    for _ in 0..repeat + 1 {
+        let new = NewThread {
+            name: "review-panel".into(),
+            hash: added.hash,
+            prompt: "Validate the upload size".into(),
+            max_rounds: 4,
+            agents: AgentFlags::default(),
+            limits: Default::default(),
+            trigger_data: None,
+        };
+        let (mut writer, record) = lifecycle::create(&store, new).unwrap();
+        let ctx = RunContext {
+            runtime: &runtime,
+            store: &store,
+            agents: agents.clone(),
+            limits: Limits::default(),
+            control: Arc::new(ThreadControl::default()),
+        };
+        let mut group = None;
+        run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, |event| {
+            let ThreadEvent::Step { index, elapsed, .. } = event;
+            if index == 2 {
+                group = Some(elapsed.as_secs_f64() * 1e3);
+            }
+        })
+        .await
+        .unwrap();
+        results.push(group.expect("the reviewers' group ran"));
+    }
+    results.remove(0); // warm-up
     results
 }
 

@@ -235,6 +235,40 @@ fn a_pause_during_a_group_stops_after_the_whole_group() -> Result<()> {
 }
 
 #[test]
+fn kill_during_a_group_stops_every_agent_of_it() -> Result<()> {
+    let env = Env::new()?;
+    add_review_panel(&env)?;
+    let pids = env.dir.path().join("pids");
+    // The developer answers; each reviewer records its pid and works for ten minutes.
+    let script = env.write_script(
+        "stuck-reviewers.sh",
+        format!(
+            "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in\n  *'\"role\":{{\"name\":\"developer\"'*) echo '{{\"summary\": \"x\"}}' ;;\n  *) echo $$ >> {}; exec sleep 600 ;;\nesac\n",
+            pids.display()
+        ),
+    )?;
+    let agent = format!("command:{}", script.display());
+    let thread = env
+        .ok(&["run", "review-panel", "-p", "x", "--agent", &agent, "--detach"])?
+        .trim()
+        .to_string();
+    let reviewers = || -> Vec<u64> {
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    wait_until("three reviewers work", || Ok(reviewers().len() == 3))?;
+    let running = reviewers();
+    assert!(running.iter().all(|&pid| crate::alive(pid)));
+    env.ok(&["kill", &thread])?;
+    wait_until("every reviewer is stopped", || Ok(running.iter().all(|&pid| !crate::alive(pid))))?;
+    assert_eq!(status(&env, &thread)?, "killed");
+    Ok(())
+}
+
+#[test]
 fn forking_inside_a_group_is_refused_and_at_its_edge_works() -> Result<()> {
     let env = Env::new()?;
     add_review_panel(&env)?;

@@ -3,6 +3,7 @@
 //! the engine.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
@@ -92,7 +93,18 @@ impl Catalog {
             })?;
             schemas.insert(role.name.clone(), validator);
         }
-        Ok(LoadedBundle { name: name.to_string(), hash, descriptor, schemas, pre, cache })
+        let system_prompts = Arc::new(
+            descriptor.roles.iter().map(|r| (r.name.clone(), r.system_prompt.clone())).collect(),
+        );
+        Ok(LoadedBundle {
+            name: name.to_string(),
+            hash,
+            descriptor,
+            schemas,
+            system_prompts,
+            pre,
+            cache,
+        })
     }
 
     /// Unregisters `name`. Its bundle files stay: threads may still refer to them.

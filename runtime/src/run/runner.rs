@@ -120,14 +120,7 @@ pub async fn run_thread(
     let view = ThreadView {
         prompt: record.start.parameters.prompt.clone(),
         steps: Arc::new(record.steps.clone()),
-        system_prompts: Arc::new(
-            bundle
-                .descriptor
-                .roles
-                .iter()
-                .map(|r| (r.name.clone(), r.system_prompt.clone()))
-                .collect(),
-        ),
+        system_prompts: bundle.system_prompts.clone(),
     };
     let host =
         HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone(), view);

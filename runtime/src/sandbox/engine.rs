@@ -61,6 +61,8 @@ pub struct LoadedBundle {
     /// Each role's schema, compiled: every step the bundle yields is checked against its
     /// role's.
     pub schemas: std::collections::BTreeMap<String, std::sync::Arc<jsonschema::Validator>>,
+    /// Each role's system prompt, shared by every thread's agent contexts.
+    pub system_prompts: Arc<std::collections::HashMap<String, String>>,
     pub pre: BundlePre,
     pub cache: CacheOutcome,
 }

@@ -194,53 +194,42 @@ impl ThreadState {
         self.host.before_wait();
         let info = self.host.info.clone();
         let human = self.host.control.human.clone();
-        // Polled here, not spawned: when the thread is killed this future is dropped, and with
-        // it every call in flight (and the process group of each command agent).
-        let mut running: FuturesUnordered<_> = fresh
-            .into_iter()
-            .map(|f| {
-                let (info, human) = (info.clone(), human.clone());
-                async move {
-                    let started = Instant::now();
-                    let answer = match &*f.bound.agent {
-                        Agent::Human => match human.ask(&f.context).await {
-                            Some(text) => Ok(AgentAnswer { content: text, meta: None }),
-                            None => Err(AgentFailure::Waiting),
-                        },
-                        _ => f.bound.answer(&f.context, &info).await,
-                    };
-                    (f, answer, started.elapsed())
-                }
-            })
-            .collect();
+        let ask = |f: Fresh| {
+            let (info, human) = (info.clone(), human.clone());
+            async move {
+                let started = Instant::now();
+                let answer = match &*f.bound.agent {
+                    Agent::Human => match human.ask(&f.context).await {
+                        Some(text) => Ok(AgentAnswer { content: text, meta: None }),
+                        None => Err(AgentFailure::Waiting),
+                    },
+                    _ => f.bound.answer(&f.context, &info).await,
+                };
+                (f, answer, started.elapsed())
+            }
+        };
         let mut waiting = None;
         let mut store_failure = None;
-        while let Some((f, answer, elapsed)) = running.next().await {
-            let role = f.context.role.name.clone();
-            let Some(response) = self.settle(&f, answer, elapsed) else {
-                // Nobody to ask: the thread stops once the others have answered; `answer`
-                // journals this call's answer and the resumed thread replays it.
-                let call =
-                    PendingCall { step: self.host.journal.step(), seq: f.seq, digest: f.digest };
-                waiting.get_or_insert((role, call));
-                continue;
-            };
-            let durable = !matches!(&*f.bound.agent, Agent::Scripted(_));
-            let recorded = self.host.journal.record(
-                f.seq,
-                CallKind::Agent,
-                &role,
-                f.digest,
-                response.clone(),
-                durable,
-            );
-            if let Err(e) = recorded {
-                // The calls still in flight are dropped (stopped) when this returns.
+        if fresh.len() == 1 {
+            // One call (every step of a workflow without groups): awaited as it is. A worker
+            // holds thousands of threads waiting here, and the set below would cost each a
+            // task allocation and deeper polling on its fiber stack.
+            let f = fresh.into_iter().next().expect("one call");
+            let (f, answer, elapsed) = ask(f).await;
+            if let Err(e) = self.answered(f, answer, elapsed, responses, &mut waiting) {
                 store_failure = Some(e);
-                break;
             }
-            crash_point("agent-recorded");
-            responses[f.index] = Some(response);
+        } else {
+            // Polled here, not spawned: when the thread is killed this future is dropped, and
+            // with it every call in flight (and the process group of each command agent).
+            let mut running: FuturesUnordered<_> = fresh.into_iter().map(ask).collect();
+            while let Some((f, answer, elapsed)) = running.next().await {
+                if let Err(e) = self.answered(f, answer, elapsed, responses, &mut waiting) {
+                    // The calls still in flight are dropped (stopped) when this returns.
+                    store_failure = Some(e);
+                    break;
+                }
+            }
         }
         if let Some(error) = store_failure {
             return Err(self.host.store_failed(error));
@@ -251,6 +240,38 @@ impl ThreadState {
                 "waiting for a human answer for role `{role}`"
             )));
         }
+        Ok(())
+    }
+
+    /// Journals an answered call and keeps its response for the bundle; a call a person must
+    /// answer, with nobody there, is kept in `waiting` instead (the first one).
+    fn answered(
+        &mut self,
+        f: Fresh,
+        answer: Result<AgentAnswer, AgentFailure>,
+        elapsed: Duration,
+        responses: &mut [Option<CallResponse>],
+        waiting: &mut Option<(String, PendingCall)>,
+    ) -> crate::Result<()> {
+        let role = f.context.role.name.clone();
+        let Some(response) = self.settle(&f, answer, elapsed) else {
+            // Nobody to ask: the thread stops once the others have answered; `answer`
+            // journals this call's answer and the resumed thread replays it.
+            let call = PendingCall { step: self.host.journal.step(), seq: f.seq, digest: f.digest };
+            waiting.get_or_insert((role, call));
+            return Ok(());
+        };
+        let durable = !matches!(&*f.bound.agent, Agent::Scripted(_));
+        self.host.journal.record(
+            f.seq,
+            CallKind::Agent,
+            &role,
+            f.digest,
+            response.clone(),
+            durable,
+        )?;
+        crash_point("agent-recorded");
+        responses[f.index] = Some(response);
         Ok(())
     }
 
