@@ -218,7 +218,8 @@ fn kill_9_inside_a_group_then_resume_asks_only_the_unanswered_agent() -> Result<
 fn a_pause_during_a_group_stops_after_the_whole_group() -> Result<()> {
     let env = Env::new()?;
     let hash = add_review_panel(&env)?;
-    let agent = panel_agent(&env, "0.5", None)?;
+    // Long enough that the pause surely arrives while the reviewers work.
+    let agent = panel_agent(&env, "2", None)?;
     let thread = env
         .ok(&["run", "review-panel", "-p", "x", "--agent", &agent, "--detach"])?
         .trim()
