@@ -112,19 +112,19 @@ impl ThreadState {
                 self.check_string("the input of an agent call", input)?;
             }
         }
-        let (Some(agents), Some(thread_id)) = (self.host.agents.clone(), self.host.thread_id)
-        else {
+        let (Some(agents), Some(thread_id)) = (&self.host.agents, self.host.thread_id) else {
             let refused = CallResponse::Error {
                 kind: CallErrorKind::Unavailable,
                 message: "no agent may be asked outside a thread".into(),
             };
             return Ok(vec![refused; calls.len()]);
         };
+        // The host binds agents to the roles a bundle declares, and to nothing else.
+        let bindings: Vec<_> = calls.iter().map(|c| agents.for_role(&c.role).cloned()).collect();
         let mut responses: Vec<Option<CallResponse>> = vec![None; calls.len()];
         let mut fresh = Vec::new();
-        for (index, call) in calls.into_iter().enumerate() {
-            // The host binds agents to the roles a bundle declares, and to nothing else.
-            let Some(bound) = agents.for_role(&call.role).cloned() else {
+        for ((index, call), bound) in calls.into_iter().enumerate().zip(bindings) {
+            let Some(bound) = bound else {
                 let shown: String = call.role.chars().take(64).collect();
                 self.host.info.write(
                     LogLevel::Warn,
