@@ -223,20 +223,10 @@ async fn parallel_round(repeat: usize) -> Vec<f64> {
     let path = Path::new(artifacts::REVIEW_PANEL);
     let added = catalog.add(&runtime, "review-panel", path, &Limits::default()).await.unwrap();
     let bundle = catalog.load(&runtime, "review-panel", added.hash).unwrap();
-    let mut config = Config::default();
-    config.agents.insert(
-        "slow".into(),
-        AgentConfig {
-            kind: AgentKind::Scripted {
-                answers: None,
-                delay: Some(Seconds(Duration::from_millis(100))),
-            },
-            timeout: None,
-            retries: None,
-            retry_delay: None,
-        },
-    );
-    let flags = AgentFlags { default: Some("slow".into()), ..Default::default() };
+    // solve-issue's developer answer fits review-panel's developer; the reviewers, which the
+    // answers do not name, answer from their schemas' examples.
+    let config = answers_config(dir.path(), Some(Duration::from_millis(100)));
+    let flags = AgentFlags { default: Some("bench".into()), ..Default::default() };
     let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
     let mut results = Vec::new();
     for _ in 0..repeat + 1 {

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, ensure};
+use anyhow::{Result, ensure};
 use serde_json::json;
 
 use crate::{Env, alive, read_jsonl, status, thread_id_of, wait_until};
@@ -149,7 +149,7 @@ fn an_agent_process_does_not_outlive_its_worker() -> Result<()> {
     let thread = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &spec, "--detach"])?;
     let agent = pid_written_to(&pid_file, "the agent runs")?;
     assert!(alive(agent));
-    kill_the_worker(&env)?;
+    env.kill_the_worker()?;
     wait_until("the agent is gone with its worker", || Ok(!alive(agent)))?;
     // The worker's files (its run lock) close a moment after the agent's death signal: the
     // thread that spawned the agent exits before the last of the worker's threads.
@@ -161,14 +161,6 @@ fn an_agent_process_does_not_outlive_its_worker() -> Result<()> {
 fn pid_written_to(file: &Path, what: &str) -> Result<u64> {
     wait_until(what, || Ok(std::fs::read_to_string(file).is_ok_and(|t| t.ends_with('\n'))))?;
     Ok(std::fs::read_to_string(file)?.trim().parse()?)
-}
-
-/// `kill -9` of the one worker running.
-fn kill_the_worker(env: &Env) -> Result<()> {
-    let worker = env.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;
-    ensure!(alive(worker), "the worker {worker} is not running");
-    std::process::Command::new("kill").args(["-9", &worker.to_string()]).status()?;
-    Ok(())
 }
 
 #[test]
@@ -187,7 +179,7 @@ fn what_an_agent_started_is_stopped_before_its_thread_runs_again() -> Result<()>
     let thread = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &spec, "--detach"])?;
     let thread = thread.trim();
     let helper = pid_written_to(&helper_pid, "the helper runs")?;
-    kill_the_worker(&env)?;
+    env.kill_the_worker()?;
     wait_until("the thread is interrupted", || Ok(status(&env, thread)? == "interrupted"))?;
     assert!(alive(helper), "the helper outlives the worker (what this test is about)");
 

@@ -139,6 +139,14 @@ impl Env {
         let path = self.home().join("logs").join(hash).join(format!("{thread}.data.jsonl"));
         read_jsonl(&path)
     }
+
+    /// `kill -9` of the one worker running in this home.
+    pub fn kill_the_worker(&self) -> Result<()> {
+        let worker = self.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;
+        ensure!(alive(worker), "the worker {worker} is not running");
+        Command::new("kill").args(["-9", &worker.to_string()]).status()?;
+        Ok(())
+    }
 }
 
 /// Polls `check` until it holds (60 s at most: a bound for a hung test, not a timing claim).

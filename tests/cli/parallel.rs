@@ -63,15 +63,9 @@ fn agent_log(env: &Env) -> Result<Vec<(String, String, u32, u128)>> {
         .collect()
 }
 
-fn data_file(env: &Env, hash: &str, thread: &str) -> PathBuf {
-    env.home().join(format!("logs/{hash}/{thread}.data.jsonl"))
-}
-
+/// The step lines of a thread's data file.
 fn steps(env: &Env, hash: &str, thread: &str) -> Result<Vec<Value>> {
-    Ok(read_jsonl(&data_file(env, hash, thread))?
-        .into_iter()
-        .filter(|l| l.get("role").is_some())
-        .collect())
+    Ok(env.thread_lines(hash, thread)?.into_iter().filter(|l| l.get("role").is_some()).collect())
 }
 
 #[test]
@@ -187,8 +181,7 @@ fn kill_9_inside_a_group_then_resume_asks_only_the_unanswered_agent() -> Result<
         let journaled = read_jsonl(&calls).unwrap_or_default();
         Ok(journaled.iter().filter(|c| c["kind"] == "agent" && c["step"] == 1).count() == 2)
     })?;
-    let worker = env.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;
-    std::process::Command::new("kill").args(["-9", &worker.to_string()]).status()?;
+    env.kill_the_worker()?;
     wait_until("the thread is interrupted", || Ok(status(&env, &thread)? == "interrupted"))?;
     assert_eq!(roles(&steps(&env, &hash, &thread)?), ["developer"], "no part of the group");
 
@@ -293,7 +286,7 @@ fn trigger_data_is_recorded_in_the_start_record() -> Result<()> {
     let data = r#"{"id": 7, "title": "new item"}"#;
     let out = env.ok(&["run", "review-panel", "-p", "x", "--trigger-data", data])?;
     let thread = thread_id_of(&out)?;
-    let start = &read_jsonl(&data_file(&env, &hash, &thread))?[0];
+    let start = &env.thread_lines(&hash, &thread)?[0];
     assert_eq!(start["triggerData"], json!({"id": 7, "title": "new item"}));
     let err = env.fails(&["run", "review-panel", "-p", "x", "--trigger-data", "{not json"], 64)?;
     assert!(err.contains("--trigger-data is not JSON"), "{err}");
