@@ -53,6 +53,10 @@ pub enum Error {
     InvalidBundle { path: PathBuf, reason: String },
 
     /// A YAML or JSON file the host reads does not parse.
+    /// A declarative workflow file that does not validate, at the place it goes wrong.
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    InvalidWorkflow { path: PathBuf, line: usize, column: usize, message: String },
+
     #[error("{}: {reason}", path.display())]
     Corrupt { path: PathBuf, reason: String },
 
@@ -120,6 +124,7 @@ impl Error {
             | Error::MissingFile { .. }
             | Error::UnknownVersion { .. } => exit::NOT_FOUND,
             Error::InvalidBundle { .. }
+            | Error::InvalidWorkflow { .. }
             | Error::Corrupt { .. }
             | Error::InvalidAgent { .. }
             | Error::InvalidLimit { .. }

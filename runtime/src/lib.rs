@@ -16,6 +16,7 @@
 pub mod agents;
 pub mod cli;
 pub mod clock;
+pub mod declarative;
 pub mod durable;
 pub mod error;
 pub mod faults;

@@ -57,9 +57,15 @@ impl Catalog {
         limits: &Limits,
     ) -> Result<Added> {
         validate_name(name)?;
+        // A workflow file is validated and assembled before the home is touched: a file that
+        // does not validate leaves nothing behind.
+        let bytes = if crate::declarative::is_source(path) {
+            crate::declarative::assemble(path)?.bytes
+        } else {
+            read_bundle_file(path, limits.bundle_bytes)?
+        };
         // Fail on an unwritable home before the work of compiling.
         self.bundles.prepare()?;
-        let bytes = read_bundle_file(path, limits.bundle_bytes)?;
         let hash = BundleHash::of(&bytes);
         // Compiling fills the AOT cache, so the first `run` starts at once.
         let (pre, _) = runtime.load(hash, &bytes, path)?;

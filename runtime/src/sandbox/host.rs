@@ -384,6 +384,10 @@ impl host::Host for ThreadState {
     async fn now(&mut self) -> wasmtime::Result<u64> {
         Ok(now_ms())
     }
+
+    async fn sleep(&mut self, ms: u32) -> wasmtime::Result<()> {
+        self.sleep_ms(ms).await
+    }
 }
 
 impl v0_1::uncaged::workflow::types::Host for ThreadState {}
@@ -446,7 +450,36 @@ impl v0_1::uncaged::workflow::host::Host for ThreadState {
     }
 }
 
+/// The longest wait one `sleep` call may ask for.
+const MAX_SLEEP_MS: u32 = 60 * 60 * 1000;
+
 impl ThreadState {
+    /// Waits on the host's time, once: a step replayed from the journal does not wait again.
+    async fn sleep_ms(&mut self, ms: u32) -> wasmtime::Result<()> {
+        let _in_host = self.clock.host_call();
+        if ms > MAX_SLEEP_MS {
+            return Err(self.exceed(format!(
+                "limit exceeded: the bundle asked to sleep {ms} ms, over the limit of \
+                 {MAX_SLEEP_MS} ms per call"
+            )));
+        }
+        if self.host.thread_id.is_none() {
+            return Ok(());
+        }
+        let key = ms.to_string();
+        let (seq, replay) = self.host.journal.next_call(CallKind::Sleep, "", &key)?;
+        if let Replay::Fresh = replay {
+            self.host.before_wait();
+            tokio::time::sleep(std::time::Duration::from_millis(ms.into())).await;
+            let done = CallResponse::Ok { value: String::new(), meta: None };
+            self.host
+                .journal
+                .record(seq, CallKind::Sleep, "", key, done, true)
+                .map_err(|e| self.host.store_failed(e))?;
+        }
+        Ok(())
+    }
+
     /// Extracts JSON valid against a schema (see [`crate::agents::extract`]), journaled.
     async fn extract_json(&mut self, request: ExtractRequest) -> wasmtime::Result<CallResponse> {
         // Until this returns, the time is the host's, not the guest's.

@@ -22,6 +22,8 @@ use crate::store::records::PendingCall;
 pub enum CallKind {
     Agent,
     Extract,
+    /// A wait (`host.sleep`): journaled so that a replayed step does not wait again.
+    Sleep,
 }
 
 /// One recorded call.

@@ -1,0 +1,310 @@
+//! Planning a DAG: from the thread's recorded steps, which steps are done, which run next
+//! (all that are ready, at once), which are skipped, and when the thread is over.
+//!
+//! A step that succeeded is a recorded step of its own role (named by its id); one that
+//! failed or was skipped is a step of [`STATUS_ROLE`] whose meta says which and why; a
+//! person's decision under `ask_user` is a step of [`USER_ROLE`]. Nothing else is kept, so a
+//! resumed or forked thread plans exactly as the thread it continues.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+
+use crate::{
+    DagStep, FailurePolicy, MAX_PARALLEL, OnStepFailure, RETURN_FAILED, RETURN_PARTIAL,
+    STATUS_ROLE, StepView, USER_ROLE,
+};
+
+/// What a step has come to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status<'a> {
+    Succeeded(&'a Value),
+    Failed(String),
+    Skipped(String),
+}
+
+/// What the interpreter does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Record these steps as skipped, and run these (their agents at once); both in one group.
+    Stage { skip: Vec<(String, String)>, run: Vec<String> },
+    /// Ask a person what to do about a failed step.
+    Ask { step: String, error: String },
+    /// The thread is over.
+    End { return_code: i32, summary: String },
+}
+
+/// A person's answer to [`Action::Ask`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Retry,
+    Skip,
+    Abort,
+}
+
+impl Decision {
+    /// Reads an answer: `retry`, `skip` or `abort` (any case, surrounding blanks ignored).
+    pub fn parse(answer: &str) -> Option<Decision> {
+        match answer.trim().to_ascii_lowercase().as_str() {
+            "retry" => Some(Decision::Retry),
+            "skip" => Some(Decision::Skip),
+            "abort" => Some(Decision::Abort),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Retry => "retry",
+            Decision::Skip => "skip",
+            Decision::Abort => "abort",
+        }
+    }
+}
+
+/// The meta of a [`STATUS_ROLE`] step.
+pub fn status_meta(step: &str, status: &Status<'_>) -> Value {
+    match status {
+        Status::Succeeded(_) => json!({ "step": step, "status": "succeeded" }),
+        Status::Failed(error) => json!({ "step": step, "status": "failed", "error": error }),
+        Status::Skipped(reason) => json!({ "step": step, "status": "skipped", "reason": reason }),
+    }
+}
+
+/// The meta of a [`USER_ROLE`] step.
+pub fn decision_meta(step: &str, decision: Decision) -> Value {
+    json!({ "step": step, "decision": decision.as_str() })
+}
+
+/// JSON Schema of the [`STATUS_ROLE`] role's meta.
+pub fn status_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["step", "status"],
+        "properties": {
+            "step": { "type": "string" },
+            "status": { "enum": ["failed", "skipped"] },
+            "error": { "type": "string" },
+            "reason": { "type": "string" }
+        }
+    })
+}
+
+/// JSON Schema of the [`USER_ROLE`] role's meta.
+pub fn decision_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["step", "decision"],
+        "properties": {
+            "step": { "type": "string" },
+            "decision": { "enum": ["retry", "skip", "abort"] }
+        }
+    })
+}
+
+/// Every step's status after `history` (steps not yet run are absent), and the step a person
+/// aborted on, if one did.
+pub fn statuses<'a>(history: &[StepView<'a>]) -> (HashMap<&'a str, Status<'a>>, Option<&'a str>) {
+    let mut status = HashMap::new();
+    let mut aborted = None;
+    for step in history {
+        let named = step.meta.get("step").and_then(Value::as_str);
+        match (step.role, named) {
+            (STATUS_ROLE, Some(id)) => {
+                let text =
+                    |key| step.meta.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+                let s = match step.meta.get("status").and_then(Value::as_str) {
+                    Some("skipped") => Status::Skipped(text("reason")),
+                    _ => Status::Failed(text("error")),
+                };
+                status.insert(id, s);
+            }
+            (USER_ROLE, Some(id)) => {
+                match step.meta.get("decision").and_then(Value::as_str).and_then(Decision::parse) {
+                    Some(Decision::Retry) => {
+                        status.remove(id);
+                    }
+                    Some(Decision::Skip) => {
+                        status.insert(id, Status::Skipped("skipped by the user".into()));
+                    }
+                    Some(Decision::Abort) => aborted = Some(id),
+                    None => {}
+                }
+            }
+            (role, _) => {
+                status.insert(role, Status::Succeeded(step.meta));
+            }
+        }
+    }
+    (status, aborted)
+}
+
+/// What to do after `history`. `steps` are in topological order (the host sorts them).
+pub fn plan(steps: &[DagStep], policy: &FailurePolicy, history: &[StepView<'_>]) -> Action {
+    let (mut status, aborted) = statuses(history);
+    if let Some(step) = aborted {
+        return Action::End {
+            return_code: RETURN_FAILED,
+            summary: format!("aborted by the user after step `{step}` failed"),
+        };
+    }
+    let first_failed = steps.iter().find_map(|s| match status.get(s.id.as_str()) {
+        Some(Status::Failed(error)) => Some((s.id.clone(), error.clone())),
+        _ => None,
+    });
+    if let Some((step, error)) = first_failed {
+        match policy.on_step_failure {
+            OnStepFailure::Stop => {
+                return Action::End {
+                    return_code: RETURN_FAILED,
+                    summary: format!("step `{step}` failed, and the policy is `stop`: {error}"),
+                };
+            }
+            OnStepFailure::AskUser => return Action::Ask { step, error },
+            OnStepFailure::SkipDependents => {}
+        }
+    }
+    let mut skip = Vec::new();
+    let mut run = Vec::new();
+    // Topological order: a step's dependencies are settled (or skipped above) before it.
+    for step in steps {
+        if status.contains_key(step.id.as_str()) {
+            continue;
+        }
+        let blocked = step.depends_on.iter().find_map(|d| match status.get(d.as_str()) {
+            Some(Status::Failed(_)) => Some(format!("`{d}` failed")),
+            Some(Status::Skipped(_)) => Some(format!("`{d}` was skipped")),
+            _ => None,
+        });
+        if let Some(why) = blocked {
+            let reason = format!("it depends on {why}");
+            status.insert(&step.id, Status::Skipped(reason.clone()));
+            skip.push((step.id.clone(), reason));
+            continue;
+        }
+        let ready = step
+            .depends_on
+            .iter()
+            .all(|d| matches!(status.get(d.as_str()), Some(Status::Succeeded(_))));
+        if ready && run.len() < MAX_PARALLEL {
+            run.push(step.id.clone());
+        }
+    }
+    if !skip.is_empty() || !run.is_empty() {
+        return Action::Stage { skip, run };
+    }
+    let with = |f: fn(&Status<'_>) -> bool| -> Vec<&str> {
+        steps
+            .iter()
+            .filter(|s| status.get(s.id.as_str()).is_some_and(f))
+            .map(|s| s.id.as_str())
+            .collect()
+    };
+    let failed = with(|s| matches!(s, Status::Failed(_)));
+    let skipped = with(|s| matches!(s, Status::Skipped(_)));
+    if failed.is_empty() && skipped.is_empty() {
+        return Action::End {
+            return_code: 0,
+            summary: format!("all {} steps succeeded", steps.len()),
+        };
+    }
+    let mut parts = vec![format!(
+        "{} of {} steps succeeded",
+        steps.len() - failed.len() - skipped.len(),
+        steps.len()
+    )];
+    if !failed.is_empty() {
+        parts.push(format!("failed: {}", failed.join(", ")));
+    }
+    if !skipped.is_empty() {
+        parts.push(format!("skipped: {}", skipped.join(", ")));
+    }
+    Action::End { return_code: RETURN_PARTIAL, summary: parts.join("; ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(id: &str, deps: &[&str]) -> DagStep {
+        DagStep {
+            id: id.into(),
+            depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            inputs: Default::default(),
+        }
+    }
+
+    /// 004's example: A fails; B depends on A, D on B; C is independent.
+    fn dag() -> Vec<DagStep> {
+        vec![step("a", &[]), step("c", &[]), step("b", &["a"]), step("d", &["b"])]
+    }
+
+    fn policy(on: OnStepFailure) -> FailurePolicy {
+        FailurePolicy { on_step_failure: on, ..FailurePolicy::default() }
+    }
+
+    fn failed(id: &str) -> Value {
+        status_meta(id, &Status::Failed("boom".into()))
+    }
+
+    #[test]
+    fn independent_steps_run_together() {
+        let action = plan(&dag(), &policy(OnStepFailure::Stop), &[]);
+        assert_eq!(action, Action::Stage { skip: vec![], run: vec!["a".into(), "c".into()] });
+    }
+
+    #[test]
+    fn skip_dependents_skips_transitively_and_lets_the_rest_finish() {
+        let ok = json!({});
+        let fail = failed("a");
+        let h = [StepView { role: STATUS_ROLE, meta: &fail }, StepView { role: "c", meta: &ok }];
+        let action = plan(&dag(), &policy(OnStepFailure::SkipDependents), &h);
+        let Action::Stage { skip, run } = action else { panic!("{action:?}") };
+        assert_eq!(skip.iter().map(|s| s.0.as_str()).collect::<Vec<_>>(), ["b", "d"]);
+        assert!(skip[1].1.contains("`b` was skipped"), "{skip:?}");
+        assert!(run.is_empty());
+        let b = status_meta("b", &Status::Skipped(skip[0].1.clone()));
+        let d = status_meta("d", &Status::Skipped(skip[1].1.clone()));
+        let mut h = h.to_vec();
+        h.push(StepView { role: STATUS_ROLE, meta: &b });
+        h.push(StepView { role: STATUS_ROLE, meta: &d });
+        let Action::End { return_code, summary } =
+            plan(&dag(), &policy(OnStepFailure::SkipDependents), &h)
+        else {
+            panic!()
+        };
+        assert_eq!(return_code, RETURN_PARTIAL);
+        assert_eq!(summary, "1 of 4 steps succeeded; failed: a; skipped: b, d");
+    }
+
+    #[test]
+    fn stop_ends_the_thread() {
+        let fail = failed("a");
+        let h = [StepView { role: STATUS_ROLE, meta: &fail }];
+        let Action::End { return_code, .. } = plan(&dag(), &policy(OnStepFailure::Stop), &h) else {
+            panic!()
+        };
+        assert_eq!(return_code, RETURN_FAILED);
+    }
+
+    #[test]
+    fn ask_user_asks_then_follows_the_decision() {
+        let fail = failed("a");
+        let p = policy(OnStepFailure::AskUser);
+        let mut h = vec![StepView { role: STATUS_ROLE, meta: &fail }];
+        assert_eq!(plan(&dag(), &p, &h), Action::Ask { step: "a".into(), error: "boom".into() });
+        let retry = decision_meta("a", Decision::Retry);
+        h.push(StepView { role: USER_ROLE, meta: &retry });
+        assert_eq!(
+            plan(&dag(), &p, &h),
+            Action::Stage { skip: vec![], run: vec!["a".into(), "c".into()] }
+        );
+        let skip = decision_meta("a", Decision::Skip);
+        h.push(StepView { role: USER_ROLE, meta: &skip });
+        let Action::Stage { skip, run } = plan(&dag(), &p, &h) else { panic!() };
+        assert_eq!((skip.len(), run), (2, vec!["c".to_string()]));
+        let abort = decision_meta("a", Decision::Abort);
+        h.push(StepView { role: USER_ROLE, meta: &abort });
+        assert!(matches!(plan(&dag(), &p, &h), Action::End { return_code: RETURN_FAILED, .. }));
+    }
+}

@@ -1,0 +1,648 @@
+//! The YAML format of a declarative workflow: parsed with the position of every value, and
+//! validated into the canonical [`Definition`] — or refused with one error naming the file,
+//! line and column.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::Path;
+
+use indexmap::IndexMap;
+use marked_yaml::{LoaderOptions, Node, Span, Spanned};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uncaged_workflow_declarative::{
+    DagStep, Definition, END, FailurePolicy, Node as GraphNode, OnStepFailure, Role, Routing,
+    START, Transition, expr, reference,
+};
+
+use crate::error::{Error, Result};
+
+/// The most bytes a workflow file may hold.
+pub const MAX_SOURCE_BYTES: usize = 1024 * 1024;
+/// Rounds a graph may take when the file does not say.
+const GRAPH_MAX_ROUNDS: u32 = 10;
+/// The longest role name or step id.
+const MAX_NAME: usize = 64;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    description: Spanned<String>,
+    #[serde(default)]
+    roles: IndexMap<Spanned<String>, RoleSpec>,
+    max_rounds: Option<Spanned<u32>>,
+    graph: Option<Spanned<Vec<NodeSpec>>>,
+    steps: Option<Spanned<Vec<StepSpec>>>,
+    failure_policy: Option<Spanned<PolicySpec>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoleSpec {
+    description: Option<String>,
+    system_prompt: Option<String>,
+    extract_prompt: Option<String>,
+    /// Read from the node tree, where scalars keep their YAML types.
+    #[allow(dead_code)]
+    schema: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeSpec {
+    from: Spanned<String>,
+    transitions: Vec<TransitionSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TransitionSpec {
+    to: Spanned<String>,
+    condition: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepSpec {
+    id: Spanned<String>,
+    role: Option<Spanned<String>>,
+    description: Option<String>,
+    expected_output: Option<String>,
+    #[serde(default)]
+    depends_on: Vec<Spanned<String>>,
+    /// Read from the node tree, where scalars keep their YAML types.
+    #[allow(dead_code)]
+    inputs: Option<serde::de::IgnoredAny>,
+    #[allow(dead_code)]
+    schema: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicySpec {
+    on_step_failure: Spanned<String>,
+    max_retries: Option<u32>,
+    retry_delay_ms: Option<u32>,
+}
+
+/// Reads and validates the workflow file at `path`.
+pub fn read(path: &Path) -> Result<(String, Definition)> {
+    let bytes = std::fs::read(path).map_err(|cause| Error::Io {
+        action: "read the workflow file",
+        path: path.into(),
+        cause,
+    })?;
+    let invalid =
+        |message: String| Error::InvalidWorkflow { path: path.into(), line: 1, column: 1, message };
+    if bytes.len() > MAX_SOURCE_BYTES {
+        return Err(invalid(format!(
+            "the file is {} bytes, over the limit of {MAX_SOURCE_BYTES}",
+            bytes.len()
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| invalid("the file is not UTF-8".into()))?;
+    let definition = parse(path, &text)?;
+    Ok((text, definition))
+}
+
+/// Validates `text` (the contents of `path`) into a definition.
+pub fn parse(path: &Path, text: &str) -> Result<Definition> {
+    Checker { path }.check(text)
+}
+
+struct Checker<'a> {
+    path: &'a Path,
+}
+
+impl Checker<'_> {
+    fn at(&self, span: &Span, message: impl Into<String>) -> Error {
+        let (line, column) = span.start().map_or((1, 1), |m| (m.line(), m.column()));
+        Error::InvalidWorkflow { path: self.path.into(), line, column, message: message.into() }
+    }
+
+    fn at_marker(&self, marker: Option<&marked_yaml::Marker>, message: impl Into<String>) -> Error {
+        let (line, column) = marker.map_or((1, 1), |m| (m.line(), m.column()));
+        Error::InvalidWorkflow { path: self.path.into(), line, column, message: message.into() }
+    }
+
+    fn check(&self, text: &str) -> Result<Definition> {
+        let options = LoaderOptions::default().error_on_duplicate_keys(true);
+        let root = marked_yaml::parse_yaml_with_options(0, text, options)
+            .map_err(|e| self.load_error(e))?;
+        let file: File = marked_yaml::from_node(&root).map_err(|e| self.shape_error(&e))?;
+        let roles = self.roles(&root, &file)?;
+        let max_rounds = file.max_rounds.as_ref().map(|m| **m);
+        if let Some(rounds) = file.max_rounds.as_ref().filter(|m| ***m == 0) {
+            return Err(self.at(rounds.span(), "`max_rounds` must be at least 1"));
+        }
+        let (roles, max_rounds, routing) = match (&file.graph, &file.steps) {
+            (Some(graph), None) => {
+                if let Some(policy) = &file.failure_policy {
+                    return Err(self.at(
+                        policy.span(),
+                        "`failure_policy` applies to `steps`, not to a `graph`",
+                    ));
+                }
+                let nodes = self.graph(graph, &roles)?;
+                let roles = roles.into_values().map(|(role, _)| role).collect();
+                (roles, max_rounds.unwrap_or(GRAPH_MAX_ROUNDS), Routing::Graph(nodes))
+            }
+            (None, Some(steps)) => {
+                let (steps, step_roles) = self.steps(&root, steps, &roles)?;
+                let failure_policy = self.policy(file.failure_policy.as_ref())?;
+                let rounds = max_rounds.unwrap_or_else(|| default_dag_rounds(steps.len()));
+                (step_roles, rounds, Routing::Steps { steps, failure_policy })
+            }
+            (Some(_), Some(steps)) => {
+                return Err(self.at(steps.span(), "a workflow has `graph` or `steps`, not both"));
+            }
+            (None, None) => {
+                return Err(self.at(
+                    file.description.span(),
+                    "a workflow needs its routing: a `graph` of roles or a DAG of `steps`",
+                ));
+            }
+        };
+        Ok(Definition { description: file.description.to_string(), roles, max_rounds, routing })
+    }
+
+    fn load_error(&self, error: marked_yaml::LoadError) -> Error {
+        use marked_yaml::LoadError::*;
+        let (marker, message) = match &error {
+            TopLevelMustBeMapping(m) => (Some(*m), "the file must be a YAML mapping".to_string()),
+            TopLevelMustBeSequence(m) => (Some(*m), "the file must be a YAML mapping".to_string()),
+            UnexpectedAnchor(m) => (Some(*m), "YAML anchors are not supported".to_string()),
+            MappingKeyMustBeScalar(m) => (Some(*m), "mapping keys must be scalars".to_string()),
+            UnexpectedTag(m) => (Some(*m), "YAML tags are not supported".to_string()),
+            ScanError(m, e) => (Some(*m), format!("YAML syntax: {}", e.info())),
+            DuplicateKey(inner) => (
+                inner.key.span().start().copied(),
+                format!("duplicate key `{}`", inner.key.as_str()),
+            ),
+        };
+        self.at_marker(marker.as_ref(), message)
+    }
+
+    fn shape_error(&self, error: &marked_yaml::FromNodeError) -> Error {
+        use marked_yaml::spanned_serde::Error as E;
+        let marker = error.start_mark();
+        let message = match &**error {
+            E::UnknownFieldError(field, expected, _) => {
+                let hint = strsim_closest(field, expected)
+                    .map(|c| format!(" (did you mean `{c}`?)"))
+                    .unwrap_or_else(|| format!(" (expected one of: {})", expected.join(", ")));
+                format!("unknown key `{field}`{hint}")
+            }
+            E::IntegerParseFailure(..) => "expected a whole number".to_string(),
+            other => {
+                let text = other.to_string();
+                // serde says "missing field"; the format says "key".
+                text.replace("missing field", "missing key")
+            }
+        };
+        let message = match error.path() {
+            Some(path) if !path.to_string().is_empty() => format!("{path}: {message}"),
+            _ => message,
+        };
+        self.at_marker(marker.as_ref(), message)
+    }
+
+    /// The declared roles, by name, each with the span of its name.
+    fn roles(&self, root: &Node, file: &File) -> Result<IndexMap<String, (Role, Span)>> {
+        let mut roles = IndexMap::new();
+        for (name, spec) in &file.roles {
+            self.name(name, "role name")?;
+            let schema = self.schema(child(root, &["roles", name.as_str(), "schema"]))?;
+            let role = Role {
+                name: name.to_string(),
+                description: spec.description.clone().unwrap_or_default(),
+                system_prompt: spec.system_prompt.clone().unwrap_or_default(),
+                extract_prompt: spec.extract_prompt.clone().unwrap_or_default(),
+                schema: schema.unwrap_or_else(|| json!({ "type": "object" })),
+            };
+            roles.insert(name.to_string(), (role, *name.span()));
+        }
+        Ok(roles)
+    }
+
+    fn name(&self, name: &Spanned<String>, what: &str) -> Result<()> {
+        let ok = !name.is_empty()
+            && name.len() <= MAX_NAME
+            && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if ok {
+            Ok(())
+        } else {
+            Err(self.at(
+                name.span(),
+                format!(
+                    "{what} `{}` must be 1-{MAX_NAME} letters, digits, `_`, `-` or `.`, starting \
+                     with a letter or digit",
+                    name.chars().take(MAX_NAME).collect::<String>()
+                ),
+            ))
+        }
+    }
+
+    /// A role's or step's schema, which must be a valid JSON Schema.
+    fn schema(&self, node: Option<&Node>) -> Result<Option<Value>> {
+        let Some(node) = node else { return Ok(None) };
+        let schema = to_json(node);
+        crate::schema::compile(&schema.to_string())
+            .map_err(|e| self.at(node.span(), format!("not a valid JSON Schema: {e}")))?;
+        Ok(Some(schema))
+    }
+
+    fn graph(
+        &self,
+        graph: &Spanned<Vec<NodeSpec>>,
+        roles: &IndexMap<String, (Role, Span)>,
+    ) -> Result<Vec<GraphNode>> {
+        let known = |name: &str| roles.contains_key(name);
+        let mut nodes: Vec<GraphNode> = Vec::new();
+        let mut edges: HashMap<&str, Vec<&str>> = HashMap::new();
+        for node in graph.iter() {
+            if node.from.as_str() != START && !known(&node.from) {
+                return Err(self.undeclared(&node.from, roles, "`from`"));
+            }
+            if nodes.iter().any(|n| n.from == *node.from) {
+                return Err(self.at(
+                    node.from.span(),
+                    format!(
+                        "`{}` has two `from` entries; list all its transitions in one",
+                        *node.from
+                    ),
+                ));
+            }
+            let mut transitions = Vec::new();
+            for transition in &node.transitions {
+                if transition.to.as_str() != END && !known(&transition.to) {
+                    return Err(self.undeclared(&transition.to, roles, "a transition to"));
+                }
+                if let Some(condition) = &transition.condition {
+                    expr::check(condition).map_err(|e| {
+                        let mut span = *condition.span();
+                        if let Some(start) = span.start_mut() {
+                            *start = marked_yaml::Marker::new(
+                                start.source(),
+                                start.character() + e.offset,
+                                start.line(),
+                                start.column() + e.offset,
+                            );
+                        }
+                        self.at(&span, format!("condition `{}`: {}", **condition, e.message))
+                    })?;
+                }
+                edges.entry(node.from.as_str()).or_default().push(transition.to.as_str());
+                transitions.push(Transition {
+                    to: transition.to.to_string(),
+                    condition: transition.condition.as_ref().map(|c| c.to_string()),
+                });
+            }
+            if transitions.is_empty() {
+                return Err(
+                    self.at(node.from.span(), format!("`{}` has no transitions", *node.from))
+                );
+            }
+            nodes.push(GraphNode { from: node.from.to_string(), transitions });
+        }
+        if !nodes.iter().any(|n| n.from == START) {
+            return Err(self.at(graph.span(), "the graph has no `from: $START` entry"));
+        }
+        let reached = reachable(&edges, START);
+        for (name, (_, span)) in roles {
+            if !reached.contains(name.as_str()) {
+                return Err(self.at(span, format!("role `{name}` is not reached from $START")));
+            }
+            if !edges.contains_key(name.as_str()) {
+                return Err(self.at(
+                    span,
+                    format!("role `{name}` has no transitions (add `- from: {name}` to the graph)"),
+                ));
+            }
+        }
+        if !reached.contains(END) {
+            return Err(self.at(graph.span(), "the graph has no path from $START to $END"));
+        }
+        for node in graph.iter().filter(|n| n.from.as_str() != START) {
+            if !reachable(&edges, &node.from).contains(END) {
+                return Err(self.at(
+                    node.from.span(),
+                    format!("there is no path from `{}` to $END", *node.from),
+                ));
+            }
+        }
+        Ok(nodes)
+    }
+
+    fn undeclared(
+        &self,
+        name: &Spanned<String>,
+        roles: &IndexMap<String, (Role, Span)>,
+        what: &str,
+    ) -> Error {
+        let names: Vec<&str> = roles.keys().map(String::as_str).collect();
+        let hint = strsim_closest(name, &names)
+            .map(|c| format!(" (did you mean `{c}`?)"))
+            .unwrap_or_default();
+        self.at(name.span(), format!("{what} undeclared role `{}`{hint}", name.as_str()))
+    }
+
+    /// The steps in topological order, and one role per step.
+    fn steps(
+        &self,
+        root: &Node,
+        steps: &Spanned<Vec<StepSpec>>,
+        roles: &IndexMap<String, (Role, Span)>,
+    ) -> Result<(Vec<DagStep>, Vec<Role>)> {
+        if steps.is_empty() {
+            return Err(self.at(steps.span(), "`steps` is empty"));
+        }
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (i, step) in steps.iter().enumerate() {
+            self.name(&step.id, "step id")?;
+            if index.insert(step.id.as_str(), i).is_some() {
+                return Err(
+                    self.at(step.id.span(), format!("two steps have the id `{}`", *step.id))
+                );
+            }
+        }
+        for step in steps.iter() {
+            for dep in &step.depends_on {
+                if !index.contains_key(dep.as_str()) {
+                    let ids: Vec<&str> = index.keys().copied().collect();
+                    let hint = strsim_closest(dep, &ids)
+                        .map(|c| format!(" (did you mean `{c}`?)"))
+                        .unwrap_or_default();
+                    return Err(self.at(
+                        dep.span(),
+                        format!("`depends_on`: no step `{}`{hint}", dep.as_str()),
+                    ));
+                }
+            }
+        }
+        let order = self.topological(steps, &index)?;
+        let upstream = upstream_sets(steps, &index);
+        let used: BTreeSet<&str> =
+            steps.iter().filter_map(|s| s.role.as_ref().map(|r| r.as_str())).collect();
+        for (name, (_, span)) in roles {
+            if !used.contains(name.as_str()) {
+                return Err(self.at(span, format!("role `{name}` is not used by any step")));
+            }
+        }
+        let mut dag = Vec::new();
+        let mut step_roles = Vec::new();
+        for i in order {
+            let step = &steps[i];
+            let id = step.id.as_str();
+            let base = match &step.role {
+                Some(role) => Some(
+                    &roles
+                        .get(role.as_str())
+                        .ok_or_else(|| self.undeclared(role, roles, "`role`:"))?
+                        .0,
+                ),
+                None => None,
+            };
+            if base.is_none() && step.description.is_none() {
+                return Err(self
+                    .at(step.id.span(), format!("step `{id}` needs a `role` or a `description`")));
+            }
+            let schema = self.schema(child(root, &["steps", &i.to_string(), "schema"]))?;
+            step_roles.push(step_role(step, base, schema));
+            let inputs = self.inputs(root, i, step, &upstream[i], &index)?;
+            dag.push(DagStep {
+                id: id.to_string(),
+                depends_on: step.depends_on.iter().map(|d| d.to_string()).collect(),
+                inputs,
+            });
+        }
+        Ok((dag, step_roles))
+    }
+
+    /// Kahn's algorithm, taking ready steps in file order; a cycle is an error at one of its
+    /// steps.
+    fn topological(&self, steps: &[StepSpec], index: &HashMap<&str, usize>) -> Result<Vec<usize>> {
+        let mut waiting: Vec<usize> = steps.iter().map(|s| s.depends_on.len()).collect();
+        let mut ready: VecDeque<usize> = (0..steps.len()).filter(|&i| waiting[i] == 0).collect();
+        let mut order = Vec::new();
+        while let Some(i) = ready.pop_front() {
+            order.push(i);
+            for (j, step) in steps.iter().enumerate() {
+                let edges = step.depends_on.iter().filter(|d| index[d.as_str()] == i).count();
+                if edges > 0 {
+                    waiting[j] -= edges;
+                    if waiting[j] == 0 {
+                        ready.push_back(j);
+                    }
+                }
+            }
+        }
+        if let Some(stuck) = (0..steps.len()).find(|i| !order.contains(i)) {
+            let step = &steps[stuck];
+            let span = step.depends_on.first().map_or(*step.id.span(), |d| *d.span());
+            return Err(self.at(&span, format!("step `{}` is in a dependency cycle", *step.id)));
+        }
+        Ok(order)
+    }
+
+    fn inputs(
+        &self,
+        root: &Node,
+        i: usize,
+        step: &StepSpec,
+        upstream: &BTreeSet<usize>,
+        index: &HashMap<&str, usize>,
+    ) -> Result<serde_json::Map<String, Value>> {
+        let Some(node) = child(root, &["steps", &i.to_string(), "inputs"]) else {
+            return Ok(Default::default());
+        };
+        let Some(mapping) = node.as_mapping() else {
+            return Err(self.at(node.span(), "`inputs` must be a mapping of names to values"));
+        };
+        let mut inputs = serde_json::Map::new();
+        for (key, value) in mapping.iter() {
+            if let Some(text) = value.as_scalar().map(|s| s.as_str()) {
+                match reference::parse(text) {
+                    Ok(None)
+                    | Ok(Some(reference::Reference::Prompt | reference::Reference::TriggerData)) => {
+                    }
+                    Ok(Some(reference::Reference::Step { id, .. })) => match index.get(id) {
+                        None => {
+                            return Err(
+                                self.at(value.span(), format!("`{text}`: there is no step `{id}`"))
+                            );
+                        }
+                        Some(j) if !upstream.contains(j) => {
+                            return Err(self.at(
+                                value.span(),
+                                format!(
+                                    "`{text}`: step `{id}` is not upstream of `{}` (add it to `depends_on`)",
+                                    *step.id
+                                ),
+                            ));
+                        }
+                        Some(_) => {}
+                    },
+                    Err(e) => return Err(self.at(value.span(), e)),
+                }
+            }
+            inputs.insert(key.as_str().to_string(), to_json(value));
+        }
+        Ok(inputs)
+    }
+
+    fn policy(&self, policy: Option<&Spanned<PolicySpec>>) -> Result<FailurePolicy> {
+        let Some(policy) = policy else { return Ok(FailurePolicy::default()) };
+        let on_step_failure = match policy.on_step_failure.as_str() {
+            "stop" => OnStepFailure::Stop,
+            "skip_dependents" => OnStepFailure::SkipDependents,
+            "ask_user" => OnStepFailure::AskUser,
+            other => {
+                let options = ["stop", "skip_dependents", "ask_user"];
+                let hint = strsim_closest(other, &options)
+                    .map(|c| format!(" (did you mean `{c}`?)"))
+                    .unwrap_or_default();
+                return Err(self.at(
+                    policy.on_step_failure.span(),
+                    format!("`on_step_failure` is `stop`, `skip_dependents` or `ask_user`, not `{other}`{hint}"),
+                ));
+            }
+        };
+        let defaults = FailurePolicy::default();
+        Ok(FailurePolicy {
+            on_step_failure,
+            max_retries: policy.max_retries.unwrap_or(defaults.max_retries),
+            retry_delay_ms: policy.retry_delay_ms.unwrap_or(defaults.retry_delay_ms),
+        })
+    }
+}
+
+/// Rounds a DAG may take when the file does not say: every step, a record for each, and room
+/// for retries decided by a person.
+fn default_dag_rounds(steps: usize) -> u32 {
+    u32::try_from(steps * 3 + 10).unwrap_or(u32::MAX)
+}
+
+/// The role a DAG step runs as: named by its id, from its `role` if it names one, with its own
+/// `description` and `expected_output` added to the prompts.
+fn step_role(step: &StepSpec, base: Option<&Role>, schema: Option<Value>) -> Role {
+    let mut system_prompt = base.map(|r| r.system_prompt.clone()).unwrap_or_default();
+    let mut add = |text: String| {
+        if !system_prompt.is_empty() {
+            system_prompt.push_str("\n\n");
+        }
+        system_prompt.push_str(&text);
+    };
+    if let Some(description) = &step.description {
+        add(if base.is_some() { format!("This step: {description}") } else { description.clone() });
+    }
+    if let Some(expected) = &step.expected_output {
+        add(format!("Expected output: {expected}"));
+    }
+    let extract_prompt = match (base.map(|r| r.extract_prompt.as_str()), &step.expected_output) {
+        (Some(prompt), _) if !prompt.is_empty() => prompt.to_string(),
+        (_, Some(expected)) => expected.clone(),
+        _ => String::new(),
+    };
+    Role {
+        name: step.id.to_string(),
+        description: step
+            .description
+            .clone()
+            .or_else(|| base.map(|r| r.description.clone()))
+            .unwrap_or_default(),
+        system_prompt,
+        extract_prompt,
+        schema: schema
+            .or_else(|| base.map(|r| r.schema.clone()))
+            .unwrap_or_else(|| json!({ "type": "object" })),
+    }
+}
+
+/// For each step, the steps it depends on, transitively.
+fn upstream_sets(steps: &[StepSpec], index: &HashMap<&str, usize>) -> Vec<BTreeSet<usize>> {
+    (0..steps.len())
+        .map(|i| {
+            let mut seen = BTreeSet::new();
+            let mut stack = vec![i];
+            while let Some(j) = stack.pop() {
+                for dep in &steps[j].depends_on {
+                    let k = index[dep.as_str()];
+                    if seen.insert(k) {
+                        stack.push(k);
+                    }
+                }
+            }
+            seen
+        })
+        .collect()
+}
+
+fn reachable<'a>(edges: &HashMap<&'a str, Vec<&'a str>>, from: &'a str) -> BTreeSet<&'a str> {
+    let mut seen = BTreeSet::from([from]);
+    let mut stack = vec![from];
+    while let Some(node) = stack.pop() {
+        for &next in edges.get(node).into_iter().flatten() {
+            if seen.insert(next) {
+                stack.push(next);
+            }
+        }
+    }
+    seen
+}
+
+/// The closest of `options` to `word`, if any is close.
+fn strsim_closest<'a>(word: &str, options: &[&'a str]) -> Option<&'a str> {
+    options
+        .iter()
+        .map(|o| (strsim::jaro_winkler(word, o), *o))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, o)| o)
+}
+
+/// The node at `path` (mapping keys, or sequence indices) under `root`.
+fn child<'a>(root: &'a Node, path: &[&str]) -> Option<&'a Node> {
+    let mut node = root;
+    for key in path {
+        node = match node {
+            Node::Mapping(m) => m.get_node(key)?,
+            Node::Sequence(s) => s.get_node(key.parse().ok()?)?,
+            Node::Scalar(_) => return None,
+        };
+    }
+    Some(node)
+}
+
+/// A YAML node as JSON, plain scalars typed as YAML 1.2's core schema types them.
+fn to_json(node: &Node) -> Value {
+    match node {
+        Node::Scalar(s) if !s.may_coerce() => Value::String(s.as_str().to_string()),
+        Node::Scalar(s) => {
+            let text = s.as_str();
+            match text {
+                "" | "~" | "null" | "Null" | "NULL" => Value::Null,
+                "true" | "True" | "TRUE" => Value::Bool(true),
+                "false" | "False" | "FALSE" => Value::Bool(false),
+                _ => {
+                    if let Ok(n) = text.parse::<i64>() {
+                        json!(n)
+                    } else if let Some(n) = text
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|f| f.is_finite() && text.chars().any(|c| c.is_ascii_digit()))
+                        .and_then(serde_json::Number::from_f64)
+                    {
+                        Value::Number(n)
+                    } else {
+                        Value::String(text.to_string())
+                    }
+                }
+            }
+        }
+        Node::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
+        Node::Mapping(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.as_str().to_string(), to_json(v))).collect())
+        }
+    }
+}
