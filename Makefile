@@ -16,7 +16,8 @@ BIN          := target/debug/uncaged-workflow
 DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
-.PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash
+.PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash \
+	interpreter check-interpreter
 
 all: build bundles
 
@@ -58,14 +59,38 @@ demo: build guest-target
 	UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) threads solve-issue
 	UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) thread $$(UNCAGED_WORKFLOW_HOME=$(DEMO_HOME) $(BIN) threads solve-issue --json | sed -n 's/.*"threadId": "\([0-9A-Z]*\)".*/\1/p' | tail -n 1)
 
+# The interpreter of declarative (YAML) workflows ships inside the host binary as a committed
+# build (as wasmtime ships its WASI adapters), so that the same YAML gives the same bundle
+# bytes on every machine. Paths are remapped so that the build does not depend on where the
+# repository or the cargo home is; `check-interpreter` proves the committed file is current.
+INTERPRETER     := runtime/src/declarative/interpreter.wasm
+INTERP_TARGET   := target/interpreter
+INTERP_FLAGS    := --remap-path-prefix=$(CURDIR)=/uncaged-workflow \
+	--remap-path-prefix=$(or $(CARGO_HOME),$(HOME)/.cargo)=/cargo
+INTERP_BUILT    := $(INTERP_TARGET)/$(GUEST_TARGET)/guest/declarative_interpreter.wasm
+
+$(INTERP_BUILT): guest-target
+	RUSTFLAGS="$(INTERP_FLAGS)" $(CARGO) build --target $(GUEST_TARGET) --profile guest \
+		-p declarative-interpreter --target-dir $(INTERP_TARGET)
+
+interpreter: $(INTERP_BUILT)
+	cp $(INTERP_BUILT) $(INTERPRETER)
+
+check-interpreter: $(INTERP_BUILT)
+	@cmp -s $(INTERP_BUILT) $(INTERPRETER) || { echo "$(INTERPRETER) is not the build of \
+	declarative/ and wit/: run \`make interpreter\` and commit it"; exit 1; }
+
+.PHONY: $(INTERP_BUILT)
+
 # The language tests use the Python and JavaScript bundles and toolchains `bundles` builds.
-test: bundles
+test: bundles check-interpreter
 	$(CARGO) test
 
 lint: guest-target
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -p uncaged-workflow -p uncaged-test-artifacts -- -D warnings
-	$(CARGO) clippy --target $(GUEST_TARGET) -p uncaged-workflow-sdk $(addprefix -p ,$(BUNDLES)) -p guest-adversary -p guest-bad-schema -p guest-descriptor \
+	$(CARGO) clippy --all-targets -p uncaged-workflow-declarative -- -D warnings
+	$(CARGO) clippy --target $(GUEST_TARGET) -p uncaged-workflow-sdk -p declarative-interpreter $(addprefix -p ,$(BUNDLES)) -p guest-adversary -p guest-bad-schema -p guest-descriptor \
 		-p guest-bad-import -p guest-no-workflow-export -- -D warnings
 
 fmt:

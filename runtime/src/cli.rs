@@ -13,6 +13,7 @@ macro_rules! outln {
 
 mod add;
 mod answer;
+mod build;
 mod control;
 mod follow;
 mod fork;
@@ -93,11 +94,14 @@ impl GlobalOptions {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Validate a bundle, store it by hash, precompile it, and register it under a name
+    /// Validate a bundle (or a YAML workflow), store it by hash, precompile it, and register
+    /// it under a name
     Add(add::AddCommand),
+    /// Build a YAML workflow into a bundle file
+    Build(build::BuildCommand),
     /// List registered workflows
     List(list::ListCommand),
-    /// Show a workflow: description, current hash, roles and their schemas
+    /// Show a workflow: description, current hash, roles and their schemas (or its YAML)
     Show(show::ShowCommand),
     /// Unregister a workflow (its bundles and threads stay on disk)
     Remove(remove::RemoveCommand),
@@ -138,6 +142,7 @@ impl Cli {
         let global = &self.global;
         match self.command {
             Command::Add(c) => c.execute(global).await,
+            Command::Build(c) => c.execute(global),
             Command::List(c) => c.execute(global),
             Command::Show(c) => c.execute(global),
             Command::Remove(c) => c.execute(global),

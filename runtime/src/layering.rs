@@ -11,6 +11,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         "base",
         &["error", "ids", "clock", "home", "durable", "schema", "limits", "faults", "scaffold"],
     ),
+    // Declarative workflows: YAML validated and assembled into a bundle; bytes in, bytes out.
+    ("declarative", &["declarative"]),
     ("store", &["store"]),
     ("agents", &["agents"]),
     ("sandbox", &["sandbox"]),

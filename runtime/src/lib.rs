@@ -5,13 +5,15 @@
 //!
 //! 1. base — [`error`], [`ids`], [`clock`], [`home`], [`durable`], [`schema`], [`limits`],
 //!    [`faults`], [`scaffold`]: no knowledge of workflows beyond names and numbers.
-//! 2. [`store`] — everything kept (records, journals, logs, registry, bundles, config), and
+//! 2. [`declarative`] — a YAML workflow validated and composed with the interpreter into a
+//!    bundle: bytes in, bytes out.
+//! 3. [`store`] — everything kept (records, journals, logs, registry, bundles, config), and
 //!    nothing of wasmtime.
-//! 3. [`agents`] — who answers a role, and the extractor of its meta.
-//! 4. [`sandbox`] — everything wasmtime: engine, bindings, a thread's store, the host imports.
-//! 5. [`run`] — the catalog, a thread's lifecycle, the step loop, the worker process and its
+//! 4. [`agents`] — who answers a role, and the extractor of its meta.
+//! 5. [`sandbox`] — everything wasmtime: engine, bindings, a thread's store, the host imports.
+//! 6. [`run`] — the catalog, a thread's lifecycle, the step loop, the worker process and its
 //!    socket protocol.
-//! 6. [`cli`] — one thin file per subcommand.
+//! 7. [`cli`] — one thin file per subcommand.
 
 pub mod agents;
 pub mod cli;

@@ -172,8 +172,8 @@ pub fn plan(steps: &[DagStep], policy: &FailurePolicy, history: &[StepView<'_>])
             continue;
         }
         let blocked = step.depends_on.iter().find_map(|d| match status.get(d.as_str()) {
-            Some(Status::Failed(_)) => Some(format!("`{d}` failed")),
-            Some(Status::Skipped(_)) => Some(format!("`{d}` was skipped")),
+            Some(Status::Failed(_)) => Some(format!("`{d}`, which failed")),
+            Some(Status::Skipped(_)) => Some(format!("`{d}`, which was skipped")),
             _ => None,
         });
         if let Some(why) = blocked {
@@ -261,7 +261,7 @@ mod tests {
         let action = plan(&dag(), &policy(OnStepFailure::SkipDependents), &h);
         let Action::Stage { skip, run } = action else { panic!("{action:?}") };
         assert_eq!(skip.iter().map(|s| s.0.as_str()).collect::<Vec<_>>(), ["b", "d"]);
-        assert!(skip[1].1.contains("`b` was skipped"), "{skip:?}");
+        assert!(skip[1].1.contains("`b`, which was skipped"), "{skip:?}");
         assert!(run.is_empty());
         let b = status_meta("b", &Status::Skipped(skip[0].1.clone()));
         let d = status_meta("d", &Status::Skipped(skip[1].1.clone()));

@@ -81,12 +81,13 @@ pub fn check(expr: &str) -> Result<(), ExprError> {
             .and_then(|(_, rest)| rest.split_once(':'))
             .and_then(|(n, _)| n.trim().parse().ok())
             .unwrap_or(0);
-        let text = message.split_once(": ").map_or(message.as_str(), |(_, m)| m).to_string();
-        return Err(ExprError { message: text, offset: offset.min(expr.len()) });
+        let text = message.split_once(": ").map_or(message.as_str(), |(_, m)| m);
+        let message = format!("does not parse: {text}");
+        return Err(ExprError { message, offset: offset.min(expr.len()) });
     }
     let bound = assigned_names(expr);
     for (name, offset) in called_functions(expr) {
-        if bound.iter().any(|b| *b == name) || FUNCTIONS.contains(&name) {
+        if bound.contains(&name) || FUNCTIONS.contains(&name) {
             continue;
         }
         let message = if NONDETERMINISTIC.contains(&name) {
@@ -223,6 +224,7 @@ mod tests {
     fn a_parse_error_has_its_offset() {
         let e = check("meta.approved = ").unwrap_err();
         assert_eq!(e.offset, 16);
+        assert!(e.message.starts_with("does not parse: "), "{e:?}");
         assert!(!e.message.contains("S0211 @"), "{e:?}");
     }
 }

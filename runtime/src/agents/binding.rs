@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
+use uncaged_workflow_declarative::{STATUS_ROLE, USER_ROLE};
+
 use super::extract::LlmExtractor;
 use super::{Agent, AgentProcesses, Bound, CommandAgent, OpenAiAgent, RetryPolicy, ScriptedAgent};
 use crate::error::{Error, Result};
@@ -133,7 +135,8 @@ pub struct AgentSet {
 
 impl AgentSet {
     /// Resolves bindings. Precedence for a role: `--agent-for`, then `roles:` in the config,
-    /// then `--agent`, then `agent:` in the config, then the built-in scripted agent.
+    /// then `--agent`, then `agent:` in the config, then the built-in scripted agent — except
+    /// for the `$user` role of a declarative DAG, which a person answers unless it is bound.
     ///
     /// The descriptor supplies the roles' schemas, from which the scripted agent answers when
     /// it has no answers file, and lets a binding for a role the bundle lacks be refused.
@@ -160,6 +163,11 @@ impl AgentSet {
             }
             by_role.insert(role.clone(), binder.bind(spec)?);
         }
+        // A declarative DAG with the `ask_user` policy asks a person what to do about a failed
+        // step: the role a person answers unless bound otherwise.
+        if descriptor.role(USER_ROLE).is_some() && !by_role.contains_key(USER_ROLE) {
+            by_role.insert(USER_ROLE.to_string(), binder.bind("human")?);
+        }
         let extractor = match &config.extractor {
             None => None,
             Some(extractor) => {
@@ -178,7 +186,10 @@ impl AgentSet {
                 }))
             }
         };
-        let roles = descriptor.roles.iter().map(|r| r.name.clone()).collect();
+        // `$status` steps of a declarative DAG are records the interpreter writes; no agent
+        // answers for them.
+        let roles =
+            descriptor.roles.iter().map(|r| r.name.clone()).filter(|r| r != STATUS_ROLE).collect();
         Ok(AgentSet { roles, default, by_role, extractor })
     }
 

@@ -128,7 +128,7 @@ impl Checker<'_> {
         let options = LoaderOptions::default().error_on_duplicate_keys(true);
         let root = marked_yaml::parse_yaml_with_options(0, text, options)
             .map_err(|e| self.load_error(e))?;
-        let file: File = marked_yaml::from_node(&root).map_err(|e| self.shape_error(&e))?;
+        let file: File = marked_yaml::from_node(&root).map_err(|e| self.shape_error(&root, &e))?;
         let roles = self.roles(&root, &file)?;
         let max_rounds = file.max_rounds.as_ref().map(|m| **m);
         if let Some(rounds) = file.max_rounds.as_ref().filter(|m| ***m == 0) {
@@ -182,11 +182,16 @@ impl Checker<'_> {
         self.at_marker(marker.as_ref(), message)
     }
 
-    fn shape_error(&self, error: &marked_yaml::FromNodeError) -> Error {
+    fn shape_error(&self, root: &Node, error: &marked_yaml::FromNodeError) -> Error {
         use marked_yaml::spanned_serde::Error as E;
-        let marker = error.start_mark();
+        let mut marker = error.start_mark();
+        let path = error.path().map(|p| p.to_string()).unwrap_or_default();
         let message = match &**error {
             E::UnknownFieldError(field, expected, _) => {
+                // The error carries the mapping's place; the key's own is more use.
+                if let Some(key) = key_marker(root, &path, field) {
+                    marker = Some(key);
+                }
                 let hint = strsim_closest(field, expected)
                     .map(|c| format!(" (did you mean `{c}`?)"))
                     .unwrap_or_else(|| format!(" (expected one of: {})", expected.join(", ")));
@@ -200,7 +205,13 @@ impl Checker<'_> {
             }
         };
         let message = match error.path() {
-            Some(path) if !path.to_string().is_empty() => format!("{path}: {message}"),
+            Some(path)
+                if !path.is_empty()
+                    && !path.contains('?')
+                    && !matches!(&**error, E::UnknownFieldError(..)) =>
+            {
+                format!("{path}: {message}")
+            }
             _ => message,
         };
         self.at_marker(marker.as_ref(), message)
@@ -211,7 +222,9 @@ impl Checker<'_> {
         let mut roles = IndexMap::new();
         for (name, spec) in &file.roles {
             self.name(name, "role name")?;
-            let schema = self.schema(child(root, &["roles", name.as_str(), "schema"]))?;
+            let schema = self
+                .schema(child(root, &["roles", name.as_str(), "schema"]))
+                .map_err(|e| prefix(e, &format!("role `{}`: ", name.as_str())))?;
             let role = Role {
                 name: name.to_string(),
                 description: spec.description.clone().unwrap_or_default(),
@@ -407,7 +420,9 @@ impl Checker<'_> {
                 return Err(self
                     .at(step.id.span(), format!("step `{id}` needs a `role` or a `description`")));
             }
-            let schema = self.schema(child(root, &["steps", &i.to_string(), "schema"]))?;
+            let schema = self
+                .schema(child(root, &["steps", &i.to_string(), "schema"]))
+                .map_err(|e| prefix(e, &format!("step `{id}`: ")))?;
             step_roles.push(step_role(step, base, schema));
             let inputs = self.inputs(root, i, step, &upstream[i], &index)?;
             dag.push(DagStep {
@@ -438,9 +453,28 @@ impl Checker<'_> {
             }
         }
         if let Some(stuck) = (0..steps.len()).find(|i| !order.contains(i)) {
-            let step = &steps[stuck];
-            let span = step.depends_on.first().map_or(*step.id.span(), |d| *d.span());
-            return Err(self.at(&span, format!("step `{}` is in a dependency cycle", *step.id)));
+            // Follow dependencies among the stuck steps until one repeats: that is the cycle.
+            let mut path = vec![stuck];
+            let dep = loop {
+                let step = &steps[*path.last().expect("not empty")];
+                let next = step
+                    .depends_on
+                    .iter()
+                    .find(|d| !order.contains(&index[d.as_str()]))
+                    .expect("a stuck step waits on a stuck step");
+                let j = index[next.as_str()];
+                if let Some(at) = path.iter().position(|&p| p == j) {
+                    path.drain(..at);
+                    break next;
+                }
+                path.push(j);
+            };
+            let mut names: Vec<&str> = path.iter().map(|&p| steps[p].id.as_str()).collect();
+            names.push(names[0]);
+            return Err(self.at(
+                dep.span(),
+                format!("the steps form a dependency cycle: {}", names.join(" → ")),
+            ));
         }
         Ok(order)
     }
@@ -514,6 +548,16 @@ impl Checker<'_> {
             max_retries: policy.max_retries.unwrap_or(defaults.max_retries),
             retry_delay_ms: policy.retry_delay_ms.unwrap_or(defaults.retry_delay_ms),
         })
+    }
+}
+
+/// `error` with its message prefixed.
+fn prefix(error: Error, text: &str) -> Error {
+    match error {
+        Error::InvalidWorkflow { path, line, column, message } => {
+            Error::InvalidWorkflow { path, line, column, message: format!("{text}{message}") }
+        }
+        other => other,
     }
 }
 
@@ -599,6 +643,44 @@ fn strsim_closest<'a>(word: &str, options: &[&'a str]) -> Option<&'a str> {
         .filter(|(score, _)| *score > 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, o)| o)
+}
+
+/// Where the key `field` is written in the mapping at `path` (serde's path: `roles.a`,
+/// `graph[0].transitions[1]`), if it is.
+fn key_marker(root: &Node, path: &str, field: &str) -> Option<marked_yaml::Marker> {
+    let mut segments: Vec<String> = Vec::new();
+    // Map keys serde cannot name are `?`: the search goes down to the first of them, then
+    // looks for the key anywhere below.
+    let known = path.split(".?").next().unwrap_or("");
+    for part in known.split('.').filter(|p| !p.is_empty()) {
+        let mut rest = part;
+        if let Some(i) = rest.find('[') {
+            segments.push(rest[..i].to_string());
+            rest = &rest[i..];
+            while let Some(end) = rest.find(']') {
+                segments.push(rest[1..end].to_string());
+                rest = &rest[end + 1..];
+            }
+        } else {
+            segments.push(rest.to_string());
+        }
+    }
+    if segments.last().is_some_and(|s| s == field) {
+        segments.pop();
+    }
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    find_key(child(root, &segments)?, field)
+}
+
+/// The first key named `field` in `node` or below it.
+fn find_key(node: &Node, field: &str) -> Option<marked_yaml::Marker> {
+    match node {
+        Node::Mapping(map) => map.iter().find_map(|(k, v)| {
+            if k.as_str() == field { k.span().start().copied() } else { find_key(v, field) }
+        }),
+        Node::Sequence(items) => items.iter().find_map(|item| find_key(item, field)),
+        Node::Scalar(_) => None,
+    }
 }
 
 /// The node at `path` (mapping keys, or sequence indices) under `root`.
