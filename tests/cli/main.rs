@@ -3,6 +3,7 @@
 mod agents;
 mod bad_input;
 mod crash;
+mod declarative;
 mod durability;
 mod hostile;
 mod human;

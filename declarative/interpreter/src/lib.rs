@@ -190,10 +190,9 @@ fn graph_step(
     let name = match route {
         Route::End => {
             let after = state.steps.last().map_or("$START", |s| s.role.as_str());
-            return Err(end(
-                0,
-                format!("reached $END after `{after}` ({} steps)", state.steps.len()),
-            ));
+            let n = state.steps.len();
+            let steps = if n == 1 { "step" } else { "steps" };
+            return Err(end(0, format!("reached $END after `{after}` ({n} {steps})")));
         }
         Route::Role(name) => name,
     };

@@ -1,0 +1,472 @@
+//! Declarative workflows: a YAML role graph or DAG becomes one bundle that behaves as a code
+//! bundle does — the same steps as the Rust solve-issue, every validation error at its place,
+//! the three failure policies, retries, and a worker killed during a parallel stage.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+use crate::{Env, artifacts, read_jsonl, status, wait_until};
+
+/// A workflow file of `bundles/`.
+fn example(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bundles").join(name);
+    path.canonicalize().expect("the example exists").display().to_string()
+}
+
+fn hash_of(added: &Value) -> Result<String> {
+    Ok(added["hash"].as_str().context("hash")?.to_string())
+}
+
+/// The step lines of a thread.
+fn steps(env: &Env, hash: &str, thread: &str) -> Result<Vec<Value>> {
+    Ok(env.thread_lines(hash, thread)?.into_iter().filter(|l| l.get("role").is_some()).collect())
+}
+
+/// The thread's end record.
+fn end_of(env: &Env, hash: &str, thread: &str) -> Result<Value> {
+    env.thread_lines(hash, thread)?
+        .into_iter()
+        .find_map(|l| l.get("end").cloned())
+        .context("the thread has no end")
+}
+
+fn newest_thread(env: &Env) -> Result<String> {
+    let threads = env.json(&["threads"])?;
+    let last = threads.as_array().and_then(|t| t.last()).context("no thread")?;
+    Ok(last["threadId"].as_str().context("threadId")?.to_string())
+}
+
+#[test]
+fn yaml_and_rust_solve_issue_give_the_same_steps_and_return_codes() -> Result<()> {
+    let env = Env::new()?;
+    let rust = hash_of(&env.json(&["add", "rust", artifacts::SOLVE_ISSUE])?)?;
+    let yaml = hash_of(&env.json(&["add", "yaml", &example("solve-issue.yaml")])?)?;
+    let demo = format!("scripted:{}", example("solve-issue/demo-answers.yaml"));
+    // A reviewer who never approves runs both into their max rounds.
+    let never = env.write("never.yaml", "reviewer:\n  - {approved: false, comments: [again]}\n")?;
+    let never = format!("scripted:{}", never.display());
+    for (agent, code) in [(demo.as_str(), 0), (never.as_str(), 2)] {
+        let mut seen = Vec::new();
+        for (name, hash) in [("rust", &rust), ("yaml", &yaml)] {
+            let run =
+                env.run(&["run", name, "-p", "Fix the empty-file crash", "--agent", agent])?;
+            ensure!(run.code == code, "{name} with {agent} exited {}: {}", run.code, run.stderr);
+            let thread = newest_thread(&env)?;
+            let steps: Vec<Value> = steps(&env, hash, &thread)?
+                .into_iter()
+                .map(|s| json!([s["role"], s["content"], s["meta"]]))
+                .collect();
+            seen.push((steps, end_of(&env, hash, &thread)?["returnCode"].clone()));
+        }
+        assert_eq!(seen[0], seen[1], "the same steps and return code with {agent}");
+        assert_eq!(seen[0].1, json!(code));
+    }
+    Ok(())
+}
+
+#[test]
+fn the_002_graph_stops_when_the_planner_needs_clarification() -> Result<()> {
+    let env = Env::new()?;
+    let hash = hash_of(&env.json(&["add", "pdr", &example("plan-develop-review.yaml")])?)?;
+    let unclear = env.write("unclear.yaml", "planner:\n  - {needsClarification: Which page?}\n")?;
+    let out = env.ok(&[
+        "run",
+        "pdr",
+        "-p",
+        "fix login",
+        "--agent",
+        &format!("scripted:{}", unclear.display()),
+    ])?;
+    assert!(out.contains("completed (0): reached $END after `planner` (1 step)"), "{out}");
+    let answers =
+        env.write("answers.yaml", "reviewer:\n  - {approved: false}\n  - {approved: true}\n")?;
+    env.ok(&[
+        "run",
+        "pdr",
+        "-p",
+        "fix login",
+        "--agent",
+        &format!("scripted:{}", answers.display()),
+    ])?;
+    let roles: Vec<Value> =
+        steps(&env, &hash, &newest_thread(&env)?)?.iter().map(|s| s["role"].clone()).collect();
+    assert_eq!(roles, ["planner", "developer", "reviewer", "developer", "reviewer"]);
+    Ok(())
+}
+
+/// Every validation error, with its exact message; none leaves anything in the home.
+#[test]
+fn each_validation_error_names_its_file_line_and_column() -> Result<()> {
+    let env = Env::new()?;
+    let graph =
+        |roles: &str, graph: &str| format!("description: d\nroles:\n{roles}graph:\n{graph}");
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "syntax",
+            "description: d\nroles: [a\n".into(),
+            "3:1: YAML syntax: while parsing a flow sequence, expected ',' or ']'",
+        ),
+        (
+            "unknown-key",
+            graph("  a:\n    descripton: A\n", "  - from: $START\n    transitions:\n      - to: a\n"),
+            "4:5: unknown key `descripton` (did you mean `description`?)",
+        ),
+        (
+            "undeclared-role",
+            graph("  planner: {}\n", "  - from: $START\n    transitions:\n      - to: planer\n"),
+            "7:13: a transition to undeclared role `planer` (did you mean `planner`?)",
+        ),
+        (
+            "unreachable-role",
+            graph(
+                "  a: {}\n  b: {}\n",
+                "  - from: $START\n    transitions:\n      - to: a\n  - from: a\n    transitions:\n      - to: $END\n  - from: b\n    transitions:\n      - to: $END\n",
+            ),
+            "4:3: role `b` is not reached from $START",
+        ),
+        (
+            "no-end",
+            graph(
+                "  a: {}\n",
+                "  - from: $START\n    transitions:\n      - to: a\n  - from: a\n    transitions:\n      - to: a\n",
+            ),
+            "5:3: the graph has no path from $START to $END",
+        ),
+        (
+            "cycle",
+            "description: d\nsteps:\n  - id: a\n    description: A\n    depends_on: [c]\n  - id: b\n    description: B\n    depends_on: [a]\n  - id: c\n    description: C\n    depends_on: [b]\n".into(),
+            "8:18: the steps form a dependency cycle: a → c → b → a",
+        ),
+        (
+            "not-upstream",
+            "description: d\nsteps:\n  - id: a\n    description: A\n  - id: b\n    description: B\n    inputs:\n      x: $steps.a.output\n".into(),
+            "8:10: `$steps.a.output`: step `a` is not upstream of `b` (add it to `depends_on`)",
+        ),
+        (
+            "no-such-step",
+            "description: d\nsteps:\n  - id: a\n    description: A\n    inputs:\n      x: $steps.zz.output.title\n".into(),
+            "6:10: `$steps.zz.output.title`: there is no step `zz`",
+        ),
+        (
+            "expression",
+            graph(
+                "  a: {}\n",
+                "  - from: $START\n    transitions:\n      - to: a\n        condition: meta.approved =\n  - from: a\n    transitions:\n      - to: $END\n",
+            ),
+            "8:35: condition `meta.approved =`: does not parse: The symbol `(end)` cannot be used as a unary operator",
+        ),
+        (
+            "function",
+            graph(
+                "  a: {}\n",
+                "  - from: $START\n    transitions:\n      - to: a\n        condition: $frobnicate(meta)\n  - from: a\n    transitions:\n      - to: $END\n",
+            ),
+            "8:20: condition `$frobnicate(meta)`: unsupported JSONata function `$frobnicate` (see the reference for the supported list)",
+        ),
+        (
+            "schema",
+            graph(
+                "  a:\n    schema:\n      type: objekt\n",
+                "  - from: $START\n    transitions:\n      - to: a\n  - from: a\n    transitions:\n      - to: $END\n",
+            ),
+            "5:11: role `a`: not a valid JSON Schema: \"objekt\" is not valid under any of the schemas listed in the 'anyOf' keyword",
+        ),
+    ];
+    for (name, yaml, expected) in &cases {
+        let file = env.write(&format!("{name}.yaml"), yaml)?;
+        for command in [vec!["add", "x"], vec!["build"]] {
+            let mut args = command.clone();
+            let file = file.display().to_string();
+            args.push(&file);
+            let err = env.fails(&args, 65)?;
+            assert_eq!(err.trim(), format!("uncaged-workflow: {file}:{expected}"), "case {name}");
+        }
+    }
+    assert!(!env.home().exists(), "a failed add wrote to the home");
+    Ok(())
+}
+
+#[test]
+fn build_gives_the_same_bytes_as_add_and_show_prints_the_yaml_and_its_graph() -> Result<()> {
+    let env = Env::new()?;
+    let yaml = example("triage.yaml");
+    let one = env.dir.path().join("one.wasm");
+    let two = env.dir.path().join("two.wasm");
+    let built = env.json(&["build", &yaml, "-o", one.to_str().unwrap()])?;
+    env.ok(&["build", &yaml, "-o", two.to_str().unwrap()])?;
+    assert_eq!(std::fs::read(&one)?, std::fs::read(&two)?, "the same YAML, the same bytes");
+    let from_yaml = hash_of(&env.json(&["add", "triage", &yaml])?)?;
+    let from_wasm = hash_of(&env.json(&["add", "triage-built", one.to_str().unwrap()])?)?;
+    assert_eq!((hash_of(&built)?, &from_yaml), (from_wasm.clone(), &from_wasm));
+
+    let shown = env.ok(&["show", "triage-built"])?;
+    assert!(shown.contains("declarative: the YAML below"), "{shown}");
+    assert!(shown.contains(&std::fs::read_to_string(&yaml)?.trim().to_string()), "{shown}");
+    let graph = env.ok(&["show", "triage", "--graph"])?;
+    assert!(graph.starts_with("flowchart LR\n"), "{graph}");
+    for edge in ["n0 --> n1", "n0 --> n2", "n0 --> n3", "n1 --> n4", "n2 --> n4", "n3 --> n4"] {
+        assert!(graph.contains(edge), "{edge} in {graph}");
+    }
+    env.ok(&["add", "solve", &example("solve-issue.yaml")])?;
+    let graph = env.ok(&["show", "solve", "--graph"])?;
+    assert!(graph.contains(r#"n3 -->|"meta.approved = true"| n4"#), "{graph}");
+    env.ok(&["add", "code", artifacts::SOLVE_ISSUE])?;
+    let err = env.fails(&["show", "code", "--graph"], 64)?;
+    assert!(err.contains("is code, not a declarative workflow"), "{err}");
+    Ok(())
+}
+
+/// A command agent for triage: logs `start|done STEP` to `agents.log` and each call's input to
+/// `inputs.jsonl`, and behaves per step as `behaviour.json` says: `fail` (always), `fail-once`,
+/// or `gate` (wait for the file `gate`).
+fn triage_agent(env: &Env, behaviour: Value) -> Result<String> {
+    env.write("behaviour.json", behaviour.to_string())?;
+    let dir = env.dir.path().display().to_string();
+    let script = env.write_script(
+        "triage-agent.py",
+        format!(
+            r#"#!/usr/bin/env python3
+import json, os, sys, time
+ctx = json.load(sys.stdin)
+step = ctx["role"]["name"]
+dir = "{dir}"
+def log(event):
+    with open(os.path.join(dir, "agents.log"), "a") as f:
+        f.write(f"{{event}} {{step}}\n")
+log("start")
+with open(os.path.join(dir, "inputs.jsonl"), "a") as f:
+    f.write(json.dumps({{"step": step, "input": ctx.get("input")}}) + "\n")
+how = json.load(open(os.path.join(dir, "behaviour.json"))).get(step)
+if how == "fail":
+    sys.exit(1)
+if how == "fail-once":
+    marker = os.path.join(dir, step + ".failed")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        sys.exit(1)
+if how == "gate":
+    while not os.path.exists(os.path.join(dir, "gate")):
+        time.sleep(0.05)
+answers = {{
+    "fetch": {{"title": "Crash on empty file", "component": "parser"}},
+    "summary": {{"priority": "P2", "reason": "contained"}},
+}}
+print(json.dumps(answers.get(step, {{"severity": "low", "finding": step + " looked"}})))
+log("done")
+"#
+        ),
+    )?;
+    Ok(format!("command:{}", script.display()))
+}
+
+/// triage.yaml with another failure policy.
+fn triage_with(env: &Env, policy: &str, retries: u32) -> Result<String> {
+    let text = std::fs::read_to_string(example("triage.yaml"))?
+        .replace("on_step_failure: skip_dependents", &format!("on_step_failure: {policy}"))
+        .replace("max_retries: 1", &format!("max_retries: {retries}"))
+        .replace("retry_delay_ms: 500", "retry_delay_ms: 50");
+    Ok(env.write(&format!("triage-{policy}.yaml"), text)?.display().to_string())
+}
+
+fn agent_log(env: &Env) -> Vec<String> {
+    std::fs::read_to_string(env.dir.path().join("agents.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// (role, status, step) of each step line: the status of a `$status` record, else succeeded.
+fn statuses(steps: &[Value]) -> Vec<(String, String)> {
+    steps
+        .iter()
+        .map(|s| match s["role"].as_str() {
+            Some("$status") => (
+                s["meta"]["step"].as_str().unwrap_or_default().to_string(),
+                s["meta"]["status"].as_str().unwrap_or_default().to_string(),
+            ),
+            Some("$user") => {
+                ("$user".into(), s["meta"]["decision"].as_str().unwrap_or_default().into())
+            }
+            role => (role.unwrap_or_default().to_string(), "succeeded".into()),
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+}
+
+#[test]
+fn triage_runs_three_analyses_at_once_on_the_fetched_issue() -> Result<()> {
+    let env = Env::new()?;
+    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
+    let agent = triage_agent(&env, json!({}))?;
+    let out = env.ok(&["run", "triage", "-p", "It crashes", "--agent", &agent])?;
+    assert!(out.contains("completed (0): all 5 steps succeeded"), "{out}");
+    let thread = newest_thread(&env)?;
+    let steps = steps(&env, &hash, &thread)?;
+    let groups: Vec<Value> = steps.iter().map(|s| s["group"].clone()).collect();
+    let group = json!({"first": 2, "size": 3});
+    assert_eq!(groups, [Value::Null, group.clone(), group.clone(), group, Value::Null]);
+    // Inputs reach each agent resolved: the prompt, an upstream meta, a field of one.
+    let inputs: HashMap<String, Value> = read_jsonl(&env.dir.path().join("inputs.jsonl"))?
+        .into_iter()
+        .map(|l| {
+            let input: Value = serde_json::from_str(l["input"].as_str().unwrap_or("null")).unwrap();
+            (l["step"].as_str().unwrap().to_string(), input["inputs"].clone())
+        })
+        .collect();
+    assert_eq!(inputs["fetch"], json!({"issue": "It crashes"}));
+    assert_eq!(
+        inputs["security"],
+        json!({"issue": {"title": "Crash on empty file", "component": "parser"}})
+    );
+    assert_eq!(inputs["docs"], json!({"component": "parser"}));
+    assert_eq!(inputs["summary"]["docs"], json!({"severity": "low", "finding": "docs looked"}));
+    Ok(())
+}
+
+/// The middle stage's `security` fails (every attempt): each policy's statuses and return code.
+#[test]
+fn a_failing_middle_step_under_stop_and_skip_dependents() -> Result<()> {
+    let env = Env::new()?;
+    let agent = triage_agent(&env, json!({"security": "fail"}))?;
+    for (policy, code, expected) in [
+        (
+            "stop",
+            1,
+            vec![
+                ("fetch", "succeeded"),
+                ("security", "failed"),
+                ("performance", "succeeded"),
+                ("docs", "succeeded"),
+            ],
+        ),
+        (
+            "skip_dependents",
+            3,
+            vec![
+                ("fetch", "succeeded"),
+                ("security", "failed"),
+                ("performance", "succeeded"),
+                ("docs", "succeeded"),
+                ("summary", "skipped"),
+            ],
+        ),
+    ] {
+        let file = triage_with(&env, policy, 1)?;
+        let hash = hash_of(&env.json(&["add", policy, &file])?)?;
+        let run = env.run(&["run", policy, "-p", "x", "--agent", &agent])?;
+        assert_eq!(run.code, code, "{policy}: {}{}", run.stdout, run.stderr);
+        let thread = newest_thread(&env)?;
+        assert_eq!(statuses(&steps(&env, &hash, &thread)?), pairs(&expected), "{policy}");
+        let failed = &steps(&env, &hash, &thread)?[1];
+        assert_eq!(
+            failed["meta"]["error"],
+            "agent failed: `triage-agent.py` failed with exit status 1 (after 2 attempts)".replace(
+                "`triage-agent.py`",
+                &format!("`{}`", env.dir.path().join("triage-agent.py").display())
+            ),
+            "{policy}: retried once"
+        );
+    }
+    let log = agent_log(&env);
+    assert_eq!(
+        log.iter().filter(|l| *l == "start security").count(),
+        4,
+        "2 attempts × 2 threads: {log:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn ask_user_waits_for_retry_skip_or_abort() -> Result<()> {
+    let env = Env::new()?;
+    let file = triage_with(&env, "ask_user", 0)?;
+    let hash = hash_of(&env.json(&["add", "ask", &file])?)?;
+
+    // retry: the step fails once, the person says retry, it succeeds, the DAG finishes.
+    let agent = triage_agent(&env, json!({"security": "fail-once"}))?;
+    let thread =
+        env.ok(&["run", "ask", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+    wait_until("the thread waits", || Ok(status(&env, &thread)? == "waiting"))?;
+    let shown = env.ok(&["thread", &thread])?;
+    assert!(shown.contains("waiting"), "{shown}");
+    env.ok(&["answer", &thread, "retry"])?;
+    wait_until("the thread ends", || Ok(status(&env, &thread)? == "completed"))?;
+    assert_eq!(end_of(&env, &hash, &thread)?["returnCode"], 0);
+    let expected = [
+        ("fetch", "succeeded"),
+        ("security", "failed"),
+        ("performance", "succeeded"),
+        ("docs", "succeeded"),
+        ("$user", "retry"),
+        ("security", "succeeded"),
+        ("summary", "succeeded"),
+    ];
+    assert_eq!(statuses(&steps(&env, &hash, &thread)?), pairs(&expected));
+
+    // skip: the step and its dependents are skipped; abort: the thread fails.
+    let agent = triage_agent(&env, json!({"security": "fail"}))?;
+    for (answer, code, last) in
+        [("skip", 3, ("summary", "skipped")), ("abort", 1, ("$user", "abort"))]
+    {
+        let thread =
+            env.ok(&["run", "ask", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+        wait_until("the thread waits", || Ok(status(&env, &thread)? == "waiting"))?;
+        let run = env.run(&["answer", &thread, answer])?;
+        assert_eq!(run.code, code, "{answer}: {}{}", run.stdout, run.stderr);
+        let statuses = statuses(&steps(&env, &hash, &thread)?);
+        assert_eq!(statuses.last(), Some(&(last.0.to_string(), last.1.to_string())), "{answer}");
+        assert_eq!(end_of(&env, &hash, &thread)?["returnCode"], code);
+    }
+    Ok(())
+}
+
+#[test]
+fn kill_9_during_a_parallel_stage_then_resume_loses_and_repeats_nothing() -> Result<()> {
+    let env = Env::new()?;
+    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
+    let agent = triage_agent(&env, json!({"docs": "gate"}))?;
+    let thread =
+        env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+    let calls = env.home().join(format!("logs/{hash}/{thread}.calls.jsonl"));
+    wait_until("two analyses are journaled", || {
+        let journaled = read_jsonl(&calls).unwrap_or_default();
+        Ok(journaled.iter().filter(|c| c["kind"] == "agent" && c["step"] == 1).count() == 2)
+    })?;
+    env.kill_the_worker()?;
+    wait_until("the thread is interrupted", || Ok(status(&env, &thread)? == "interrupted"))?;
+    assert_eq!(steps(&env, &hash, &thread)?.len(), 1, "no part of the stage is recorded");
+    std::fs::write(env.dir.path().join("gate"), "")?;
+    let out = env.ok(&["resume", &thread])?;
+    assert!(out.contains("completed (0): all 5 steps succeeded"), "{out}");
+    let steps = steps(&env, &hash, &thread)?;
+    let ids: Vec<&str> = steps.iter().map(|s| s["role"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["fetch", "security", "performance", "docs", "summary"], "each step once");
+    let log = agent_log(&env);
+    let count = |line: &str| log.iter().filter(|l| *l == line).count();
+    for step in ["fetch", "security", "performance", "summary"] {
+        assert_eq!(count(&format!("start {step}")), 1, "{step} asked once: {log:?}");
+    }
+    assert_eq!(count("start docs"), 2, "the unanswered call, asked again: {log:?}");
+    assert_eq!(count("done docs"), 1, "{log:?}");
+    Ok(())
+}
+
+#[test]
+fn thread_start_step_and_fork_work_on_a_declarative_bundle() -> Result<()> {
+    let env = Env::new()?;
+    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
+    let thread = env.ok(&["thread", "start", "triage", "-p", "x"])?.trim().to_string();
+    env.ok(&["step", &thread])?;
+    env.ok(&["step", &thread])?;
+    assert_eq!(steps(&env, &hash, &thread)?.len(), 4, "fetch, then the stage of three");
+    let forked = env.ok(&["fork", &thread, "--at", "1"])?;
+    ensure!(forked.contains("completed (0): all 5 steps succeeded"), "{forked}");
+    Ok(())
+}
