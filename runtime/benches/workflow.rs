@@ -4,7 +4,7 @@
 //! threads that wait on a slow agent. Prints one JSON object per measurement; `make bench`
 //! turns them into BENCHMARKS.md.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,12 +51,15 @@ fn main() {
         }
         emit(json!({"bench": "parallel", "agent_ms": 100,
             "group_ms": parallel_round(if quick { 2 } else { 7 }).await}));
+        emit(json!({"bench": "add_yaml", "ms": add_yaml(if quick { 2 } else { 7 }).await}));
         let sizes: &[usize] = if quick { &[10] } else { &[10, 100, 1000] };
         for &steps in sizes {
             let repeat = if steps >= 1000 { 3 } else { 7 };
             for (mode, dir) in [("durable", disk_dir()), ("memory", memory_dir())] {
                 emit(json!({"bench": "ours", "mode": mode, "steps": steps,
-                    "per_step_us": ours(&dir, steps, repeat).await}));
+                    "per_step_us": ours(&dir, Path::new(artifacts::SOLVE_ISSUE), steps, repeat).await}));
+                emit(json!({"bench": "ours_yaml", "mode": mode, "steps": steps,
+                    "per_step_us": ours(&dir, &example("solve-issue.yaml"), steps, repeat).await}));
                 emit(json!({"bench": "native", "mode": mode, "steps": steps,
                     "per_step_us": native(&dir, steps, repeat).await}));
             }
@@ -96,17 +99,43 @@ fn answers_config(dir: &Path, delay: Option<Duration>) -> Config {
     config
 }
 
-/// The runtime: a thread of solve-issue run to `steps` steps; per-step microseconds of each
-/// repetition (instantiation and thread creation included).
-async fn ours(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64> {
+/// A file of `bundles/`.
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../bundles").join(name)
+}
+
+/// `add` of a YAML workflow never added before (validate, assemble, compile), on a warm cache:
+/// another YAML workflow was added to the home first. Milliseconds per add.
+async fn add_yaml(repeat: usize) -> Vec<f64> {
+    let dir = disk_dir();
+    let home = Home::new(dir.path().join("home"));
+    let store = Storage::open(&home);
+    let runtime = Runtime::new(&home).unwrap();
+    let catalog = Catalog::new(&store);
+    let text = std::fs::read_to_string(example("triage.yaml")).unwrap();
+    let mut results = Vec::new();
+    for i in 0..repeat + 1 {
+        // A new description: new bytes, new hash, nothing in the AOT cache for it.
+        let file = dir.path().join(format!("flow-{i}.yaml"));
+        std::fs::write(&file, text.replacen("description: >-", &format!("description: >-\n  Variant {i}."), 1))
+            .unwrap();
+        let started = Instant::now();
+        catalog.add(&runtime, &format!("flow-{i}"), &file, &Limits::default()).await.unwrap();
+        results.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    results.remove(0); // the first fills the function cache
+    results
+}
+
+/// The runtime: a thread of solve-issue (`bundle`: the Rust one, or its YAML) run to `steps`
+/// steps; per-step microseconds of each repetition (instantiation and thread creation
+/// included).
+async fn ours(dir: &tempfile::TempDir, bundle: &Path, steps: usize, repeat: usize) -> Vec<f64> {
     let home = Home::new(dir.path().join("home"));
     let store = Storage::open(&home);
     let runtime = Runtime::for_worker(&home, &Limits::default()).unwrap();
     let catalog = Catalog::new(&store);
-    catalog
-        .add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
-        .await
-        .unwrap();
+    catalog.add(&runtime, "solve-issue", bundle, &Limits::default()).await.unwrap();
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = catalog.load(&runtime, "solve-issue", hash).unwrap();
     let config = answers_config(dir.path(), None);

@@ -78,6 +78,12 @@ impl Home {
         self.root.join("cache")
     }
 
+    /// `cache/functions/`: compiled functions by the hash of their code, reused across
+    /// bundles (see `sandbox::function_cache`); safe to delete.
+    pub fn function_cache_dir(&self) -> PathBuf {
+        self.cache_dir().join("functions")
+    }
+
     /// `logs/`.
     pub fn logs_dir(&self) -> PathBuf {
         self.root.join("logs")

@@ -19,19 +19,26 @@ pub type RouteError = String;
 
 /// The next role after `history` (the thread's steps, oldest first).
 pub fn route(nodes: &[Node], history: &[StepView<'_>]) -> Result<Route, RouteError> {
-    let (from, input) = match history.split_last() {
-        None => (START, json!({ "role": START, "meta": {}, "depth": 0, "history": [] })),
-        Some((last, earlier)) => {
-            let earlier: Vec<Value> =
-                earlier.iter().map(|s| json!({ "role": s.role, "meta": s.meta })).collect();
-            let input = json!({ "role": last.role, "meta": last.meta, "depth": history.len(), "history": earlier });
-            (last.role, input)
-        }
-    };
+    let from = history.last().map_or(START, |s| s.role);
     let node = nodes
         .iter()
         .find(|n| n.from == from)
         .ok_or_else(|| format!("the graph has no transitions from `{from}`"))?;
+    // `history` grows with the thread: it is built only for conditions that read it, so that
+    // routing a long thread stays as cheap per step as routing a short one.
+    let reads_history =
+        node.transitions.iter().filter_map(|t| t.condition.as_deref()).any(|c| c.contains("history"));
+    let input = match history.split_last() {
+        None => json!({ "role": START, "meta": {}, "depth": 0, "history": [] }),
+        Some((last, earlier)) => {
+            let earlier: Vec<Value> = if reads_history {
+                earlier.iter().map(|s| json!({ "role": s.role, "meta": s.meta })).collect()
+            } else {
+                Vec::new()
+            };
+            json!({ "role": last.role, "meta": last.meta, "depth": history.len(), "history": earlier })
+        }
+    };
     for transition in &node.transitions {
         let holds = match &transition.condition {
             None => true,
@@ -99,6 +106,21 @@ mod tests {
         h.push(step("developer", &plan));
         h.push(step("reviewer", &approved));
         assert_eq!(route(&g, &h), Ok(Route::End));
+    }
+
+    #[test]
+    fn a_condition_on_history_sees_every_earlier_step() {
+        let g = vec![
+            Node { from: START.into(), transitions: vec![t("dev", None)] },
+            Node {
+                from: "dev".into(),
+                transitions: vec![t(END, Some("$count(history[role = 'dev']) >= 2")), t("dev", None)],
+            },
+        ];
+        let meta = json!({});
+        let step = StepView { role: "dev", meta: &meta };
+        assert_eq!(route(&g, &[step, step]), Ok(Route::Role("dev".into())));
+        assert_eq!(route(&g, &[step, step, step]), Ok(Route::End));
     }
 
     #[test]

@@ -125,9 +125,7 @@ impl Checker<'_> {
     }
 
     fn check(&self, text: &str) -> Result<Definition> {
-        let options = LoaderOptions::default().error_on_duplicate_keys(true);
-        let root = marked_yaml::parse_yaml_with_options(0, text, options)
-            .map_err(|e| self.load_error(e))?;
+        let root = load(text).map_err(|e| self.load_error(e))?;
         let file: File = marked_yaml::from_node(&root).map_err(|e| self.shape_error(&root, &e))?;
         let roles = self.roles(&root, &file)?;
         let max_rounds = file.max_rounds.as_ref().map(|m| **m);
@@ -551,6 +549,13 @@ impl Checker<'_> {
     }
 }
 
+/// The YAML node tree of `text`. Quoted scalars are marked so that [`to_json`] keeps them
+/// strings.
+fn load(text: &str) -> std::result::Result<Node, marked_yaml::LoadError> {
+    let options = LoaderOptions::default().error_on_duplicate_keys(true).prevent_coercion(true);
+    marked_yaml::parse_yaml_with_options(0, text, options)
+}
+
 /// `error` with its message prefixed.
 fn prefix(error: Error, text: &str) -> Error {
     match error {
@@ -726,5 +731,71 @@ fn to_json(node: &Node) -> Value {
         Node::Mapping(map) => {
             Value::Object(map.iter().map(|(k, v)| (k.as_str().to_string(), to_json(v))).collect())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCHEMA: &str = include_str!("../../../docs/workflow.schema.json");
+    const EXAMPLES: &[(&str, &str)] = &[
+        ("solve-issue.yaml", include_str!("../../../bundles/solve-issue.yaml")),
+        ("plan-develop-review.yaml", include_str!("../../../bundles/plan-develop-review.yaml")),
+        ("triage.yaml", include_str!("../../../bundles/triage.yaml")),
+    ];
+
+    fn as_json(text: &str) -> Value {
+        to_json(&load(text).expect("YAML"))
+    }
+
+    #[test]
+    fn the_examples_validate_and_satisfy_the_published_schema() {
+        let schema = crate::schema::compile(SCHEMA).expect("the format's schema is a JSON Schema");
+        for (name, text) in EXAMPLES {
+            parse(Path::new(name), text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let errors: Vec<String> =
+                schema.iter_errors(&as_json(text)).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{name}: {errors:?}");
+        }
+    }
+
+    #[test]
+    fn the_published_schema_refuses_what_add_refuses_by_shape() {
+        let schema = crate::schema::compile(SCHEMA).unwrap();
+        for bad in [
+            "description: d\nrolse: {}\ngraph: [{from: $START, transitions: [{to: $END}]}]\n",
+            "description: d\n",
+            "description: d\ngraph: [{from: $START, transitions: [{to: $END}]}]\nsteps: [{id: a, description: A}]\n",
+            "description: d\nsteps: [{id: a}]\n",
+            "description: d\nsteps: [{id: a, description: A}]\nfailure_policy: {on_step_failure: retry}\n",
+        ] {
+            assert!(!schema.is_valid(&as_json(bad)), "{bad}");
+            assert!(parse(Path::new("bad.yaml"), bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn plain_scalars_keep_their_yaml_types_and_quoted_ones_stay_strings() {
+        let value = as_json("a: 1\nb: '1'\nc: true\nd: \"true\"\ne: 1.5\nf: ~\ng: text\n");
+        assert_eq!(
+            value,
+            json!({"a": 1, "b": "1", "c": true, "d": "true", "e": 1.5, "f": null, "g": "text"})
+        );
+    }
+
+    #[test]
+    fn the_reference_lists_exactly_the_supported_functions() {
+        let reference = include_str!("../../../docs/declarative.md");
+        let listed: BTreeSet<&str> = reference
+            .lines()
+            .skip_while(|l| !l.starts_with("<!-- functions -->"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("<!-- /functions -->"))
+            .flat_map(|l| l.split('`').skip(1).step_by(2))
+            .map(|f| f.trim_start_matches('$'))
+            .collect();
+        let supported: BTreeSet<&str> = expr::FUNCTIONS.iter().copied().collect();
+        assert_eq!(listed, supported);
     }
 }

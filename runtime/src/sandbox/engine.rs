@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
+use super::function_cache::FunctionCache;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::{self, Bundle, Contract, v0_1};
@@ -115,7 +116,12 @@ impl Runtime {
         }
     }
 
-    fn with_config(home: &Home, config: Config, allocator: Allocator) -> Result<Self> {
+    fn with_config(home: &Home, mut config: Config, allocator: Allocator) -> Result<Self> {
+        // Functions compiled once are reused by every later compile: above all, every
+        // declarative bundle is the same interpreter with another definition.
+        config
+            .enable_incremental_compilation(Arc::new(FunctionCache::new(home.function_cache_dir())))
+            .map_err(|e| internal("enable the function cache", e))?;
         let engine = Engine::new(&config).map_err(|e| internal("create the wasmtime engine", e))?;
 
         let mut linker = Linker::new(&engine);

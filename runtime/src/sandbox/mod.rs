@@ -9,6 +9,7 @@
 pub mod bindings;
 pub mod control;
 pub mod engine;
+mod function_cache;
 mod host;
 pub mod instance;
 mod output;
