@@ -117,8 +117,11 @@ async fn add_yaml(repeat: usize) -> Vec<f64> {
     for i in 0..repeat + 1 {
         // A new description: new bytes, new hash, nothing in the AOT cache for it.
         let file = dir.path().join(format!("flow-{i}.yaml"));
-        std::fs::write(&file, text.replacen("description: >-", &format!("description: >-\n  Variant {i}."), 1))
-            .unwrap();
+        std::fs::write(
+            &file,
+            text.replacen("description: >-", &format!("description: >-\n  Variant {i}."), 1),
+        )
+        .unwrap();
         let started = Instant::now();
         catalog.add(&runtime, &format!("flow-{i}"), &file, &Limits::default()).await.unwrap();
         results.push(started.elapsed().as_secs_f64() * 1e3);

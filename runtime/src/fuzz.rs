@@ -1,6 +1,7 @@
 //! Property tests of every parser of bytes the product did not write itself: thread records,
 //! call journals, the registry, descriptors, `config.yaml`, scripted-answer files, agent
-//! output, ids, JSON Schemas and the extractor's search for JSON in an agent's text.
+//! output, ids, JSON Schemas, the extractor's search for JSON in an agent's text, declarative
+//! workflow files and their JSONata conditions.
 //!
 //! Each property says what must hold for *any* input: no panic, no stack overflow, and either
 //! a value or the error a user is meant to see (never an I/O error for bad bytes). Runs are
@@ -148,6 +149,32 @@ proptest! {
     }
 
     #[test]
+    fn workflow_files_of_any_text_validate_or_say_where(text in workflow_text()) {
+        // A declarative workflow is a user's file: either a definition, or one error at a
+        // place in it — never a panic, an I/O error or a position past the end.
+        match crate::declarative::source::parse(Path::new("flow.yaml"), &text) {
+            Ok(_) => {}
+            Err(Error::InvalidWorkflow { line, column, .. }) => {
+                prop_assert!(line >= 1 && column >= 1);
+                prop_assert!(line <= text.lines().count().max(1) + 1, "line {} of {:?}", line, text);
+            }
+            Err(other) => prop_assert!(false, "{other}"),
+        }
+    }
+
+    #[test]
+    fn conditions_of_any_text_are_checked_without_a_panic(
+        expr in "\\PC{0,60}|[$a-z().=<>!&|\\[\\]{}'\" 0-9:;,*/+-]{0,60}",
+        meta in json_value(),
+    ) {
+        // The check never panics, whatever the text (`add` runs it on a user's file).
+        if uncaged_workflow_declarative::expr::check(&expr).is_ok() {
+            let input = serde_json::json!({"role": "r", "meta": meta, "depth": 1, "history": []});
+            let _ = uncaged_workflow_declarative::expr::evaluate(&expr, &input);
+        }
+    }
+
+    #[test]
     fn steps_written_are_read_back_whole(
         steps in prop::collection::vec(("\\PC{0,20}", any::<String>(), any::<u32>()), 0..5)
     ) {
@@ -171,6 +198,26 @@ proptest! {
         drop(writer);
         prop_assert_eq!(threads.read(start.thread_id).unwrap().steps, records);
     }
+}
+
+/// Text shaped like a workflow file: its keys, references, conditions and YAML punctuation.
+fn workflow_text() -> impl Strategy<Value = String> {
+    let pieces = prop_oneof![
+        any::<String>(),
+        "[a-z_$: \n\\-\\[\\]{},.'\"]{0,80}",
+        Just("description: d\n".to_string()),
+        Just("roles:\n  a:\n    schema: {type: object}\n".to_string()),
+        Just("graph:\n  - from: $START\n    transitions:\n      - to: a\n".to_string()),
+        Just(
+            "  - from: a\n    transitions:\n      - to: $END\n        condition: meta.x = 1\n"
+                .to_string()
+        ),
+        Just("steps:\n  - id: a\n    description: A\n    depends_on: [b]\n".to_string()),
+        Just("    inputs:\n      x: $steps.a.output.y\n".to_string()),
+        Just("failure_policy: {on_step_failure: ask_user, max_retries: 2}\n".to_string()),
+        Just("&anchor *alias !!tag\n".to_string()),
+    ];
+    prop::collection::vec(pieces, 0..8).prop_map(|parts| parts.concat())
 }
 
 /// JSON values shaped like schemas: keywords, references and nesting.

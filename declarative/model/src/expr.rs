@@ -71,10 +71,28 @@ pub struct ExprError {
 }
 
 /// Checks that `expr` parses and calls only supported functions.
+///
+/// `jsonata-rs` panics on some syntax it does not implement (the parent operator `%`): the
+/// host catches that here, quietly, and refuses the expression, so that such a condition never
+/// reaches a bundle (where the panic would end the thread).
 pub fn check(expr: &str) -> Result<(), ExprError> {
-    let arena = Bump::new();
-    if let Err(e) = JsonAta::new(expr, &arena) {
-        let message = e.to_string();
+    let parsed = {
+        let quiet = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let parsed = std::panic::catch_unwind(|| {
+            let arena = Bump::new();
+            JsonAta::new(expr, &arena).map(|_| ()).map_err(|e| e.to_string())
+        });
+        std::panic::set_hook(quiet);
+        parsed
+    };
+    let parsed = parsed.map_err(|_| ExprError {
+        message: "uses JSONata syntax the evaluator does not implement (such as the parent \
+                  operator `%`)"
+            .into(),
+        offset: 0,
+    })?;
+    if let Err(message) = parsed {
         // jsonata-rs writes `CODE @ OFFSET: message`.
         let offset = message
             .split_once(" @ ")
@@ -218,6 +236,12 @@ mod tests {
     fn own_bindings_strings_and_comments_are_not_calls() {
         assert_eq!(check("($f := function($x) { $x > 1 }; $f(meta.n))"), Ok(()));
         assert_eq!(check("meta.s = '$nope(1)' /* $nope() */"), Ok(()));
+    }
+
+    #[test]
+    fn syntax_the_evaluator_does_not_implement_is_refused_not_a_panic() {
+        let e = check("meta.%.x").unwrap_err();
+        assert!(e.message.contains("does not implement"), "{e:?}");
     }
 
     #[test]

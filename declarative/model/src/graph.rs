@@ -26,8 +26,11 @@ pub fn route(nodes: &[Node], history: &[StepView<'_>]) -> Result<Route, RouteErr
         .ok_or_else(|| format!("the graph has no transitions from `{from}`"))?;
     // `history` grows with the thread: it is built only for conditions that read it, so that
     // routing a long thread stays as cheap per step as routing a short one.
-    let reads_history =
-        node.transitions.iter().filter_map(|t| t.condition.as_deref()).any(|c| c.contains("history"));
+    let reads_history = node
+        .transitions
+        .iter()
+        .filter_map(|t| t.condition.as_deref())
+        .any(|c| c.contains("history"));
     let input = match history.split_last() {
         None => json!({ "role": START, "meta": {}, "depth": 0, "history": [] }),
         Some((last, earlier)) => {
@@ -114,7 +117,10 @@ mod tests {
             Node { from: START.into(), transitions: vec![t("dev", None)] },
             Node {
                 from: "dev".into(),
-                transitions: vec![t(END, Some("$count(history[role = 'dev']) >= 2")), t("dev", None)],
+                transitions: vec![
+                    t(END, Some("$count(history[role = 'dev']) >= 2")),
+                    t("dev", None),
+                ],
             },
         ];
         let meta = json!({});

@@ -658,16 +658,14 @@ fn key_marker(root: &Node, path: &str, field: &str) -> Option<marked_yaml::Marke
     // looks for the key anywhere below.
     let known = path.split(".?").next().unwrap_or("");
     for part in known.split('.').filter(|p| !p.is_empty()) {
-        let mut rest = part;
-        if let Some(i) = rest.find('[') {
-            segments.push(rest[..i].to_string());
-            rest = &rest[i..];
-            while let Some(end) = rest.find(']') {
-                segments.push(rest[1..end].to_string());
-                rest = &rest[end + 1..];
-            }
-        } else {
-            segments.push(rest.to_string());
+        // `name`, `name[0]`, `name[0][1]`. A key with brackets in it reads wrong, names no
+        // node, and the error keeps the place it came with.
+        let (name, mut rest) = part.split_at(part.find('[').unwrap_or(part.len()));
+        segments.push(name.to_string());
+        while let Some(inner) = rest.strip_prefix('[') {
+            let Some(end) = inner.find(']') else { break };
+            segments.push(inner[..end].to_string());
+            rest = &inner[end + 1..];
         }
     }
     if segments.last().is_some_and(|s| s == field) {

@@ -5,8 +5,8 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
 use super::function_cache::FunctionCache;
+use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::{self, Bundle, Contract, v0_1};

@@ -43,7 +43,8 @@ impl CacheStore for FunctionCache {
         }
         // Unique per writer: two processes compiling the same function both succeed.
         let temp = dir.join(format!(".{}.{}", std::process::id(), ulid::Ulid::new()));
-        let written = std::fs::write(&temp, &value).is_ok() && std::fs::rename(&temp, &path).is_ok();
+        let written =
+            std::fs::write(&temp, &value).is_ok() && std::fs::rename(&temp, &path).is_ok();
         if !written {
             let _ = std::fs::remove_file(&temp);
         }
