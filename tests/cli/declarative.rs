@@ -434,13 +434,8 @@ fn kill_9_during_a_parallel_stage_then_resume_loses_and_repeats_nothing() -> Res
     let agent = triage_agent(&env, json!({"docs": "gate"}))?;
     let thread =
         env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
-    let calls = env.home().join(format!("logs/{hash}/{thread}.calls.jsonl"));
-    wait_until("two analyses are journaled", || {
-        let journaled = read_jsonl(&calls).unwrap_or_default();
-        Ok(journaled.iter().filter(|c| c["kind"] == "agent" && c["step"] == 1).count() == 2)
-    })?;
-    env.kill_the_worker()?;
-    wait_until("the thread is interrupted", || Ok(status(&env, &thread)? == "interrupted"))?;
+    // Two analyses answered and were journaled; `docs` waits at its gate.
+    env.kill_once_journaled(&hash, &thread, 1, 2)?;
     assert_eq!(steps(&env, &hash, &thread)?.len(), 1, "no part of the stage is recorded");
     std::fs::write(env.dir.path().join("gate"), "")?;
     let out = env.ok(&["resume", &thread])?;
@@ -468,5 +463,31 @@ fn thread_start_step_and_fork_work_on_a_declarative_bundle() -> Result<()> {
     assert_eq!(steps(&env, &hash, &thread)?.len(), 4, "fetch, then the stage of three");
     let forked = env.ok(&["fork", &thread, "--at", "1"])?;
     ensure!(forked.contains("completed (0): all 5 steps succeeded"), "{forked}");
+    Ok(())
+}
+
+#[test]
+fn a_damaged_function_cache_is_only_a_miss() -> Result<()> {
+    let env = Env::new()?;
+    env.ok(&["add", "one", &example("plan-develop-review.yaml")])?;
+    // Every compiled function garbled, or cut to nothing: the next compile redoes them.
+    let mut damaged = 0;
+    let mut dirs = vec![env.home().join("cache/functions")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let garbage: &[u8] = if damaged % 2 == 0 { b"garbage" } else { b"" };
+                std::fs::write(&path, garbage)?;
+                damaged += 1;
+            }
+        }
+    }
+    ensure!(damaged > 100, "the function cache holds the interpreter's functions ({damaged})");
+    env.ok(&["add", "two", &example("solve-issue.yaml")])?;
+    let out = env.ok(&["run", "two", "-p", "x"])?;
+    assert!(out.contains("completed (0)"), "{out}");
     Ok(())
 }

@@ -141,6 +141,25 @@ impl Env {
         read_jsonl(&path)
     }
 
+    /// Waits until `answers` agent calls of step `step` (0-based) of `thread` are journaled,
+    /// then `kill -9`s the worker and waits until the thread reads `interrupted`.
+    pub fn kill_once_journaled(
+        &self,
+        hash: &str,
+        thread: &str,
+        step: u64,
+        answers: usize,
+    ) -> Result<()> {
+        let calls = self.home().join(format!("logs/{hash}/{thread}.calls.jsonl"));
+        wait_until("the answers are journaled", || {
+            let journaled = read_jsonl(&calls).unwrap_or_default();
+            Ok(journaled.iter().filter(|c| c["kind"] == "agent" && c["step"] == step).count()
+                == answers)
+        })?;
+        self.kill_the_worker()?;
+        wait_until("the thread is interrupted", || Ok(status(self, thread)? == "interrupted"))
+    }
+
     /// `kill -9` of the one worker running in this home.
     pub fn kill_the_worker(&self) -> Result<()> {
         let worker = self.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;

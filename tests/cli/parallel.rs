@@ -175,14 +175,8 @@ fn kill_9_inside_a_group_then_resume_asks_only_the_unanswered_agent() -> Result<
         .ok(&["run", "review-panel", "-p", "x", "--agent", &agent, "--detach"])?
         .trim()
         .to_string();
-    let calls = env.home().join(format!("logs/{hash}/{thread}.calls.jsonl"));
     // Two reviewers answered and were journaled; the style reviewer waits at its gate.
-    wait_until("two reviews are journaled", || {
-        let journaled = read_jsonl(&calls).unwrap_or_default();
-        Ok(journaled.iter().filter(|c| c["kind"] == "agent" && c["step"] == 1).count() == 2)
-    })?;
-    env.kill_the_worker()?;
-    wait_until("the thread is interrupted", || Ok(status(&env, &thread)? == "interrupted"))?;
+    env.kill_once_journaled(&hash, &thread, 1, 2)?;
     assert_eq!(roles(&steps(&env, &hash, &thread)?), ["developer"], "no part of the group");
 
     std::fs::write(&gate, "")?;

@@ -258,7 +258,10 @@ fn an_xxh64_collision_is_refused() -> Result<()> {
 fn a_stale_or_foreign_aot_cache_file_is_a_miss() -> Result<()> {
     let env = Env::new()?;
     let hash = env.add_solve_issue()?;
-    let cache = std::fs::read_dir(env.home().join("cache"))?.next().unwrap()?.path();
+    let cache = std::fs::read_dir(env.home().join("cache"))?
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .context("the AOT cache file")?;
     std::fs::write(&cache, b"not native code at all")?;
     let out = env.ok(&["run", "solve-issue", "-p", "x"])?;
     assert!(out.lines().next().unwrap().ends_with("(compiled now)"), "{out}");
