@@ -491,3 +491,34 @@ fn a_damaged_function_cache_is_only_a_miss() -> Result<()> {
     assert!(out.contains("completed (0)"), "{out}");
     Ok(())
 }
+
+#[test]
+fn pause_and_kill_stop_a_declarative_thread_as_they_stop_any() -> Result<()> {
+    let env = Env::new()?;
+    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
+    let agent = triage_agent(&env, json!({"docs": "gate"}))?;
+    let gate = env.dir.path().join("gate");
+
+    // A pause asked during the parallel stage lands after the whole stage.
+    let thread =
+        env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+    wait_until("the stage is at work", || Ok(agent_log(&env).iter().any(|l| l == "start docs")))?;
+    env.ok(&["pause", &thread])?;
+    std::fs::write(&gate, "")?;
+    wait_until("the thread pauses", || Ok(status(&env, &thread)? == "paused"))?;
+    assert_eq!(steps(&env, &hash, &thread)?.len(), 4, "fetch and the whole stage, no summary");
+    let out = env.ok(&["resume", &thread])?;
+    assert!(out.contains("completed (0): all 5 steps succeeded"), "{out}");
+
+    // A kill during the stage ends the thread `killed`, the stage unrecorded.
+    std::fs::remove_file(&gate)?;
+    let thread =
+        env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+    wait_until("the stage is at work", || {
+        Ok(agent_log(&env).iter().filter(|l| *l == "start docs").count() == 2)
+    })?;
+    env.ok(&["kill", &thread])?;
+    wait_until("the thread is killed", || Ok(status(&env, &thread)? == "killed"))?;
+    assert_eq!(steps(&env, &hash, &thread)?.len(), 1, "only fetch");
+    Ok(())
+}

@@ -31,7 +31,10 @@ pub fn route(nodes: &[Node], history: &[StepView<'_>]) -> Result<Route, RouteErr
         .iter()
         .filter_map(|t| t.condition.as_deref())
         .any(|c| c.contains("history"));
+    let conditional = node.transitions.iter().any(|t| t.condition.is_some());
     let input = match history.split_last() {
+        // Unconditional transitions need no input.
+        _ if !conditional => Value::Null,
         None => json!({ "role": START, "meta": {}, "depth": 0, "history": [] }),
         Some((last, earlier)) => {
             let earlier: Vec<Value> = if reads_history {
