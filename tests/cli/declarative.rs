@@ -434,7 +434,8 @@ fn kill_9_during_a_parallel_stage_then_resume_loses_and_repeats_nothing() -> Res
     let agent = triage_agent(&env, json!({"docs": "gate"}))?;
     let thread =
         env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
-    // Two analyses answered and were journaled; `docs` waits at its gate.
+    // Two analyses answered and were journaled; `docs` has started and waits at its gate.
+    wait_until("docs is at work", || Ok(agent_log(&env).iter().any(|l| l == "start docs")))?;
     env.kill_once_journaled(&hash, &thread, 1, 2)?;
     assert_eq!(steps(&env, &hash, &thread)?.len(), 1, "no part of the stage is recorded");
     std::fs::write(env.dir.path().join("gate"), "")?;

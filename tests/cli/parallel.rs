@@ -175,7 +175,13 @@ fn kill_9_inside_a_group_then_resume_asks_only_the_unanswered_agent() -> Result<
         .ok(&["run", "review-panel", "-p", "x", "--agent", &agent, "--detach"])?
         .trim()
         .to_string();
-    // Two reviewers answered and were journaled; the style reviewer waits at its gate.
+    // Two reviewers answered and were journaled; the style reviewer has started and waits
+    // at its gate.
+    wait_until("the style reviewer is at work", || {
+        Ok(agent_log(&env)?
+            .iter()
+            .any(|(event, role, ..)| event == "start" && role == "style-reviewer"))
+    })?;
     env.kill_once_journaled(&hash, &thread, 1, 2)?;
     assert_eq!(roles(&steps(&env, &hash, &thread)?), ["developer"], "no part of the group");
 
