@@ -86,19 +86,21 @@ struct PolicySpec {
 
 /// Reads and validates the workflow file at `path`.
 pub fn read(path: &Path) -> Result<(String, Definition)> {
-    let bytes = std::fs::read(path).map_err(|cause| Error::Io {
-        action: "read the workflow file",
-        path: path.into(),
-        cause,
-    })?;
+    use std::io::Read;
+    let io = |cause| Error::Io { action: "read the workflow file", path: path.into(), cause };
     let invalid =
         |message: String| Error::InvalidWorkflow { path: path.into(), line: 1, column: 1, message };
-    if bytes.len() > MAX_SOURCE_BYTES {
+    // Bounded before reading: a file given by mistake (a disk image, say) is refused, not
+    // read whole.
+    let file = std::fs::File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    if size > MAX_SOURCE_BYTES as u64 {
         return Err(invalid(format!(
-            "the file is {} bytes, over the limit of {MAX_SOURCE_BYTES}",
-            bytes.len()
+            "the file is {size} bytes, over the limit of {MAX_SOURCE_BYTES}"
         )));
     }
+    let mut bytes = Vec::new();
+    file.take(MAX_SOURCE_BYTES as u64).read_to_end(&mut bytes).map_err(io)?;
     let text = String::from_utf8(bytes).map_err(|_| invalid("the file is not UTF-8".into()))?;
     let definition = parse(path, &text)?;
     Ok((text, definition))
