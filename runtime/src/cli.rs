@@ -26,6 +26,7 @@ mod remove;
 mod resume;
 mod rollback;
 mod run;
+mod schedule;
 mod show;
 mod step;
 pub mod terminal;
@@ -130,6 +131,9 @@ pub enum Command {
     Step(step::StepCommand),
     /// Answer for a `human` agent a thread waits on, and continue it
     Answer(answer::AnswerCommand),
+    /// Start threads by themselves: cron and poll schedules, fired by `schedule tick` or
+    /// `serve`
+    Schedule(schedule::ScheduleCommand),
     /// Scaffold a buildable bundle project in Rust, Python or JavaScript
     New(new::NewCommand),
     #[command(hide = true)]
@@ -158,6 +162,7 @@ impl Cli {
             Command::Fork(c) => c.execute(global).await,
             Command::Step(c) => c.execute(global).await,
             Command::Answer(c) => c.execute(global).await,
+            Command::Schedule(c) => c.execute(global).await,
             Command::New(c) => c.execute(global),
             Command::Worker(c) => c.execute(global).await,
         }

@@ -36,6 +36,10 @@ pub enum Error {
     #[error("no workflow named `{0}` (see `uncaged-workflow list`)")]
     UnknownWorkflow(String),
 
+    /// No schedule has this name.
+    #[error("no schedule named `{0}` (see `uncaged-workflow schedule list`)")]
+    UnknownSchedule(String),
+
     /// No thread with this id exists.
     #[error("no thread `{0}` (see `uncaged-workflow threads`)")]
     UnknownThread(String),
@@ -120,6 +124,7 @@ impl Error {
             Error::InvalidId { .. } | Error::Usage(_) => exit::USAGE,
             Error::UnknownWorkflow(_)
             | Error::UnknownThread(_)
+            | Error::UnknownSchedule(_)
             | Error::MissingBundle { .. }
             | Error::MissingFile { .. }
             | Error::UnknownVersion { .. } => exit::NOT_FOUND,

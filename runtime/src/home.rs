@@ -114,6 +114,11 @@ impl Home {
         self.thread_dir(hash).join(format!("{id}.calls.jsonl"))
     }
 
+    /// `schedules/`: each schedule's definition and firing log, and the lock of firing.
+    pub fn schedules_dir(&self) -> PathBuf {
+        self.root.join("schedules")
+    }
+
     /// `run/`: sockets and locks of live worker processes.
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run")

@@ -201,6 +201,24 @@ pub mod tag {
     }
 }
 
+/// Names people give things (workflows, schedules) become registry keys, folder names and CLI
+/// arguments: 1-64 characters from `A-Z a-z 0-9 - _ .`, not starting with `-` or `.`.
+pub fn validate_name(kind: &'static str, name: &str) -> crate::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !name.starts_with(['-', '.']);
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::Error::InvalidId {
+            kind,
+            id: name.to_string(),
+            expected: "1-64 characters from A-Z a-z 0-9 - _ . not starting with - or .",
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,10 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "base",
-        &["error", "ids", "clock", "home", "durable", "schema", "limits", "faults", "scaffold"],
+        &[
+            "error", "ids", "clock", "cron", "home", "durable", "schema", "limits", "faults",
+            "scaffold",
+        ],
     ),
     // Declarative workflows: YAML validated and assembled into a bundle; bytes in, bytes out.
     ("declarative", &["declarative"]),
@@ -17,6 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("agents", &["agents"]),
     ("sandbox", &["sandbox"]),
     ("run", &["run"]),
+    ("schedule", &["schedule"]),
     ("cli", &["cli"]),
     // Test-only modules that exercise the whole library.
     ("tests", &["fuzz", "layering"]),

@@ -3,8 +3,8 @@
 //!
 //! The library is layered; each layer uses only the ones before it:
 //!
-//! 1. base — [`error`], [`ids`], [`clock`], [`home`], [`durable`], [`schema`], [`limits`],
-//!    [`faults`], [`scaffold`]: no knowledge of workflows beyond names and numbers.
+//! 1. base — [`error`], [`ids`], [`clock`], [`cron`], [`home`], [`durable`], [`schema`],
+//!    [`limits`], [`faults`], [`scaffold`]: no knowledge of workflows beyond names and numbers.
 //! 2. [`declarative`] — a YAML workflow validated and composed with the interpreter into a
 //!    bundle: bytes in, bytes out.
 //! 3. [`store`] — everything kept (records, journals, logs, registry, bundles, config), and
@@ -13,11 +13,14 @@
 //! 5. [`sandbox`] — everything wasmtime: engine, bindings, a thread's store, the host imports.
 //! 6. [`run`] — the catalog, a thread's lifecycle, the step loop, the worker process and its
 //!    socket protocol.
-//! 7. [`cli`] — one thin file per subcommand.
+//! 7. [`schedule`] — threads that start themselves: cron and poll triggers, fired exactly
+//!    once by `schedule tick` or `serve`.
+//! 8. [`cli`] — one thin file per subcommand.
 
 pub mod agents;
 pub mod cli;
 pub mod clock;
+pub mod cron;
 pub mod declarative;
 pub mod durable;
 pub mod error;
@@ -28,6 +31,7 @@ pub mod limits;
 pub mod run;
 pub mod sandbox;
 pub mod scaffold;
+pub mod schedule;
 pub mod schema;
 pub mod store;
 

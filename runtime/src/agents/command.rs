@@ -187,7 +187,7 @@ pub(crate) fn parse_answer(text: String) -> AgentAnswer {
     AgentAnswer { content: text, meta: None }
 }
 
-fn stderr_tail(err: &[u8]) -> String {
+pub(crate) fn stderr_tail(err: &[u8]) -> String {
     let text = String::from_utf8_lossy(err);
     let text = text.trim();
     let start = text.len().saturating_sub(STDERR_TAIL);

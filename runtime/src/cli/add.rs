@@ -38,6 +38,8 @@ impl AddCommand {
         let runtime = Runtime::new(store.home())?;
         let limits = Limits::resolve(&store.config()?.limits, &Default::default())?;
         let added = Catalog::new(&store).add(&runtime, &self.name, &self.file, &limits).await?;
+        // A declarative workflow's `trigger:` follows its current version.
+        let schedule = crate::schedule::sync_workflow_trigger(&store, &added.name)?;
         let (status, previous) = match added.registered {
             Registered::New => ("new", None),
             Registered::Updated { previous } => ("updated", Some(previous.to_string())),
@@ -48,6 +50,7 @@ impl AddCommand {
             print_json(&json!({
                 "name": added.name, "hash": added.hash.to_string(), "status": status,
                 "previous": previous, "roles": roles,
+                "schedule": schedule.as_ref().map(|s| &s.name),
             }))?;
         } else {
             let roles: Vec<_> = added.descriptor.roles.iter().map(|r| r.name.as_str()).collect();
@@ -57,6 +60,13 @@ impl AddCommand {
             };
             let roles = terminal::line(&roles.join(", ")).into_owned();
             outln!("added {} {} ({note}; roles: {roles})", added.name, added.hash)?;
+            if let Some(schedule) = &schedule {
+                outln!(
+                    "its trigger is schedule {} ({}); `schedule tick` or `serve` fires it",
+                    schedule.name,
+                    super::schedule::describe(&schedule.trigger)
+                )?;
+            }
         }
         Ok(0)
     }

@@ -8,7 +8,7 @@ use super::GlobalOptions;
 use super::follow::{FollowArgs, hand_over};
 use crate::error::Error;
 use crate::ids::ThreadId;
-use crate::store::records::ThreadStatus;
+use crate::run::control;
 
 /// Answer for a `human` agent a thread is waiting on, and continue the thread.
 ///
@@ -32,17 +32,8 @@ impl AnswerCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         let id: ThreadId = self.id.parse()?;
-        let record = store.threads().read(id)?;
-        let status = record.status();
-        let waiting = record.paused.as_ref().filter(|_| status == ThreadStatus::Waiting);
-        let (Some(paused), Some(call)) = (waiting, waiting.and_then(|p| p.call.as_ref())) else {
-            return Err(Error::ThreadState {
-                id: id.to_string(),
-                status: status.as_str(),
-                reason: "it is not waiting for a human answer".into(),
-            }
-            .into());
-        };
+        // Checked before the answer is read: a thread not waiting is an error at once.
+        control::answerable(&store, id)?;
         let text = match (&self.text, &self.file) {
             (Some(text), _) => text.clone(),
             (None, Some(path)) if path.as_os_str() == "-" => {
@@ -53,11 +44,9 @@ impl AnswerCommand {
                 .ok_or_else(|| Error::MissingFile { what: "answer file", path: path.clone() })?,
             (None, None) => unreachable!("clap requires TEXT or --file"),
         };
-        non_empty(&text).map_err(Error::Usage)?;
-        let role = paused.role.clone().unwrap_or_default();
-        store.threads().journal(record.start.hash, id)?.record_answer(call, &role, text)?;
+        let hash = control::answer(&store, id, text)?;
         let how = self.follow.how();
-        Ok(hand_over(&store, record.start.hash, id, &Default::default(), how).await?)
+        Ok(hand_over(&store, hash, id, &Default::default(), how).await?)
     }
 }
 

@@ -12,10 +12,11 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use super::output::{StepLine, truncate};
 use super::terminal;
+use crate::agents::AgentFlags;
 use crate::agents::binding::{parse_agent_spec, parse_role_binding};
-use crate::agents::{AgentFlags, Secrets};
 use crate::error::{Error, Result, exit};
 use crate::ids::{BundleHash, ThreadId};
+use crate::run::handover::{self, Accepted};
 use crate::run::ipc::{self, ClientMessage, Reply, Request};
 use crate::store::Storage;
 use crate::store::records::End;
@@ -197,45 +198,21 @@ pub async fn hand_over(
     how: Follow,
 ) -> Result<i32> {
     let home = store.home();
-    let mut connection = ipc::connect_or_spawn(home, hash).await?;
-    // The thread's agents use this command's secrets, not the worker's environment: the
-    // worker may have been started by another shell, before a key was exported or changed.
-    let secrets = Secrets::from_env(&store.config()?);
-    let request = Request::Run {
-        thread: id.to_string(),
-        follow: !how.detach,
-        interactive: !how.detach,
-        agent: flags.default.clone(),
-        agent_for: flags.for_roles.clone(),
-        cwd: flags.cwd.clone(),
-        secrets,
-    };
-    let lost = |e: std::io::Error| Error::Host(format!("lost the worker of bundle {hash}: {e}"));
-    connection.send(&request).await.map_err(lost)?;
-    match connection.receive::<Reply>().await.map_err(lost)? {
-        Some(Reply::Accepted { pid, cache_hit, steps, .. }) => {
-            if how.detach {
-                outln!("{id}")?;
-                return Ok(0);
-            }
-            if how.json {
-                outln!("{}", json!({"thread": id.to_string(), "pid": pid, "resumedAfter": steps}))?;
-            } else {
-                let cache = if cache_hit { "precompiled" } else { "compiled now" };
-                let resumed = if steps > 0 {
-                    format!(", continuing after step {steps}")
-                } else {
-                    String::new()
-                };
-                outln!("thread {id}: bundle {hash} in worker {pid} ({cache}{resumed})")?;
-            }
-        }
-        Some(Reply::Error { message, code }) => return Err(Error::Remote { message, code }),
-        other => {
-            return Err(Error::Host(format!(
-                "unexpected answer from the worker of {hash}: {other:?}"
-            )));
-        }
+    let (mut connection, accepted) =
+        handover::hand_over(store, hash, id, flags, !how.detach).await?;
+    let lost = |e: std::io::Error| handover::lost(hash, e);
+    let Accepted { pid, cache_hit, steps } = accepted;
+    if how.detach {
+        outln!("{id}")?;
+        return Ok(0);
+    }
+    if how.json {
+        outln!("{}", json!({"thread": id.to_string(), "pid": pid, "resumedAfter": steps}))?;
+    } else {
+        let cache = if cache_hit { "precompiled" } else { "compiled now" };
+        let resumed =
+            if steps > 0 { format!(", continuing after step {steps}") } else { String::new() };
+        outln!("thread {id}: bundle {hash} in worker {pid} ({cache}{resumed})")?;
     }
     let mut progress = Progress::new(how);
     let mut stdin: Option<Lines<BufReader<Stdin>>> = None;

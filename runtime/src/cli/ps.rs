@@ -4,8 +4,7 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use super::output::{age, print_json, print_table};
-use crate::run::ipc::{self, PsEntry, Reply, Request};
-use crate::store::records::ThreadStatus;
+use crate::run::control;
 
 /// List the threads running in live worker processes, and those waiting for a human answer.
 #[derive(Debug, Parser)]
@@ -18,34 +17,7 @@ pub struct PsCommand {
 impl PsCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        let home = store.home();
-        let mut all = Vec::new();
-        for hash in ipc::live_workers(home)? {
-            // A worker that exits between listing and asking simply has no threads.
-            let Some(mut connection) = ipc::connect(home, hash).await? else { continue };
-            if connection.send(&Request::Ps).await.is_err() {
-                continue;
-            }
-            if let Ok(Some(Reply::Threads { threads })) = connection.receive::<Reply>().await {
-                all.extend(threads);
-            }
-        }
-        // Threads waiting for a human answer hold no process, but they are live work.
-        for thread in store.threads().summaries()? {
-            if thread.status == ThreadStatus::Waiting {
-                all.push(PsEntry {
-                    thread_id: thread.thread_id.to_string(),
-                    name: thread.name.clone(),
-                    hash: thread.hash.to_string(),
-                    role: thread.waiting_role.clone(),
-                    steps: thread.steps,
-                    since: thread.paused_at.unwrap_or(thread.timestamp),
-                    pid: None,
-                    state: "waiting".into(),
-                });
-            }
-        }
-        all.sort_by(|a, b| a.thread_id.cmp(&b.thread_id));
+        let all = control::ps(&store).await?;
         if self.json {
             print_json(&all)?;
         } else if all.is_empty() {

@@ -14,7 +14,10 @@ pub struct RemoveCommand {
 
 impl RemoveCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let entry = Catalog::new(&global.store()?).remove(&self.name)?;
+        let store = global.store()?;
+        let entry = Catalog::new(&store).remove(&self.name)?;
+        // The schedule its `trigger:` registered goes with it.
+        crate::schedule::sync_workflow_trigger(&store, &self.name)?;
         outln!(
             "removed {} (was {}; its bundle files and threads stay on disk)",
             self.name,

@@ -4,9 +4,8 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use super::follow::{AgentArgs, FollowArgs, hand_over};
-use crate::error::Error;
 use crate::ids::ThreadId;
-use crate::store::records::ThreadStatus;
+use crate::run::control;
 
 /// Continue a paused or interrupted thread after its last recorded step.
 ///
@@ -27,12 +26,7 @@ impl ResumeCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         let id: ThreadId = self.id.parse()?;
-        let record = store.threads().read(id)?;
-        match record.status() {
-            ThreadStatus::Running => return Err(Error::ThreadBusy(id.to_string()).into()),
-            status if status.is_ended() => return Err(Error::ended(id, status.as_str()).into()),
-            _ => {}
-        }
+        let record = control::resumable(&store, id)?;
         let flags = self.agents.overrides()?;
         let how = self.follow.how();
         Ok(hand_over(&store, record.start.hash, id, &flags, how).await?)

@@ -22,9 +22,12 @@ pub struct RollbackCommand {
 impl RollbackCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let target = self.hash.as_deref().map(str::parse::<BundleHash>).transpose()?;
-        let catalog = Catalog::new(&global.store()?);
+        let store = global.store()?;
+        let catalog = Catalog::new(&store);
         let (from, to) = catalog.registry().update(|r| r.rollback(&self.name, target, now_ms()))?;
         outln!("rolled {} back from {from} to {to}", self.name)?;
+        // The schedule of a `trigger:` follows the version now current.
+        crate::schedule::sync_workflow_trigger(&store, &self.name)?;
         Ok(0)
     }
 }

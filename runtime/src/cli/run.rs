@@ -4,7 +4,7 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use super::follow::{AgentArgs, FollowArgs, LimitArgs, TriggerArgs, hand_over};
-use crate::run::lifecycle;
+use crate::run::lifecycle::{self, StartRequest};
 
 const AFTER_HELP: &str = "\
 Agents (--agent, --agent-for ROLE=AGENT, or config.yaml):
@@ -51,12 +51,15 @@ impl RunCommand {
         let store = global.store()?;
         let (writer, record) = lifecycle::start_new(
             &store,
-            &self.name,
-            &self.prompt,
-            self.max_rounds,
-            self.agents.flags()?,
-            self.limits.overrides(),
-            self.trigger.value()?,
+            StartRequest {
+                name: self.name,
+                prompt: self.prompt,
+                max_rounds: self.max_rounds,
+                agents: self.agents.flags()?,
+                limits: self.limits.overrides(),
+                trigger_data: self.trigger.value()?,
+                origin: Default::default(),
+            },
         )?;
         drop(writer);
         // The bindings are recorded in the thread; the worker reads them from there.

@@ -58,12 +58,15 @@ impl ThreadCommand {
             Some(ThreadAction::Start { name, prompt, max_rounds, agents, limits, trigger }) => {
                 let (mut writer, record) = lifecycle::start_new(
                     &store,
-                    &name,
-                    &prompt,
-                    max_rounds,
-                    agents.flags()?,
-                    limits.overrides(),
-                    trigger.value()?,
+                    lifecycle::StartRequest {
+                        name,
+                        prompt,
+                        max_rounds,
+                        agents: agents.flags()?,
+                        limits: limits.overrides(),
+                        trigger_data: trigger.value()?,
+                        origin: Default::default(),
+                    },
                 )?;
                 writer.append_pause(Paused::by(PauseReason::Start))?;
                 outln!("{}", record.id())?;
@@ -96,6 +99,13 @@ impl ThreadCommand {
                 )?;
                 outln!("prompt: {}", terminal::block(&start.parameters.prompt))?;
                 outln!("max rounds: {}", start.parameters.options.max_rounds)?;
+                if let Some(schedule) = &start.schedule {
+                    outln!(
+                        "started by schedule {} ({})",
+                        schedule.name,
+                        terminal::line(&schedule.firing)
+                    )?;
+                }
                 if let Some(fork) = &start.forked_from {
                     outln!("forked from {} at step {}", fork.thread_id, fork.step)?;
                 }

@@ -102,14 +102,21 @@ impl ThreadsCommand {
                         "threadId": thread.thread_id, "name": thread.name, "hash": thread.hash,
                         "status": thread.status, "steps": thread.steps,
                         "timestamp": thread.timestamp, "prompt": thread.prompt,
-                        "returnCode": thread.return_code,
+                        "returnCode": thread.return_code, "schedule": thread.schedule,
                     })
                 })
                 .collect();
             print_json(&list)?;
             return Ok(0);
         }
-        let mut table = Table::new(&["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"]);
+        // Which schedule started a thread, in a column shown when a schedule started any.
+        let scheduled = summaries.iter().any(|t| t.schedule.is_some());
+        let header: &[&str] = if scheduled {
+            &["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "SCHEDULE", "PROMPT"]
+        } else {
+            &["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"]
+        };
+        let mut table = Table::new(header);
         table.reserve(summaries.len());
         let now_ms = crate::clock::now_ms();
         for thread in selected {
@@ -118,8 +125,11 @@ impl ThreadsCommand {
                 .cell(&thread.name)
                 .cell_shown(thread.status.as_str())
                 .cell_fmt(format_args!("{}", thread.steps))
-                .cell_fmt(format_args!("{}", Age { at_ms: thread.timestamp, now_ms }))
-                .cell_truncated(&thread.prompt, 40);
+                .cell_fmt(format_args!("{}", Age { at_ms: thread.timestamp, now_ms }));
+            if scheduled {
+                table.cell(thread.schedule.as_deref().unwrap_or("-"));
+            }
+            table.cell_truncated(&thread.prompt, 40);
         }
         if table.is_empty() {
             outln!("no threads")?;

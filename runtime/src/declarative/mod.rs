@@ -26,6 +26,8 @@ pub struct Assembled {
     /// The bundle: one component.
     pub bytes: Vec<u8>,
     pub definition: Definition,
+    /// What starts its threads by itself, if the file says.
+    pub trigger: Option<source::TriggerSpec>,
 }
 
 /// Is `path` a workflow file (as opposed to a component)?
@@ -35,11 +37,11 @@ pub fn is_source(path: &Path) -> bool {
 
 /// Reads, validates and assembles the workflow file at `path`.
 pub fn assemble(path: &Path) -> Result<Assembled> {
-    let (text, definition) = source::read(path)?;
+    let (text, definition, trigger) = source::read(path)?;
     let json = serde_json::to_string(&definition).expect("a definition serializes");
     let bytes = compose::compose(INTERPRETER, &json, &text)
         .map_err(|reason| Error::InvalidBundle { path: path.to_path_buf(), reason })?;
-    Ok(Assembled { bytes, definition })
+    Ok(Assembled { bytes, definition, trigger })
 }
 
 /// The YAML source a declarative bundle carries, if `bytes` is one.

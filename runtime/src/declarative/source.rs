@@ -33,6 +33,32 @@ struct File {
     graph: Option<Spanned<Vec<NodeSpec>>>,
     steps: Option<Spanned<Vec<StepSpec>>>,
     failure_policy: Option<Spanned<PolicySpec>>,
+    trigger: Option<Spanned<TriggerFields>>,
+}
+
+/// `trigger:` as written: 004's `TriggerConfig`, one struct for every type, checked per type.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerFields {
+    #[serde(rename = "type")]
+    kind: Spanned<String>,
+    expression: Option<Spanned<String>>,
+    timezone: Option<Spanned<String>>,
+    interval_seconds: Option<Spanned<u64>>,
+    check_script: Option<Spanned<String>>,
+    diff_mode: Option<Spanned<String>>,
+    prompt: Option<String>,
+}
+
+/// What starts a workflow's threads by itself, from its `trigger:`: registered as a schedule
+/// when the workflow is added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TriggerSpec {
+    /// At each instant of a cron expression, in a time zone (UTC if absent).
+    Cron { expression: String, timezone: Option<String>, prompt: String },
+    /// Runs a check command every `interval_seconds`; a new item, or any change of its output,
+    /// starts a thread.
+    Poll { command: Vec<String>, interval_seconds: u64, new_items: bool, prompt: String },
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,8 +110,8 @@ struct PolicySpec {
     retry_delay_ms: Option<u32>,
 }
 
-/// Reads and validates the workflow file at `path`.
-pub fn read(path: &Path) -> Result<(String, Definition)> {
+/// Reads and validates the workflow file at `path`: its text, its definition and its trigger.
+pub fn read(path: &Path) -> Result<(String, Definition, Option<TriggerSpec>)> {
     use std::io::Read;
     let io = |cause| Error::Io { action: "read the workflow file", path: path.into(), cause };
     let invalid =
@@ -102,12 +128,17 @@ pub fn read(path: &Path) -> Result<(String, Definition)> {
     let mut bytes = Vec::new();
     file.take(MAX_SOURCE_BYTES as u64).read_to_end(&mut bytes).map_err(io)?;
     let text = String::from_utf8(bytes).map_err(|_| invalid("the file is not UTF-8".into()))?;
-    let definition = parse(path, &text)?;
-    Ok((text, definition))
+    let (definition, trigger) = Checker { path }.check(&text)?;
+    Ok((text, definition, trigger))
 }
 
 /// Validates `text` (the contents of `path`) into a definition.
 pub fn parse(path: &Path, text: &str) -> Result<Definition> {
+    Ok(Checker { path }.check(text)?.0)
+}
+
+/// Validates `text` (the contents of `path`) into a definition and its trigger.
+pub fn parse_with_trigger(path: &Path, text: &str) -> Result<(Definition, Option<TriggerSpec>)> {
     Checker { path }.check(text)
 }
 
@@ -126,7 +157,7 @@ impl Checker<'_> {
         Error::InvalidWorkflow { path: self.path.into(), line, column, message: message.into() }
     }
 
-    fn check(&self, text: &str) -> Result<Definition> {
+    fn check(&self, text: &str) -> Result<(Definition, Option<TriggerSpec>)> {
         let root = load(text).map_err(|e| self.load_error(e))?;
         let file: File = marked_yaml::from_node(&root).map_err(|e| self.shape_error(&root, &e))?;
         let roles = self.roles(&root, &file)?;
@@ -162,7 +193,103 @@ impl Checker<'_> {
                 ));
             }
         };
-        Ok(Definition { description: file.description.to_string(), roles, max_rounds, routing })
+        let trigger = match &file.trigger {
+            Some(fields) => self.trigger(fields, &file.description)?,
+            None => None,
+        };
+        let definition =
+            Definition { description: file.description.to_string(), roles, max_rounds, routing };
+        Ok((definition, trigger))
+    }
+
+    /// `trigger:`, checked for its type; `manual` is no trigger at all.
+    fn trigger(
+        &self,
+        fields: &Spanned<TriggerFields>,
+        description: &str,
+    ) -> Result<Option<TriggerSpec>> {
+        let kind = fields.kind.as_str();
+        let prompt = fields.prompt.clone().unwrap_or_else(|| description.to_string());
+        let only = |allowed: &[&str]| -> Result<()> {
+            let present = [
+                ("expression", fields.expression.as_ref().map(|v| v.span())),
+                ("timezone", fields.timezone.as_ref().map(|v| v.span())),
+                ("interval_seconds", fields.interval_seconds.as_ref().map(|v| v.span())),
+                ("check_script", fields.check_script.as_ref().map(|v| v.span())),
+                ("diff_mode", fields.diff_mode.as_ref().map(|v| v.span())),
+            ];
+            for (key, span) in present {
+                if let Some(span) = span
+                    && !allowed.contains(&key)
+                {
+                    return Err(
+                        self.at(span, format!("`{key}` does not apply to a `{kind}` trigger"))
+                    );
+                }
+            }
+            Ok(())
+        };
+        let required = |value: Option<&Spanned<String>>, key: &str| -> Result<String> {
+            value
+                .map(|v| v.to_string())
+                .ok_or_else(|| self.at(fields.span(), format!("a `{kind}` trigger needs `{key}`")))
+        };
+        match kind {
+            "manual" => {
+                only(&[])?;
+                Ok(None)
+            }
+            "cron" => {
+                only(&["expression", "timezone"])?;
+                let expression = required(fields.expression.as_ref(), "expression")?;
+                let timezone = fields.timezone.as_ref().map(|t| t.to_string());
+                if let Err(message) =
+                    crate::cron::CronTrigger::parse(&expression, timezone.as_deref())
+                {
+                    let span = match (&fields.timezone, message.contains("time zone")) {
+                        (Some(zone), true) => zone.span(),
+                        _ => fields.expression.as_ref().expect("required above").span(),
+                    };
+                    return Err(self.at(span, message));
+                }
+                Ok(Some(TriggerSpec::Cron { expression, timezone, prompt }))
+            }
+            "poll" => {
+                only(&["interval_seconds", "check_script", "diff_mode"])?;
+                let script = required(fields.check_script.as_ref(), "check_script")?;
+                let script_span = fields.check_script.as_ref().expect("required above").span();
+                let command = shlex::split(&script).filter(|c| !c.is_empty()).ok_or_else(|| {
+                    self.at(script_span, "`check_script` must be a program and its arguments, quoted as a shell would (it is never run by one)")
+                })?;
+                let interval = fields.interval_seconds.as_ref().ok_or_else(|| {
+                    self.at(fields.span(), "a `poll` trigger needs `interval_seconds`")
+                })?;
+                if **interval == 0 {
+                    return Err(self.at(interval.span(), "`interval_seconds` must be at least 1"));
+                }
+                let diff = required(fields.diff_mode.as_ref(), "diff_mode")?;
+                let new_items = match diff.as_str() {
+                    "new_items" => true,
+                    "any_change" => false,
+                    other => {
+                        return Err(self.at(
+                            fields.diff_mode.as_ref().expect("required above").span(),
+                            format!("`diff_mode` is `new_items` or `any_change`, not `{other}`"),
+                        ));
+                    }
+                };
+                Ok(Some(TriggerSpec::Poll {
+                    command,
+                    interval_seconds: **interval,
+                    new_items,
+                    prompt,
+                }))
+            }
+            other => Err(self.at(
+                fields.kind.span(),
+                format!("a trigger's `type` is `cron`, `poll` or `manual`, not `{other}`"),
+            )),
+        }
     }
 
     fn load_error(&self, error: marked_yaml::LoadError) -> Error {

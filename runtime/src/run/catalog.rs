@@ -162,17 +162,5 @@ fn read_bundle_file(path: &Path, max: usize) -> Result<Vec<u8>> {
 
 /// Workflow names become file-free registry keys and CLI arguments: keep them simple.
 fn validate_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && !name.starts_with(['-', '.']);
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidId {
-            kind: "workflow name",
-            id: name.to_string(),
-            expected: "1-64 characters from A-Z a-z 0-9 - _ . not starting with - or .",
-        })
-    }
+    crate::ids::validate_name("workflow name", name)
 }

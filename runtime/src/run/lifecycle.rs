@@ -15,7 +15,8 @@ use crate::limits::Limits;
 use crate::run::catalog::Catalog;
 use crate::sandbox::engine::LoadedBundle;
 use crate::store::records::{
-    EndStatus, ForkedFrom, Parameters, RunParameters, StartRecord, StepRecord, ThreadRecord,
+    EndStatus, ForkedFrom, Parameters, RunParameters, ScheduledBy, StartRecord, StepRecord,
+    ThreadRecord,
 };
 use crate::store::{Storage, ThreadWriter};
 
@@ -37,14 +38,25 @@ pub struct NewThread {
     pub trigger_data: Option<serde_json::Value>,
 }
 
+/// Where a new thread comes from, beyond what it is.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// The id to create it with (a schedule firing records the id before the thread exists);
+    /// a new one if absent.
+    pub thread_id: Option<ThreadId>,
+    /// The schedule firing that starts it.
+    pub schedule: Option<ScheduledBy>,
+}
+
 /// Creates a thread (its start record) and holds its run lock.
 pub fn create(store: &Storage, new: NewThread) -> Result<OpenThread> {
-    create_with(store, new, &[], None, &[])
+    create_with(store, new, Origin::default(), &[], None, &[])
 }
 
 fn create_with(
     store: &Storage,
     new: NewThread,
+    origin: Origin,
     steps: &[StepRecord],
     forked_from: Option<ForkedFrom>,
     calls: &[crate::store::journal::CallRecord],
@@ -52,7 +64,7 @@ fn create_with(
     let start = StartRecord {
         name: new.name,
         hash: new.hash,
-        thread_id: ThreadId::new(),
+        thread_id: origin.thread_id.unwrap_or_default(),
         parameters: Parameters {
             prompt: new.prompt,
             options: RunParameters {
@@ -66,22 +78,47 @@ fn create_with(
         timestamp: now_ms(),
         forked_from,
         trigger_data: new.trigger_data,
+        schedule: origin.schedule,
     };
     store.threads().create(&start, steps, calls)
 }
 
-/// Creates a thread of workflow `name` after checking all that can be checked before a thread
+/// A thread of a workflow, by name, as a person or a schedule asks for it.
+#[derive(Debug, Clone)]
+pub struct StartRequest {
+    /// The workflow: its current version runs.
+    pub name: String,
+    pub prompt: String,
+    /// The bundle's own if absent.
+    pub max_rounds: Option<u32>,
+    /// Agent choices, already made absolute.
+    pub agents: AgentFlags,
+    /// `--limit` overrides.
+    pub limits: BTreeMap<String, String>,
+    pub trigger_data: Option<serde_json::Value>,
+    pub origin: Origin,
+}
+
+/// Creates a thread of a workflow after checking all that can be checked before a thread
 /// exists — the bundle's integrity, the agent bindings, the limits, max rounds against the
 /// hard cap — so that a mistake is reported without leaving a thread behind.
-pub fn start_new(
-    store: &Storage,
-    name: &str,
-    prompt: &str,
-    max_rounds: Option<u32>,
-    agents: AgentFlags,
-    limits: BTreeMap<String, String>,
-    trigger_data: Option<serde_json::Value>,
-) -> Result<OpenThread> {
+pub fn start_new(store: &Storage, request: StartRequest) -> Result<OpenThread> {
+    let (hash, max_rounds) = check_start(store, &request)?;
+    let StartRequest { name, prompt, agents, limits, trigger_data, origin, .. } = request;
+    create_with(
+        store,
+        NewThread { name, hash, prompt, max_rounds, agents, limits, trigger_data },
+        origin,
+        &[],
+        None,
+        &[],
+    )
+}
+
+/// Checks a [`StartRequest`] as [`start_new`] does, without creating anything: the bundle the
+/// thread would run and its max rounds. (A schedule is checked so when it is added.)
+pub fn check_start(store: &Storage, request: &StartRequest) -> Result<(BundleHash, u32)> {
+    let name = request.name.as_str();
     let catalog = Catalog::new(store);
     // One read of the registry serves both the name and the bundle's integrity record.
     let registry = catalog.registry().load()?;
@@ -91,26 +128,15 @@ pub fn start_new(
     let descriptor = catalog.bundles().descriptor(entry.hash)?;
     let config = store.config()?;
     // Checked with this command's secrets: the ones its worker will be handed.
-    let checked = AgentFlags { secrets: Secrets::from_env(&config), ..agents.clone() };
+    let checked = AgentFlags { secrets: Secrets::from_env(&config), ..request.agents.clone() };
     AgentSet::resolve(&config, &checked, &descriptor)?;
-    let cap = Limits::resolve(&config.limits, &limits)?.max_rounds;
-    let max_rounds = match max_rounds {
+    let cap = Limits::resolve(&config.limits, &request.limits)?.max_rounds;
+    let max_rounds = match request.max_rounds {
         Some(asked) if asked > cap => return Err(Error::RoundsOverCap { asked, cap }),
         Some(asked) => asked,
         None => descriptor.max_rounds.min(cap),
     };
-    create(
-        store,
-        NewThread {
-            name: name.to_string(),
-            hash: entry.hash,
-            prompt: prompt.to_string(),
-            max_rounds,
-            agents,
-            limits,
-            trigger_data,
-        },
-    )
+    Ok((entry.hash, max_rounds))
 }
 
 /// Opens thread `id` to continue it: takes its run lock, refuses an ended thread, and one whose
@@ -206,6 +232,7 @@ pub fn fork(
             limits: options.limits.clone(),
             trigger_data: start.trigger_data.clone(),
         },
+        Origin::default(),
         &original.steps[..keep],
         Some(ForkedFrom { thread_id: start.thread_id, step: keep }),
         &calls,

@@ -3,6 +3,8 @@
 //! the worker process that runs a bundle's threads, reached over its local socket.
 
 pub mod catalog;
+pub mod control;
+pub mod handover;
 pub mod ipc;
 pub mod lifecycle;
 pub mod runner;

@@ -480,7 +480,17 @@ mod tests {
 
         let id = open.1.id();
         drop(open);
-        let mut open = lifecycle::open(&fixture.store, id).unwrap();
+        // Another test's child process, between its fork and its exec, may hold a copy of
+        // the data file's descriptor, and with it the run lock, for a moment.
+        let mut open = (0..100)
+            .find_map(|_| match lifecycle::open(&fixture.store, id) {
+                Err(crate::Error::ThreadBusy(_)) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    None
+                }
+                other => Some(other.unwrap()),
+            })
+            .expect("the run lock is released");
         assert_eq!(open.1.steps.len(), 2);
         let control = Arc::new(ThreadControl::default());
         control.request_pause();

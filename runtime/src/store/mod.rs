@@ -13,6 +13,7 @@ pub mod info_log;
 pub mod journal;
 pub mod records;
 pub mod registry;
+pub mod schedules;
 pub mod thread_files;
 pub mod thread_index;
 
@@ -29,6 +30,7 @@ use self::info_log::InfoLog;
 use self::journal::{CallRecord, Journal};
 use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary};
 use self::registry::Registry;
+use self::schedules::Schedules;
 
 /// Where threads are kept.
 pub trait ThreadStore: Send + Sync + fmt::Debug {
@@ -115,6 +117,11 @@ impl Storage {
     /// The stored bundles and their descriptors.
     pub fn bundles(&self) -> BundleStore {
         BundleStore::new(&self.home)
+    }
+
+    /// The schedules that start threads by themselves.
+    pub fn schedules(&self) -> Schedules {
+        Schedules::new(&self.home)
     }
 
     /// `config.yaml`: agent bindings and limits.

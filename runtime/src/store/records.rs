@@ -26,6 +26,19 @@ pub struct StartRecord {
     /// bundle gets it as `run-input.trigger-data`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger_data: Option<serde_json::Value>,
+    /// Set when a schedule started the thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduledBy>,
+}
+
+/// The schedule firing that started a thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledBy {
+    /// The schedule's name.
+    pub name: String,
+    /// What fired, as its firing log records it (`cron:…`, `item:…`, `change:…`).
+    pub firing: String,
 }
 
 /// A thread's parameters.
@@ -270,6 +283,8 @@ pub struct ThreadSummary {
     /// For a waiting thread: the role a person must answer for, and since when.
     pub waiting_role: Option<String>,
     pub paused_at: Option<u64>,
+    /// The schedule that started it, if one did.
+    pub schedule: Option<String>,
 }
 
 /// How much of a prompt a [`ThreadSummary`] keeps: enough to tell threads apart in a listing
@@ -292,6 +307,7 @@ impl ThreadRecord {
             ended: self.end.as_ref().map(|e| e.timestamp),
             waiting_role: self.paused.as_ref().and_then(|p| p.role.clone()),
             paused_at: self.paused_at,
+            schedule: self.start.schedule.as_ref().map(|s| s.name.clone()),
         }
     }
 }

@@ -496,6 +496,7 @@ mod tests {
             timestamp: 1,
             forked_from: None,
             trigger_data: None,
+            schedule: None,
         }
     }
 

@@ -1,0 +1,321 @@
+//! Firing schedules, exactly once: one pass fires everything due, under the home's firing
+//! lock, so two processes (`serve`, `schedule tick`) never fire the same thing.
+//!
+//! A firing is appended to the schedule's log (and fsynced) with the id its thread will have
+//! *before* the thread is created; then the thread is created with that id, handed to its
+//! bundle's worker, and the firing marked started. A process killed anywhere in between leaves
+//! a firing the next pass finishes — creating the thread if it does not exist, handing it over
+//! if it never ran — and never a second thread: what is due is computed from the log (the last
+//! cron instant fired, the poll items seen), not from the threads.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::poll;
+use crate::agents::AgentFlags;
+use crate::clock::now_ms;
+use crate::cron::CronTrigger;
+use crate::error::{Error, Result};
+use crate::faults::crash_point;
+use crate::ids::ThreadId;
+use crate::run::handover;
+use crate::run::lifecycle::{self, Origin};
+use crate::store::Storage;
+use crate::store::records::ScheduledBy;
+use crate::store::schedules::{
+    DiffMode, FireLock, Firing, FiringEvent, FiringHistory, PollState, Schedule, Trigger,
+};
+
+/// The most threads one poll check starts; further new items start at the next checks.
+pub const MAX_NEW_ITEMS_PER_CHECK: usize = 100;
+
+/// A thread a pass started.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartedThread {
+    pub schedule: String,
+    pub thread_id: ThreadId,
+    /// What fired (`cron:…`, `item:…`, `change:…`).
+    pub firing: String,
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pass {
+    pub started: Vec<StartedThread>,
+    /// Schedules that could not fire or check, and why (one line each).
+    pub errors: Vec<(String, String)>,
+    /// When something is next due, if anything is scheduled.
+    pub next: Option<u64>,
+}
+
+impl Pass {
+    fn due_at(&mut self, at: Option<u64>) {
+        if let Some(at) = at {
+            self.next = Some(self.next.map_or(at, |n| n.min(at)));
+        }
+    }
+}
+
+/// Fires schedules; keeps each schedule's log as read so far, so that a long-lived `serve`
+/// reads only what was appended since its last pass.
+#[derive(Debug)]
+pub struct Firer {
+    store: Storage,
+    /// By schedule name: when it was created (a schedule removed and added again starts a new
+    /// log) and its history.
+    histories: HashMap<String, (u64, FiringHistory)>,
+}
+
+impl Firer {
+    pub fn new(store: Storage) -> Self {
+        Firer { store, histories: HashMap::new() }
+    }
+
+    /// Fires everything due now, once, and finishes firings an earlier process left
+    /// unfinished. Waits for the firing lock if another process holds it.
+    pub async fn pass(&mut self) -> Result<Pass> {
+        let schedules = self.store.schedules();
+        let lock = {
+            let schedules = schedules.clone();
+            tokio::task::spawn_blocking(move || schedules.lock())
+                .await
+                .map_err(|e| Error::Host(format!("the firing lock: {e}")))??
+        };
+        let mut pass = Pass::default();
+        let list = schedules.list()?;
+        self.histories.retain(|name, _| list.iter().any(|s| &s.name == name));
+        for schedule in list {
+            if let Err(e) = self.fire_schedule(&schedule, &lock, &mut pass).await {
+                pass.errors.push((schedule.name.clone(), crate::error::chain_line(&e)));
+            }
+        }
+        drop(lock);
+        Ok(pass)
+    }
+
+    /// The history of `schedule`, caught up with its log.
+    fn history(&mut self, schedule: &Schedule) -> Result<&mut FiringHistory> {
+        let entry = self.histories.entry(schedule.name.clone()).or_default();
+        if entry.0 != schedule.created {
+            *entry = (schedule.created, FiringHistory::default());
+        }
+        entry.1.catch_up(&self.store.schedules().firings_file(&schedule.name))?;
+        Ok(&mut entry.1)
+    }
+
+    async fn fire_schedule(
+        &mut self,
+        schedule: &Schedule,
+        lock: &FireLock,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        // Firings recorded before a crash (or before a pause) are finished first.
+        let pending: Vec<Firing> = self.history(schedule)?.pending().cloned().collect();
+        for firing in pending {
+            self.finish(schedule, &firing, lock, pass).await?;
+        }
+        if schedule.paused {
+            return Ok(());
+        }
+        let now = now_ms();
+        match &schedule.trigger {
+            Trigger::Cron { expression, timezone } => {
+                let cron =
+                    CronTrigger::parse(expression, timezone.as_deref()).map_err(Error::Usage)?;
+                let after = schedule.since.max(self.history(schedule)?.last_instant.unwrap_or(0));
+                if let Some(instant) = cron.due(after, now) {
+                    let time = cron.format(instant);
+                    let data = json!({"schedule": schedule.name, "time": time});
+                    let event = fired(format!("cron:{time}"), Some(data), Some(instant), None);
+                    self.fire(schedule, event, lock, pass).await?;
+                }
+                pass.due_at(cron.next_after(now));
+            }
+            Trigger::Poll { command, every_ms, diff, include_existing } => {
+                let schedules = self.store.schedules();
+                let mut state = schedules.poll_state(&schedule.name)?;
+                if state.last_check.is_none_or(|t| now >= t + every_ms) {
+                    let timeout = poll::DEFAULT_TIMEOUT
+                        .min(Duration::from_millis(*every_ms).max(Duration::from_secs(10)));
+                    let checked = poll::check(command, schedule.cwd.as_deref(), timeout).await;
+                    state = PollState { last_check: Some(now_ms()), last_error: None };
+                    let outcome = match checked {
+                        Ok(output) => {
+                            self.compare(schedule, *diff, *include_existing, &output, lock, pass)
+                                .await
+                        }
+                        Err(e) => Err(Error::Usage(format!("poll command: {e}"))),
+                    };
+                    if let Err(e) = &outcome {
+                        state.last_error = Some(crate::error::chain_line(e));
+                    }
+                    schedules.set_poll_state(&schedule.name, &state)?;
+                    outcome?;
+                }
+                pass.due_at(state.last_check.map(|t| t + every_ms));
+            }
+        }
+        Ok(())
+    }
+
+    /// Fires for what a poll's output shows that is new.
+    async fn compare(
+        &mut self,
+        schedule: &Schedule,
+        diff: DiffMode,
+        include_existing: bool,
+        output: &str,
+        lock: &FireLock,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        let schedules = self.store.schedules();
+        let history = self.history(schedule)?;
+        let baseline = !history.checked && !include_existing;
+        match diff {
+            DiffMode::NewItems => {
+                let items =
+                    poll::items(output).map_err(|e| Error::Usage(format!("poll command: {e}")))?;
+                if baseline {
+                    let keys = items.into_iter().map(|(key, _)| key).collect();
+                    let event = FiringEvent::Baseline { keys, output: None, at: now_ms() };
+                    return schedules.record(&schedule.name, &event, lock);
+                }
+                let new: Vec<_> = items
+                    .into_iter()
+                    .filter(|(key, _)| !history.seen.contains(key))
+                    .take(MAX_NEW_ITEMS_PER_CHECK)
+                    .collect();
+                for (key, item) in new {
+                    self.fire(schedule, fired(key, Some(item), None, None), lock, pass).await?;
+                }
+            }
+            DiffMode::AnyChange => {
+                let digest = poll::digest(output);
+                if baseline {
+                    let event =
+                        FiringEvent::Baseline { keys: vec![], output: Some(digest), at: now_ms() };
+                    return schedules.record(&schedule.name, &event, lock);
+                }
+                if history.last_output.as_deref() != Some(digest.as_str()) {
+                    let key = format!("change:{digest}@{}", now_ms());
+                    let data = poll::change_data(output);
+                    self.fire(schedule, fired(key, Some(data), None, Some(digest)), lock, pass)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a firing, then starts its thread.
+    async fn fire(
+        &mut self,
+        schedule: &Schedule,
+        event: FiringEvent,
+        lock: &FireLock,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        self.store.schedules().record(&schedule.name, &event, lock)?;
+        crash_point("schedule-fired");
+        let FiringEvent::Fired { thread_id, .. } = event else { unreachable!("a firing") };
+        let firing = self
+            .history(schedule)?
+            .pending()
+            .find(|f| f.thread_id == thread_id)
+            .cloned()
+            .expect("the firing just recorded is pending");
+        self.finish(schedule, &firing, lock, pass).await
+    }
+
+    /// Makes a recorded firing's thread exist and run, once: creates it if it does not exist,
+    /// hands it to a worker if it never ran, and marks the firing started (or failed, for a
+    /// thread that cannot be created: the workflow was removed, an agent binding broke).
+    async fn finish(
+        &mut self,
+        schedule: &Schedule,
+        firing: &Firing,
+        lock: &FireLock,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        let schedules = self.store.schedules();
+        let id = firing.thread_id;
+        let hash = match self.store.threads().read(id) {
+            Ok(record) => {
+                let never_ran = record.steps.is_empty()
+                    && record.end.is_none()
+                    && record.paused.is_none()
+                    && !record.running;
+                if !never_ran {
+                    // Handed over before the crash: it runs, or ran, on its own.
+                    let event = FiringEvent::Started { thread_id: id, at: now_ms() };
+                    schedules.record(&schedule.name, &event, lock)?;
+                    self.history(schedule)?;
+                    return Ok(());
+                }
+                record.start.hash
+            }
+            Err(Error::UnknownThread(_)) => {
+                let mut request = super::thread_request(schedule);
+                request.trigger_data = firing.trigger_data.clone();
+                request.origin = Origin {
+                    thread_id: Some(id),
+                    schedule: Some(ScheduledBy {
+                        name: schedule.name.clone(),
+                        firing: firing.key.clone(),
+                    }),
+                };
+                match lifecycle::start_new(&self.store, request) {
+                    Ok((writer, record)) => {
+                        drop(writer);
+                        record.start.hash
+                    }
+                    // The home could not be written: the firing stays pending, for the next
+                    // pass.
+                    Err(e @ (Error::Io { .. } | Error::Host(_))) => return Err(e),
+                    Err(e) => {
+                        let error = crate::error::chain_line(&e);
+                        let event = FiringEvent::Failed { thread_id: id, at: now_ms(), error };
+                        schedules.record(&schedule.name, &event, lock)?;
+                        self.history(schedule)?;
+                        return Err(e);
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        crash_point("schedule-created");
+        // A worker that cannot be reached leaves the firing pending: the next pass hands the
+        // thread over again.
+        handover::hand_over(&self.store, hash, id, &AgentFlags::default(), false).await?;
+        let event = FiringEvent::Started { thread_id: id, at: now_ms() };
+        schedules.record(&schedule.name, &event, lock)?;
+        self.history(schedule)?;
+        pass.started.push(StartedThread {
+            schedule: schedule.name.clone(),
+            thread_id: id,
+            firing: firing.key.clone(),
+        });
+        Ok(())
+    }
+}
+
+fn fired(
+    key: String,
+    trigger_data: Option<serde_json::Value>,
+    instant: Option<u64>,
+    output: Option<String>,
+) -> FiringEvent {
+    FiringEvent::Fired {
+        key,
+        thread_id: ThreadId::new(),
+        at: now_ms(),
+        trigger_data,
+        instant,
+        output,
+    }
+}

@@ -1,0 +1,296 @@
+//! Schedules: threads that start themselves. A schedule is bound by the host, like an agent —
+//! a cron expression or a poll command, the workflow to run and the prompt, agents and limits
+//! of its threads — and is fired by `schedule tick` (once, for a system timer) or `serve`
+//! (continuously), exactly once per cron instant or poll item (see [`firing`]).
+//!
+//! A declarative workflow's own `trigger:` is registered as a schedule named after the
+//! workflow when the workflow is added, and follows its current version.
+
+pub mod firing;
+pub mod poll;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::agents::AgentFlags;
+use crate::agents::command::find_program;
+use crate::clock::now_ms;
+use crate::cron::CronTrigger;
+use crate::declarative::source::TriggerSpec;
+use crate::error::{Error, Result};
+use crate::run::lifecycle::{self, StartRequest};
+use crate::store::Storage;
+use crate::store::schedules::{DiffMode, Schedule, ScheduleSource, Trigger, validate_name};
+
+pub use firing::{Firer, Pass};
+
+/// The shortest interval between two checks of a poll.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What `schedule add` asks for.
+#[derive(Debug, Clone)]
+pub struct NewSchedule {
+    /// Its name; the workflow's name (numbered if taken) if absent.
+    pub name: Option<String>,
+    pub workflow: String,
+    pub trigger: Trigger,
+    pub prompt: String,
+    pub max_rounds: Option<u32>,
+    /// Agent choices, already made absolute (their `cwd` is where the poll command runs).
+    pub agents: AgentFlags,
+    pub limits: BTreeMap<String, String>,
+}
+
+/// Adds a schedule after checking everything a firing will need: the trigger, the poll
+/// command, the workflow and the agents its threads will run with.
+pub fn add(store: &Storage, new: NewSchedule) -> Result<Schedule> {
+    add_from(store, new, ScheduleSource::Cli)
+}
+
+fn add_from(store: &Storage, new: NewSchedule, source: ScheduleSource) -> Result<Schedule> {
+    if let Some(name) = &new.name {
+        validate_name(name)?;
+    }
+    check_trigger(&new.trigger, new.agents.cwd.as_deref())?;
+    lifecycle::check_start(store, &request(&new))?;
+    let schedules = store.schedules();
+    let lock = schedules.lock()?;
+    let name = match new.name {
+        Some(name) => {
+            if schedules.get(&name)?.is_some() {
+                return Err(Error::Usage(format!(
+                    "a schedule named `{name}` exists (see `uncaged-workflow schedule list`): \
+                     choose another --name, or `schedule rm {name}` first"
+                )));
+            }
+            name
+        }
+        None => free_name(store, &new.workflow)?,
+    };
+    let now = now_ms();
+    let schedule = Schedule {
+        name,
+        workflow: new.workflow,
+        trigger: new.trigger,
+        prompt: new.prompt,
+        max_rounds: new.max_rounds,
+        agent: new.agents.default,
+        agent_for: new.agents.for_roles.into_iter().collect(),
+        cwd: new.agents.cwd,
+        limits: new.limits,
+        paused: false,
+        created: now,
+        since: now,
+        source,
+    };
+    schedules.put(&schedule, &lock)?;
+    Ok(schedule)
+}
+
+/// `workflow`, or `workflow-2`, `-3`… : the first name no schedule has.
+fn free_name(store: &Storage, workflow: &str) -> Result<String> {
+    let schedules = store.schedules();
+    let mut name = workflow.to_string();
+    let mut n = 1;
+    while schedules.get(&name)?.is_some() {
+        n += 1;
+        name = format!("{workflow}-{n}");
+    }
+    Ok(name)
+}
+
+/// Refuses a trigger that could never fire as written.
+fn check_trigger(trigger: &Trigger, cwd: Option<&std::path::Path>) -> Result<()> {
+    match trigger {
+        Trigger::Cron { expression, timezone } => {
+            CronTrigger::parse(expression, timezone.as_deref()).map_err(Error::Usage)?;
+        }
+        Trigger::Poll { command, every_ms, .. } => {
+            let program = command
+                .first()
+                .ok_or_else(|| Error::Usage("the poll command is empty".to_string()))?;
+            find_program(program, cwd).map_err(|e| Error::Usage(format!("poll command: {e}")))?;
+            if *every_ms < MIN_POLL_INTERVAL.as_millis() as u64 {
+                return Err(Error::Usage("a poll runs at most once a second (--every 1s)".into()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The thread a firing of `schedule` starts, as a [`StartRequest`] without its origin.
+pub fn thread_request(schedule: &Schedule) -> StartRequest {
+    StartRequest {
+        name: schedule.workflow.clone(),
+        prompt: schedule.prompt.clone(),
+        max_rounds: schedule.max_rounds,
+        agents: AgentFlags {
+            default: schedule.agent.clone(),
+            for_roles: schedule.agent_for.iter().map(|(r, a)| (r.clone(), a.clone())).collect(),
+            cwd: schedule.cwd.clone(),
+            ..Default::default()
+        },
+        limits: schedule.limits.clone(),
+        trigger_data: None,
+        origin: Default::default(),
+    }
+}
+
+fn request(new: &NewSchedule) -> StartRequest {
+    StartRequest {
+        name: new.workflow.clone(),
+        prompt: new.prompt.clone(),
+        max_rounds: new.max_rounds,
+        agents: new.agents.clone(),
+        limits: new.limits.clone(),
+        trigger_data: None,
+        origin: Default::default(),
+    }
+}
+
+/// Removes schedule `name` (the threads it started stay).
+pub fn remove(store: &Storage, name: &str) -> Result<Schedule> {
+    let schedules = store.schedules();
+    let lock = schedules.lock()?;
+    let schedule = schedules.get(name)?.ok_or_else(|| Error::UnknownSchedule(name.into()))?;
+    schedules.remove(name, &lock)?;
+    Ok(schedule)
+}
+
+/// Pauses or resumes schedule `name`. A resumed schedule does not catch up on what it missed
+/// while paused: its next firing is the first one due after now.
+pub fn set_paused(store: &Storage, name: &str, paused: bool) -> Result<Schedule> {
+    let schedules = store.schedules();
+    let lock = schedules.lock()?;
+    let mut schedule = schedules.get(name)?.ok_or_else(|| Error::UnknownSchedule(name.into()))?;
+    if schedule.paused != paused {
+        schedule.paused = paused;
+        if !paused {
+            schedule.since = now_ms();
+        }
+        schedules.put(&schedule, &lock)?;
+    }
+    Ok(schedule)
+}
+
+/// A schedule as listings show it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleStatus {
+    #[serde(flatten)]
+    pub schedule: Schedule,
+    /// When it fires next (a cron instant, or the next check of a poll); none while paused.
+    pub next: Option<u64>,
+    /// When it last fired.
+    pub last_fired: Option<u64>,
+    /// How many threads it has started.
+    pub fired: usize,
+    /// Firings whose thread is not yet created or handed to a worker.
+    pub pending: usize,
+    /// Why its last poll check failed, if it did.
+    pub last_error: Option<String>,
+}
+
+/// Every schedule with its next firing as of `now`.
+pub fn statuses(store: &Storage, now: u64) -> Result<Vec<ScheduleStatus>> {
+    let schedules = store.schedules();
+    let mut out = Vec::new();
+    for schedule in schedules.list()? {
+        let history = schedules.history(&schedule.name)?;
+        let (next, last_error) = match &schedule.trigger {
+            Trigger::Cron { expression, timezone } => {
+                let cron = CronTrigger::parse(expression, timezone.as_deref()).ok();
+                (cron.and_then(|c| c.next_after(now.max(schedule.since))), None)
+            }
+            Trigger::Poll { every_ms, .. } => {
+                let state = schedules.poll_state(&schedule.name)?;
+                (Some(state.last_check.map_or(now, |t| (t + every_ms).max(now))), state.last_error)
+            }
+        };
+        out.push(ScheduleStatus {
+            next: if schedule.paused { None } else { next },
+            last_fired: history.last_fired(),
+            fired: history.firings.len(),
+            pending: history.pending().count(),
+            last_error,
+            schedule,
+        });
+    }
+    Ok(out)
+}
+
+/// Makes the schedule a workflow's current version asks for with its `trigger:` the one
+/// registered under the workflow's name: added, replaced, or removed if the version has no
+/// trigger (or the workflow is gone). A schedule of that name made by `schedule add` is left
+/// alone, and the error says so. Returns the registered schedule, if any.
+pub fn sync_workflow_trigger(store: &Storage, workflow: &str) -> Result<Option<Schedule>> {
+    let trigger = workflow_trigger(store, workflow)?;
+    let schedules = store.schedules();
+    let existing = schedules.get(workflow)?;
+    if let Some(existing) = &existing
+        && existing.source == ScheduleSource::Cli
+    {
+        return match trigger {
+            None => Ok(None),
+            Some(_) => Err(Error::Usage(format!(
+                "the `trigger:` of workflow `{workflow}` is not registered: a schedule named \
+                 `{workflow}` made by `schedule add` exists; `schedule rm {workflow}`, then add \
+                 the workflow again"
+            ))),
+        };
+    }
+    let Some(spec) = trigger else {
+        if existing.is_some() {
+            let lock = schedules.lock()?;
+            schedules.remove(workflow, &lock)?;
+        }
+        return Ok(None);
+    };
+    let (trigger, prompt) = match spec {
+        TriggerSpec::Cron { expression, timezone, prompt } => {
+            (Trigger::Cron { expression, timezone }, prompt)
+        }
+        TriggerSpec::Poll { command, interval_seconds, new_items, prompt } => (
+            Trigger::Poll {
+                command,
+                every_ms: interval_seconds.saturating_mul(1000),
+                diff: if new_items { DiffMode::NewItems } else { DiffMode::AnyChange },
+                include_existing: false,
+            },
+            prompt,
+        ),
+    };
+    // The same trigger as registered: kept as it is, with its firing log.
+    if let Some(existing) = &existing
+        && existing.trigger == trigger
+        && existing.prompt == prompt
+    {
+        return Ok(Some(existing.clone()));
+    }
+    if existing.is_some() {
+        let lock = schedules.lock()?;
+        schedules.remove(workflow, &lock)?;
+    }
+    // The poll command runs where the workflow was added from, like its command agents.
+    let cwd = lifecycle::current_dir()?;
+    let new = NewSchedule {
+        name: Some(workflow.to_string()),
+        workflow: workflow.to_string(),
+        trigger,
+        prompt,
+        max_rounds: None,
+        agents: AgentFlags::default().absolutize(&cwd),
+        limits: BTreeMap::new(),
+    };
+    add_from(store, new, ScheduleSource::Workflow).map(Some)
+}
+
+/// The `trigger:` of the current version of `workflow`, if it is declarative and has one.
+fn workflow_trigger(store: &Storage, workflow: &str) -> Result<Option<TriggerSpec>> {
+    let registry = store.registry().load()?;
+    let Some(entry) = registry.workflows.get(workflow) else { return Ok(None) };
+    let bundle = store.bundles().load(&registry, workflow, entry.hash)?;
+    let Some(source) = crate::declarative::source_of(&bundle.bytes) else { return Ok(None) };
+    let (_, trigger) = crate::declarative::source::parse_with_trigger(&bundle.path, &source)?;
+    Ok(trigger)
+}
