@@ -27,9 +27,9 @@ mod resume;
 mod rollback;
 mod run;
 mod schedule;
+mod serve;
 mod show;
 mod step;
-pub mod terminal;
 mod thread;
 mod threads;
 mod worker;
@@ -134,6 +134,8 @@ pub enum Command {
     /// Start threads by themselves: cron and poll schedules, fired by `schedule tick` or
     /// `serve`
     Schedule(schedule::ScheduleCommand),
+    /// Fire schedules continuously and serve the web view (opt-in; nothing else needs it)
+    Serve(serve::ServeCommand),
     /// Scaffold a buildable bundle project in Rust, Python or JavaScript
     New(new::NewCommand),
     #[command(hide = true)]
@@ -163,6 +165,7 @@ impl Cli {
             Command::Step(c) => c.execute(global).await,
             Command::Answer(c) => c.execute(global).await,
             Command::Schedule(c) => c.execute(global).await,
+            Command::Serve(c) => c.execute(global).await,
             Command::New(c) => c.execute(global),
             Command::Worker(c) => c.execute(global).await,
         }

@@ -21,6 +21,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sandbox", &["sandbox"]),
     ("run", &["run"]),
     ("schedule", &["schedule"]),
+    ("serve", &["serve"]),
     ("cli", &["cli"]),
     // Test-only modules that exercise the whole library.
     ("tests", &["fuzz", "layering"]),

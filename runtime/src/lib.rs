@@ -4,7 +4,7 @@
 //! The library is layered; each layer uses only the ones before it:
 //!
 //! 1. base — [`error`], [`ids`], [`clock`], [`cron`], [`home`], [`durable`], [`schema`],
-//!    [`limits`], [`faults`], [`scaffold`]: no knowledge of workflows beyond names and numbers.
+//!    [`limits`], [`faults`], [`scaffold`], [`terminal`]: no knowledge of workflows beyond names and numbers.
 //! 2. [`declarative`] — a YAML workflow validated and composed with the interpreter into a
 //!    bundle: bytes in, bytes out.
 //! 3. [`store`] — everything kept (records, journals, logs, registry, bundles, config), and
@@ -15,7 +15,8 @@
 //!    socket protocol.
 //! 7. [`schedule`] — threads that start themselves: cron and poll triggers, fired exactly
 //!    once by `schedule tick` or `serve`.
-//! 8. [`cli`] — one thin file per subcommand.
+//! 8. [`serve`] — the opt-in long-lived process: the schedule loop and the web view.
+//! 9. [`cli`] — one thin file per subcommand.
 
 pub mod agents;
 pub mod cli;
@@ -33,7 +34,9 @@ pub mod sandbox;
 pub mod scaffold;
 pub mod schedule;
 pub mod schema;
+pub mod serve;
 pub mod store;
+pub mod terminal;
 
 pub use error::{Error, Result};
 

@@ -14,6 +14,8 @@ mod parallel;
 mod registry;
 mod run;
 mod sandbox;
+mod schedule;
+mod web;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -166,6 +168,54 @@ impl Env {
         ensure!(alive(worker), "the worker {worker} is not running");
         Command::new("kill").args(["-9", &worker.to_string()]).status()?;
         Ok(())
+    }
+}
+
+/// A `serve` process on an ephemeral loopback port, stopped (SIGTERM) when dropped.
+pub struct Serve {
+    pub child: std::process::Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+}
+
+impl Serve {
+    /// Starts `serve --listen 127.0.0.1:0` with `args` and waits for the address it prints.
+    pub fn start(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Result<Serve> {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("UNCAGED_WORKFLOW_HOME", env.home())
+            .env_remove("RUST_LOG")
+            .envs(vars.iter().copied())
+            .current_dir(env.dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(env.dir.path().join("serve.err"))?)
+            .spawn()
+            .context("start serve")?;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .with_context(|| format!("no address in {line:?}"))?
+            .to_string();
+        Ok(Serve { child, addr })
+    }
+
+    /// Stops it as an operator would (SIGTERM) and waits for it.
+    pub fn stop(mut self) -> Result<()> {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -3,8 +3,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use uncaged_workflow::cli::{Cli, terminal};
+use uncaged_workflow::cli::Cli;
 use uncaged_workflow::error::{chain_line, exit};
+use uncaged_workflow::terminal;
 
 #[tokio::main]
 async fn main() -> ExitCode {

@@ -7,11 +7,11 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
-use super::terminal;
 use crate::limits::Limits;
 use crate::run::catalog::Catalog;
 use crate::sandbox::engine::Runtime;
 use crate::store::registry::Registered;
+use crate::terminal;
 
 /// Validate a bundle, store it by hash, precompile it, and register it under a name.
 ///

@@ -11,7 +11,6 @@ use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use super::output::{StepLine, truncate};
-use super::terminal;
 use crate::agents::AgentFlags;
 use crate::agents::binding::{parse_agent_spec, parse_role_binding};
 use crate::error::{Error, Result, exit};
@@ -20,6 +19,7 @@ use crate::run::handover::{self, Accepted};
 use crate::run::ipc::{self, ClientMessage, Reply, Request};
 use crate::store::Storage;
 use crate::store::records::End;
+use crate::terminal;
 
 /// Data for a thread, as a trigger would pass it.
 #[derive(Debug, Clone, Args)]

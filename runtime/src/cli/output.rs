@@ -3,8 +3,8 @@
 
 use serde::Serialize;
 
-use super::terminal;
 use crate::error::{Error, Result};
+use crate::terminal;
 
 use crate::ids::ThreadId;
 use crate::store::records::StepRecord;

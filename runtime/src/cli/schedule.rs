@@ -7,11 +7,11 @@ use clap::{Args, Parser, Subcommand};
 use super::GlobalOptions;
 use super::follow::{AgentArgs, LimitArgs};
 use super::output::{Age, Table, print_json};
-use super::terminal;
 use crate::clock::now_ms;
 use crate::error::{Error, exit};
 use crate::schedule::{self, Firer, NewSchedule};
 use crate::store::schedules::{DiffMode, Trigger};
+use crate::terminal;
 
 const AFTER_HELP: &str = "\
 A schedule starts threads of a workflow by itself: at the instants of a cron expression, or

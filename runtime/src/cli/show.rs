@@ -5,10 +5,10 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
-use super::terminal;
 use crate::declarative;
 use crate::error::Error;
 use crate::run::catalog::Catalog;
+use crate::terminal;
 
 /// Show a workflow: description, current hash, the contract version it targets, and its
 /// roles with their schemas — or, for a declarative (YAML) workflow, the YAML it was built

@@ -50,7 +50,7 @@ impl StepCommand {
         match outcome {
             RunOutcome::Waiting { role } => {
                 outln!("{}", json!({"thread": id.to_string(), "waiting": {"role": role}}))?;
-                let role = super::terminal::line(&role);
+                let role = crate::terminal::line(&role);
                 eprintln!(
                     "uncaged-workflow: thread {id} waits for a human answer for role `{role}`: `uncaged-workflow answer {id} TEXT`"
                 );

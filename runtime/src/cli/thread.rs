@@ -5,10 +5,10 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
-use super::terminal;
 use crate::ids::ThreadId;
 use crate::run::lifecycle;
 use crate::store::records::{PauseReason, Paused};
+use crate::terminal;
 
 /// Show a thread's state and steps, or delete it.
 #[derive(Debug, Parser)]

@@ -26,7 +26,7 @@ use crate::ids::{BundleHash, ThreadId};
 
 use self::bundles::BundleStore;
 use self::config::Config;
-use self::info_log::InfoLog;
+use self::info_log::{InfoLine, InfoLog};
 use self::journal::{CallRecord, Journal};
 use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary};
 use self::registry::Registry;
@@ -70,6 +70,9 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
 
     /// The debug log of a thread.
     fn info_log(&self, hash: BundleHash, id: ThreadId) -> Result<InfoLog>;
+
+    /// The last `max` lines of a thread's debug log (damaged lines left out).
+    fn info_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<InfoLine>>;
 }
 
 /// A thread held open by the one process that runs it: its records, appended durably (each

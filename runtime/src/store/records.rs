@@ -267,6 +267,7 @@ pub struct ThreadRecord {
 /// an index, so that listing many threads does not read every one. (Serialized in the file
 /// store's binary index, which has no field names: every field is always written.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ThreadSummary {
     pub thread_id: ThreadId,
     pub name: String,

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::limits::Size;
-use crate::store::info_log::{InfoLog, LogSink};
+use crate::store::info_log::{InfoLine, InfoLog, LogSink};
 use crate::store::journal::{CallLog, CallRecord, Journal};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary,
@@ -164,6 +164,30 @@ impl ThreadStore for FileThreads {
         durable::create_dir(&self.home.thread_dir(hash))?;
         let path = self.home.thread_info_file(hash, id);
         Ok(InfoLog::new(Box::new(LogFile { path, file: None })))
+    }
+
+    fn info_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<InfoLine>> {
+        use std::io::{Read, Seek, SeekFrom};
+        // Only the end of a long log is read: at most 1 MiB.
+        const TAIL: u64 = 1 << 20;
+        let path = self.home.thread_info_file(hash, id);
+        let mut file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(e) => return Err(Error::io("open", &path)(e)),
+        };
+        let len = file.metadata().map_err(Error::io("read", &path))?.len();
+        let from = len.saturating_sub(TAIL);
+        file.seek(SeekFrom::Start(from)).map_err(Error::io("read", &path))?;
+        let mut bytes = Vec::new();
+        file.take(TAIL).read_to_end(&mut bytes).map_err(Error::io("read", &path))?;
+        let mut lines: Vec<InfoLine> = bytes
+            .split(|&b| b == b'\n')
+            .filter_map(|line| serde_json::from_slice(line).ok())
+            .collect();
+        let skip = lines.len().saturating_sub(max);
+        lines.drain(..skip);
+        Ok(lines)
     }
 }
 

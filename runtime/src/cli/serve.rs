@@ -1,0 +1,62 @@
+//! `serve`.
+
+use std::net::SocketAddr;
+
+use clap::Parser;
+
+use super::GlobalOptions;
+use crate::serve::{self, DEFAULT_ADDR, Options};
+
+const AFTER_HELP: &str = "\
+The web view lists workflows, schedules and threads (live), and shows a thread's routing graph,
+timeline, steps and debug log, with pause, resume, kill, fork and answer. Without a token it
+listens on a loopback address only; on any other address every request must carry the token:
+open http://HOST:PORT/?token=TOKEN once (a cookie keeps it).
+
+Examples:
+  uncaged-workflow serve
+  uncaged-workflow serve --listen 127.0.0.1:0            (any free port; the address is printed)
+  UNCAGED_WORKFLOW_TOKEN=$(openssl rand -hex 16) uncaged-workflow serve --listen 0.0.0.0:8420";
+
+/// Fire schedules continuously and serve the web view, until interrupted.
+#[derive(Debug, Parser)]
+#[command(after_help = AFTER_HELP)]
+pub struct ServeCommand {
+    /// Address and port to listen on (port 0: any free port)
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_ADDR)]
+    pub listen: SocketAddr,
+    /// Token every request must carry; required to listen on a non-loopback address
+    #[arg(long, env = "UNCAGED_WORKFLOW_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Serve the web view only; do not fire schedules
+    #[arg(long)]
+    pub no_schedules: bool,
+}
+
+impl ServeCommand {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+        let store = global.store()?;
+        let options =
+            Options { addr: self.listen, token: self.token, schedules: !self.no_schedules };
+        let firing = options.schedules;
+        let shutdown = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match &mut term { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        };
+        serve::serve(
+            store,
+            options,
+            |addr| {
+                let schedules = if firing { "firing schedules" } else { "schedules not fired" };
+                println!("serving http://{addr}/ ({schedules}; Ctrl-C stops)");
+            },
+            shutdown,
+        )
+        .await?;
+        Ok(0)
+    }
+}

@@ -1,0 +1,490 @@
+// The web view of uncaged-workflow: a page per hash route, fetched from /api and refreshed
+// when /api/events says what it shows has changed.
+//
+// Everything shown comes from bundles, agents and poll commands: untrusted text. It is only
+// ever put in the page as text (textContent, text nodes, SVG <text>), never parsed as HTML,
+// and the only links built are to this page's own routes.
+"use strict";
+
+const CSRF = document.querySelector('meta[name="csrf"]').content;
+const THREAD_ID = /^[0-9A-HJKMNP-TV-Z]{26}$/;
+const STATUSES = ["running", "waiting", "paused", "interrupted", "completed", "failed", "killed"];
+
+// ---------------------------------------------------------------- building the page, as text
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "on") for (const [ev, fn] of Object.entries(value)) node.addEventListener(ev, fn);
+    else node.setAttribute(key, String(value));
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
+  if (text !== undefined) node.textContent = String(text);
+  return node;
+}
+
+function threadLink(id, label) {
+  if (!THREAD_ID.test(String(id))) return document.createTextNode(String(id));
+  return el("a", { href: "#/thread/" + id, class: "mono" }, label || id);
+}
+
+function badge(status) {
+  const known = STATUSES.includes(status) ? status : "";
+  return el("span", { class: "badge " + known }, status);
+}
+
+function cut(text, max) {
+  const s = String(text ?? "");
+  return s.length > max ? s.slice(0, max) + "…" : s;
+}
+
+function when(ms) {
+  return ms ? new Date(ms).toLocaleString() : "-";
+}
+
+function duration(ms) {
+  if (ms < 1000) return ms + " ms";
+  const s = ms / 1000;
+  if (s < 60) return s.toFixed(1) + " s";
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + " m " + Math.round(s % 60) + " s";
+  return Math.floor(m / 60) + " h " + (m % 60) + " m";
+}
+
+function ago(ms, now) {
+  return duration(Math.max(0, (now || Date.now()) - ms)) + " ago";
+}
+
+function notice(text, error) {
+  const box = document.getElementById("notice");
+  box.textContent = text;
+  box.className = error ? "error" : "";
+  box.hidden = false;
+  clearTimeout(notice.timer);
+  notice.timer = setTimeout(() => { box.hidden = true; }, error ? 8000 : 3000);
+}
+
+// ---------------------------------------------------------------- talking to the server
+
+async function get(path) {
+  const response = await fetch(path, { headers: { accept: "application/json" } });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || response.statusText);
+  return body;
+}
+
+async function act(id, action, body) {
+  const response = await fetch(`/api/threads/${id}/${action}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-uncaged-csrf": CSRF },
+    body: JSON.stringify(body || {}),
+  });
+  const answer = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(answer.error || response.statusText);
+  return answer;
+}
+
+// ---------------------------------------------------------------- routes
+
+let events = null;
+let rendering = 0;
+let filters = { workflow: "", status: "" };
+
+function route() {
+  const hash = location.hash.replace(/^#/, "") || "/";
+  const parts = hash.split("/").filter(Boolean);
+  if (parts[0] === "thread" && THREAD_ID.test(parts[1] || "")) return { view: "thread", id: parts[1] };
+  if (parts[0] === "workflows") return { view: "workflows" };
+  if (parts[0] === "schedules") return { view: "schedules" };
+  return { view: "threads" };
+}
+
+async function render() {
+  const current = route();
+  const ticket = ++rendering;
+  for (const a of document.querySelectorAll("header nav a")) {
+    a.classList.toggle("current", a.dataset.nav === (current.view === "thread" ? "threads" : current.view));
+  }
+  let content;
+  try {
+    if (current.view === "thread") content = await threadView(current.id);
+    else if (current.view === "workflows") content = await workflowsView();
+    else if (current.view === "schedules") content = await schedulesView();
+    else content = await threadsView();
+  } catch (e) {
+    content = el("div", { class: "panel" }, el("strong", {}, "Could not load this view: "), e.message);
+  }
+  // A slower earlier render must not replace a newer one.
+  if (ticket !== rendering) return;
+  const view = document.getElementById("view");
+  // Keep open what the reader opened.
+  const open = new Set([...view.querySelectorAll("details[open]")].map((d) => d.dataset.key));
+  const scroll = window.scrollY;
+  view.replaceChildren(content);
+  for (const d of view.querySelectorAll("details")) if (open.has(d.dataset.key)) d.open = true;
+  window.scrollTo(0, scroll);
+}
+
+function listen() {
+  const current = route();
+  if (events) events.close();
+  const query = current.view === "thread" ? "?thread=" + current.id : "";
+  events = new EventSource("/api/events" + query);
+  const live = document.getElementById("live");
+  events.addEventListener("open", () => live.classList.add("on"));
+  events.addEventListener("error", () => live.classList.remove("on"));
+  events.addEventListener("change", () => render());
+}
+
+window.addEventListener("hashchange", () => { render(); listen(); });
+window.addEventListener("DOMContentLoaded", () => { render(); listen(); });
+
+// ---------------------------------------------------------------- threads
+
+async function threadsView() {
+  const query = new URLSearchParams();
+  if (filters.workflow) query.set("workflow", filters.workflow);
+  if (filters.status) query.set("status", filters.status);
+  const [threads, workflows] = await Promise.all([get("/api/threads?" + query), get("/api/workflows")]);
+  const select = (name, options) => el("select", {
+    "aria-label": name,
+    on: { change: (e) => { filters[name] = e.target.value; render(); } },
+  }, el("option", { value: "" }, "all"), options.map((o) => el("option", { value: o, selected: filters[name] === o }, o)));
+  const now = Date.now();
+  const rows = threads.map((t) => el("tr", { "data-thread": t.threadId },
+    el("td", {}, threadLink(t.threadId)),
+    el("td", {}, t.name),
+    el("td", {}, badge(t.status)),
+    el("td", {}, t.steps),
+    el("td", {}, ago(t.timestamp, now)),
+    el("td", {}, t.schedule || "-"),
+    el("td", { class: "text" }, cut(t.prompt, 100)),
+  ));
+  return el("div", {},
+    el("h1", {}, "Threads"),
+    el("div", { class: "filters" },
+      el("label", {}, "Workflow ", select("workflow", workflows.map((w) => w.name))),
+      el("label", {}, "Status ", select("status", STATUSES)),
+      el("span", { class: "muted" }, `${threads.length} thread(s), newest first`)),
+    threads.length === 0 ? el("p", { class: "muted" }, "No threads.") :
+      el("table", { id: "threads" },
+        el("thead", {}, el("tr", {}, ["Thread", "Workflow", "Status", "Steps", "Started", "Schedule", "Prompt"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rows)));
+}
+
+// ---------------------------------------------------------------- workflows and schedules
+
+async function workflowsView() {
+  const workflows = await get("/api/workflows");
+  return el("div", {},
+    el("h1", {}, "Workflows"),
+    workflows.length === 0 ? el("p", { class: "muted" }, "No workflows: `uncaged-workflow add NAME FILE`.") :
+      workflows.map((w) => el("div", { class: "panel" },
+        el("h2", {}, w.name, " ", el("span", { class: "mono muted" }, w.hash), w.declarative ? " · YAML" : ""),
+        el("p", {}, w.description),
+        el("table", {},
+          el("thead", {}, el("tr", {}, el("th", {}, "Role"), el("th", {}, "Description"))),
+          el("tbody", {}, w.roles.map((r) => el("tr", {}, el("td", {}, r.name), el("td", { class: "text" }, r.description))))),
+        el("p", { class: "muted" }, "Current since ", when(w.since),
+          w.history.length ? ` · earlier versions: ${w.history.map((v) => v[0]).join(", ")}` : " · no earlier versions"))));
+}
+
+async function schedulesView() {
+  const schedules = await get("/api/schedules");
+  const trigger = (t) => t.type === "cron"
+    ? `cron ${t.expression} (${t.timezone || "UTC"})`
+    : `poll ${t.command.join(" ")} every ${duration(t.everyMs)} (${t.diff})`;
+  const now = Date.now();
+  return el("div", {},
+    el("h1", {}, "Schedules"),
+    schedules.length === 0 ? el("p", { class: "muted" }, "No schedules: `uncaged-workflow schedule add`.") :
+      el("table", {},
+        el("thead", {}, el("tr", {}, ["Schedule", "Workflow", "Trigger", "Next firing", "Fired", "Last fired", "State"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, schedules.map((s) => el("tr", {},
+          el("td", {}, s.name),
+          el("td", {}, s.workflow),
+          el("td", { class: "mono text" }, cut(trigger(s.trigger), 120)),
+          el("td", {}, s.next ? when(s.next) : "-"),
+          el("td", {}, s.fired),
+          el("td", {}, s.lastFired ? ago(s.lastFired, now) : "-"),
+          el("td", { class: "text" }, s.paused ? "paused" : s.lastError ? "failing: " + cut(s.lastError, 200) : "active"))))));
+}
+
+// ---------------------------------------------------------------- one thread
+
+async function threadView(id) {
+  const t = await get("/api/threads/" + id);
+  const start = t.start;
+  const now = t.now;
+  const head = el("div", {},
+    el("h1", {}, "Thread ", el("span", { class: "mono" }, start.threadId), " ", badge(t.status)),
+    el("div", { class: "panel" },
+      el("div", {}, el("strong", {}, start.name), " ", el("span", { class: "mono muted" }, start.hash)),
+      el("div", {}, el("span", { class: "muted" }, "Prompt: "), cut(start.parameters.prompt, 2000)),
+      start.schedule ? el("div", { class: "muted" }, `Started by schedule ${start.schedule.name} (${cut(start.schedule.firing, 200)})`) : null,
+      start.forkedFrom ? el("div", { class: "muted" }, "Forked from ", threadLink(start.forkedFrom.threadId), ` at step ${start.forkedFrom.step}`) : null,
+      el("div", { class: "muted" }, "Started ", when(start.timestamp)),
+      working(t, now),
+      actions(t)));
+  return el("div", {},
+    head,
+    el("div", { class: "grid" },
+      el("div", {}, el("h2", {}, "Routing"), graph(t)),
+      el("div", {}, el("h2", {}, "Timeline"), timeline(t))),
+    el("h2", {}, "Steps"),
+    t.steps.length === 0 ? el("p", { class: "muted" }, "No steps yet.") : t.steps.map((s) => step(t, s)),
+    ending(t),
+    el("h2", {}, "Debug log"),
+    log(t));
+}
+
+function working(t, now) {
+  if (t.working && t.working.role) {
+    const who = t.working.pid ? ` in worker ${t.working.pid}` : "";
+    return el("div", { id: "working" }, el("strong", {}, t.working.role), ` is working${who}, for ${duration(Math.max(0, now - t.working.since))}`);
+  }
+  if (t.status === "waiting" && t.paused) {
+    return el("div", { id: "working" }, "Waiting for a person to answer for ", el("strong", {}, t.paused.role || "?"));
+  }
+  return null;
+}
+
+function actions(t) {
+  const id = t.start.threadId;
+  const run = (action, body, label) => async (event) => {
+    event.target.disabled = true;
+    try {
+      const answer = await act(id, action, body && body());
+      notice(label(answer));
+      if (action === "fork" && answer.thread) location.hash = "#/thread/" + answer.thread;
+    } catch (e) {
+      notice(`${action}: ${e.message}`, true);
+    } finally {
+      event.target.disabled = false;
+      render();
+    }
+  };
+  const buttons = [];
+  if (t.status === "running") {
+    buttons.push(el("button", { id: "pause", on: { click: run("pause", null, () => "The thread pauses after its current step.") } }, "Pause"));
+    buttons.push(el("button", { id: "kill", class: "danger", on: { click: run("kill", null, () => "Killed.") } }, "Kill"));
+  }
+  if (t.status === "paused" || t.status === "interrupted") {
+    buttons.push(el("button", { id: "resume", on: { click: run("resume", null, () => "Resumed.") } }, "Resume"));
+  }
+  buttons.push(el("button", { id: "fork", on: { click: run("fork", null, (a) => "Forked into " + a.thread) } }, "Fork all steps"));
+  const box = el("div", { class: "actions" }, buttons);
+  if (t.status === "waiting") {
+    const text = el("textarea", { id: "answer-text", placeholder: "Your answer" });
+    const send = el("button", { id: "answer", on: { click: run("answer", () => ({ text: text.value }), () => "Answered; the thread continues.") } }, "Answer");
+    return el("div", {}, box, el("label", {}, "Answer for ", el("strong", {}, t.paused.role || "?")), text, send);
+  }
+  return box;
+}
+
+// Statuses of the routing's nodes, from the thread's steps.
+function nodeStatuses(t) {
+  const status = new Map();
+  for (const s of t.steps) {
+    if (s.role === "$status" && s.meta && typeof s.meta.step === "string") {
+      status.set(s.meta.step, s.meta.status === "skipped" ? "skipped" : "failed");
+    } else if (s.role !== "$user" && s.role !== "$status") {
+      status.set(s.role, "done");
+    }
+  }
+  if (t.working && t.working.role) status.set(t.working.role, "running");
+  if (t.status === "waiting" && t.paused && t.paused.role) status.set(t.paused.role, "waiting");
+  return status;
+}
+
+function graph(t) {
+  const routing = t.routing || {};
+  let nodes = [];
+  let edges = [];
+  if (routing.kind === "declared" && routing.routing && routing.routing.graph) {
+    const seen = new Set();
+    for (const node of routing.routing.graph) {
+      seen.add(node.from);
+      for (const tr of node.transitions) {
+        seen.add(tr.to);
+        edges.push({ from: node.from, to: tr.to, label: tr.condition || "" });
+      }
+    }
+    nodes = [...seen];
+  } else if (routing.kind === "declared" && routing.routing && routing.routing.steps) {
+    nodes = routing.routing.steps.steps.map((s) => s.id);
+    for (const s of routing.routing.steps.steps) for (const d of s.depends_on) edges.push({ from: d, to: s.id });
+  } else if (routing.kind === "taken") {
+    const seen = new Set(["$START"]);
+    for (const e of routing.edges) { seen.add(e.from); seen.add(e.to); edges.push({ from: e.from, to: e.to, count: e.count, taken: true }); }
+    if (t.end) { seen.add("$END"); edges.push({ from: routing.last, to: "$END", taken: true }); }
+    nodes = [...seen];
+  }
+  if (nodes.length === 0) return el("p", { class: "muted" }, "No routing to draw.");
+  // Transitions the thread took (consecutive roles), for a declared graph.
+  const roles = ["$START", ...t.steps.filter((s) => !s.role.startsWith("$")).map((s) => s.role), ...(t.end ? ["$END"] : [])];
+  const took = new Set();
+  for (let i = 1; i < roles.length; i++) took.add(roles[i - 1] + "\u0000" + roles[i]);
+
+  // Layers: the longest path from a root, ignoring edges that close a loop.
+  const layer = new Map();
+  const incoming = new Map(nodes.map((n) => [n, []]));
+  for (const e of edges) if (incoming.has(e.to)) incoming.get(e.to).push(e.from);
+  const order = breadthFirst(nodes, edges);
+  for (const n of order) {
+    let depth = 0;
+    for (const from of incoming.get(n) || []) {
+      if (order.indexOf(from) < order.indexOf(n) && layer.has(from)) depth = Math.max(depth, layer.get(from) + 1);
+    }
+    layer.set(n, n === "$END" ? Infinity : depth);
+  }
+  const finite = [...layer.values()].filter(Number.isFinite);
+  const last = finite.length ? Math.max(...finite) : 0;
+  if (layer.get("$END") === Infinity) layer.set("$END", last + 1);
+  const rows = [];
+  for (const n of order) (rows[layer.get(n)] ||= []).push(n);
+
+  const W = 150, H = 34, GX = 24, GY = 46, PAD = 20;
+  const widest = Math.max(...rows.filter(Boolean).map((r) => r.length));
+  const width = PAD * 2 + widest * W + (widest - 1) * GX;
+  const height = PAD * 2 + rows.length * H + (rows.length - 1) * GY;
+  const at = new Map();
+  rows.forEach((row, y) => {
+    if (!row) return;
+    const rowWidth = row.length * W + (row.length - 1) * GX;
+    row.forEach((n, x) => at.set(n, { x: (width - rowWidth) / 2 + x * (W + GX), y: PAD + y * (H + GY) }));
+  });
+  const status = nodeStatuses(t);
+  const root = svg("svg", { class: "graph", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "routing graph" });
+  const defs = svg("defs");
+  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
+  marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#8890a8" }));
+  defs.append(marker);
+  root.append(defs);
+  for (const e of edges) {
+    const a = at.get(e.from), b = at.get(e.to);
+    if (!a || !b) continue;
+    const taken = e.taken || took.has(e.from + "\u0000" + e.to);
+    let d;
+    if (b.y > a.y) {
+      d = `M ${a.x + W / 2} ${a.y + H} C ${a.x + W / 2} ${a.y + H + GY / 2}, ${b.x + W / 2} ${b.y - GY / 2}, ${b.x + W / 2} ${b.y}`;
+    } else {
+      // A loop back up: around the right side.
+      const side = Math.max(a.x, b.x) + W + 14;
+      d = `M ${a.x + W} ${a.y + H / 2} C ${side} ${a.y + H / 2}, ${side} ${b.y + H / 2}, ${b.x + W} ${b.y + H / 2}`;
+    }
+    const path = svg("path", { d, class: "edge" + (taken ? " taken" : ""), "marker-end": "url(#arrow)" });
+    if (e.label) path.append(svg("title", {}, e.label));
+    root.append(path);
+    if (e.count > 1) root.append(svg("text", { class: "count", x: (a.x + b.x) / 2 + W / 2 + 4, y: (a.y + b.y + H) / 2 + 4 }, "×" + e.count));
+  }
+  for (const n of order) {
+    const p = at.get(n);
+    const terminal = n === "$START" || n === "$END";
+    const cls = "node " + (terminal ? "terminal" : status.get(n) || "pending");
+    const g = svg("g", { class: cls, "data-node": n, transform: `translate(${p.x} ${p.y})` });
+    g.append(svg("rect", { width: W, height: H }));
+    g.append(svg("text", { x: W / 2, y: H / 2 + 4, "text-anchor": "middle" }, cut(n, 20)));
+    g.append(svg("title", {}, n + (status.get(n) ? " · " + status.get(n) : "")));
+    root.append(g);
+  }
+  return root;
+}
+
+function breadthFirst(nodes, edges) {
+  const out = new Map(nodes.map((n) => [n, []]));
+  for (const e of edges) if (out.has(e.from)) out.get(e.from).push(e.to);
+  const hasIncoming = new Set(edges.map((e) => e.to));
+  const roots = nodes.includes("$START") ? ["$START"] : nodes.filter((n) => !hasIncoming.has(n));
+  const order = [];
+  const seen = new Set();
+  const queue = [...roots];
+  while (queue.length) {
+    const n = queue.shift();
+    if (seen.has(n)) continue;
+    seen.add(n);
+    order.push(n);
+    for (const next of out.get(n) || []) if (!seen.has(next)) queue.push(next);
+  }
+  for (const n of nodes) if (!seen.has(n)) order.push(n);
+  // `$END` last, whatever reached it first.
+  const end = order.indexOf("$END");
+  if (end >= 0) { order.splice(end, 1); order.push("$END"); }
+  return order;
+}
+
+function timeline(t) {
+  if (t.steps.length === 0) return el("p", { class: "muted" }, "No steps yet.");
+  const begin = t.start.timestamp;
+  const finish = Math.max(t.end ? t.end.timestamp : 0, ...t.steps.map((s) => s.timestamp), begin + 1);
+  const span = finish - begin;
+  return el("div", { class: "timeline panel" }, t.steps.map((s) => el("div", { class: "row" },
+    el("div", { class: "label", title: `#${s.index} ${s.role}` }, `#${s.index} ${cut(s.role, 24)}`),
+    el("div", { class: "track" }, (() => {
+      const bar = el("div", { class: "bar" + (s.role === "$status" ? " status" : "") });
+      bar.style.left = ((s.began - begin) / span) * 100 + "%";
+      bar.style.width = (Math.max(s.durationMs, 0) / span) * 100 + "%";
+      return bar;
+    })()),
+    el("div", { class: "dur" }, duration(s.durationMs)))));
+}
+
+function step(t, s) {
+  const group = s.group ? ` · parallel steps ${s.group.first}-${s.group.first + s.group.size - 1}` : "";
+  const fork = el("button", {
+    class: "fork-here",
+    on: { click: async (e) => {
+      e.preventDefault();
+      try {
+        const answer = await act(t.start.threadId, "fork", { at: s.index });
+        notice("Forked into " + answer.thread);
+        location.hash = "#/thread/" + answer.thread;
+      } catch (err) { notice("fork: " + err.message, true); }
+    } },
+  }, "Fork after this step");
+  return el("details", { class: "step" + (s.group ? " group" : ""), "data-key": "step-" + s.index, "data-step": s.index },
+    el("summary", {}, el("strong", {}, `#${s.index} ${cut(s.role, 64)}`), ` · ${duration(s.durationMs)} · ${when(s.timestamp)}${group}`),
+    el("div", {},
+      el("div", { class: "muted" }, "Content"),
+      el("pre", { class: "content" }, s.content),
+      el("div", { class: "muted" }, "Meta"),
+      el("pre", { class: "meta" }, JSON.stringify(s.meta, null, 2)),
+      fork));
+}
+
+function ending(t) {
+  if (!t.end) return null;
+  const end = t.end.end;
+  return el("div", {},
+    el("h2", {}, "End"),
+    el("div", { class: "panel end " + end.status, id: "end" },
+      badge(end.status), ` return code ${end.returnCode}${end.endedBy ? ", ended by the " + end.endedBy : ""} · ${when(t.end.timestamp)}`,
+      el("pre", {}, end.summary)));
+}
+
+function log(t) {
+  if (!t.log || t.log.length === 0) return el("p", { class: "muted" }, "Nothing logged.");
+  return el("div", { class: "log" }, el("table", {},
+    el("tbody", {}, t.log.map((line) => el("tr", {},
+      el("td", { class: "mono" }, new Date(line.timestamp).toLocaleTimeString()),
+      el("td", {}, line.level),
+      el("td", { class: "mono" }, cut(line.tag, 40)),
+      el("td", { class: "text" }, el("pre", {}, line.content)))))));
+}

@@ -1,0 +1,135 @@
+//! `serve`: the one long-lived process, and an opt-in one. It fires schedules continuously
+//! (the loop `schedule tick` runs once) and serves the web view on a local address.
+//!
+//! Nothing else needs it: threads run in their bundles' worker processes whether or not it
+//! runs, and the web view reads the same store the CLI does, through the library.
+
+mod assets;
+pub mod http;
+pub mod views;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::schedule::Firer;
+use crate::store::Storage;
+
+/// The address `serve` listens on unless told otherwise.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8420";
+
+/// The longest the schedule loop sleeps: a schedule added meanwhile is seen this soon.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
+/// How `serve` runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub addr: SocketAddr,
+    /// Required of every request; required to listen on a non-loopback address.
+    pub token: Option<String>,
+    /// Fire schedules (off: only the web view).
+    pub schedules: bool,
+}
+
+/// Listens on `options.addr` and serves until `shutdown` completes; `ready` is told the
+/// address bound (the port, when 0 was asked for).
+pub async fn serve(
+    store: Storage,
+    options: Options,
+    ready: impl FnOnce(SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let addr = options.addr;
+    if !addr.ip().is_loopback() && options.token.is_none() {
+        return Err(Error::Usage(format!(
+            "refusing to listen on {addr} without a token: anyone who can reach it could read \
+             every thread and kill, fork or answer them; give --token (or \
+             UNCAGED_WORKFLOW_TOKEN), or listen on 127.0.0.1"
+        )));
+    }
+    if let Some(token) = &options.token
+        && (token.len() < 16
+            || !token.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b)))
+    {
+        return Err(Error::Usage(
+            "the token must be at least 16 characters from A-Z a-z 0-9 - _ . ~".into(),
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| Error::Io {
+        action: "listen on",
+        path: addr.to_string().into(),
+        cause: e,
+    })?;
+    let bound = listener.local_addr().map_err(Error::io("listen on", addr.to_string()))?;
+    let hosts = if bound.ip().is_loopback() {
+        let port = bound.port();
+        vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")]
+    } else {
+        vec![]
+    };
+    let csrf = random_token();
+    let app = Arc::new(http::App {
+        store: store.clone(),
+        token: options.token.clone(),
+        index: assets::INDEX_HTML.replace("{{CSRF}}", &csrf),
+        csrf,
+        hosts,
+    });
+    let firing = options.schedules.then(|| tokio::spawn(fire_forever(store)));
+    ready(bound);
+    let served = axum::serve(listener, http::router(app)).with_graceful_shutdown(shutdown).await;
+    if let Some(firing) = firing {
+        firing.abort();
+    }
+    served.map_err(|e| Error::Host(format!("serving {bound}: {e}")))
+}
+
+/// The schedule loop: a pass, then a sleep until the next firing is due (at most a second).
+async fn fire_forever(store: Storage) {
+    let mut firer = Firer::new(store);
+    loop {
+        let next = match firer.pass().await {
+            Ok(pass) => {
+                for started in &pass.started {
+                    eprintln!(
+                        "uncaged-workflow: schedule {}: started thread {} ({})",
+                        started.schedule,
+                        started.thread_id,
+                        crate::terminal::line(&started.firing)
+                    );
+                }
+                for (name, error) in &pass.errors {
+                    eprintln!(
+                        "uncaged-workflow: schedule {name}: {}",
+                        crate::terminal::line(error)
+                    );
+                }
+                pass.next
+            }
+            Err(e) => {
+                eprintln!("uncaged-workflow: firing schedules: {}", crate::error::chain_line(&e));
+                None
+            }
+        };
+        let wait = next
+            .map_or(MAX_SLEEP, |at| Duration::from_millis(at.saturating_sub(now_ms())))
+            .min(MAX_SLEEP);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// 128 random bits as hex, from the operating system.
+fn random_token() -> String {
+    let mut bytes = [0u8; 16];
+    // /dev/urandom is there on every system this runs on; if it were not, a ULID's 80
+    // random bits (from the same source, through `rand`) still make a token no page guesses.
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_err()
+    {
+        bytes = ulid::Ulid::new().0.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,176 @@
+//! What the web view shows, as JSON built from the library (never from CLI output): the
+//! workflows with their versions and roles, the schedules, the threads, and one thread with
+//! its routing, steps, timeline, agent at work and debug log.
+//!
+//! Every string here may come from a bundle, an agent or a poll command: it is data for the
+//! page to put in text nodes, never markup.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::clock::now_ms;
+use crate::error::Result;
+use crate::ids::ThreadId;
+use crate::run::control;
+use crate::run::ipc::PsEntry;
+use crate::schedule::{self, ScheduleStatus};
+use crate::store::Storage;
+use crate::store::info_log::InfoLine;
+use crate::store::records::{ThreadStatus, ThreadSummary};
+
+/// The most debug-log lines a thread page shows (the newest).
+pub const LOG_LINES: usize = 500;
+
+/// The most threads a listing returns (the newest).
+pub const MAX_THREADS: usize = 1000;
+
+/// A registered workflow.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowView {
+    pub name: String,
+    pub hash: String,
+    pub since: u64,
+    pub description: String,
+    pub declarative: bool,
+    pub roles: Vec<RoleView>,
+    /// Earlier versions, most recent first.
+    pub history: Vec<(String, u64)>,
+}
+
+/// A role of a workflow.
+#[derive(Debug, Serialize)]
+pub struct RoleView {
+    pub name: String,
+    pub description: String,
+}
+
+/// Every registered workflow.
+pub fn workflows(store: &Storage) -> Result<Vec<WorkflowView>> {
+    let registry = store.registry().load()?;
+    let bundles = store.bundles();
+    let mut out = Vec::new();
+    for (name, entry) in &registry.workflows {
+        let descriptor = bundles.descriptor(entry.hash).ok();
+        let declarative = bundles
+            .load(&registry, name, entry.hash)
+            .ok()
+            .is_some_and(|b| crate::declarative::source_of(&b.bytes).is_some());
+        out.push(WorkflowView {
+            name: name.clone(),
+            hash: entry.hash.to_string(),
+            since: entry.timestamp,
+            description: descriptor.as_ref().map(|d| d.description.clone()).unwrap_or_default(),
+            declarative,
+            roles: descriptor
+                .map(|d| {
+                    d.roles
+                        .into_iter()
+                        .map(|r| RoleView { name: r.name, description: r.description })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            history: entry.history.iter().map(|v| (v.hash.to_string(), v.timestamp)).collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// Every schedule with its next firing.
+pub fn schedules(store: &Storage) -> Result<Vec<ScheduleStatus>> {
+    schedule::statuses(store, now_ms())
+}
+
+/// Threads, newest first, of one workflow and one status if given.
+pub fn threads(
+    store: &Storage,
+    workflow: Option<&str>,
+    status: Option<&str>,
+) -> Result<Vec<ThreadSummary>> {
+    let mut list: Vec<ThreadSummary> = store
+        .threads()
+        .summaries()?
+        .into_iter()
+        .filter(|t| workflow.is_none_or(|w| t.name == w))
+        .filter(|t| status.is_none_or(|s| t.status.as_str() == s))
+        .collect();
+    list.reverse();
+    list.truncate(MAX_THREADS);
+    Ok(list)
+}
+
+/// One thread, whole.
+pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
+    let record = store.threads().read(id)?;
+    let status = record.status();
+    let hash = record.start.hash;
+    // Each step's duration: from the step before it (the thread's start for the first) to its
+    // own record; the steps of a parallel group share their start.
+    let mut steps = Vec::new();
+    let mut group_start = record.start.timestamp;
+    let mut previous = record.start.timestamp;
+    for (i, step) in record.steps.iter().enumerate() {
+        let index = i + 1;
+        let began = match step.group {
+            Some(group) if group.first == index => {
+                group_start = previous;
+                group_start
+            }
+            Some(_) => group_start,
+            None => previous,
+        };
+        steps.push(json!({
+            "index": index, "role": step.role, "content": step.content, "meta": step.meta,
+            "timestamp": step.timestamp, "began": began,
+            "durationMs": step.timestamp.saturating_sub(began), "group": step.group,
+        }));
+        previous = step.timestamp;
+    }
+    let working: Option<PsEntry> = if status == ThreadStatus::Running {
+        control::ps(store).await?.into_iter().find(|p| p.thread_id == id.to_string())
+    } else {
+        None
+    };
+    let log: Vec<InfoLine> = store.threads().info_tail(hash, id, LOG_LINES)?;
+    Ok(json!({
+        "start": record.start,
+        "status": status,
+        "steps": steps,
+        "paused": record.paused,
+        "end": record.end,
+        "working": working,
+        "routing": routing(store, &record.start.name, hash, &record.steps),
+        "log": log,
+        "now": now_ms(),
+    }))
+}
+
+/// How the thread's workflow routes: a declarative bundle's `graph` or `steps`, or for a code
+/// bundle the transitions the thread actually took.
+fn routing(
+    store: &Storage,
+    name: &str,
+    hash: crate::ids::BundleHash,
+    steps: &[crate::store::records::StepRecord],
+) -> Value {
+    let definition = store.registry().load().ok().and_then(|registry| {
+        let bundle = store.bundles().load(&registry, name, hash).ok()?;
+        let source = crate::declarative::source_of(&bundle.bytes)?;
+        crate::declarative::source::parse(&bundle.path, &source).ok()
+    });
+    if let Some(definition) = definition {
+        return json!({"kind": "declared", "routing": definition.routing});
+    }
+    // Transitions taken, with how often: $START → first role → … (→ $END if it ended).
+    let mut taken: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut from = uncaged_workflow_declarative::START.to_string();
+    for step in steps {
+        *taken.entry((from.clone(), step.role.clone())).or_default() += 1;
+        from = step.role.clone();
+    }
+    let edges: Vec<Value> =
+        taken.into_iter().map(|((f, t), n)| json!({"from": f, "to": t, "count": n})).collect();
+    json!({"kind": "taken", "edges": edges, "last": from})
+}

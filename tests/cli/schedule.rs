@@ -1,0 +1,463 @@
+//! Schedules: cron and poll triggers fired by `schedule tick` and `serve`, exactly once per
+//! cron instant and poll item, through crashes and concurrent firing processes.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+use super::{Env, Serve, read_jsonl, wait_until};
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// The events of a schedule's firing log.
+fn firings(env: &Env, name: &str) -> Result<Vec<Value>> {
+    let path = env.home().join("schedules").join(name).join("firings.jsonl");
+    if !path.exists() {
+        return Ok(vec![]);
+    }
+    read_jsonl(&path)
+}
+
+/// Keys of the `fired` events, in order.
+fn fired_keys(env: &Env, name: &str) -> Result<Vec<String>> {
+    Ok(firings(env, name)?
+        .iter()
+        .filter_map(|e| e.get("fired"))
+        .map(|f| f["key"].as_str().unwrap_or_default().to_string())
+        .collect())
+}
+
+/// Threads started by schedule `name`, as `threads --json` lists them.
+fn scheduled_threads(env: &Env, name: &str) -> Result<Vec<Value>> {
+    let list = env.json(&["threads"])?;
+    Ok(list
+        .as_array()
+        .context("a list")?
+        .iter()
+        .filter(|t| t["schedule"] == name)
+        .cloned()
+        .collect())
+}
+
+/// Every firing has exactly one thread, no key fired twice, and every thread ran to its end.
+fn exactly_once(env: &Env, name: &str) -> Result<usize> {
+    let keys = fired_keys(env, name)?;
+    let distinct: BTreeSet<&String> = keys.iter().collect();
+    ensure!(distinct.len() == keys.len(), "a key fired twice: {keys:?}");
+    wait_until("the scheduled threads end", || {
+        let threads = scheduled_threads(env, name)?;
+        Ok(threads.iter().all(|t| t["status"] == "completed"))
+    })?;
+    let threads = scheduled_threads(env, name)?;
+    ensure!(
+        threads.len() == keys.len(),
+        "{} threads for {} firings: {threads:#?} {keys:?}",
+        threads.len(),
+        keys.len()
+    );
+    // Each thread records the firing that started it, and no firing started two.
+    let mut by_firing = BTreeSet::new();
+    for thread in &threads {
+        let record = env.json(&["thread", thread["threadId"].as_str().unwrap()])?;
+        let firing = record["start"]["schedule"]["firing"].as_str().context("firing")?.to_string();
+        ensure!(by_firing.insert(firing.clone()), "two threads for firing {firing}");
+    }
+    ensure!(by_firing == distinct.into_iter().cloned().collect(), "threads and firings differ");
+    Ok(keys.len())
+}
+
+/// The cron instant a key names, in ms.
+fn instant(key: &str) -> Result<u64> {
+    let time = key.strip_prefix("cron:").context("a cron key")?;
+    let parsed = chrono_like_seconds(time)?;
+    Ok(parsed * 1000)
+}
+
+/// Seconds since the epoch of an RFC 3339 UTC time `YYYY-MM-DDTHH:MM:SSZ`.
+fn chrono_like_seconds(time: &str) -> Result<u64> {
+    let out = std::process::Command::new("date").args(["-u", "-d", time, "+%s"]).output()?;
+    Ok(String::from_utf8(out.stdout)?.trim().parse()?)
+}
+
+#[test]
+fn repeated_ticks_fire_exactly_the_due_cron_instants() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "Every second"])?;
+    let mut previous = 0;
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(1100));
+        let before = now_ms();
+        let pass = env.json(&["schedule", "tick"])?;
+        let after = now_ms();
+        let started = pass["started"].as_array().context("started")?;
+        ensure!(started.len() == 1, "one instant is due at each tick: {pass}");
+        // The latest instant at the tick, after the last one fired.
+        let at = instant(started[0]["firing"].as_str().unwrap())?;
+        ensure!(
+            at > previous && at <= after && at + 1000 > before,
+            "instant {at} for a tick at {before}..{after}"
+        );
+        previous = at;
+    }
+    // Off for three seconds: one firing, not three.
+    std::thread::sleep(Duration::from_millis(3100));
+    let pass = env.json(&["schedule", "tick"])?;
+    ensure!(pass["started"].as_array().unwrap().len() == 1, "missed instants fire once: {pass}");
+    assert_eq!(exactly_once(&env, "solve-issue")?, 5);
+    // The scheduled threads show their schedule; each has its instant as trigger data.
+    let listing = env.ok(&["threads"])?;
+    assert!(listing.lines().next().unwrap().contains("SCHEDULE"), "{listing}");
+    let thread = &scheduled_threads(&env, "solve-issue")?[0];
+    let record = env.json(&["thread", thread["threadId"].as_str().unwrap()])?;
+    assert_eq!(record["start"]["triggerData"]["schedule"], "solve-issue");
+    assert_eq!(record["start"]["parameters"]["prompt"], "Every second");
+    let shown = env.ok(&["thread", thread["threadId"].as_str().unwrap()])?;
+    assert!(shown.contains("started by schedule solve-issue (cron:"), "{shown}");
+    Ok(())
+}
+
+#[test]
+fn serve_fires_a_cron_once_per_second() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let serve = Serve::start(&env, &[], &[])?;
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "s"])?;
+    std::thread::sleep(Duration::from_millis(5300));
+    serve.stop()?;
+    let keys = fired_keys(&env, "s")?;
+    let instants: Vec<u64> = keys.iter().map(|k| instant(k)).collect::<Result<_>>()?;
+    // One thread per second: distinct whole seconds, as many as seconds passed (a loaded
+    // machine may coalesce one late instant into the next, never fire one twice).
+    ensure!((4..=6).contains(&instants.len()), "{} firings in 5.3 s: {keys:?}", instants.len());
+    ensure!(instants.windows(2).all(|w| w[1] > w[0]), "instants not increasing: {keys:?}");
+    exactly_once(&env, "s")?;
+    Ok(())
+}
+
+/// A poll command whose output grows by one item each run (the run count kept in a file).
+fn growing_poll(env: &Env) -> Result<String> {
+    let count = env.dir.path().join("runs");
+    let script = env.write_script(
+        "items.sh",
+        format!(
+            r#"#!/bin/sh
+n=$(cat {count} 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {count}
+printf '['
+i=1; while [ $i -le $n ]; do
+  [ $i -gt 1 ] && printf ','
+  printf '{{"id": "issue-%s", "title": "Issue %s <b>"}}' $i $i
+  i=$((i + 1))
+done
+printf ']\n'
+"#,
+            count = count.display()
+        ),
+    )?;
+    Ok(script.display().to_string())
+}
+
+#[test]
+fn a_poll_starts_one_thread_per_new_item_with_the_item() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let script = growing_poll(&env)?;
+    env.ok(&[
+        "schedule",
+        "add",
+        "solve-issue",
+        "--poll",
+        &script,
+        "--every",
+        "1s",
+        "--diff",
+        "new-items",
+        "--name",
+        "issues",
+    ])?;
+    // The first check is the baseline: issue-1 was there before the schedule.
+    let pass = env.json(&["schedule", "tick"])?;
+    ensure!(pass["started"].as_array().unwrap().is_empty(), "{pass}");
+    // Not due again within its interval: the command does not run.
+    env.json(&["schedule", "tick"])?;
+    assert_eq!(std::fs::read_to_string(env.dir.path().join("runs"))?.trim(), "1");
+    for n in 2..=4 {
+        std::thread::sleep(Duration::from_millis(1050));
+        let pass = env.json(&["schedule", "tick"])?;
+        let started = pass["started"].as_array().unwrap();
+        ensure!(started.len() == 1, "one new item at run {n}: {pass}");
+        assert_eq!(started[0]["firing"], format!("item:issue-{n}"));
+        let record = env.json(&["thread", started[0]["threadId"].as_str().unwrap()])?;
+        assert_eq!(
+            record["start"]["triggerData"],
+            json!({"id": format!("issue-{n}"), "title": format!("Issue {n} <b>")})
+        );
+    }
+    assert_eq!(exactly_once(&env, "issues")?, 3);
+
+    // --include-existing fires for what the first check finds.
+    std::fs::remove_file(env.dir.path().join("runs"))?;
+    env.ok(&[
+        "schedule",
+        "add",
+        "solve-issue",
+        "--poll",
+        &script,
+        "--every",
+        "1s",
+        "--diff",
+        "new-items",
+        "--include-existing",
+        "--name",
+        "all",
+    ])?;
+    let pass = env.json(&["schedule", "tick"])?;
+    let started: Vec<&str> = pass["started"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["schedule"] == "all")
+        .map(|s| s["firing"].as_str().unwrap())
+        .collect();
+    assert_eq!(started, ["item:issue-1"]);
+    Ok(())
+}
+
+#[test]
+fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let state = env.write("state.txt", "v1")?;
+    let script = env.write_script(
+        "check.sh",
+        format!(
+            "#!/bin/sh\ncat {}\ngrep -q fail {0} && {{ echo broken >&2; exit 3; }}\nexit 0\n",
+            state.display()
+        ),
+    )?;
+    let script = script.display().to_string();
+    env.ok(&[
+        "schedule",
+        "add",
+        "solve-issue",
+        "--poll",
+        &script,
+        "--every",
+        "1s",
+        "--diff",
+        "any-change",
+    ])?;
+    env.json(&["schedule", "tick"])?; // the baseline
+    std::thread::sleep(Duration::from_millis(1050));
+    let pass = env.json(&["schedule", "tick"])?;
+    ensure!(pass["started"].as_array().unwrap().is_empty(), "unchanged output: {pass}");
+    std::fs::write(&state, "v2")?;
+    std::thread::sleep(Duration::from_millis(1050));
+    let pass = env.json(&["schedule", "tick"])?;
+    let started = pass["started"].as_array().unwrap();
+    ensure!(started.len() == 1, "changed output: {pass}");
+    let record = env.json(&["thread", started[0]["threadId"].as_str().unwrap()])?;
+    assert_eq!(record["start"]["triggerData"], "v2");
+    // A failing command: the tick says which schedule and why (the stderr's tail), exits 70.
+    std::fs::write(&state, "fail")?;
+    std::thread::sleep(Duration::from_millis(1050));
+    let run = env.run(&["schedule", "tick"])?;
+    assert_eq!(run.code, 70, "{run:?}");
+    assert!(
+        run.stderr.contains("schedule solve-issue: poll command: `")
+            && run.stderr.contains("failed with exit status 3: broken"),
+        "{}",
+        run.stderr
+    );
+    let list = env.ok(&["schedule", "list"])?;
+    assert!(list.contains("failing: poll command"), "{list}");
+    Ok(())
+}
+
+#[test]
+fn a_firing_process_killed_at_any_point_starts_no_duplicate() -> Result<()> {
+    for point in ["schedule-fired", "schedule-created"] {
+        let env = Env::new()?;
+        env.add_solve_issue()?;
+        let script = growing_poll(&env)?;
+        env.ok(&[
+            "schedule",
+            "add",
+            "solve-issue",
+            "--poll",
+            &script,
+            "--every",
+            "1s",
+            "--diff",
+            "new-items",
+            "--name",
+            "p",
+        ])?;
+        env.ok(&["schedule", "tick"])?; // baseline
+        std::thread::sleep(Duration::from_millis(1050));
+        let crash = format!("{point}:1");
+        let run = env.run_with(&["schedule", "tick"], &[("UNCAGED_WORKFLOW_CRASH_AT", &crash)])?;
+        ensure!(run.code != 0 && run.stderr.contains("crashing at"), "{point}: {run:?}");
+        let pending = fired_keys(&env, "p")?;
+        assert_eq!(pending, ["item:issue-2"], "{point}: the firing was recorded first");
+        // The next tick finishes that firing (and fires the item the new run shows).
+        std::thread::sleep(Duration::from_millis(1050));
+        env.ok(&["schedule", "tick"])?;
+        assert_eq!(fired_keys(&env, "p")?, ["item:issue-2", "item:issue-3"], "{point}");
+        assert_eq!(exactly_once(&env, "p")?, 2, "{point}");
+    }
+    Ok(())
+}
+
+#[test]
+fn serve_killed_mid_firing_and_restarted_starts_no_duplicate() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
+    // `serve` dies like `kill -9` between recording its third firing and creating the thread.
+    let mut serve = Serve::start(&env, &[], &[("UNCAGED_WORKFLOW_CRASH_AT", "schedule-fired:3")])?;
+    let status = serve.child.wait()?;
+    ensure!(!status.success(), "serve crashed as told");
+    let keys = fired_keys(&env, "c")?;
+    assert_eq!(keys.len(), 3);
+    // And killed with SIGKILL at an arbitrary moment.
+    let serve = Serve::start(&env, &[], &[])?;
+    std::thread::sleep(Duration::from_millis(1500));
+    std::process::Command::new("kill").args(["-9", &serve.child.id().to_string()]).status()?;
+    drop(serve);
+    let serve = Serve::start(&env, &[], &[])?;
+    std::thread::sleep(Duration::from_millis(1500));
+    serve.stop()?;
+    let total = exactly_once(&env, "c")?;
+    ensure!(total >= 5, "the restarted processes fired on: {total}");
+    Ok(())
+}
+
+#[test]
+fn two_firing_processes_never_double_fire() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
+    let serve = Serve::start(&env, &[], &[])?;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(700));
+        let ticks: Vec<_> = (0..2)
+            .map(|_| {
+                std::process::Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
+                    .args(["schedule", "tick"])
+                    .env("UNCAGED_WORKFLOW_HOME", env.home())
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+            })
+            .collect::<std::io::Result<_>>()?;
+        for mut tick in ticks {
+            tick.wait()?;
+        }
+    }
+    serve.stop()?;
+    exactly_once(&env, "c")?;
+    Ok(())
+}
+
+#[test]
+fn a_workflow_trigger_registers_its_schedule_and_follows_its_versions() -> Result<()> {
+    let env = Env::new()?;
+    let flow = |trigger: &str| {
+        format!(
+            "description: Nightly triage\n{trigger}roles:\n  a:\n    description: A\nsteps:\n  - id: a\n    role: a\n"
+        )
+    };
+    let with = env.write(
+        "nightly.yaml",
+        flow("trigger:\n  type: cron\n  expression: \"0 3 * * *\"\n  timezone: Europe/Paris\n"),
+    )?;
+    let out = env.ok(&["add", "nightly", with.to_str().unwrap()])?;
+    assert!(
+        out.contains("its trigger is schedule nightly (cron 0 3 * * * (Europe/Paris))"),
+        "{out}"
+    );
+    let list = env.json(&["schedule", "list"])?;
+    assert_eq!(list[0]["name"], "nightly");
+    assert_eq!(list[0]["source"], "workflow");
+    assert_eq!(list[0]["prompt"], "Nightly triage");
+    ensure!(list[0]["next"].as_u64().is_some(), "{list}");
+    // A version without a trigger removes it; `manual` is no trigger.
+    let without = env.write("manual.yaml", flow("trigger:\n  type: manual\n"))?;
+    env.ok(&["add", "nightly", without.to_str().unwrap()])?;
+    assert_eq!(env.json(&["schedule", "list"])?, json!([]));
+    // Rolling back brings the trigger back.
+    env.ok(&["rollback", "nightly"])?;
+    assert_eq!(env.json(&["schedule", "list"])?[0]["name"], "nightly");
+    env.ok(&["remove", "nightly"])?;
+    assert_eq!(env.json(&["schedule", "list"])?, json!([]));
+
+    // Mistakes are located in the file.
+    let bad =
+        env.write("bad.yaml", flow("trigger:\n  type: cron\n  expression: \"61 * * * *\"\n"))?;
+    let e = env.fails(&["add", "bad", bad.to_str().unwrap()], 65)?;
+    assert!(e.contains("bad.yaml:4:15: cron expression `61 * * * *` does not parse"), "{e}");
+    let bad = env.write(
+        "bad2.yaml",
+        flow("trigger:\n  type: poll\n  interval_seconds: 60\n  check_script: ./x.sh\n  diff_mode: some\n"),
+    )?;
+    let e = env.fails(&["add", "bad", bad.to_str().unwrap()], 65)?;
+    assert!(
+        e.contains("bad2.yaml:6:14: `diff_mode` is `new_items` or `any_change`, not `some`"),
+        "{e}"
+    );
+    Ok(())
+}
+
+#[test]
+fn schedule_mistakes_are_one_clear_line() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let e = env.fails(&["schedule", "add", "nope", "--cron", "* * * * *", "-p", "x"], 66)?;
+    assert!(e.contains("no workflow named `nope`"), "{e}");
+    let e = env.fails(&["schedule", "add", "solve-issue", "--cron", "* * *", "-p", "x"], 64)?;
+    assert!(e.contains("cron expression `* * *` does not parse"), "{e}");
+    let e = env.fails(
+        &["schedule", "add", "solve-issue", "--cron", "* * * * *", "--tz", "Mars/X", "-p", "x"],
+        64,
+    )?;
+    assert!(e.contains("unknown time zone `Mars/X`"), "{e}");
+    let e = env.fails(
+        &[
+            "schedule",
+            "add",
+            "solve-issue",
+            "--poll",
+            "./missing.sh",
+            "--every",
+            "1m",
+            "--diff",
+            "new-items",
+        ],
+        64,
+    )?;
+    assert!(e.contains("poll command: program `./missing.sh` does not exist"), "{e}");
+    let e = env.fails(
+        &["schedule", "add", "solve-issue", "--cron", "* * * * *", "--agent", "command:/no/such"],
+        64,
+    )?;
+    assert!(e.contains("/no/such"), "{e}");
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * *", "--name", "n"])?;
+    let e =
+        env.fails(&["schedule", "add", "solve-issue", "--cron", "* * * * *", "--name", "n"], 64)?;
+    assert!(e.contains("a schedule named `n` exists"), "{e}");
+    let e = env.fails(&["schedule", "rm", "other"], 66)?;
+    assert!(e.contains("no schedule named `other`"), "{e}");
+    // Paused: listed so, and not fired; resumed: fires from then on.
+    env.ok(&["schedule", "pause", "n"])?;
+    assert_eq!(env.json(&["schedule", "list"])?[0]["paused"], true);
+    env.ok(&["schedule", "resume", "n"])?;
+    env.ok(&["schedule", "rm", "n"])?;
+    // serve refuses a non-loopback address without a token.
+    let e = env.fails(&["serve", "--listen", "0.0.0.0:0"], 64)?;
+    assert!(e.contains("refusing to listen on 0.0.0.0:0 without a token"), "{e}");
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! The web view, in a real headless Chromium over WebDriver.
