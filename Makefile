@@ -1,7 +1,7 @@
 # uncaged-workflow: build, demo, test, lint.
 #
 #   make demo    build everything and run the solve-issue example on the offline agent
-#   make test    run every test (unit, integration, guest fixtures)
+#   make test    run every test (unit, integration, guest fixtures, the web view in Chromium)
 #   make lint    rustfmt and clippy, host and guests
 #   make fuzz    the property tests of every parser, with 20,000 cases each (make test runs 256)
 #   make test-crash  kill -9 at random points of run, fork, resume and thread rm, 100 times each
@@ -17,7 +17,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash \
-	interpreter check-interpreter
+	interpreter check-interpreter browser
 
 all: build bundles
 
@@ -82,9 +82,17 @@ check-interpreter: $(INTERP_BUILT)
 
 .PHONY: $(INTERP_BUILT)
 
-# The language tests use the Python and JavaScript bundles and toolchains `bundles` builds.
-test: bundles check-interpreter
+# The language tests use the Python and JavaScript bundles and toolchains `bundles` builds;
+# the web view's tests drive a real headless Chromium over WebDriver.
+test: bundles check-interpreter browser
 	$(CARGO) test
+
+# Chromium and its WebDriver from the distribution's packages, installed when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+		echo "== installing chromium and chromium-driver (the web view's tests use them)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium chromium-driver; }
 
 lint: guest-target
 	$(CARGO) fmt --all -- --check

@@ -11,7 +11,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "base",
         &[
             "error", "ids", "clock", "cron", "home", "durable", "schema", "limits", "faults",
-            "scaffold",
+            "scaffold", "terminal",
         ],
     ),
     // Declarative workflows: YAML validated and assembled into a bundle; bytes in, bytes out.

@@ -1,1 +1,278 @@
-//! The web view, in a real headless Chromium over WebDriver.
+//! The web view, in a real headless Chromium driven over WebDriver (the distribution's
+//! `chromium` and `chromium-driver`, which `make test` installs): live steps, kill from the
+//! page, hostile text rendered as text; and the server's guards, over plain HTTP.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use fantoccini::{Client, ClientBuilder};
+use serde_json::{Value, json};
+
+use super::{Env, Serve, status, wait_until};
+
+/// A ChromeDriver on an ephemeral loopback port, killed when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Driver {
+    fn start() -> Result<Driver> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start chromedriver (`make test` installs chromium-driver)")?;
+        let driver = Driver { child, port };
+        wait_until("chromedriver listens", || {
+            Ok(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok())
+        })?;
+        Ok(driver)
+    }
+
+    async fn browser(&self) -> Result<Client> {
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            json!({"args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1360,1100", "--lang=en-US",
+            ]}),
+        );
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        let client = ClientBuilder::new(connector)
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{}", self.port))
+            .await
+            .context("open a Chromium session")?;
+        Ok(client)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Evaluates `script` (a function body) in the page.
+async fn eval(browser: &Client, script: &str) -> Result<Value> {
+    Ok(browser.execute(script, vec![]).await?)
+}
+
+/// Waits until `script` returns true in the page (60 s at most, a bound for a hung test).
+async fn wait_for(browser: &Client, what: &str, script: &str) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if eval(browser, script).await? == json!(true) {
+            return Ok(());
+        }
+        ensure!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A command agent that answers one call each time the file `go` appears (and removes it).
+fn gated_agent(env: &Env) -> Result<String> {
+    let gate = env.dir.path().join("go");
+    let script = env.write_script(
+        "gated.sh",
+        format!(
+            r#"#!/bin/sh
+input=$(cat)
+while [ ! -e {gate} ]; do sleep 0.05; done
+rm -f {gate}
+case "$input" in
+  *'"name":"reviewer"'*) echo '{{"content": "LGTM", "meta": {{"approved": true}}}}' ;;
+  *) echo 'Done. {{"steps": ["a"], "summary": "did a"}}' ;;
+esac
+"#,
+            gate = gate.display()
+        ),
+    )?;
+    Ok(format!("command:{}", script.display()))
+}
+
+/// Text meant to run if a page ever treated it as markup.
+const HOSTILE: &str = r#"<script>window.__pwned = 'script'</script><img src=x onerror="window.__pwned = 'img'"> <a href="javascript:window.__pwned = 'link'">click me</a> <svg onload="window.__pwned = 'svg'"></svg>"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile_text_as_text()
+-> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    // A workflow whose descriptor is hostile, run by an agent whose answers are.
+    let flow = env.write(
+        "hostile.yaml",
+        format!(
+            "description: {desc}\nroles:\n  writer:\n    description: {desc}\nsteps:\n  - id: writer\n    role: writer\n    description: {desc}\n",
+            desc = serde_json::to_string(HOSTILE)?
+        ),
+    )?;
+    env.ok(&["add", "hostile", flow.to_str().unwrap()])?;
+    let long_line = "x".repeat(100_000);
+    let answer = json!({"content": format!("{HOSTILE}\n{long_line}"), "meta": {"html": HOSTILE, "link": "javascript:alert(1)"}});
+    let agent = env.write_script(
+        "hostile.sh",
+        format!("#!/bin/sh\ncat > /dev/null\ncat <<'EOF'\n{answer}\nEOF\n"),
+    )?;
+    let out = env.ok(&[
+        "run",
+        "hostile",
+        "-p",
+        HOSTILE,
+        "--agent",
+        &format!("command:{}", agent.display()),
+    ])?;
+    let hostile = super::thread_id_of(&out)?;
+
+    let serve = Serve::start(&env, &["--no-schedules"], &[])?;
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start()?;
+    let browser = driver.browser().await?;
+    let result = async {
+        // A thread running live: its steps appear as they land, without a reload.
+        let gated = gated_agent(&env)?;
+        let id = env.ok(&["run", "solve-issue", "-p", "Fix the crash", "--agent", &gated, "--detach"])?;
+        let id = id.trim().to_string();
+        browser.goto(&format!("{base}/#/thread/{id}")).await?;
+        wait_for(&browser, "the thread page", &format!("return document.querySelector('#view h1')?.textContent.includes('{id}') === true")).await?;
+        let steps = "return document.querySelectorAll('#view details.step').length";
+        assert_eq!(eval(&browser, steps).await?, json!(0));
+        wait_for(&browser, "the planner at work", "return document.getElementById('working')?.textContent.includes('planner is working') === true").await?;
+        for n in 1..=2 {
+            std::fs::write(env.dir.path().join("go"), "")?;
+            wait_for(&browser, &format!("step {n} on the page"), &format!("{steps} === {n}")).await?;
+        }
+        wait_for(&browser, "the running node", "return document.querySelector('svg.graph g.node.running') !== null").await?;
+        // The screenshot kept for the README: a thread at work.
+        let png = browser.screenshot().await?;
+        let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        std::fs::create_dir_all(&target)?;
+        std::fs::write(target.join("web-view-thread.png"), png)?;
+
+        // Kill from the page; the CLI sees it killed.
+        browser.find(fantoccini::Locator::Id("kill")).await?.click().await?;
+        wait_until("the thread is killed", || Ok(status(&env, &id)? == "killed"))?;
+        wait_for(&browser, "the page shows the end", "return document.getElementById('end')?.textContent.includes('killed') === true").await?;
+
+        // Hostile text is text: nothing ran, no element came from it, all of it is shown.
+        browser.goto(&format!("{base}/#/thread/{hostile}")).await?;
+        wait_for(&browser, "the hostile thread's steps", "return document.querySelectorAll('#view details.step').length === 1").await?;
+        eval(&browser, "document.querySelectorAll('details').forEach(d => d.open = true); return true").await?;
+        browser.goto(&format!("{base}/#/workflows")).await?;
+        wait_for(&browser, "the workflows", "return document.querySelectorAll('#view .panel').length === 2").await?;
+        for page in [format!("#/thread/{hostile}"), "#/workflows".into(), "#/".into()] {
+            browser.goto(&format!("{base}/{page}")).await?;
+            let shown = format!("return document.getElementById('view').dataset.route === '{page}'");
+            wait_for(&browser, &page, &shown).await?;
+            let checks = eval(
+                &browser,
+                r#"document.querySelectorAll('details').forEach(d => d.open = true);
+                const view = document.getElementById('view');
+                return {
+                  pwned: window.__pwned ?? null,
+                  markup: view.querySelectorAll('script, img, iframe, object, embed, [onerror], [onload]').length,
+                  links: [...view.querySelectorAll('a')].map(a => a.getAttribute('href')).filter(h => !h.startsWith('#/')),
+                  shown: view.textContent.includes("<script>window.__pwned = 'script'</script>"),
+                  wide: document.documentElement.scrollWidth > window.innerWidth + 1,
+                };"#,
+            )
+            .await?;
+            assert_eq!(
+                checks,
+                json!({"pwned": null, "markup": 0, "links": [], "shown": true, "wide": false}),
+                "{page}"
+            );
+        }
+        // The list: both threads, newest first, filterable.
+        let ids = eval(&browser, "return [...document.querySelectorAll('#threads tbody tr')].map(r => r.dataset.thread)").await?;
+        assert_eq!(ids, json!([id, hostile]));
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    browser.close().await?;
+    result
+}
+
+#[tokio::test]
+async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_request() -> Result<()>
+{
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let serve = Serve::start(&env, &["--no-schedules"], &[])?;
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
+    let base = format!("http://{}", serve.addr);
+    let page = http.get(format!("{base}/")).send().await?;
+    let csp = page.headers()["content-security-policy"].to_str()?.to_string();
+    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
+    let html = page.text().await?;
+    let csrf = html
+        .split("name=\"csrf\" content=\"")
+        .nth(1)
+        .context("csrf")?
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
+    let id = "01KQXKW18CT8G75T53R8F4G7YG";
+    let kill = format!("{base}/api/threads/{id}/kill");
+    // No token, a wrong one, another origin, another site: refused before anything runs.
+    assert_eq!(http.post(&kill).send().await?.status(), 403);
+    assert_eq!(
+        http.post(&kill).header("x-uncaged-csrf", "0".repeat(32)).send().await?.status(),
+        403
+    );
+    let foreign = http
+        .post(&kill)
+        .header("x-uncaged-csrf", &csrf)
+        .header("origin", "http://evil.example")
+        .send()
+        .await?;
+    assert_eq!(foreign.status(), 403);
+    let cross = http
+        .post(&kill)
+        .header("x-uncaged-csrf", &csrf)
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await?;
+    assert_eq!(cross.status(), 403);
+    // With it, the action reaches the library, which says the thread does not exist.
+    let allowed = http.post(&kill).header("x-uncaged-csrf", &csrf).send().await?;
+    assert_eq!(allowed.status(), 404);
+    let body: Value = allowed.json().await?;
+    assert_eq!(body["error"], format!("no thread `{id}` (see `uncaged-workflow threads`)"));
+    // A page of another site that rebinds its name to 127.0.0.1 is not answered.
+    let rebound =
+        http.get(format!("{base}/api/threads")).header("host", "evil.example").send().await?;
+    assert_eq!(rebound.status(), 421);
+    drop(serve);
+
+    // With a token, every request needs it; visiting /?token= sets a cookie and drops it from
+    // the address.
+    let token = "abcdefghijklmnop0123";
+    let serve = Serve::start(&env, &["--no-schedules", "--token", token], &[])?;
+    let base = format!("http://{}", serve.addr);
+    assert_eq!(http.get(format!("{base}/api/threads")).send().await?.status(), 401);
+    let bearer = http.get(format!("{base}/api/threads")).bearer_auth(token).send().await?;
+    assert_eq!(bearer.status(), 200);
+    let visit = http.get(format!("{base}/?token={token}")).send().await?;
+    assert_eq!(visit.status(), 303);
+    assert_eq!(visit.headers()["location"], "/");
+    let cookie = visit.headers()["set-cookie"].to_str()?.to_string();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let with_cookie = http
+        .get(format!("{base}/api/threads"))
+        .header("cookie", cookie.split(';').next().unwrap())
+        .send()
+        .await?;
+    assert_eq!(with_cookie.status(), 200);
+    let e = env.fails(&["serve", "--listen", "127.0.0.1:0", "--token", "short"], 64)?;
+    assert!(e.contains("the token must be at least 16 characters"), "{e}");
+    Ok(())
+}

@@ -118,6 +118,7 @@ function route() {
 
 async function render() {
   const current = route();
+  const key = location.hash || "#/";
   const ticket = ++rendering;
   for (const a of document.querySelectorAll("header nav a")) {
     a.classList.toggle("current", a.dataset.nav === (current.view === "thread" ? "threads" : current.view));
@@ -138,6 +139,7 @@ async function render() {
   const open = new Set([...view.querySelectorAll("details[open]")].map((d) => d.dataset.key));
   const scroll = window.scrollY;
   view.replaceChildren(content);
+  view.dataset.route = key;
   for (const d of view.querySelectorAll("details")) if (open.has(d.dataset.key)) d.open = true;
   window.scrollTo(0, scroll);
 }
@@ -335,6 +337,9 @@ function graph(t) {
     const seen = new Set(["$START"]);
     for (const e of routing.edges) { seen.add(e.from); seen.add(e.to); edges.push({ from: e.from, to: e.to, count: e.count, taken: true }); }
     if (t.end) { seen.add("$END"); edges.push({ from: routing.last, to: "$END", taken: true }); }
+    // The role at work, where the thread is going now.
+    const next = t.working && t.working.role;
+    if (next && !t.end) { seen.add(next); edges.push({ from: routing.last, to: next }); }
     nodes = [...seen];
   }
   if (nodes.length === 0) return el("p", { class: "muted" }, "No routing to draw.");
@@ -372,9 +377,9 @@ function graph(t) {
     row.forEach((n, x) => at.set(n, { x: (width - rowWidth) / 2 + x * (W + GX), y: PAD + y * (H + GY) }));
   });
   const status = nodeStatuses(t);
-  const root = svg("svg", { class: "graph", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "routing graph" });
+  const root = svg("svg", { class: "graph", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": "routing graph" });
   const defs = svg("defs");
-  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" });
+  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 8, markerHeight: 8, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" });
   marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#8890a8" }));
   defs.append(marker);
   root.append(defs);
