@@ -276,3 +276,86 @@ async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_re
     assert!(e.contains("the token must be at least 16 characters"), "{e}");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_actions_answer_fork_pause_and_resume_threads() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let serve = Serve::start(&env, &["--no-schedules"], &[])?;
+    let base = format!("http://{}", serve.addr);
+    let http = reqwest::Client::new();
+    let html = http.get(format!("{base}/")).send().await?.text().await?;
+    let csrf = html
+        .split("name=\"csrf\" content=\"")
+        .nth(1)
+        .context("csrf")?
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string();
+    let post = |id: String, action: &'static str, body: Value| {
+        let request = http
+            .post(format!("{base}/api/threads/{id}/{action}"))
+            .header("x-uncaged-csrf", &csrf)
+            .json(&body);
+        async move {
+            let response = request.send().await?;
+            let status = response.status().as_u16();
+            Ok::<_, anyhow::Error>((status, response.json::<Value>().await?))
+        }
+    };
+
+    // A thread waiting for a person: answered from the page, it continues with the answer.
+    let waiting =
+        env.ok(&["run", "solve-issue", "-p", "y", "--agent-for", "reviewer=human", "--detach"])?;
+    let waiting = waiting.trim().to_string();
+    wait_until("the thread waits", || Ok(status(&env, &waiting)? == "waiting"))?;
+    let (code, body) =
+        post(waiting.clone(), "answer", json!({"text": "LGTM {\"approved\": true}"})).await?;
+    assert_eq!((code, &body["ok"]), (200, &json!(true)), "{body}");
+    wait_until("the answered thread goes on", || Ok(status(&env, &waiting)? != "waiting"))?;
+    let record = env.json(&["thread", &waiting])?;
+    let answered = record["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["content"] == "LGTM {\"approved\": true}");
+    assert!(answered, "{record}");
+    // Answering a thread that no longer waits is the library's one-line refusal.
+    wait_until("it ends", || Ok(status(&env, &waiting)? != "running"))?;
+    let (code, body) = post(waiting.clone(), "answer", json!({"text": "again"})).await?;
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("it is not waiting for a human answer"),
+        "{body}"
+    );
+
+    // Fork after step 1: a new thread with that step, run on.
+    let (code, body) = post(waiting.clone(), "fork", json!({"at": 1})).await?;
+    assert_eq!(code, 200, "{body}");
+    let fork = body["thread"].as_str().context("the fork's id")?.to_string();
+    let forked = env.json(&["thread", &fork])?;
+    assert_eq!(forked["start"]["forkedFrom"], json!({"threadId": waiting, "step": 1}));
+
+    // Pause a running thread, then resume it, from the page.
+    let gated = gated_agent(&env)?;
+    let id = env
+        .ok(&["run", "solve-issue", "-p", "z", "--agent", &gated, "--detach"])?
+        .trim()
+        .to_string();
+    wait_until("it runs", || Ok(status(&env, &id)? == "running"))?;
+    let (code, body) = post(id.clone(), "pause", json!({})).await?;
+    assert_eq!(code, 200, "{body}");
+    std::fs::write(env.dir.path().join("go"), "")?;
+    wait_until("it pauses after its step", || Ok(status(&env, &id)? == "paused"))?;
+    assert_eq!(env.json(&["thread", &id])?["steps"].as_array().unwrap().len(), 1);
+    let (code, body) = post(id.clone(), "resume", json!({})).await?;
+    assert_eq!(code, 200, "{body}");
+    wait_until("it runs again", || Ok(status(&env, &id)? == "running"))?;
+    let (code, _) = post(id.clone(), "kill", json!({})).await?;
+    assert_eq!(code, 200);
+    wait_until("it is killed", || Ok(status(&env, &id)? == "killed"))?;
+    let (code, body) = post(id.clone(), "explode", json!({})).await?;
+    assert_eq!(code, 400, "{body}");
+    Ok(())
+}

@@ -66,6 +66,8 @@ pub async fn ps(store: &Storage) -> Result<Vec<PsEntry>> {
                 name: thread.name.clone(),
                 hash: thread.hash.to_string(),
                 role: thread.waiting_role.clone(),
+                agent: Some("human".into()),
+                working_since: thread.paused_at,
                 steps: thread.steps,
                 since: thread.paused_at.unwrap_or(thread.timestamp),
                 pid: None,

@@ -93,6 +93,12 @@ pub struct PsEntry {
     pub hash: String,
     /// The role being worked on, if any.
     pub role: Option<String>,
+    /// The agent answering it (absent from workers older than this field).
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Since when that agent works (ms since the epoch).
+    #[serde(default)]
+    pub working_since: Option<u64>,
     pub steps: usize,
     /// When this worker started running it, or since when it waits (ms since the epoch).
     pub since: u64,

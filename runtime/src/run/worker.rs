@@ -207,15 +207,20 @@ impl Worker {
         let threads = self.threads.lock();
         let mut list: Vec<_> = threads
             .iter()
-            .map(|(id, running)| PsEntry {
-                thread_id: id.to_string(),
-                name: running.name.clone(),
-                hash: self.hash.to_string(),
-                role: running.control.current_role(),
-                steps: running.control.steps(),
-                since: running.since,
-                pid: Some(std::process::id()),
-                state: "running".into(),
+            .map(|(id, running)| {
+                let activity = running.control.current_activity();
+                PsEntry {
+                    thread_id: id.to_string(),
+                    name: running.name.clone(),
+                    hash: self.hash.to_string(),
+                    role: activity.as_ref().map(|(a, _)| a.role.clone()),
+                    agent: activity.as_ref().map(|(a, _)| a.agent.clone()),
+                    working_since: activity.as_ref().map(|(_, since)| *since),
+                    steps: running.control.steps(),
+                    since: running.since,
+                    pid: Some(std::process::id()),
+                    state: "running".into(),
+                }
             })
             .collect();
         list.sort_by(|a, b| a.thread_id.cmp(&b.thread_id));

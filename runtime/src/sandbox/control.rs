@@ -13,8 +13,8 @@ use crate::agents::human::HumanPort;
 #[derive(Debug)]
 pub struct ThreadControl {
     pause: AtomicBool,
-    /// What the thread does now (for `ps`)…
-    activity: Mutex<Option<Activity>>,
+    /// What the thread does now, and since when (for `ps`)…
+    activity: Mutex<Option<(Activity, u64)>>,
     /// …and each change of it, in order (for followers).
     activity_events: broadcast::Sender<Activity>,
     steps: AtomicUsize,
@@ -49,7 +49,12 @@ impl ThreadControl {
 
     /// The role being worked on, if an agent is at work.
     pub fn current_role(&self) -> Option<String> {
-        self.activity.lock().as_ref().map(|a| a.role.clone())
+        self.activity.lock().as_ref().map(|(a, _)| a.role.clone())
+    }
+
+    /// What the thread does now, and since when (ms since the epoch), if an agent is at work.
+    pub fn current_activity(&self) -> Option<(Activity, u64)> {
+        self.activity.lock().clone()
     }
 
     /// Records what the thread is doing.
@@ -57,7 +62,7 @@ impl ThreadControl {
         if let Some(activity) = &activity {
             let _ = self.activity_events.send(activity.clone());
         }
-        *self.activity.lock() = activity;
+        *self.activity.lock() = activity.map(|a| (a, crate::clock::now_ms()));
     }
 
     /// Follows what the thread starts doing from now on.

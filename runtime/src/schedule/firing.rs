@@ -66,14 +66,38 @@ impl Pass {
 #[derive(Debug)]
 pub struct Firer {
     store: Storage,
-    /// By schedule name: when it was created (a schedule removed and added again starts a new
+    histories: Histories,
+}
+
+/// Schedules' firing histories as read so far, caught up with their logs at each use: a
+/// long-lived process reads only what was appended since it last looked.
+#[derive(Debug, Default)]
+pub struct Histories {
+    /// By schedule name: when it was created (a schedule removed and added again has a new
     /// log) and its history.
-    histories: HashMap<String, (u64, FiringHistory)>,
+    read: HashMap<String, (u64, FiringHistory)>,
+}
+
+impl Histories {
+    /// The history of `schedule`, caught up with its log.
+    pub fn get(&mut self, store: &Storage, schedule: &Schedule) -> Result<&mut FiringHistory> {
+        let entry = self.read.entry(schedule.name.clone()).or_default();
+        if entry.0 != schedule.created {
+            *entry = (schedule.created, FiringHistory::default());
+        }
+        entry.1.catch_up(&store.schedules().firings_file(&schedule.name))?;
+        Ok(&mut entry.1)
+    }
+
+    /// Forgets the schedules not in `list` (removed).
+    pub fn keep_only(&mut self, list: &[Schedule]) {
+        self.read.retain(|name, _| list.iter().any(|s| &s.name == name));
+    }
 }
 
 impl Firer {
     pub fn new(store: Storage) -> Self {
-        Firer { store, histories: HashMap::new() }
+        Firer { store, histories: Histories::default() }
     }
 
     /// Fires everything due now, once, and finishes firings an earlier process left
@@ -88,7 +112,7 @@ impl Firer {
         };
         let mut pass = Pass::default();
         let list = schedules.list()?;
-        self.histories.retain(|name, _| list.iter().any(|s| &s.name == name));
+        self.histories.keep_only(&list);
         for schedule in list {
             if let Err(e) = self.fire_schedule(&schedule, &lock, &mut pass).await {
                 pass.errors.push((schedule.name.clone(), crate::error::chain_line(&e)));
@@ -100,12 +124,7 @@ impl Firer {
 
     /// The history of `schedule`, caught up with its log.
     fn history(&mut self, schedule: &Schedule) -> Result<&mut FiringHistory> {
-        let entry = self.histories.entry(schedule.name.clone()).or_default();
-        if entry.0 != schedule.created {
-            *entry = (schedule.created, FiringHistory::default());
-        }
-        entry.1.catch_up(&self.store.schedules().firings_file(&schedule.name))?;
-        Ok(&mut entry.1)
+        self.histories.get(&self.store, schedule)
     }
 
     async fn fire_schedule(

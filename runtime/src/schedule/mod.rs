@@ -22,7 +22,7 @@ use crate::run::lifecycle::{self, StartRequest};
 use crate::store::Storage;
 use crate::store::schedules::{DiffMode, Schedule, ScheduleSource, Trigger, validate_name};
 
-pub use firing::{Firer, Pass};
+pub use firing::{Firer, Histories, Pass};
 
 /// The shortest interval between two checks of a poll.
 pub const MIN_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -193,10 +193,22 @@ pub struct ScheduleStatus {
 
 /// Every schedule with its next firing as of `now`.
 pub fn statuses(store: &Storage, now: u64) -> Result<Vec<ScheduleStatus>> {
+    statuses_with(store, now, &mut Histories::default())
+}
+
+/// [`statuses`], reading the firing logs through `histories` (only what was appended since
+/// they were last read).
+pub fn statuses_with(
+    store: &Storage,
+    now: u64,
+    histories: &mut Histories,
+) -> Result<Vec<ScheduleStatus>> {
     let schedules = store.schedules();
     let mut out = Vec::new();
-    for schedule in schedules.list()? {
-        let history = schedules.history(&schedule.name)?;
+    let list = schedules.list()?;
+    histories.keep_only(&list);
+    for schedule in list {
+        let history = histories.get(store, &schedule)?;
         let (next, last_error) = match &schedule.trigger {
             Trigger::Cron { expression, timezone } => {
                 let cron = CronTrigger::parse(expression, timezone.as_deref()).ok();

@@ -48,6 +48,8 @@ pub struct App {
     pub hosts: Vec<String>,
     /// The page, with its CSRF token in.
     pub index: String,
+    /// The schedules' firing logs as read so far.
+    pub histories: parking_lot::Mutex<crate::schedule::Histories>,
 }
 
 type Shared = State<Arc<App>>;
@@ -213,7 +215,7 @@ async fn workflows(State(app): Shared) -> ApiResult {
 }
 
 async fn schedules(State(app): Shared) -> ApiResult {
-    to_json(views::schedules(&app.store)?)
+    to_json(views::schedules(&app.store, &app.histories)?)
 }
 
 #[derive(Debug, Deserialize)]
@@ -248,7 +250,7 @@ async fn events(
     let thread: Option<ThreadId> = query.thread.and_then(|t| t.parse().ok());
     let stream = futures::stream::unfold((app, None::<String>), move |(app, last)| async move {
         loop {
-            let now = fingerprint(&app.store, thread).await;
+            let now = fingerprint(&app, thread).await;
             if last.as_ref() != Some(&now) {
                 let event = Event::default().event("change").data(now.clone());
                 return Some((Ok(event), (app, Some(now))));
@@ -260,14 +262,15 @@ async fn events(
 }
 
 /// A digest of what a view shows: it changes when the view should be fetched again.
-async fn fingerprint(store: &Storage, thread: Option<ThreadId>) -> String {
+async fn fingerprint(app: &App, thread: Option<ThreadId>) -> String {
+    let store = &app.store;
     let mut parts = Vec::new();
     if let Ok(list) = store.threads().summaries() {
         for t in list {
             parts.push(format!("{} {} {}", t.thread_id, t.status.as_str(), t.steps));
         }
     }
-    if let Ok(list) = views::schedules(store) {
+    if let Ok(list) = views::schedules(store, &app.histories) {
         for s in list {
             parts.push(format!(
                 "{} {} {} {:?}",

@@ -76,6 +76,7 @@ pub async fn serve(
         index: assets::INDEX_HTML.replace("{{CSRF}}", &csrf),
         csrf,
         hosts,
+        histories: Default::default(),
     });
     let firing = options.schedules.then(|| tokio::spawn(fire_forever(store)));
     ready(bound);

@@ -78,9 +78,12 @@ pub fn workflows(store: &Storage) -> Result<Vec<WorkflowView>> {
     Ok(out)
 }
 
-/// Every schedule with its next firing.
-pub fn schedules(store: &Storage) -> Result<Vec<ScheduleStatus>> {
-    schedule::statuses(store, now_ms())
+/// Every schedule with its next firing; `histories` keeps the firing logs read so far.
+pub fn schedules(
+    store: &Storage,
+    histories: &parking_lot::Mutex<schedule::Histories>,
+) -> Result<Vec<ScheduleStatus>> {
+    schedule::statuses_with(store, now_ms(), &mut histories.lock())
 }
 
 /// Threads, newest first, of one workflow and one status if given.

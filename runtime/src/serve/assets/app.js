@@ -259,8 +259,10 @@ async function threadView(id) {
 
 function working(t, now) {
   if (t.working && t.working.role) {
-    const who = t.working.pid ? ` in worker ${t.working.pid}` : "";
-    return el("div", { id: "working" }, el("strong", {}, t.working.role), ` is working${who}, for ${duration(Math.max(0, now - t.working.since))}`);
+    const agent = t.working.agent ? ` (${cut(t.working.agent, 80)})` : "";
+    const where = t.working.pid ? ` in worker ${t.working.pid}` : "";
+    const since = t.working.workingSince || t.working.since;
+    return el("div", { id: "working" }, el("strong", {}, t.working.role), ` is working${agent}${where}, for ${duration(Math.max(0, now - since))}`);
   }
   if (t.status === "waiting" && t.paused) {
     return el("div", { id: "working" }, "Waiting for a person to answer for ", el("strong", {}, t.paused.role || "?"));
