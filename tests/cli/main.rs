@@ -204,10 +204,16 @@ impl Serve {
         Ok(Serve { child, addr })
     }
 
-    /// Stops it as an operator would (SIGTERM) and waits for it.
+    /// Stops it as an operator would (SIGTERM) and waits for it to exit (60 s at most: a
+    /// bound for a hung test).
     pub fn stop(mut self) -> Result<()> {
         Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
-        self.child.wait()?;
+        let mut exited = None;
+        wait_until("serve exits on SIGTERM", || {
+            exited = self.child.try_wait()?;
+            Ok(exited.is_some())
+        })?;
+        ensure!(exited.is_some_and(|s| s.success()), "serve exited with {exited:?}");
         Ok(())
     }
 }

@@ -196,8 +196,10 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
         Ok::<_, anyhow::Error>(())
     }
     .await;
+    // Stopped while the page is still open on its live view: it exits, not waits for it.
+    let stopped = serve.stop();
     browser.close().await?;
-    result
+    result.and(stopped)
 }
 
 #[tokio::test]

@@ -50,6 +50,8 @@ pub struct App {
     pub index: String,
     /// The schedules' firing logs as read so far.
     pub histories: parking_lot::Mutex<crate::schedule::Histories>,
+    /// Set when the server stops: live views end.
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 type Shared = State<Arc<App>>;
@@ -248,14 +250,22 @@ async fn events(
     Query(query): Query<EventsQuery>,
 ) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let thread: Option<ThreadId> = query.thread.and_then(|t| t.parse().ok());
-    let stream = futures::stream::unfold((app, None::<String>), move |(app, last)| async move {
+    let stopping = app.stopping.subscribe();
+    let start = (app, None::<String>, stopping);
+    let stream = futures::stream::unfold(start, move |(app, last, mut stopping)| async move {
         loop {
+            if *stopping.borrow() {
+                return None;
+            }
             let now = fingerprint(&app, thread).await;
             if last.as_ref() != Some(&now) {
                 let event = Event::default().event("change").data(now.clone());
-                return Some((Ok(event), (app, Some(now))));
+                return Some((Ok(event), (app, Some(now), stopping)));
             }
-            tokio::time::sleep(LIVE_INTERVAL).await;
+            tokio::select! {
+                _ = tokio::time::sleep(LIVE_INTERVAL) => {}
+                _ = stopping.changed() => return None,
+            }
         }
     });
     Sse::new(stream).keep_alive(KeepAlive::default())

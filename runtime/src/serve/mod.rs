@@ -77,9 +77,17 @@ pub async fn serve(
         csrf,
         hosts,
         histories: Default::default(),
+        stopping: tokio::sync::watch::channel(false).0,
     });
     let firing = options.schedules.then(|| tokio::spawn(fire_forever(store)));
     ready(bound);
+    // Live views hold their connections open: they are told to end when the server stops,
+    // or a graceful shutdown would wait for them forever.
+    let stopping = app.stopping.clone();
+    let shutdown = async move {
+        shutdown.await;
+        stopping.send_replace(true);
+    };
     let served = axum::serve(listener, http::router(app)).with_graceful_shutdown(shutdown).await;
     if let Some(firing) = firing {
         firing.abort();
