@@ -276,6 +276,17 @@ async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_re
     assert_eq!(with_cookie.status(), 200);
     let e = env.fails(&["serve", "--listen", "127.0.0.1:0", "--token", "short"], 64)?;
     assert!(e.contains("the token must be at least 16 characters"), "{e}");
+    drop(serve);
+
+    // config.yaml names the variable holding the token (the token is not in the file).
+    std::fs::write(env.home().join("config.yaml"), "serve:\n  token_env: WEB_TOKEN\n")?;
+    let e = env.fails(&["serve", "--listen", "127.0.0.1:0"], 64)?;
+    assert!(e.contains("serve.token_env names `WEB_TOKEN`, which is not set"), "{e}");
+    let serve = Serve::start(&env, &["--no-schedules"], &[("WEB_TOKEN", token)])?;
+    let base = format!("http://{}", serve.addr);
+    assert_eq!(http.get(format!("{base}/api/threads")).send().await?.status(), 401);
+    let bearer = http.get(format!("{base}/api/threads")).bearer_auth(token).send().await?;
+    assert_eq!(bearer.status(), 200);
     Ok(())
 }
 

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use clap::Parser;
 
 use super::GlobalOptions;
+use crate::error::Error;
 use crate::serve::{self, DEFAULT_ADDR, Options};
 
 const AFTER_HELP: &str = "\
@@ -22,10 +23,12 @@ Examples:
 #[derive(Debug, Parser)]
 #[command(after_help = AFTER_HELP)]
 pub struct ServeCommand {
-    /// Address and port to listen on (port 0: any free port)
-    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_ADDR)]
-    pub listen: SocketAddr,
-    /// Token every request must carry; required to listen on a non-loopback address
+    /// Address and port to listen on (port 0: any free port) [default: `serve.listen` in
+    /// config.yaml, else 127.0.0.1:8420]
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<SocketAddr>,
+    /// Token every request must carry; required to listen on a non-loopback address [default:
+    /// the variable `serve.token_env` in config.yaml names]
     #[arg(long, env = "UNCAGED_WORKFLOW_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Serve the web view only; do not fire schedules
@@ -36,8 +39,21 @@ pub struct ServeCommand {
 impl ServeCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        let options =
-            Options { addr: self.listen, token: self.token, schedules: !self.no_schedules };
+        let config = store.config()?.serve;
+        let addr = match self.listen.or(config.listen) {
+            Some(addr) => addr,
+            None => DEFAULT_ADDR.parse().expect("the default address parses"),
+        };
+        let token = match (self.token, &config.token_env) {
+            (Some(token), _) => Some(token),
+            (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
+                Error::Usage(format!(
+                    "config.yaml: serve.token_env names `{var}`, which is not set (or not UTF-8)"
+                ))
+            })?),
+            (None, None) => None,
+        };
+        let options = Options { addr, token, schedules: !self.no_schedules };
         let firing = options.schedules;
         let shutdown = async {
             let mut term =

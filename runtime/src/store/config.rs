@@ -55,9 +55,26 @@ pub struct Config {
     /// Sandbox limits (see [`crate::limits`]), e.g. `memory: 256MiB`.
     #[serde(default)]
     pub limits: BTreeMap<String, serde_yaml::Value>,
+    /// `serve`: where it listens, and where its token is.
+    #[serde(default)]
+    pub serve: ServeConfig,
     /// Where relative paths in the file are resolved from.
     #[serde(skip)]
     pub base_dir: PathBuf,
+}
+
+/// `serve:` in config.yaml. The token itself is not in the file (which is often shared, or
+/// kept in a repository): the file names the environment variable that holds it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    /// `ADDR:PORT`, when `--listen` does not say.
+    #[serde(default)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// The environment variable holding the token, when neither `--token` nor
+    /// `UNCAGED_WORKFLOW_TOKEN` gives one.
+    #[serde(default)]
+    pub token_env: Option<String>,
 }
 
 /// One named agent binding: its kind and the failure policy of its calls.
@@ -169,7 +186,8 @@ impl Config {
 }
 
 /// Keys of the top level.
-const TOP_KEYS: &[&str] = &["agent", "agents", "roles", "extractor", "limits"];
+const TOP_KEYS: &[&str] = &["agent", "agents", "roles", "extractor", "limits", "serve"];
+const SERVE_KEYS: &[&str] = &["listen", "token_env"];
 /// Keys every agent binding may have, and those of each kind.
 const BINDING_KEYS: &[&str] = &["kind", "timeout", "retries", "retry_delay"];
 const KIND_KEYS: &[(&str, &[&str])] = &[
@@ -201,6 +219,9 @@ fn check_keys(value: &serde_yaml::Value) -> std::result::Result<(), String> {
     }
     if let Some(extractor) = top.get("extractor").and_then(|e| e.as_mapping()) {
         known(extractor, EXTRACTOR_KEYS, "extractor.")?;
+    }
+    if let Some(serve) = top.get("serve").and_then(|s| s.as_mapping()) {
+        known(serve, SERVE_KEYS, "serve.")?;
     }
     if let Some(limits) = top.get("limits").and_then(|l| l.as_mapping()) {
         let valid: Vec<&str> = crate::limits::KEYS.split(", ").collect();
