@@ -456,6 +456,32 @@ fn schedule_mistakes_are_one_clear_line() -> Result<()> {
     assert_eq!(env.json(&["schedule", "list"])?[0]["paused"], true);
     env.ok(&["schedule", "resume", "n"])?;
     env.ok(&["schedule", "rm", "n"])?;
+    // A schedule whose workflow was removed: its firing fails, is said so, and is not retried.
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "--name", "gone"])?;
+    env.ok(&["remove", "solve-issue"])?;
+    std::thread::sleep(Duration::from_millis(1100));
+    let run = env.run(&["schedule", "tick"])?;
+    assert_eq!(run.code, 70, "{run:?}");
+    assert!(
+        run.stderr.contains("schedule gone: no workflow named `solve-issue`"),
+        "{}",
+        run.stderr
+    );
+    let list = env.json(&["schedule", "list"])?;
+    assert!(list[0]["lastError"].as_str().unwrap().contains("no workflow named"), "{list}");
+    let failed = firings(&env, "gone")?.iter().filter(|e| e.get("failed").is_some()).count();
+    assert_eq!(failed, 1);
+    env.ok(&["schedule", "rm", "gone"])?;
+    // A workflow whose trigger cannot be registered is added, and the error says both.
+    let flow = env.write(
+        "polled.yaml",
+        "description: d\ntrigger:\n  type: poll\n  interval_seconds: 60\n  check_script: ./absent.sh\n  diff_mode: new_items\nroles:\n  a:\n    description: A\nsteps:\n  - id: a\n    role: a\n",
+    )?;
+    let e = env.fails(&["add", "polled", flow.to_str().unwrap()], 64)?;
+    assert!(
+        e.contains("workflow `polled` was added (") && e.contains("but its `trigger:` was not registered: poll command: program `./absent.sh` does not exist"),
+        "{e}"
+    );
     // serve refuses a non-loopback address without a token.
     let e = env.fails(&["serve", "--listen", "0.0.0.0:0"], 64)?;
     assert!(e.contains("refusing to listen on 0.0.0.0:0 without a token"), "{e}");

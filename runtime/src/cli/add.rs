@@ -39,7 +39,15 @@ impl AddCommand {
         let limits = Limits::resolve(&store.config()?.limits, &Default::default())?;
         let added = Catalog::new(&store).add(&runtime, &self.name, &self.file, &limits).await?;
         // A declarative workflow's `trigger:` follows its current version.
-        let schedule = crate::schedule::sync_workflow_trigger(&store, &added.name)?;
+        let schedule =
+            crate::schedule::sync_workflow_trigger(&store, &added.name).map_err(|e| {
+                crate::error::Error::Usage(format!(
+                    "workflow `{}` was added ({}), but its `trigger:` was not registered: {}",
+                    added.name,
+                    added.hash,
+                    crate::error::chain_line(&e)
+                ))
+            })?;
         let (status, previous) = match added.registered {
             Registered::New => ("new", None),
             Registered::Updated { previous } => ("updated", Some(previous.to_string())),

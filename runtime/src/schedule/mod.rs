@@ -20,7 +20,9 @@ use crate::declarative::source::TriggerSpec;
 use crate::error::{Error, Result};
 use crate::run::lifecycle::{self, StartRequest};
 use crate::store::Storage;
-use crate::store::schedules::{DiffMode, Schedule, ScheduleSource, Trigger, validate_name};
+use crate::store::schedules::{
+    DiffMode, FiringState, Schedule, ScheduleSource, Trigger, validate_name,
+};
 
 pub use firing::{Firer, Histories, Pass};
 
@@ -187,7 +189,7 @@ pub struct ScheduleStatus {
     pub fired: usize,
     /// Firings whose thread is not yet created or handed to a worker.
     pub pending: usize,
-    /// Why its last poll check failed, if it did.
+    /// Why its last poll check failed, or its last firing's thread could not be created.
     pub last_error: Option<String>,
 }
 
@@ -219,6 +221,11 @@ pub fn statuses_with(
                 (Some(state.last_check.map_or(now, |t| (t + every_ms).max(now))), state.last_error)
             }
         };
+        // A poll that fails, or a firing whose thread could not be created.
+        let last_error = last_error.or_else(|| match history.firings.last().map(|f| &f.state) {
+            Some(FiringState::Failed(error)) => Some(error.clone()),
+            _ => None,
+        });
         out.push(ScheduleStatus {
             next: if schedule.paused { None } else { next },
             last_fired: history.last_fired(),
