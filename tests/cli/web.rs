@@ -190,9 +190,23 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
                 "{page}"
             );
         }
-        // The list: both threads, newest first, filterable.
+        // The list: both threads, newest first.
         let ids = eval(&browser, "return [...document.querySelectorAll('#threads tbody tr')].map(r => r.dataset.thread)").await?;
         assert_eq!(ids, json!([id, hostile]));
+
+        // A person answers a waiting thread on its page, while other threads change.
+        let waiting = env.ok(&["run", "solve-issue", "-p", "w", "--agent-for", "reviewer=human", "--detach"])?;
+        let waiting = waiting.trim().to_string();
+        wait_until("the thread waits", || Ok(status(&env, &waiting)? == "waiting"))?;
+        browser.goto(&format!("{base}/#/thread/{waiting}")).await?;
+        let field = browser.wait().for_element(fantoccini::Locator::Id("answer-text")).await?;
+        field.send_keys("LGTM {\"approved\": true}").await?;
+        env.ok(&["run", "solve-issue", "-p", "meanwhile"])?;
+        browser.find(fantoccini::Locator::Id("answer")).await?.click().await?;
+        wait_until("the answered thread ends", || Ok(status(&env, &waiting)? == "completed"))?;
+        let record = env.json(&["thread", &waiting])?;
+        let answered = record["steps"].as_array().unwrap().iter().any(|s| s["content"] == "LGTM {\"approved\": true}");
+        assert!(answered, "{record}");
         Ok::<_, anyhow::Error>(())
     }
     .await;

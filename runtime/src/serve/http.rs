@@ -275,12 +275,18 @@ async fn events(
 async fn fingerprint(app: &App, thread: Option<ThreadId>) -> String {
     let store = &app.store;
     let mut parts = Vec::new();
-    if let Ok(list) = store.threads().summaries() {
+    // A thread's page changes with its thread only: another thread's step must not redraw it
+    // (and wipe an answer being typed).
+    if thread.is_none()
+        && let Ok(list) = store.threads().summaries()
+    {
         for t in list {
             parts.push(format!("{} {} {}", t.thread_id, t.status.as_str(), t.steps));
         }
     }
-    if let Ok(list) = views::schedules(store, &app.histories) {
+    if thread.is_none()
+        && let Ok(list) = views::schedules(store, &app.histories)
+    {
         for s in list {
             parts.push(format!(
                 "{} {} {} {:?}",

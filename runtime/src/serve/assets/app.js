@@ -138,7 +138,11 @@ async function render() {
   // Keep open what the reader opened.
   const open = new Set([...view.querySelectorAll("details[open]")].map((d) => d.dataset.key));
   const scroll = window.scrollY;
+  // …and what they were typing.
+  const typed = document.getElementById("answer-text")?.value;
   view.replaceChildren(content);
+  const answer = document.getElementById("answer-text");
+  if (answer && typed && view.dataset.route === key) answer.value = typed;
   view.dataset.route = key;
   for (const d of view.querySelectorAll("details")) if (open.has(d.dataset.key)) d.open = true;
   window.scrollTo(0, scroll);
