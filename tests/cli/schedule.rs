@@ -487,3 +487,68 @@ fn schedule_mistakes_are_one_clear_line() -> Result<()> {
     assert!(e.contains("refusing to listen on 0.0.0.0:0 without a token"), "{e}");
     Ok(())
 }
+
+#[test]
+fn a_slow_poll_command_does_not_hold_up_the_other_schedules_or_schedule_add() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let (started, gate) = (env.dir.path().join("started"), env.dir.path().join("gate"));
+    let script = env.write_script(
+        "slow.sh",
+        format!(
+            "#!/bin/sh\ntouch {}\nwhile [ ! -e {} ]; do sleep 0.05; done\necho '[]'\n",
+            started.display(),
+            gate.display()
+        ),
+    )?;
+    let script = script.display().to_string();
+    env.ok(&[
+        "schedule",
+        "add",
+        "solve-issue",
+        "--poll",
+        &script,
+        "--every",
+        "1s",
+        "--diff",
+        "new-items",
+        "--name",
+        "slow",
+    ])?;
+    env.ok(&[
+        "schedule",
+        "add",
+        "solve-issue",
+        "--cron",
+        "* * * * * *",
+        "-p",
+        "x",
+        "--name",
+        "fast",
+    ])?;
+    let serve = Serve::start(&env, &[], &[])?;
+    wait_until("the poll command runs", || Ok(started.exists()))?;
+    // While it runs (it waits for the gate): schedules change, and the cron fires on.
+    env.ok(&[
+        "schedule",
+        "add",
+        "solve-issue",
+        "--cron",
+        "0 0 * * *",
+        "-p",
+        "x",
+        "--name",
+        "other",
+    ])?;
+    env.ok(&["schedule", "pause", "other"])?;
+    wait_until("the cron fires during the check", || Ok(fired_keys(&env, "fast")?.len() >= 2))?;
+    // …and the check is still the first one, at work (not timed out, nothing recorded).
+    let poll_state = env.home().join("schedules/slow/poll.json");
+    ensure!(!poll_state.exists() && firings(&env, "slow")?.is_empty(), "the check has ended");
+    std::fs::write(&gate, "")?;
+    wait_until("the check is recorded", || Ok(!firings(&env, "slow")?.is_empty()))?;
+    assert_eq!(firings(&env, "slow")?[0]["baseline"]["keys"], json!(null), "an empty baseline");
+    serve.stop()?;
+    exactly_once(&env, "fast")?;
+    Ok(())
+}

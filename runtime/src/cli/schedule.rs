@@ -232,7 +232,7 @@ impl ScheduleCommand {
                 Ok(0)
             }
             ScheduleAction::Tick { json } => {
-                let pass = Firer::new(store).pass().await?;
+                let pass = Firer::new(store).pass_to_end().await?;
                 if json {
                     print_json(&pass)?;
                 } else {

@@ -62,12 +62,19 @@ impl Pass {
 }
 
 /// Fires schedules; keeps each schedule's log as read so far, so that a long-lived `serve`
-/// reads only what was appended since its last pass.
+/// reads only what was appended since its last pass, and the poll checks it has running.
 #[derive(Debug)]
 pub struct Firer {
     store: Storage,
     histories: Histories,
+    /// Poll commands at work, each with the schedule it checks for.
+    checks: tokio::task::JoinSet<(Schedule, Check)>,
+    /// The schedules those are for: one check at a time per schedule.
+    checking: std::collections::HashSet<String>,
 }
+
+/// What a poll command printed, or why it failed.
+type Check = std::result::Result<String, String>;
 
 /// Schedules' firing histories as read so far, caught up with their logs at each use: a
 /// long-lived process reads only what was appended since it last looked.
@@ -97,29 +104,85 @@ impl Histories {
 
 impl Firer {
     pub fn new(store: Storage) -> Self {
-        Firer { store, histories: Histories::default() }
+        Firer {
+            store,
+            histories: Histories::default(),
+            checks: tokio::task::JoinSet::new(),
+            checking: Default::default(),
+        }
     }
 
-    /// Fires everything due now, once, and finishes firings an earlier process left
-    /// unfinished. Waits for the firing lock if another process holds it.
+    /// Fires everything due now, once: finishes firings an earlier process left unfinished,
+    /// fires due cron instants, records the poll checks that have finished and starts the
+    /// ones due. Waits for the firing lock if another process holds it.
+    ///
+    /// Poll commands run in the background, without the lock: a slow command holds up
+    /// neither the other schedules nor `schedule add`. What one printed is compared with what
+    /// was seen under the lock, at a later pass, so two processes checking at once still
+    /// fire an item once. [`Firer::pass_to_end`] waits for them instead.
     pub async fn pass(&mut self) -> Result<Pass> {
         let schedules = self.store.schedules();
-        let lock = {
-            let schedules = schedules.clone();
-            tokio::task::spawn_blocking(move || schedules.lock())
-                .await
-                .map_err(|e| Error::Host(format!("the firing lock: {e}")))??
-        };
         let mut pass = Pass::default();
+        let lock = self.lock().await?;
+        while let Some(done) = self.checks.try_join_next() {
+            self.record_done(done, &lock, &mut pass).await?;
+        }
         let list = schedules.list()?;
         self.histories.keep_only(&list);
         for schedule in list {
-            if let Err(e) = self.fire_schedule(&schedule, &lock, &mut pass).await {
-                pass.errors.push((schedule.name.clone(), crate::error::chain_line(&e)));
+            match self.fire_schedule(&schedule, &lock, &mut pass).await {
+                Ok(true) if !self.checking.contains(&schedule.name) => {
+                    self.checking.insert(schedule.name.clone());
+                    self.checks.spawn(async move {
+                        let check = run_check(&schedule).await;
+                        (schedule, check)
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => pass.errors.push((schedule.name.clone(), crate::error::chain_line(&e))),
             }
         }
-        drop(lock);
         Ok(pass)
+    }
+
+    /// A pass, then the poll checks it started, waited for and recorded: what `schedule
+    /// tick` does.
+    pub async fn pass_to_end(&mut self) -> Result<Pass> {
+        let mut pass = self.pass().await?;
+        while let Some(done) = self.checks.join_next().await {
+            let lock = self.lock().await?;
+            self.record_done(done, &lock, &mut pass).await?;
+        }
+        Ok(pass)
+    }
+
+    /// Records a poll check that finished, unless its schedule was removed, replaced or
+    /// paused while the command ran.
+    async fn record_done(
+        &mut self,
+        done: std::result::Result<(Schedule, Check), tokio::task::JoinError>,
+        lock: &FireLock,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        let (checked, check) =
+            done.map_err(|e| Error::Host(format!("a poll check did not finish: {e}")))?;
+        self.checking.remove(&checked.name);
+        let Some(schedule) = self.store.schedules().get(&checked.name)? else { return Ok(()) };
+        if schedule.created != checked.created || schedule.paused {
+            return Ok(());
+        }
+        if let Err(e) = self.record_check(&schedule, check, lock, pass).await {
+            pass.errors.push((schedule.name.clone(), crate::error::chain_line(&e)));
+        }
+        Ok(())
+    }
+
+    /// Takes the firing lock (waiting in a blocking thread, not on the runtime).
+    async fn lock(&self) -> Result<FireLock> {
+        let schedules = self.store.schedules();
+        tokio::task::spawn_blocking(move || schedules.lock())
+            .await
+            .map_err(|e| Error::Host(format!("the firing lock: {e}")))?
     }
 
     /// The history of `schedule`, caught up with its log.
@@ -127,19 +190,21 @@ impl Firer {
         self.histories.get(&self.store, schedule)
     }
 
+    /// Finishes `schedule`'s pending firings and fires a due cron instant; returns whether
+    /// it is a poll whose check is due.
     async fn fire_schedule(
         &mut self,
         schedule: &Schedule,
         lock: &FireLock,
         pass: &mut Pass,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         // Firings recorded before a crash (or before a pause) are finished first.
         let pending: Vec<Firing> = self.history(schedule)?.pending().cloned().collect();
         for firing in pending {
             self.finish(schedule, &firing, lock, pass).await?;
         }
         if schedule.paused {
-            return Ok(());
+            return Ok(false);
         }
         let now = now_ms();
         match &schedule.trigger {
@@ -154,32 +219,42 @@ impl Firer {
                     self.fire(schedule, event, lock, pass).await?;
                 }
                 pass.due_at(cron.next_after(now));
+                Ok(false)
             }
-            Trigger::Poll { command, every_ms, diff, include_existing } => {
-                let schedules = self.store.schedules();
-                let mut state = schedules.poll_state(&schedule.name)?;
-                if state.last_check.is_none_or(|t| now >= t + every_ms) {
-                    let timeout = poll::DEFAULT_TIMEOUT
-                        .min(Duration::from_millis(*every_ms).max(Duration::from_secs(10)));
-                    let checked = poll::check(command, schedule.cwd.as_deref(), timeout).await;
-                    state = PollState { last_check: Some(now_ms()), last_error: None };
-                    let outcome = match checked {
-                        Ok(output) => {
-                            self.compare(schedule, *diff, *include_existing, &output, lock, pass)
-                                .await
-                        }
-                        Err(e) => Err(Error::Usage(format!("poll command: {e}"))),
-                    };
-                    if let Err(e) = &outcome {
-                        state.last_error = Some(crate::error::chain_line(e));
-                    }
-                    schedules.set_poll_state(&schedule.name, &state)?;
-                    outcome?;
-                }
-                pass.due_at(state.last_check.map(|t| t + every_ms));
+            Trigger::Poll { every_ms, .. } => {
+                let state = self.store.schedules().poll_state(&schedule.name)?;
+                let due = state.last_check.is_none_or(|t| now >= t + every_ms);
+                // Checked now if due: the next check is an interval from now.
+                let last = if due { now } else { state.last_check.unwrap_or(now) };
+                pass.due_at(Some(last + every_ms));
+                Ok(due)
             }
         }
-        Ok(())
+    }
+
+    /// Records a poll's check, and fires for what it shows that is new.
+    async fn record_check(
+        &mut self,
+        schedule: &Schedule,
+        check: Check,
+        lock: &FireLock,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        let Trigger::Poll { diff, include_existing, .. } = &schedule.trigger else {
+            return Ok(());
+        };
+        let outcome = match check {
+            Ok(output) => {
+                self.compare(schedule, *diff, *include_existing, &output, lock, pass).await
+            }
+            Err(e) => Err(Error::Usage(format!("poll command: {e}"))),
+        };
+        let state = PollState {
+            last_check: Some(now_ms()),
+            last_error: outcome.as_ref().err().map(|e| crate::error::chain_line(e)),
+        };
+        self.store.schedules().set_poll_state(&schedule.name, &state)?;
+        outcome
     }
 
     /// Fires for what a poll's output shows that is new.
@@ -321,6 +396,17 @@ impl Firer {
         });
         Ok(())
     }
+}
+
+/// Runs a poll schedule's command (without the firing lock).
+async fn run_check(schedule: &Schedule) -> Check {
+    let Trigger::Poll { command, every_ms, .. } = &schedule.trigger else {
+        return Err("not a poll".into());
+    };
+    // A check may take its interval, but not under 10 s, nor over a minute.
+    let timeout =
+        poll::DEFAULT_TIMEOUT.min(Duration::from_millis(*every_ms).max(Duration::from_secs(10)));
+    poll::check(command, schedule.cwd.as_deref(), timeout).await
 }
 
 fn fired(

@@ -79,7 +79,8 @@ pub async fn serve(
         histories: Default::default(),
         stopping: tokio::sync::watch::channel(false).0,
     });
-    let firing = options.schedules.then(|| tokio::spawn(fire_forever(store)));
+    let firing =
+        options.schedules.then(|| tokio::spawn(fire_forever(store, app.stopping.subscribe())));
     ready(bound);
     // Live views hold their connections open: they are told to end when the server stops,
     // or a graceful shutdown would wait for them forever.
@@ -89,16 +90,18 @@ pub async fn serve(
         stopping.send_replace(true);
     };
     let served = axum::serve(listener, http::router(app)).with_graceful_shutdown(shutdown).await;
+    // A pass under way is finished, not cut short: its firings are all started.
     if let Some(firing) = firing {
-        firing.abort();
+        let _ = firing.await;
     }
     served.map_err(|e| Error::Host(format!("serving {bound}: {e}")))
 }
 
-/// The schedule loop: a pass, then a sleep until the next firing is due (at most a second).
-async fn fire_forever(store: Storage) {
+/// The schedule loop: a pass, then a sleep until the next firing is due (at most a second),
+/// until `stopping`.
+async fn fire_forever(store: Storage, mut stopping: tokio::sync::watch::Receiver<bool>) {
     let mut firer = Firer::new(store);
-    loop {
+    while !*stopping.borrow() {
         let next = match firer.pass().await {
             Ok(pass) => {
                 for started in &pass.started {
@@ -125,7 +128,10 @@ async fn fire_forever(store: Storage) {
         let wait = next
             .map_or(MAX_SLEEP, |at| Duration::from_millis(at.saturating_sub(now_ms())))
             .min(MAX_SLEEP);
-        tokio::time::sleep(wait).await;
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stopping.changed() => {}
+        }
     }
 }
 
