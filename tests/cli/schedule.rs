@@ -139,6 +139,14 @@ fn serve_fires_a_cron_once_per_second() -> Result<()> {
     Ok(())
 }
 
+/// `schedule add solve-issue --poll SCRIPT --every 1s --diff DIFF --name NAME EXTRA…`.
+fn add_poll(env: &Env, script: &str, diff: &str, name: &str, extra: &[&str]) -> Result<String> {
+    let mut args = vec!["schedule", "add", "solve-issue", "--poll", script, "--every", "1s"];
+    args.extend(["--diff", diff, "--name", name]);
+    args.extend(extra);
+    env.ok(&args)
+}
+
 /// A poll command whose output grows by one item each run (the run count kept in a file).
 fn growing_poll(env: &Env) -> Result<String> {
     let count = env.dir.path().join("runs");
@@ -166,19 +174,7 @@ fn a_poll_starts_one_thread_per_new_item_with_the_item() -> Result<()> {
     let env = Env::new()?;
     env.add_solve_issue()?;
     let script = growing_poll(&env)?;
-    env.ok(&[
-        "schedule",
-        "add",
-        "solve-issue",
-        "--poll",
-        &script,
-        "--every",
-        "1s",
-        "--diff",
-        "new-items",
-        "--name",
-        "issues",
-    ])?;
+    add_poll(&env, &script, "new-items", "issues", &[])?;
     // The first check is the baseline: issue-1 was there before the schedule.
     let pass = env.json(&["schedule", "tick"])?;
     ensure!(pass["started"].as_array().unwrap().is_empty(), "{pass}");
@@ -201,20 +197,7 @@ fn a_poll_starts_one_thread_per_new_item_with_the_item() -> Result<()> {
 
     // --include-existing fires for what the first check finds.
     std::fs::remove_file(env.dir.path().join("runs"))?;
-    env.ok(&[
-        "schedule",
-        "add",
-        "solve-issue",
-        "--poll",
-        &script,
-        "--every",
-        "1s",
-        "--diff",
-        "new-items",
-        "--include-existing",
-        "--name",
-        "all",
-    ])?;
+    add_poll(&env, &script, "new-items", "all", &["--include-existing"])?;
     let pass = env.json(&["schedule", "tick"])?;
     let started: Vec<&str> = pass["started"]
         .as_array()
@@ -240,17 +223,7 @@ fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()
         ),
     )?;
     let script = script.display().to_string();
-    env.ok(&[
-        "schedule",
-        "add",
-        "solve-issue",
-        "--poll",
-        &script,
-        "--every",
-        "1s",
-        "--diff",
-        "any-change",
-    ])?;
+    add_poll(&env, &script, "any-change", "solve-issue", &[])?;
     env.json(&["schedule", "tick"])?; // the baseline
     std::thread::sleep(Duration::from_millis(1050));
     let pass = env.json(&["schedule", "tick"])?;
@@ -284,19 +257,7 @@ fn a_firing_process_killed_at_any_point_starts_no_duplicate() -> Result<()> {
         let env = Env::new()?;
         env.add_solve_issue()?;
         let script = growing_poll(&env)?;
-        env.ok(&[
-            "schedule",
-            "add",
-            "solve-issue",
-            "--poll",
-            &script,
-            "--every",
-            "1s",
-            "--diff",
-            "new-items",
-            "--name",
-            "p",
-        ])?;
+        add_poll(&env, &script, "new-items", "p", &[])?;
         env.ok(&["schedule", "tick"])?; // baseline
         std::thread::sleep(Duration::from_millis(1050));
         let crash = format!("{point}:1");
@@ -502,19 +463,7 @@ fn a_slow_poll_command_does_not_hold_up_the_other_schedules_or_schedule_add() ->
         ),
     )?;
     let script = script.display().to_string();
-    env.ok(&[
-        "schedule",
-        "add",
-        "solve-issue",
-        "--poll",
-        &script,
-        "--every",
-        "1s",
-        "--diff",
-        "new-items",
-        "--name",
-        "slow",
-    ])?;
+    add_poll(&env, &script, "new-items", "slow", &[])?;
     env.ok(&[
         "schedule",
         "add",

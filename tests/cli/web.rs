@@ -60,6 +60,12 @@ impl Drop for Driver {
     }
 }
 
+/// The CSRF token the page carries for its actions.
+fn csrf_of(html: &str) -> Result<String> {
+    let after = html.split("name=\"csrf\" content=\"").nth(1).context("no CSRF token")?;
+    Ok(after.split('"').next().unwrap_or_default().to_string())
+}
+
 /// Evaluates `script` (a function body) in the page.
 async fn eval(browser: &Client, script: &str) -> Result<Value> {
     Ok(browser.execute(script, vec![]).await?)
@@ -228,14 +234,7 @@ async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_re
     let csp = page.headers()["content-security-policy"].to_str()?.to_string();
     assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"), "{csp}");
     let html = page.text().await?;
-    let csrf = html
-        .split("name=\"csrf\" content=\"")
-        .nth(1)
-        .context("csrf")?
-        .split('"')
-        .next()
-        .unwrap()
-        .to_string();
+    let csrf = csrf_of(&html)?;
     let id = "01KQXKW18CT8G75T53R8F4G7YG";
     let kill = format!("{base}/api/threads/{id}/kill");
     // No token, a wrong one, another origin, another site: refused before anything runs.
@@ -312,14 +311,7 @@ async fn the_actions_answer_fork_pause_and_resume_threads() -> Result<()> {
     let base = format!("http://{}", serve.addr);
     let http = reqwest::Client::new();
     let html = http.get(format!("{base}/")).send().await?.text().await?;
-    let csrf = html
-        .split("name=\"csrf\" content=\"")
-        .nth(1)
-        .context("csrf")?
-        .split('"')
-        .next()
-        .unwrap()
-        .to_string();
+    let csrf = csrf_of(&html)?;
     let post = |id: String, action: &'static str, body: Value| {
         let request = http
             .post(format!("{base}/api/threads/{id}/{action}"))
