@@ -66,6 +66,32 @@ fn csrf_of(html: &str) -> Result<String> {
     Ok(after.split('"').next().unwrap_or_default().to_string())
 }
 
+/// Types `text` into the element with id `id`, or clicks it (`text` None). The page redraws
+/// when its thread changes, and an element found just before a redraw is gone by the time it
+/// is used: then it is found again.
+async fn interact(browser: &Client, id: &str, text: Option<&str>) -> Result<()> {
+    let mut last = None;
+    for _ in 0..50 {
+        let done = async {
+            let element = browser.wait().for_element(fantoccini::Locator::Id(id)).await?;
+            match text {
+                Some(text) => {
+                    // What a redraw carried over from a try cut short is typed again whole.
+                    element.clear().await?;
+                    element.send_keys(text).await
+                }
+                None => element.click().await,
+            }
+        };
+        match done.await {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err(anyhow::anyhow!("#{id}: {:?}", last))
+}
+
 /// Evaluates `script` (a function body) in the page.
 async fn eval(browser: &Client, script: &str) -> Result<Value> {
     Ok(browser.execute(script, vec![]).await?)
@@ -163,7 +189,7 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
         std::fs::write(target.join("web-view-thread.png"), png)?;
 
         // Kill from the page; the CLI sees it killed.
-        browser.find(fantoccini::Locator::Id("kill")).await?.click().await?;
+        interact(&browser, "kill", None).await?;
         wait_until("the thread is killed", || Ok(status(&env, &id)? == "killed"))?;
         wait_for(&browser, "the page shows the end", "return document.getElementById('end')?.textContent.includes('killed') === true").await?;
 
@@ -205,10 +231,11 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
         let waiting = waiting.trim().to_string();
         wait_until("the thread waits", || Ok(status(&env, &waiting)? == "waiting"))?;
         browser.goto(&format!("{base}/#/thread/{waiting}")).await?;
-        let field = browser.wait().for_element(fantoccini::Locator::Id("answer-text")).await?;
-        field.send_keys("LGTM {\"approved\": true}").await?;
+        interact(&browser, "answer-text", Some("LGTM {\"approved\": true}")).await?;
         env.ok(&["run", "solve-issue", "-p", "meanwhile"])?;
-        browser.find(fantoccini::Locator::Id("answer")).await?.click().await?;
+        let typed = "return document.getElementById('answer-text').value";
+        assert_eq!(eval(&browser, typed).await?, json!("LGTM {\"approved\": true}"));
+        interact(&browser, "answer", None).await?;
         wait_until("the answered thread ends", || Ok(status(&env, &waiting)? == "completed"))?;
         let record = env.json(&["thread", &waiting])?;
         let answered = record["steps"].as_array().unwrap().iter().any(|s| s["content"] == "LGTM {\"approved\": true}");
