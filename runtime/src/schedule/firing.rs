@@ -348,7 +348,6 @@ impl Firer {
                     // Handed over before the crash: it runs, or ran, on its own.
                     let event = FiringEvent::Started { thread_id: id, at: now_ms() };
                     schedules.record(&schedule.name, &event, lock)?;
-                    self.history(schedule)?;
                     return Ok(());
                 }
                 record.start.hash
@@ -375,7 +374,6 @@ impl Firer {
                         let error = crate::error::chain_line(&e);
                         let event = FiringEvent::Failed { thread_id: id, at: now_ms(), error };
                         schedules.record(&schedule.name, &event, lock)?;
-                        self.history(schedule)?;
                         return Err(e);
                     }
                 }
@@ -388,7 +386,6 @@ impl Firer {
         handover::hand_over(&self.store, hash, id, &AgentFlags::default(), false).await?;
         let event = FiringEvent::Started { thread_id: id, at: now_ms() };
         schedules.record(&schedule.name, &event, lock)?;
-        self.history(schedule)?;
         pass.started.push(StartedThread {
             schedule: schedule.name.clone(),
             thread_id: id,

@@ -54,24 +54,9 @@ fn add_from(store: &Storage, new: NewSchedule, source: ScheduleSource) -> Result
         validate_name(name)?;
     }
     check_trigger(&new.trigger, new.agents.cwd.as_deref())?;
-    lifecycle::check_start(store, &request(&new))?;
-    let schedules = store.schedules();
-    let lock = schedules.lock()?;
-    let name = match new.name {
-        Some(name) => {
-            if schedules.get(&name)?.is_some() {
-                return Err(Error::Usage(format!(
-                    "a schedule named `{name}` exists (see `uncaged-workflow schedule list`): \
-                     choose another --name, or `schedule rm {name}` first"
-                )));
-            }
-            name
-        }
-        None => free_name(store, &new.workflow)?,
-    };
     let now = now_ms();
-    let schedule = Schedule {
-        name,
+    let mut schedule = Schedule {
+        name: new.name.clone().unwrap_or_default(),
         workflow: new.workflow,
         trigger: new.trigger,
         prompt: new.prompt,
@@ -84,6 +69,22 @@ fn add_from(store: &Storage, new: NewSchedule, source: ScheduleSource) -> Result
         created: now,
         since: now,
         source,
+    };
+    // Checked as a firing will start its threads.
+    lifecycle::check_start(store, &thread_request(&schedule))?;
+    let schedules = store.schedules();
+    let lock = schedules.lock()?;
+    schedule.name = match new.name {
+        Some(name) => {
+            if schedules.get(&name)?.is_some() {
+                return Err(Error::Usage(format!(
+                    "a schedule named `{name}` exists (see `uncaged-workflow schedule list`): \
+                     choose another --name, or `schedule rm {name}` first"
+                )));
+            }
+            name
+        }
+        None => free_name(store, &schedule.workflow)?,
     };
     schedules.put(&schedule, &lock)?;
     Ok(schedule)
@@ -133,18 +134,6 @@ pub fn thread_request(schedule: &Schedule) -> StartRequest {
             ..Default::default()
         },
         limits: schedule.limits.clone(),
-        trigger_data: None,
-        origin: Default::default(),
-    }
-}
-
-fn request(new: &NewSchedule) -> StartRequest {
-    StartRequest {
-        name: new.workflow.clone(),
-        prompt: new.prompt.clone(),
-        max_rounds: new.max_rounds,
-        agents: new.agents.clone(),
-        limits: new.limits.clone(),
         trigger_data: None,
         origin: Default::default(),
     }
