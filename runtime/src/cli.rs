@@ -72,6 +72,11 @@ pub struct GlobalOptions {
     #[arg(long, global = true, env = HOME_ENV, value_name = "DIR")]
     pub home: Option<PathBuf>,
 
+    /// Keep registry, bundles and threads in PostgreSQL (postgres://…) instead of the home
+    /// directory; config.yaml's `store:` when not given
+    #[arg(long, global = true, env = crate::store::postgres::STORE_ENV, value_name = "URL", hide_env_values = true)]
+    pub store: Option<String>,
+
     /// More diagnostics on stderr (-v: info, -vv: debug); RUST_LOG overrides
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -88,7 +93,12 @@ impl GlobalOptions {
 
     /// The store to work on.
     pub fn store(&self) -> crate::Result<Storage> {
-        Ok(Storage::open(&self.home()?))
+        let home = self.home()?;
+        let url = match &self.store {
+            Some(url) => Some(url.clone()),
+            None => Storage::open(&home).config()?.store,
+        };
+        Storage::connect(&home, url.as_deref())
     }
 }
 

@@ -19,6 +19,29 @@ pub mod exit {
     pub const STATE: i32 = 75;
     /// Reading or writing the home directory failed.
     pub const IO: i32 = 74;
+    /// The store's database cannot be reached.
+    pub const UNAVAILABLE: i32 = 69;
+    /// The store's database refused the credentials.
+    pub const NO_PERMISSION: i32 = 77;
+    /// The store is not one this binary can use: another application's, or a newer schema.
+    pub const CONFIG: i32 = 78;
+}
+
+/// Why the store's database cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatabaseFailure {
+    /// The connection string does not parse.
+    Usage,
+    /// No server answers, or it has no such database.
+    Unreachable,
+    /// The server refused the user or password.
+    Credentials,
+    /// The database belongs to another application.
+    Foreign,
+    /// The store was migrated by a newer version of this program.
+    NewerSchema,
+    /// A statement failed.
+    Query,
 }
 
 /// Errors from the uncaged-workflow library.
@@ -111,6 +134,22 @@ pub enum Error {
     #[error("{0}")]
     Host(String),
 
+    /// The store's database cannot be used, or a statement on it failed.
+    #[error("store {target}: {reason}")]
+    Database { target: String, failure: DatabaseFailure, reason: String },
+
+    /// This process's lease on a thread expired and another worker took the thread over:
+    /// nothing more of it may be written from here.
+    #[error(
+        "thread `{0}` was taken over by another worker (this process's lease on it expired); \
+         it writes nothing more to it"
+    )]
+    LeaseLost(String),
+
+    /// A bundle's bytes in the database do not match their id or their SHA-256.
+    #[error("bundle `{hash}` in {place}: {reason}")]
+    CorruptBundle { hash: String, place: String, reason: String },
+
     /// Filesystem trouble, with what was being done.
     // The cause is part of the message, not a `source`, so an error chain prints it once.
     #[error("{action} {}: {cause}", path.display())]
@@ -138,6 +177,15 @@ impl Error {
             Error::NoHistory { .. } => exit::USAGE,
             Error::ThreadBusy(_) | Error::ThreadState { .. } => exit::STATE,
             Error::Io { .. } => exit::IO,
+            Error::Database { failure, .. } => match failure {
+                DatabaseFailure::Usage => exit::USAGE,
+                DatabaseFailure::Unreachable => exit::UNAVAILABLE,
+                DatabaseFailure::Credentials => exit::NO_PERMISSION,
+                DatabaseFailure::Foreign | DatabaseFailure::NewerSchema => exit::CONFIG,
+                DatabaseFailure::Query => exit::IO,
+            },
+            Error::LeaseLost(_) => exit::STATE,
+            Error::CorruptBundle { .. } => exit::DATA,
             Error::Host(_) => exit::SOFTWARE,
             Error::Remote { code, .. } => *code,
         }

@@ -1,4 +1,8 @@
 //! Integration tests: the real `uncaged-workflow` binary, each test in a fresh temporary home.
+//!
+//! With `UNCAGED_TEST_STORE=postgres`, every test's store is a fresh database on a real
+//! PostgreSQL server the tests start themselves (`../support/postgres.rs`) instead of the
+//! home directory: `make test` runs the store-independent tests that way too.
 
 mod agents;
 mod bad_input;
@@ -17,6 +21,9 @@ mod sandbox;
 mod schedule;
 mod web;
 
+#[path = "../support/postgres.rs"]
+pub mod postgres;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -28,6 +35,33 @@ pub use uncaged_test_artifacts as artifacts;
 /// A temporary home and a way to run the binary in it.
 pub struct Env {
     pub dir: tempfile::TempDir,
+    /// The database store, when the tests run on PostgreSQL.
+    pub store: Option<String>,
+}
+
+/// The PostgreSQL server of this test process, started at first use and stopped when the
+/// process exits.
+pub fn pg() -> Result<&'static postgres::PgServer> {
+    static SERVER: std::sync::OnceLock<std::result::Result<postgres::PgServer, String>> =
+        std::sync::OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            postgres::PgServer::start(&[
+                // Test data need not survive a power cut; the server is killed with its tests.
+                "fsync=off",
+                "synchronous_commit=off",
+                "full_page_writes=off",
+                "max_connections=400",
+            ])
+            .map_err(|e| format!("{e:#}"))
+        })
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("starting PostgreSQL: {e}"))
+}
+
+/// Whether this run's tests use a PostgreSQL store.
+pub fn on_postgres() -> bool {
+    std::env::var("UNCAGED_TEST_STORE").is_ok_and(|store| store == "postgres")
 }
 
 /// What a finished command left.
@@ -40,7 +74,20 @@ pub struct Run {
 
 impl Env {
     pub fn new() -> Result<Self> {
-        Ok(Env { dir: tempfile::tempdir()? })
+        let store = if on_postgres() { Some(pg()?.new_database()?) } else { None };
+        Ok(Env { dir: tempfile::tempdir()?, store })
+    }
+
+    /// A fresh home on a fresh database of the test server, whatever the run's store.
+    pub fn on_postgres() -> Result<Self> {
+        Ok(Env { dir: tempfile::tempdir()?, store: Some(pg()?.new_database()?) })
+    }
+
+    /// Runs SQL on this test's database (tables are in schema `uncaged_workflow`).
+    pub fn sql(&self, statements: &str) -> Result<String> {
+        let url = self.store.as_deref().context("this test's store is not a database")?;
+        let db = url.rsplit('/').next().context("database name")?;
+        pg()?.sql(db, &format!("SET search_path TO uncaged_workflow; {statements}"))
     }
 
     pub fn home(&self) -> PathBuf {
@@ -55,7 +102,12 @@ impl Env {
     /// Runs the binary with `args` and extra environment variables (which a worker it starts
     /// inherits), whatever its exit code.
     pub fn run_with(&self, args: &[&str], vars: &[(&str, &str)]) -> Result<Run> {
-        let output: Output = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"));
+        match &self.store {
+            Some(url) => command.env("UNCAGED_WORKFLOW_STORE", url),
+            None => command.env_remove("UNCAGED_WORKFLOW_STORE"),
+        };
+        let output: Output = command
             .args(args)
             .env("UNCAGED_WORKFLOW_HOME", self.home())
             .env_remove("RUST_LOG")
@@ -137,10 +189,34 @@ impl Env {
         Ok(added["hash"].as_str().context("hash")?.to_string())
     }
 
-    /// The lines of a thread's data file, parsed.
+    /// The records of a thread (the lines of its data file, or its rows), parsed.
     pub fn thread_lines(&self, hash: &str, thread: &str) -> Result<Vec<Value>> {
+        if self.store.is_some() {
+            return self.rows(&format!(
+                "SELECT line FROM thread_records WHERE thread = '{thread}' ORDER BY seq"
+            ));
+        }
         let path = self.home().join("logs").join(hash).join(format!("{thread}.data.jsonl"));
         read_jsonl(&path)
+    }
+
+    /// The call journal of a thread, parsed.
+    pub fn calls(&self, hash: &str, thread: &str) -> Result<Vec<Value>> {
+        if self.store.is_some() {
+            return self.rows(&format!(
+                "SELECT line FROM thread_calls WHERE thread = '{thread}' ORDER BY seq"
+            ));
+        }
+        read_jsonl(&self.home().join(format!("logs/{hash}/{thread}.calls.jsonl")))
+    }
+
+    /// JSON lines selected from this test's database.
+    fn rows(&self, query: &str) -> Result<Vec<Value>> {
+        let out = self.sql(query)?;
+        out.lines()
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_str(line).with_context(|| format!("not JSON: {line}")))
+            .collect()
     }
 
     /// Waits until `answers` agent calls of step `step` (0-based) of `thread` are journaled,
@@ -152,9 +228,8 @@ impl Env {
         step: u64,
         answers: usize,
     ) -> Result<()> {
-        let calls = self.home().join(format!("logs/{hash}/{thread}.calls.jsonl"));
         wait_until("the answers are journaled", || {
-            let journaled = read_jsonl(&calls).unwrap_or_default();
+            let journaled = self.calls(hash, thread).unwrap_or_default();
             Ok(journaled.iter().filter(|c| c["kind"] == "agent" && c["step"] == step).count()
                 == answers)
         })?;

@@ -28,7 +28,7 @@ pub async fn hand_over(
     flags: &AgentFlags,
     follow: bool,
 ) -> Result<(Connection, Accepted)> {
-    let mut connection = ipc::connect_or_spawn(store.home(), hash).await?;
+    let mut connection = ipc::connect_or_spawn(store, hash).await?;
     // The thread's agents use this process's secrets, not the worker's environment: the
     // worker may have been started by another shell, before a key was exported or changed.
     let secrets = Secrets::from_env(&store.config()?);

@@ -16,6 +16,7 @@ use crate::agents::Secrets;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::BundleHash;
+use crate::store::Storage;
 use crate::store::records::{EndRecord, StepRecord};
 
 /// How long a client waits for a worker to come up.
@@ -171,7 +172,8 @@ pub async fn connect(home: &Home, hash: BundleHash) -> Result<Option<Connection>
 }
 
 /// Connects to the live worker of `hash`, starting one if there is none.
-pub async fn connect_or_spawn(home: &Home, hash: BundleHash) -> Result<Connection> {
+pub async fn connect_or_spawn(store: &Storage, hash: BundleHash) -> Result<Connection> {
+    let home = store.home();
     crate::durable::create_dir(&home.run_dir())?;
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     let mut spawned = false;
@@ -180,7 +182,7 @@ pub async fn connect_or_spawn(home: &Home, hash: BundleHash) -> Result<Connectio
             return Ok(connection);
         }
         if !spawned && lock_is_free(&lock_path(home, hash))? {
-            let announced = spawn_worker(home, hash)?;
+            let announced = spawn_worker(store, hash)?;
             spawned = true;
             // Wait for the worker's "ready" line (or for its exit, when another worker won the
             // lock) rather than polling the socket: start-up is on every cold `run`'s path.
@@ -206,8 +208,9 @@ pub async fn connect_or_spawn(home: &Home, hash: BundleHash) -> Result<Connectio
 /// Starts `uncaged-workflow worker <HASH>` in the background, in its own process group so a
 /// Ctrl-C in the terminal that started it does not reach the threads it runs. Returns the
 /// worker's stdout, on which it announces that its socket accepts connections.
-fn spawn_worker(home: &Home, hash: BundleHash) -> Result<std::process::ChildStdout> {
+fn spawn_worker(store: &Storage, hash: BundleHash) -> Result<std::process::ChildStdout> {
     use std::os::unix::process::CommandExt;
+    let home = store.home();
     let exe = std::env::current_exe()
         .map_err(Error::io("locate the running executable", "uncaged-workflow"))?;
     let log_file = log_path(home, hash);
@@ -216,7 +219,14 @@ fn spawn_worker(home: &Home, hash: BundleHash) -> Result<std::process::ChildStdo
         .append(true)
         .open(&log_file)
         .map_err(Error::io("open worker log", &log_file))?;
-    let mut child = std::process::Command::new(exe)
+    let mut command = std::process::Command::new(exe);
+    // The worker uses the same store; a connection string may hold a password, so it goes
+    // in the environment, which other users cannot read, never on the command line.
+    match store.url() {
+        Some(url) => command.env(crate::store::postgres::STORE_ENV, url),
+        None => command.env_remove(crate::store::postgres::STORE_ENV),
+    };
+    let mut child = command
         .arg("--home")
         .arg(home.root())
         // Its log file gets the info level: cache hits, threads taken, exits.

@@ -25,6 +25,7 @@
 //!   retries: 2
 //! limits:
 //!   memory: 256MiB
+//! store: postgres://flows@db.internal/flows   # else the home directory keeps everything
 //! ```
 
 use std::collections::BTreeMap;
@@ -55,6 +56,10 @@ pub struct Config {
     /// Sandbox limits (see [`crate::limits`]), e.g. `memory: 256MiB`.
     #[serde(default)]
     pub limits: BTreeMap<String, serde_yaml::Value>,
+    /// The store: a `postgres://` connection string, when `--store` and
+    /// `UNCAGED_WORKFLOW_STORE` do not give one (the home directory otherwise).
+    #[serde(default)]
+    pub store: Option<String>,
     /// `serve`: where it listens, and where its token is.
     #[serde(default)]
     pub serve: ServeConfig,

@@ -1,16 +1,19 @@
 //! Everything the product keeps, and nothing of wasmtime: thread records, call journals, debug
 //! logs, the registry of workflows, bundle files and their descriptors, and `config.yaml`.
 //!
-//! Threads are reached through [`ThreadStore`], a small interface that today's home directory
-//! implements ([`thread_files::FileThreads`]); a store shared by many machines (a database) is
-//! another implementation of the same interface, not a change to its callers. The interface
-//! is synchronous: each call is one short read or append, made between guest steps.
+//! A store is a home directory (the embedded default) or a PostgreSQL database shared by many
+//! machines ([`postgres`]). Threads are reached through [`ThreadStore`], which both implement
+//! ([`thread_files::FileThreads`], [`postgres::threads::PgThreads`]); the registry and the
+//! bundles choose their backend inside. The interface is synchronous: each call is one short
+//! read or append, made between guest steps. The home directory stays local either way: the
+//! configuration, the AOT cache and the worker sockets of this machine.
 
 pub mod bundles;
 pub mod config;
 pub mod descriptor;
 pub mod info_log;
 pub mod journal;
+pub mod postgres;
 pub mod records;
 pub mod registry;
 pub mod schedules;
@@ -28,6 +31,7 @@ use self::bundles::BundleStore;
 use self::config::Config;
 use self::info_log::{InfoLine, InfoLog};
 use self::journal::{CallRecord, Journal};
+use self::postgres::Postgres;
 use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary};
 use self::registry::Registry;
 use self::schedules::Schedules;
@@ -88,18 +92,70 @@ pub trait ThreadWriter: Send + fmt::Debug {
     fn append_end(&mut self, end: &EndRecord) -> Result<()>;
 }
 
-/// Where a home keeps everything: its threads, its registry and bundle files, and its
-/// configuration. (Named apart from `wasmtime::Store`, a guest instance's state.)
+/// Where the registry, the bundles and the threads are kept.
+#[derive(Debug, Clone)]
+pub(crate) enum Backend {
+    /// Files under a home directory.
+    Files(Home),
+    /// A PostgreSQL database.
+    Postgres(Postgres),
+}
+
+/// Where everything is kept: threads, registry and bundles (in the home directory or a
+/// database), and this machine's configuration. (Named apart from `wasmtime::Store`, a guest
+/// instance's state.)
 #[derive(Debug, Clone)]
 pub struct Storage {
     home: Home,
+    backend: Backend,
     threads: Arc<dyn ThreadStore>,
+    /// The connection string of a database store, handed to the worker processes this one
+    /// starts (in their environment, never on their command line).
+    url: Option<String>,
 }
 
 impl Storage {
     /// The store kept in the home directory `home`.
     pub fn open(home: &Home) -> Self {
-        Storage { home: home.clone(), threads: Arc::new(thread_files::FileThreads::new(home)) }
+        Storage {
+            home: home.clone(),
+            backend: Backend::Files(home.clone()),
+            threads: Arc::new(thread_files::FileThreads::new(home)),
+            url: None,
+        }
+    }
+
+    /// The store `url` names (`postgres://…`), or the home directory when there is none; `home`
+    /// keeps this machine's configuration and caches either way.
+    pub fn connect(home: &Home, url: Option<&str>) -> Result<Self> {
+        let Some(url) = url else { return Ok(Storage::open(home)) };
+        if !postgres::is_url(url) {
+            return Err(crate::Error::Usage(format!(
+                "store `{}`: expected a postgres:// or postgresql:// connection string \
+                 (without one, the home directory is the store)",
+                postgres::redact(url)
+            )));
+        }
+        let pg = Postgres::connect(url)?;
+        Ok(Storage {
+            home: home.clone(),
+            threads: Arc::new(postgres::threads::PgThreads::new(&pg)),
+            backend: Backend::Postgres(pg),
+            url: Some(url.to_string()),
+        })
+    }
+
+    /// The database, when the store is one.
+    pub fn postgres(&self) -> Option<&Postgres> {
+        match &self.backend {
+            Backend::Postgres(pg) => Some(pg),
+            Backend::Files(_) => None,
+        }
+    }
+
+    /// The connection string of a database store.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
     }
 
     /// The home directory (local state: configuration, AOT cache, worker sockets).
@@ -114,12 +170,12 @@ impl Storage {
 
     /// The registry of workflows.
     pub fn registry(&self) -> Registry {
-        Registry::new(&self.home)
+        Registry::of(&self.backend)
     }
 
     /// The stored bundles and their descriptors.
     pub fn bundles(&self) -> BundleStore {
-        BundleStore::new(&self.home)
+        BundleStore::of(&self.backend)
     }
 
     /// The schedules that start threads by themselves.

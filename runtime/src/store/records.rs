@@ -364,6 +364,16 @@ impl ThreadRecord {
     /// The thread's status. A thread being run holds its run lock, so "running" is known
     /// without asking any process, and a crashed run's lock is gone with it.
     pub fn status(&self) -> ThreadStatus {
+        if self.running && self.end.is_none() {
+            ThreadStatus::Running
+        } else {
+            self.status_at_rest()
+        }
+    }
+
+    /// The status the thread has when no process runs it: ended, paused, waiting, or
+    /// interrupted (its process died mid-run).
+    pub fn status_at_rest(&self) -> ThreadStatus {
         if let Some(end) = &self.end {
             return match end.end.status {
                 EndStatus::Completed => ThreadStatus::Completed,
@@ -371,9 +381,7 @@ impl ThreadRecord {
                 EndStatus::Killed => ThreadStatus::Killed,
             };
         }
-        if self.running {
-            ThreadStatus::Running
-        } else if let Some(paused) = &self.paused {
+        if let Some(paused) = &self.paused {
             match paused.by {
                 PauseReason::Waiting => ThreadStatus::Waiting,
                 PauseReason::Pause | PauseReason::Start => ThreadStatus::Paused,
@@ -386,5 +394,83 @@ impl ThreadRecord {
     /// The thread's id.
     pub fn id(&self) -> ThreadId {
         self.start.thread_id
+    }
+}
+
+/// A thread read back line by line, the same from a file and from database rows: the first
+/// record is the start, then steps, pause markers and the end. Lines that are not text or do
+/// not parse are skipped and counted (a torn write); empty lines are ignored.
+#[derive(Debug, Default)]
+pub struct ThreadLines {
+    start: Option<StartRecord>,
+    steps: Vec<StepRecord>,
+    step_lines: Vec<usize>,
+    end: Option<EndRecord>,
+    paused: Option<PauseRecord>,
+    skipped_lines: Vec<usize>,
+}
+
+impl ThreadLines {
+    /// Adds line `number` (1-based).
+    pub fn push(&mut self, number: usize, bytes: &[u8]) {
+        let Ok(line) = std::str::from_utf8(bytes) else {
+            self.skipped_lines.push(number);
+            return;
+        };
+        if line.trim().is_empty() {
+            return;
+        }
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(line) else {
+            self.skipped_lines.push(number);
+            return;
+        };
+        let parsed = if self.start.is_none() {
+            serde_json::from_value(value).map(|s| self.start = Some(s))
+        } else if value.get("end").is_some() {
+            serde_json::from_value(value).map(|e| self.end = Some(e))
+        } else if value.get("paused").is_some() {
+            serde_json::from_value::<PauseRecord>(value).map(|p| self.paused = Some(p))
+        } else {
+            serde_json::from_value(value).map(|s| {
+                self.steps.push(s);
+                self.step_lines.push(number);
+                self.paused = None;
+            })
+        };
+        if parsed.is_err() {
+            self.skipped_lines.push(number);
+        }
+    }
+
+    /// The thread, and the line where a parallel group cut short by a crash starts if it
+    /// ends with one (its steps are left out: a group is stored whole or not at all).
+    /// `None` without a start record.
+    pub fn finish(mut self, running: bool) -> Option<(ThreadRecord, Option<usize>)> {
+        let start = self.start?;
+        let mut cut_group = None;
+        if let Some(group) = self.steps.last().and_then(|s| s.group) {
+            let held = self.steps.iter().rev().take_while(|s| s.group == Some(group)).count();
+            if held < group.size {
+                let keep = self.steps.len() - held;
+                cut_group = Some(self.step_lines[keep]);
+                self.skipped_lines.extend(self.step_lines.drain(keep..));
+                self.steps.truncate(keep);
+            }
+        }
+        let (paused, paused_at) = match self.paused {
+            Some(PauseRecord { paused, timestamp }) => (Some(paused), Some(timestamp)),
+            None => (None, None),
+        };
+        let record = ThreadRecord {
+            start,
+            steps: self.steps,
+            end: self.end,
+            paused,
+            paused_at,
+            skipped_lines: self.skipped_lines,
+            step_lines: self.step_lines,
+            running,
+        };
+        Some((record, cut_group))
     }
 }

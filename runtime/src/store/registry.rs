@@ -15,6 +15,7 @@ use crate::durable;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::BundleHash;
+use crate::store::{Backend, postgres};
 
 /// The whole of `workflow.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -72,21 +73,30 @@ pub enum Registered {
     Unchanged,
 }
 
-/// Access to `workflow.yaml` under a home.
+/// Access to the registry: `workflow.yaml` under a home, or its tables in PostgreSQL.
 #[derive(Debug, Clone)]
 pub struct Registry {
-    home: Home,
+    backend: Backend,
 }
 
 impl Registry {
     /// The registry of `home`.
     pub fn new(home: &Home) -> Self {
-        Registry { home: home.clone() }
+        Registry { backend: Backend::Files(home.clone()) }
+    }
+
+    /// The registry of a store.
+    pub(crate) fn of(backend: &Backend) -> Self {
+        Registry { backend: backend.clone() }
     }
 
     /// Reads the registry; a missing file is an empty registry.
     pub fn load(&self) -> Result<RegistryFile> {
-        let path = self.home.registry_file();
+        let home = match &self.backend {
+            Backend::Files(home) => home,
+            Backend::Postgres(pg) => return postgres::registry::load(pg),
+        };
+        let path = home.registry_file();
         let Some(text) = durable::read_text(&path, "read registry")? else {
             return Ok(RegistryFile::default());
         };
@@ -104,30 +114,43 @@ impl Registry {
     /// Changes the registry under its lock: read, apply `change`, write atomically. Nothing is
     /// written if `change` fails or the file does not parse.
     pub fn update<T>(&self, change: impl FnOnce(&mut RegistryFile) -> Result<T>) -> Result<T> {
-        let _lock = self.lock()?;
+        let home = match &self.backend {
+            Backend::Files(home) => home,
+            Backend::Postgres(pg) => {
+                let mut change = Some(change);
+                let mut out = None;
+                postgres::registry::update(pg, &mut |file| {
+                    let change = change.take().expect("a registry change is applied once");
+                    out = Some(change(file)?);
+                    Ok(())
+                })?;
+                return Ok(out.expect("the change ran"));
+            }
+        };
+        let _lock = lock(home)?;
         let mut file = self.load()?;
         let before = file.clone();
         let out = change(&mut file)?;
         if file != before {
             let yaml = serde_yaml::to_string(&file).expect("registry serializes");
-            durable::write_atomic(&self.home.registry_file(), yaml.as_bytes())?;
+            durable::write_atomic(&home.registry_file(), yaml.as_bytes())?;
         }
         Ok(out)
     }
+}
 
-    /// Takes the exclusive registry lock, released when the returned file is dropped.
-    pub fn lock(&self) -> Result<File> {
-        durable::create_dir(self.home.root())?;
-        let path = self.home.registry_lock();
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(Error::io("open lock", &path))?;
-        file.lock().map_err(Error::io("lock", &path))?;
-        Ok(file)
-    }
+/// Takes the exclusive lock on a home's registry, released when the returned file is dropped.
+fn lock(home: &Home) -> Result<File> {
+    durable::create_dir(home.root())?;
+    let path = home.registry_lock();
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(Error::io("open lock", &path))?;
+    file.lock().map_err(Error::io("lock", &path))?;
+    Ok(file)
 }
 
 impl RegistryFile {

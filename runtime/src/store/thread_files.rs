@@ -20,7 +20,8 @@ use crate::limits::Size;
 use crate::store::info_log::{InfoLine, InfoLog, LogSink};
 use crate::store::journal::{CallLog, CallRecord, Journal};
 use crate::store::records::{
-    EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary,
+    EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
+    ThreadSummary,
 };
 use crate::store::{ThreadStore, ThreadWriter, thread_index};
 
@@ -389,12 +390,7 @@ fn line_offset(path: &Path, line: usize) -> Result<u64> {
 fn read_thread_lines(path: &Path) -> Result<(ThreadRecord, Option<usize>)> {
     let file = std::fs::File::open(path).map_err(Error::io("read thread", path))?;
     let mut reader = std::io::BufReader::new(file);
-    let mut start = None;
-    let mut steps = Vec::new();
-    let mut step_lines = Vec::new();
-    let mut end = None;
-    let mut paused = None;
-    let mut skipped_lines = Vec::new();
+    let mut lines = ThreadLines::default();
     let mut bytes = Vec::new();
     for index in 0.. {
         bytes.clear();
@@ -414,67 +410,12 @@ fn read_thread_lines(path: &Path) -> Result<(ThreadRecord, Option<usize>)> {
                 ),
             });
         }
-        let Ok(line) = std::str::from_utf8(&bytes) else {
-            skipped_lines.push(index + 1);
-            continue;
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let value: serde_json::Value = match serde_json::from_str(line) {
-            Ok(value) => value,
-            Err(_) => {
-                skipped_lines.push(index + 1);
-                continue;
-            }
-        };
-        let parsed = if start.is_none() {
-            serde_json::from_value(value).map(|s| start = Some(s))
-        } else if value.get("end").is_some() {
-            serde_json::from_value(value).map(|e| end = Some(e))
-        } else if value.get("paused").is_some() {
-            serde_json::from_value::<PauseRecord>(value).map(|p| paused = Some(p))
-        } else {
-            serde_json::from_value(value).map(|s| {
-                steps.push(s);
-                step_lines.push(index + 1);
-                paused = None;
-            })
-        };
-        if parsed.is_err() {
-            skipped_lines.push(index + 1);
-        }
+        lines.push(index + 1, &bytes);
     }
-    let start = start.ok_or_else(|| Error::Corrupt {
+    lines.finish(is_locked(path)).ok_or_else(|| Error::Corrupt {
         path: path.to_path_buf(),
         reason: "no start record: not a thread file".into(),
-    })?;
-    // A group is stored whole or not at all: one cut short (a crash in its write) is left out.
-    let mut cut_group = None;
-    if let Some(group) = steps.last().and_then(|s: &StepRecord| s.group) {
-        let held = steps.iter().rev().take_while(|s| s.group == Some(group)).count();
-        if held < group.size {
-            let keep = steps.len() - held;
-            cut_group = Some(step_lines[keep]);
-            skipped_lines.extend(step_lines.drain(keep..));
-            steps.truncate(keep);
-        }
-    }
-    let (paused, paused_at) = match paused {
-        Some(PauseRecord { paused, timestamp }) => (Some(paused), Some(timestamp)),
-        None => (None, None),
-    };
-    let record = ThreadRecord {
-        start,
-        steps,
-        end,
-        paused,
-        paused_at,
-        skipped_lines,
-        step_lines,
-        running: is_locked(path),
-    };
-    Ok((record, cut_group))
+    })
 }
 
 fn bundle_log_dirs(home: &Home) -> Result<Vec<(BundleHash, PathBuf)>> {

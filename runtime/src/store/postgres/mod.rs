@@ -1,0 +1,313 @@
+//! The PostgreSQL store: one database shared by every machine, holding what a home directory
+//! holds (registry, bundles, threads, call journals, debug logs) plus the work queue and the
+//! leases that let workers on many machines share threads.
+//!
+//! The store's interface is synchronous (each call is one short read or append between guest
+//! steps), and so is this module's: statements are sent over one pipelined connection driven
+//! by a small runtime on its own thread, and the caller waits for their answer. Waiting never
+//! runs on the caller's async runtime, so it works the same from a CLI command, a worker's
+//! tokio task or a plain thread.
+
+pub mod registry;
+mod schema;
+pub mod threads;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::runtime::Handle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::error::{DatabaseFailure, Error, Result};
+use crate::ids::ThreadId;
+
+/// The environment variable that names the store (`postgres://…`).
+pub const STORE_ENV: &str = "UNCAGED_WORKFLOW_STORE";
+
+/// How long a worker holds a thread without renewing its lease. A worker that stops
+/// renewing (killed, frozen, cut off) loses its threads to another after this long.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+
+/// How long connecting may take before the database counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection to the store's database, shared by everything in this process.
+#[derive(Clone)]
+pub struct Postgres {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    /// `postgres://user@host:port/db`, without the password: what errors name.
+    target: String,
+    /// The runtime that drives connections, on its own thread.
+    driver: Handle,
+    client: Mutex<Arc<Client>>,
+    /// This process as a lease owner: unique across machines and restarts.
+    owner: String,
+    lease: Duration,
+    /// The threads this process holds leases on, by id, with their tokens.
+    held: Mutex<HashMap<ThreadId, i64>>,
+    /// Whether the task that renews them has started.
+    renewing: AtomicBool,
+}
+
+impl fmt::Debug for Postgres {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Postgres").field("target", &self.inner.target).finish_non_exhaustive()
+    }
+}
+
+impl Postgres {
+    /// Connects to the database at `url`, creating or migrating the store's schema as needed.
+    ///
+    /// Fails with one line naming the database if it cannot be reached, refuses the
+    /// credentials, belongs to another application, or was migrated by a newer version.
+    pub fn connect(url: &str) -> Result<Self> {
+        let mut config: Config = url.parse().map_err(|e| Error::Database {
+            target: redact(url),
+            failure: DatabaseFailure::Usage,
+            reason: format!("not a PostgreSQL connection string: {e}"),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("uncaged-workflow");
+        }
+        let options = match config.get_options() {
+            Some(given) => format!("{given} -c search_path={}", schema::SCHEMA),
+            None => format!("-c search_path={}", schema::SCHEMA),
+        };
+        config.options(&options);
+        let target = describe(&config);
+        let driver = driver();
+        let client = open_client(&driver, &config, &target)?;
+        let inner = Inner {
+            config,
+            target,
+            driver,
+            client: Mutex::new(Arc::new(client)),
+            owner: format!("{}:{}:{}", hostname(), std::process::id(), ulid::Ulid::new()),
+            lease: lease_from_env(),
+            held: Mutex::new(HashMap::new()),
+            renewing: AtomicBool::new(false),
+        };
+        let postgres = Postgres { inner: Arc::new(inner) };
+        schema::prepare(&postgres)?;
+        Ok(postgres)
+    }
+
+    /// The database, as errors name it (no password).
+    pub fn target(&self) -> &str {
+        &self.inner.target
+    }
+
+    /// This process as a lease owner.
+    pub fn owner(&self) -> &str {
+        &self.inner.owner
+    }
+
+    /// How long a lease lasts without renewal.
+    pub fn lease(&self) -> Duration {
+        self.inner.lease
+    }
+
+    /// The shared connection, opened again if it was lost (a restarted server).
+    pub fn client(&self) -> Result<Arc<Client>> {
+        let mut client = self.inner.client.lock();
+        if client.is_closed() {
+            *client = Arc::new(open_client(&self.inner.driver, &self.inner.config, self.target())?);
+        }
+        Ok(client.clone())
+    }
+
+    /// The shared connection as it is, even if closed (for the driver's own tasks, which must
+    /// not wait on the driver to reconnect).
+    fn current_client(&self) -> Arc<Client> {
+        self.inner.client.lock().clone()
+    }
+
+    /// A connection of its own, for a transaction or `LISTEN` (the shared one interleaves
+    /// statements of many callers). It closes when dropped.
+    pub fn dedicated(&self) -> Result<Client> {
+        open_client(&self.inner.driver, &self.inner.config, self.target())
+    }
+
+    /// Runs `query` and waits for it, turning a database error into one line that says what
+    /// was being done.
+    pub fn wait<T>(
+        &self,
+        action: &str,
+        query: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
+        futures::executor::block_on(query).map_err(|e| self.error(action, &e))
+    }
+
+    /// Runs a future on the driver's runtime (for work that needs tokio, such as timers).
+    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.inner.driver.spawn(future)
+    }
+
+    /// The error for a failed statement.
+    pub fn error(&self, action: &str, e: &tokio_postgres::Error) -> Error {
+        Error::Database {
+            target: self.target().to_string(),
+            failure: DatabaseFailure::Query,
+            reason: format!("{action}: {}", reason(e)),
+        }
+    }
+}
+
+/// Starts the runtime that drives this process's connections.
+fn driver() -> Handle {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread tokio runtime builds");
+    let handle = runtime.handle().clone();
+    std::thread::Builder::new()
+        .name("postgres".into())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))
+        .expect("spawn the PostgreSQL driver thread");
+    handle
+}
+
+/// Connects, with the connection driven on `driver`.
+fn open_client(driver: &Handle, config: &Config, target: &str) -> Result<Client> {
+    let config = config.clone();
+    let connecting = driver.spawn(async move {
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            // The connection ends with an error when the server goes away; the client
+            // then reports itself closed and the next use reconnects.
+            let _ = connection.await;
+        });
+        Ok::<_, tokio_postgres::Error>(client)
+    });
+    let connected =
+        futures::executor::block_on(connecting).expect("the connect task is not aborted");
+    connected.map_err(|e| connect_error(target, &e))
+}
+
+/// One line for a failed connection: unreachable, refused credentials, no such database.
+fn connect_error(target: &str, e: &tokio_postgres::Error) -> Error {
+    let code = e.code();
+    let (failure, reason) = if code == Some(&SqlState::INVALID_PASSWORD)
+        || code == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
+    {
+        (DatabaseFailure::Credentials, format!("the server refused the credentials: {}", reason(e)))
+    } else if code == Some(&SqlState::INVALID_CATALOG_NAME) {
+        (
+            DatabaseFailure::Unreachable,
+            format!("{} (create it with `createdb`, or name another)", reason(e)),
+        )
+    } else if code.is_some() {
+        (DatabaseFailure::Unreachable, reason(e))
+    } else {
+        (DatabaseFailure::Unreachable, format!("cannot reach the server: {}", reason(e)))
+    };
+    Error::Database { target: target.to_string(), failure, reason }
+}
+
+/// The message of a database error, with the server's own message when there is one.
+fn reason(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_string(),
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(cause) = source {
+                let cause_text = cause.to_string();
+                if !text.contains(&cause_text) {
+                    text = format!("{text}: {cause_text}");
+                }
+                source = cause.source();
+            }
+            text
+        }
+    }
+}
+
+/// `postgres://user@host:port/db` for a parsed configuration: no password, ever.
+fn describe(config: &Config) -> String {
+    use tokio_postgres::config::Host;
+    let user = config.get_user().unwrap_or("");
+    let host = match config.get_hosts().first() {
+        Some(Host::Tcp(name)) => name.clone(),
+        Some(Host::Unix(path)) => path.display().to_string(),
+        None => String::from("localhost"),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or(user);
+    let at = if user.is_empty() { String::new() } else { format!("{user}@") };
+    format!("postgres://{at}{host}:{port}/{db}")
+}
+
+/// A connection string as given, with any password hidden, for the error that says it does
+/// not parse.
+pub fn redact(url: &str) -> String {
+    let mut out = String::new();
+    for (i, word) in url.split_whitespace().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        if word.starts_with("password=") {
+            out.push_str("password=…");
+        } else {
+            out.push_str(word);
+        }
+    }
+    if let Some((scheme, rest)) = out.split_once("://")
+        && let Some((credentials, host)) = rest.split_once('@')
+        && let Some((user, _)) = credentials.split_once(':')
+    {
+        return format!("{scheme}://{user}:…@{host}");
+    }
+    out
+}
+
+/// Is `value` a PostgreSQL connection string (rather than a directory)?
+pub fn is_url(value: &str) -> bool {
+    value.starts_with("postgres://") || value.starts_with("postgresql://")
+}
+
+/// The lease length: `UNCAGED_WORKFLOW_LEASE_MS` when set (tests and benchmarks shorten it),
+/// else [`DEFAULT_LEASE`].
+fn lease_from_env() -> Duration {
+    std::env::var("UNCAGED_WORKFLOW_LEASE_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|&ms| ms >= 200)
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_LEASE)
+}
+
+/// This machine's name, for `ps` and lease owners.
+pub fn hostname() -> String {
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(redact("postgres://me:secret@db:5432/flows"), "postgres://me:…@db:5432/flows");
+        assert_eq!(redact("host=db password=secret user=me"), "host=db password=… user=me");
+        let config: Config = "postgres://me:secret@db:6543/flows".parse().unwrap();
+        assert_eq!(describe(&config), "postgres://me@db:6543/flows");
+    }
+}

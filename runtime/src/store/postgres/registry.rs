@@ -1,0 +1,179 @@
+//! The registry and the bundles in PostgreSQL: the same [`RegistryFile`] the home directory
+//! keeps in `workflow.yaml`, read from and written back to rows, and each bundle's bytes and
+//! descriptor by hash, checked against their SHA-256 whenever they are loaded.
+
+use std::path::PathBuf;
+
+use tokio_postgres::GenericClient;
+
+use crate::error::{DatabaseFailure, Error, Result};
+use crate::ids::BundleHash;
+use crate::store::descriptor::Descriptor;
+use crate::store::postgres::Postgres;
+use crate::store::registry::{BundleRecord, RegistryFile, Version, WorkflowEntry};
+
+/// The advisory lock key that serialises registry changes ("uwreg").
+const REGISTRY_LOCK: i64 = 0x0075_7772_6567;
+
+/// Reads the whole registry.
+pub fn load(pg: &Postgres) -> Result<RegistryFile> {
+    let client = pg.client()?;
+    pg.wait("read the registry", read(&*client))?.map_err(|reason| corrupt(pg, reason))
+}
+
+/// Changes the registry in one transaction, under a lock that serialises changes from every
+/// machine: read, apply `change`, write back what changed. Nothing is written if `change`
+/// fails.
+pub fn update(
+    pg: &Postgres,
+    change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>,
+) -> Result<()> {
+    let mut client = pg.dedicated()?;
+    let tx = pg.wait("change the registry", client.transaction())?;
+    pg.wait(
+        "lock the registry",
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REGISTRY_LOCK]),
+    )?;
+    let mut file =
+        pg.wait("read the registry", read(&tx))?.map_err(|reason| corrupt(pg, reason))?;
+    let before = file.clone();
+    change(&mut file)?;
+    for (name, entry) in &file.workflows {
+        if before.workflows.get(name) != Some(entry) {
+            pg.wait("write the registry", write_entry(&tx, name, Some(entry)))?;
+        }
+    }
+    for name in before.workflows.keys().filter(|name| !file.workflows.contains_key(*name)) {
+        pg.wait("write the registry", write_entry(&tx, name, None))?;
+    }
+    pg.wait("change the registry", tx.commit())
+}
+
+async fn read(
+    client: &impl GenericClient,
+) -> std::result::Result<std::result::Result<RegistryFile, String>, tokio_postgres::Error> {
+    let mut file = RegistryFile::default();
+    for row in client.query("SELECT name, hash, since_ms FROM workflows", &[]).await? {
+        let name: String = row.get(0);
+        let Ok(hash) = row.get::<_, &str>(1).parse() else {
+            return Ok(Err(format!("workflow `{name}` has a malformed bundle id")));
+        };
+        let entry = WorkflowEntry { hash, timestamp: row.get::<_, i64>(2) as u64, history: vec![] };
+        file.workflows.insert(name, entry);
+    }
+    let history = client
+        .query("SELECT name, hash, since_ms FROM workflow_history ORDER BY name, position", &[])
+        .await?;
+    for row in history {
+        let name: &str = row.get(0);
+        let Ok(hash) = row.get::<_, &str>(1).parse() else {
+            return Ok(Err(format!("workflow `{name}` has a malformed bundle id in its history")));
+        };
+        if let Some(entry) = file.workflows.get_mut(name) {
+            entry.history.push(Version { hash, timestamp: row.get::<_, i64>(2) as u64 });
+        }
+    }
+    for row in client.query("SELECT hash, sha256, size, summary FROM bundles", &[]).await? {
+        let Ok(hash) = row.get::<_, &str>(0).parse::<BundleHash>() else {
+            return Ok(Err("a stored bundle has a malformed id".into()));
+        };
+        let record = BundleRecord {
+            sha256: row.get(1),
+            size: row.get::<_, i64>(2) as u64,
+            summary: row.get(3),
+        };
+        file.bundles.insert(hash, record);
+    }
+    Ok(Ok(file))
+}
+
+async fn write_entry(
+    client: &impl GenericClient,
+    name: &str,
+    entry: Option<&WorkflowEntry>,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    client.execute("DELETE FROM workflows WHERE name = $1", &[&name]).await?;
+    let Some(entry) = entry else { return Ok(()) };
+    client
+        .execute(
+            "INSERT INTO workflows (name, hash, since_ms) VALUES ($1, $2, $3)",
+            &[&name, &entry.hash.to_string(), &(entry.timestamp as i64)],
+        )
+        .await?;
+    let hashes: Vec<String> = entry.history.iter().map(|v| v.hash.to_string()).collect();
+    let since: Vec<i64> = entry.history.iter().map(|v| v.timestamp as i64).collect();
+    client
+        .execute(
+            "INSERT INTO workflow_history (name, position, hash, since_ms) \
+             SELECT $1, (v.i - 1)::integer, v.hash, v.since \
+             FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS v(hash, since, i)",
+            &[&name, &hashes, &since],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Stores a bundle's bytes and descriptor (an intact copy is left as it is, a damaged one is
+/// repaired).
+pub fn put(
+    pg: &Postgres,
+    record: &BundleRecord,
+    hash: BundleHash,
+    bytes: &[u8],
+    descriptor: &Descriptor,
+) -> Result<()> {
+    let yaml = serde_yaml::to_string(descriptor).expect("descriptor serializes");
+    let client = pg.client()?;
+    pg.wait(
+        &format!("store bundle {hash}"),
+        client.execute(
+            "INSERT INTO bundles (hash, sha256, size, summary, descriptor, bytes) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (hash) DO UPDATE SET bytes = EXCLUDED.bytes, \
+                 descriptor = EXCLUDED.descriptor, summary = EXCLUDED.summary \
+             WHERE bundles.sha256 = EXCLUDED.sha256",
+            &[
+                &hash.to_string(),
+                &record.sha256,
+                &(record.size as i64),
+                &record.summary,
+                &yaml,
+                &bytes,
+            ],
+        ),
+    )?;
+    Ok(())
+}
+
+/// A bundle's bytes; `None` if it is not stored.
+pub fn bytes(pg: &Postgres, hash: BundleHash) -> Result<Option<Vec<u8>>> {
+    let client = pg.client()?;
+    let row = pg.wait(
+        &format!("read bundle {hash}"),
+        client.query_opt("SELECT bytes FROM bundles WHERE hash = $1", &[&hash.to_string()]),
+    )?;
+    Ok(row.map(|row| row.get(0)))
+}
+
+/// A bundle's descriptor as stored (YAML); `None` if it is not stored.
+pub fn descriptor(pg: &Postgres, hash: BundleHash) -> Result<Option<String>> {
+    let client = pg.client()?;
+    let row = pg.wait(
+        &format!("read the descriptor of bundle {hash}"),
+        client.query_opt("SELECT descriptor FROM bundles WHERE hash = $1", &[&hash.to_string()]),
+    )?;
+    Ok(row.map(|row| row.get(0)))
+}
+
+/// Where a bundle is, for messages: `postgres://…/db` and its id.
+pub fn place(pg: &Postgres, hash: BundleHash) -> PathBuf {
+    PathBuf::from(format!("{} bundle {hash}", pg.target()))
+}
+
+fn corrupt(pg: &Postgres, reason: String) -> Error {
+    Error::Database {
+        target: pg.target().to_string(),
+        failure: DatabaseFailure::Query,
+        reason: format!("the registry is damaged: {reason}"),
+    }
+}

@@ -1,0 +1,525 @@
+//! Threads in PostgreSQL: the same records as the home directory's JSONL files, one row per
+//! line keyed by (thread, sequence number), and a lease instead of a file lock.
+//!
+//! A process that runs a thread holds its lease: an owner, an expiry it keeps renewing, and a
+//! token that grows by one each time anyone takes the thread. Every record it appends — steps,
+//! pause markers, the end, journaled calls — is written only if the thread still carries its
+//! token, in the same statement, so a process whose lease expired and was taken over (frozen,
+//! cut off, then back) cannot write a single line more.
+
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+use tokio_postgres::types::Json;
+
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::ids::{BundleHash, ThreadId};
+use crate::store::info_log::{InfoLine, InfoLog, LogSink};
+use crate::store::journal::{CallLog, CallRecord, Journal};
+use crate::store::postgres::Postgres;
+use crate::store::records::{
+    EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
+    ThreadStatus, ThreadSummary,
+};
+use crate::store::{ThreadStore, ThreadWriter};
+
+/// The threads of a PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgThreads {
+    pg: Postgres,
+    leases: Leases,
+}
+
+impl PgThreads {
+    /// The threads of the store `pg` is connected to.
+    pub fn new(pg: &Postgres) -> Self {
+        PgThreads { pg: pg.clone(), leases: Leases::of(pg) }
+    }
+
+    /// The leases this process holds.
+    pub fn leases(&self) -> &Leases {
+        &self.leases
+    }
+
+    /// A writer for thread `id`, held under lease `token`, whose records are `record`.
+    pub fn writer(&self, id: ThreadId, token: i64, mut record: ThreadRecord) -> PgWriter {
+        self.leases.hold(id, token);
+        record.running = true;
+        PgWriter { pg: self.pg.clone(), leases: self.leases.clone(), id, token, record }
+    }
+
+    /// Reads thread `id`'s records; `None` if there is no such thread.
+    pub fn read_lines(&self, id: ThreadId) -> Result<Option<ThreadRecord>> {
+        let client = self.pg.client()?;
+        let row = self.pg.wait(
+            &format!("read thread {id}"),
+            client.query_opt(
+                "SELECT (t.lease_owner IS NOT NULL AND t.lease_until > now()) OR t.runnable, \
+                        coalesce(array_agg(r.line ORDER BY r.seq) \
+                                 FILTER (WHERE r.seq IS NOT NULL), '{}') \
+                 FROM threads t LEFT JOIN thread_records r ON r.thread = t.id \
+                 WHERE t.id = $1 GROUP BY t.id",
+                &[&id.to_string()],
+            ),
+        )?;
+        let Some(row) = row else { return Ok(None) };
+        let running: bool = row.get(0);
+        let lines: Vec<String> = row.get(1);
+        let mut parsed = ThreadLines::default();
+        for (i, line) in lines.iter().enumerate() {
+            parsed.push(i + 1, line.as_bytes());
+        }
+        let (record, _) = parsed.finish(running).ok_or_else(|| Error::Database {
+            target: self.pg.target().to_string(),
+            failure: crate::error::DatabaseFailure::Query,
+            reason: format!("thread {id} has no start record"),
+        })?;
+        Ok(Some(record))
+    }
+
+    /// Takes thread `id`'s lease if nobody holds it (or its holder let it expire): the new
+    /// token, or `None` if it is held. The thread stops being queued.
+    pub fn take(&self, id: ThreadId) -> Result<Option<i64>> {
+        let client = self.pg.client()?;
+        let row = self.pg.wait(
+            &format!("take thread {id}"),
+            client.query_opt(
+                "UPDATE threads SET lease_owner = $2, \
+                        lease_until = now() + $3::bigint * interval '1 millisecond', \
+                        lease_token = lease_token + 1, runnable = false, control = NULL \
+                 WHERE id = $1 AND (lease_owner IS NULL OR lease_until < now()) \
+                 RETURNING lease_token",
+                &[&id.to_string(), &self.pg.owner(), &lease_ms(&self.pg)],
+            ),
+        )?;
+        Ok(row.map(|row| row.get(0)))
+    }
+
+    fn exists(&self, id: ThreadId) -> Result<bool> {
+        let client = self.pg.client()?;
+        let row = self.pg.wait(
+            &format!("find thread {id}"),
+            client.query_opt("SELECT 1 FROM threads WHERE id = $1", &[&id.to_string()]),
+        )?;
+        Ok(row.is_some())
+    }
+}
+
+impl ThreadStore for PgThreads {
+    fn create(
+        &self,
+        start: &StartRecord,
+        steps: &[StepRecord],
+        calls: &[CallRecord],
+    ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
+        let id = start.thread_id;
+        let record = ThreadRecord {
+            start: start.clone(),
+            steps: steps.to_vec(),
+            end: None,
+            paused: None,
+            paused_at: None,
+            skipped_lines: vec![],
+            step_lines: (2..steps.len() + 2).collect(),
+            running: true,
+        };
+        let mut lines = vec![json_line(start)];
+        lines.extend(steps.iter().map(json_line));
+        let calls: Vec<String> = calls.iter().map(json_line).collect();
+        let client = self.pg.client()?;
+        // One statement: the thread appears whole (its row, records and copied calls) or not
+        // at all, already leased to this process.
+        self.pg.wait(
+            &format!("create thread {id}"),
+            client.execute(
+                "WITH t AS ( \
+                     INSERT INTO threads (id, bundle, summary, next_seq, lease_owner, \
+                                          lease_until, lease_token) \
+                     VALUES ($1, $2, $3, cardinality($6::text[]), $4, \
+                             now() + $5::bigint * interval '1 millisecond', 1) \
+                     RETURNING id), \
+                 r AS ( \
+                     INSERT INTO thread_records (thread, seq, line) \
+                     SELECT $1, s.i - 1, s.line \
+                     FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i)), \
+                 c AS ( \
+                     INSERT INTO thread_calls (thread, line) \
+                     SELECT $1, s.line FROM unnest($7::text[]) WITH ORDINALITY AS s(line, i) \
+                     ORDER BY s.i) \
+                 SELECT 1 FROM t",
+                &[
+                    &id.to_string(),
+                    &start.hash.to_string(),
+                    &Json(at_rest(&record)),
+                    &self.pg.owner(),
+                    &lease_ms(&self.pg),
+                    &lines,
+                    &calls,
+                ],
+            ),
+        )?;
+        let writer = self.writer(id, 1, record.clone());
+        Ok((Box::new(writer), record))
+    }
+
+    fn open(&self, id: ThreadId) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
+        let Some(token) = self.take(id)? else {
+            return Err(if self.exists(id)? {
+                Error::ThreadBusy(id.to_string())
+            } else {
+                Error::UnknownThread(id.to_string())
+            });
+        };
+        let Some(mut record) = self.read_lines(id)? else {
+            return Err(Error::UnknownThread(id.to_string()));
+        };
+        record.running = true;
+        let writer = self.writer(id, token, record.clone());
+        Ok((Box::new(writer), record))
+    }
+
+    fn read(&self, id: ThreadId) -> Result<ThreadRecord> {
+        self.read_lines(id)?.ok_or_else(|| Error::UnknownThread(id.to_string()))
+    }
+
+    fn list(&self) -> Result<Vec<ThreadId>> {
+        let client = self.pg.client()?;
+        let rows = self
+            .pg
+            .wait("list threads", client.query("SELECT id FROM threads ORDER BY id", &[]))?;
+        Ok(rows.iter().filter_map(|row| row.get::<_, String>(0).parse().ok()).collect())
+    }
+
+    fn summaries(&self) -> Result<Vec<ThreadSummary>> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            "list threads",
+            client.query(
+                "SELECT summary, (lease_owner IS NOT NULL AND lease_until > now()) OR runnable \
+                 FROM threads ORDER BY id",
+                &[],
+            ),
+        )?;
+        let mut summaries = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Json(mut summary): Json<ThreadSummary> = match row.try_get(0) {
+                Ok(summary) => summary,
+                Err(e) => {
+                    tracing::warn!("a thread's summary in {} does not read: {e}", self.pg.target());
+                    continue;
+                }
+            };
+            let live: bool = row.get(1);
+            if live && !summary.status.is_ended() {
+                summary.status = ThreadStatus::Running;
+            }
+            summaries.push(summary);
+        }
+        Ok(summaries)
+    }
+
+    /// One statement deletes the thread and (by cascade) its records, calls and log, unless
+    /// a live process holds it: nothing is ever left half-removed.
+    fn remove(&self, id: ThreadId) -> Result<()> {
+        let client = self.pg.client()?;
+        let removed = self.pg.wait(
+            &format!("remove thread {id}"),
+            client.execute(
+                "DELETE FROM threads WHERE id = $1 AND NOT runnable \
+                 AND (lease_owner IS NULL OR lease_until < now())",
+                &[&id.to_string()],
+            ),
+        )?;
+        match removed {
+            0 if self.exists(id)? => Err(Error::ThreadBusy(id.to_string())),
+            0 => Err(Error::UnknownThread(id.to_string())),
+            _ => Ok(()),
+        }
+    }
+
+    fn finish_removals(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn journal(&self, _hash: BundleHash, id: ThreadId) -> Result<Journal> {
+        Journal::new(Box::new(PgCalls { pg: self.pg.clone(), leases: self.leases.clone(), id }))
+    }
+
+    fn info_log(&self, _hash: BundleHash, id: ThreadId) -> Result<InfoLog> {
+        Ok(InfoLog::new(Box::new(PgLog { pg: self.pg.clone(), id })))
+    }
+
+    fn info_tail(&self, _hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<InfoLine>> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            &format!("read the debug log of thread {id}"),
+            client.query(
+                "SELECT line FROM (SELECT seq, line FROM thread_log WHERE thread = $1 \
+                                   ORDER BY seq DESC LIMIT $2) tail ORDER BY seq",
+                &[&id.to_string(), &(max as i64)],
+            ),
+        )?;
+        Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
+    }
+}
+
+/// A thread held under its lease, appending fenced by its token.
+#[derive(Debug)]
+pub struct PgWriter {
+    pg: Postgres,
+    leases: Leases,
+    id: ThreadId,
+    token: i64,
+    /// The thread as stored, to keep its listing summary current.
+    record: ThreadRecord,
+}
+
+impl PgWriter {
+    /// Appends `lines`, which took the thread to `self.record`, if the lease still holds.
+    /// (A failed append ends this writer's use: the thread is stopped, or taken over.)
+    fn append(&mut self, lines: Vec<String>) -> Result<()> {
+        let client = self.pg.client()?;
+        let written = self.pg.wait(
+            &format!("append to thread {}", self.id),
+            client.execute(
+                "WITH held AS ( \
+                     UPDATE threads SET next_seq = next_seq + cardinality($3::text[]), \
+                                        summary = $4 \
+                     WHERE id = $1 AND lease_token = $2 \
+                     RETURNING next_seq - cardinality($3::text[]) AS first) \
+                 INSERT INTO thread_records (thread, seq, line) \
+                 SELECT $1, held.first + s.i - 1, s.line \
+                 FROM held, unnest($3::text[]) WITH ORDINALITY AS s(line, i)",
+                &[&self.id.to_string(), &self.token, &lines, &Json(at_rest(&self.record))],
+            ),
+        )?;
+        if written as usize != lines.len() {
+            self.leases.lost(self.id);
+            return Err(Error::LeaseLost(self.id.to_string()));
+        }
+        Ok(())
+    }
+}
+
+impl ThreadWriter for PgWriter {
+    fn append_steps(&mut self, steps: &[StepRecord]) -> Result<()> {
+        self.record.steps.extend_from_slice(steps);
+        self.record.paused = None;
+        self.record.paused_at = None;
+        self.append(steps.iter().map(json_line).collect())
+    }
+
+    fn append_pause(&mut self, paused: Paused) -> Result<()> {
+        let timestamp = now_ms();
+        self.record.paused = Some(paused.clone());
+        self.record.paused_at = Some(timestamp);
+        self.append(vec![json_line(&PauseRecord { paused, timestamp })])
+    }
+
+    fn append_end(&mut self, end: &EndRecord) -> Result<()> {
+        self.record.end = Some(end.clone());
+        self.append(vec![json_line(end)])
+    }
+}
+
+impl Drop for PgWriter {
+    /// Lets the thread go (if it is still this process's): another process may take it at
+    /// once rather than after the lease runs out.
+    fn drop(&mut self) {
+        self.leases.release(self.id);
+        let Ok(client) = self.pg.client() else { return };
+        let released = self.pg.wait(
+            &format!("release thread {}", self.id),
+            client.execute(
+                "UPDATE threads SET lease_owner = NULL, lease_until = NULL \
+                 WHERE id = $1 AND lease_token = $2",
+                &[&self.id.to_string(), &self.token],
+            ),
+        );
+        if let Err(e) = released {
+            // The lease runs out by itself.
+            tracing::warn!("{e}");
+        }
+    }
+}
+
+/// A thread's call journal: rows appended in order, fenced by the lease when this process
+/// runs the thread (an `answer` for a waiting thread is written by a process without one).
+#[derive(Debug)]
+struct PgCalls {
+    pg: Postgres,
+    leases: Leases,
+    id: ThreadId,
+}
+
+impl CallLog for PgCalls {
+    fn read(&self) -> Result<Vec<CallRecord>> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            &format!("read the call journal of thread {}", self.id),
+            client.query(
+                "SELECT line FROM thread_calls WHERE thread = $1 ORDER BY seq",
+                &[&self.id.to_string()],
+            ),
+        )?;
+        Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
+    }
+
+    /// Every append is committed when it returns, durable or not: a round trip is the cost
+    /// either way.
+    fn append(&mut self, record: &CallRecord, _durable: bool) -> Result<()> {
+        let client = self.pg.client()?;
+        let action = format!("append to the call journal of thread {}", self.id);
+        let line = json_line(record);
+        let id = self.id.to_string();
+        let written = match self.leases.token(self.id) {
+            Some(token) => self.pg.wait(
+                &action,
+                client.execute(
+                    "INSERT INTO thread_calls (thread, line) \
+                     SELECT $1, $3 FROM threads WHERE id = $1 AND lease_token = $2 FOR SHARE",
+                    &[&id, &token, &line],
+                ),
+            )?,
+            None => self.pg.wait(
+                &action,
+                client.execute(
+                    "INSERT INTO thread_calls (thread, line) \
+                     SELECT $1, $2 FROM threads WHERE id = $1 FOR SHARE",
+                    &[&id, &line],
+                ),
+            )?,
+        };
+        if written == 0 {
+            return Err(match self.leases.token(self.id) {
+                Some(_) => {
+                    self.leases.lost(self.id);
+                    Error::LeaseLost(self.id.to_string())
+                }
+                None => Error::UnknownThread(self.id.to_string()),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A thread's debug log.
+#[derive(Debug)]
+struct PgLog {
+    pg: Postgres,
+    id: ThreadId,
+}
+
+impl LogSink for PgLog {
+    fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
+        let lines: Vec<String> = String::from_utf8_lossy(lines)
+            .lines()
+            .filter(|line| !line.is_empty())
+            .map(str::to_string)
+            .collect();
+        let client = self.pg.client().map_err(std::io::Error::other)?;
+        self.pg
+            .wait(
+                "write a debug log",
+                client.execute(
+                    "INSERT INTO thread_log (thread, line) \
+                     SELECT $1, l FROM unnest($2::text[]) AS l \
+                     WHERE EXISTS (SELECT 1 FROM threads WHERE id = $1)",
+                    &[&self.id.to_string(), &lines],
+                ),
+            )
+            .map(drop)
+            .map_err(std::io::Error::other)
+    }
+
+    fn describe(&self) -> String {
+        format!("the debug log of thread {} in {}", self.id, self.pg.target())
+    }
+}
+
+/// The leases this process holds, by thread, kept alive by one renewal task.
+#[derive(Debug, Clone)]
+pub struct Leases {
+    pg: Postgres,
+}
+
+impl Leases {
+    fn of(pg: &Postgres) -> Self {
+        Leases { pg: pg.clone() }
+    }
+
+    /// The token this process holds thread `id` under.
+    pub fn token(&self, id: ThreadId) -> Option<i64> {
+        self.pg.inner.held.lock().get(&id).copied()
+    }
+
+    /// How many threads this process holds.
+    pub fn count(&self) -> usize {
+        self.pg.inner.held.lock().len()
+    }
+
+    fn hold(&self, id: ThreadId, token: i64) {
+        self.pg.inner.held.lock().insert(id, token);
+        if !self.pg.inner.renewing.swap(true, Ordering::SeqCst) {
+            self.pg.spawn(renew(self.pg.clone()));
+        }
+    }
+
+    fn release(&self, id: ThreadId) {
+        self.pg.inner.held.lock().remove(&id);
+    }
+
+    fn lost(&self, id: ThreadId) {
+        tracing::warn!("lost the lease on thread {id}: another process took it over");
+        self.release(id);
+    }
+}
+
+/// Renews every lease this process holds, three times per lease length, for as long as the
+/// process lives. One statement renews them all; a lease another process took meanwhile is
+/// not renewed (its token changed), and the next append to it finds out.
+async fn renew(pg: Postgres) {
+    let mut ticks = tokio::time::interval(pg.lease() / 3);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let (ids, tokens): (Vec<String>, Vec<i64>) =
+            pg.inner.held.lock().iter().map(|(id, token)| (id.to_string(), *token)).unzip();
+        if ids.is_empty() {
+            continue;
+        }
+        // This runs on the driver's own thread, which must never wait on itself: a lost
+        // connection is left for the next synchronous use to open again.
+        let client = pg.current_client();
+        let renewed = client
+            .execute(
+                "UPDATE threads SET lease_until = now() + $3::bigint * interval '1 millisecond' \
+                 FROM unnest($1::text[], $2::bigint[]) AS held(id, token) \
+                 WHERE threads.id = held.id AND threads.lease_token = held.token",
+                &[&ids, &tokens, &lease_ms(&pg)],
+            )
+            .await;
+        if let Err(e) = renewed {
+            tracing::warn!("renewing leases in {}: {e}", pg.target());
+        }
+    }
+}
+
+/// The lease length in milliseconds, as statements take it.
+fn lease_ms(pg: &Postgres) -> i64 {
+    pg.lease().as_millis() as i64
+}
+
+/// A thread's summary as stored: its state at rest. Whether a process runs it now comes from
+/// its lease when it is read.
+fn at_rest(record: &ThreadRecord) -> ThreadSummary {
+    let mut summary = record.summary();
+    summary.status = record.status_at_rest();
+    summary
+}
+
+/// A record as its JSON line (without the newline).
+fn json_line(record: &impl Serialize) -> String {
+    serde_json::to_string(record).expect("thread records serialize")
+}

@@ -1,0 +1,189 @@
+//! A real PostgreSQL server for tests and benchmarks: the distribution's `postgresql` package,
+//! `initdb` into a temporary directory, listening on an ephemeral loopback port, run as the
+//! unprivileged `postgres` user when the tests run as root.
+//!
+//! The server is watched by a small supervisor reading its stdin from this process: when this
+//! process exits — tests done, a panic, even `kill -9` — the pipe closes and the supervisor
+//! stops the server and deletes its directory, so no server outlives its tests.
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+
+/// The superuser `initdb` creates.
+const USER: &str = "uncaged";
+
+/// A running server.
+pub struct PgServer {
+    pub port: u16,
+    /// Keeps the supervisor's stdin open: dropping it stops the server.
+    supervisor: Child,
+    databases: AtomicUsize,
+}
+
+impl PgServer {
+    /// Starts a server with `settings` (`name=value` pairs for `postgres -c`).
+    pub fn start(settings: &[&str]) -> Result<PgServer> {
+        let bin = bin_dir()?;
+        let dir = tempfile::Builder::new().prefix("uncaged-pg-").tempdir()?.keep();
+        let as_postgres = running_as_root();
+        if as_postgres {
+            let owner = Command::new("id").args(["-u", "postgres"]).output()?;
+            ensure!(
+                owner.status.success(),
+                "the `postgres` user does not exist (install postgresql)"
+            );
+            let uid: u32 = String::from_utf8(owner.stdout)?.trim().parse()?;
+            std::os::unix::fs::chown(&dir, Some(uid), None)?;
+        }
+        let data = dir.join("data");
+        let initdb = user_command(as_postgres, &bin.join("initdb"))
+            .args(["-D"])
+            .arg(&data)
+            .args(["-U", USER, "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .stdout(Stdio::null())
+            .output()
+            .context("run initdb")?;
+        ensure!(
+            initdb.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&initdb.stderr)
+        );
+        // An ephemeral port: taken from the kernel, released, handed to the server. Another
+        // process could take it meanwhile; then the server fails to start and another is tried.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let mut supervisor = user_command(as_postgres, Path::new("sh"))
+                .args(["-c", SUPERVISOR, "supervisor"])
+                .arg(bin.join("postgres"))
+                .arg(&data)
+                .arg(port.to_string())
+                .arg(&dir)
+                .args(settings)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("start postgres")?;
+            let stderr = supervisor.stderr.take().expect("piped");
+            let server = PgServer { port, supervisor, databases: AtomicUsize::new(0) };
+            if server.wait_ready(stderr)? {
+                return Ok(server);
+            }
+        }
+        bail!("postgres did not start on a free port in 5 tries (see {})", dir.display())
+    }
+
+    /// Waits for "ready to accept connections"; false if the server exited first.
+    fn wait_ready(&self, stderr: std::process::ChildStderr) -> Result<bool> {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ready = false;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !ready && line.contains("ready to accept connections") {
+                    ready = true;
+                    let _ = sender.send(true);
+                }
+                if line.contains("could not bind") || line.contains("FATAL") {
+                    let _ = sender.send(false);
+                }
+            }
+            let _ = sender.send(false);
+        });
+        Ok(receiver
+            .recv_timeout(Duration::from_secs(60))
+            .context("postgres did not start in 60 s")?)
+    }
+
+    /// A connection string for database `db` of this server.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://{USER}@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Creates a new, empty database and returns its connection string.
+    pub fn new_database(&self) -> Result<String> {
+        let name =
+            format!("t{}_{}", std::process::id(), self.databases.fetch_add(1, Ordering::SeqCst));
+        self.sql("postgres", &format!("CREATE DATABASE {name}"))?;
+        Ok(self.url(&name))
+    }
+
+    /// Runs `statements` in database `db` with `psql`, returning what it printed (unaligned,
+    /// tuples only).
+    pub fn sql(&self, db: &str, statements: &str) -> Result<String> {
+        let out = Command::new(bin_dir()?.join("psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(self.url(db))
+            .args(["-c", statements])
+            .output()
+            .context("run psql")?;
+        ensure!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr).trim());
+        Ok(String::from_utf8(out.stdout)?)
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        // Closing stdin stops the server; wait for the supervisor to clean up.
+        drop(self.supervisor.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.supervisor.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.supervisor.kill();
+    }
+}
+
+/// Starts postgres ($1 binary, $2 data dir, $3 port, $4 directory to delete, then settings),
+/// waits for stdin to close, stops it (immediate shutdown: test data need no checkpoint) and
+/// deletes its directory.
+const SUPERVISOR: &str = r#"
+pg="$1"; data="$2"; port="$3"; dir="$4"; shift 4
+n=$#
+for setting do set -- "$@" -c "$setting"; done
+shift "$n"
+"$pg" -D "$data" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 "$@" &
+server=$!
+cat >/dev/null
+kill -QUIT "$server" 2>/dev/null
+wait "$server"
+rm -rf "$dir"
+"#;
+
+/// The server's programs: the newest installed `/usr/lib/postgresql/<version>/bin`.
+pub fn bin_dir() -> Result<PathBuf> {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .context("PostgreSQL is not installed (/usr/lib/postgresql; `make test` installs it)")?
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin)| bin.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin).context("no PostgreSQL server in /usr/lib/postgresql")
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// `program`, run as the `postgres` user when `as_postgres` (the server refuses root).
+fn user_command(as_postgres: bool, program: &Path) -> Command {
+    if as_postgres {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command
+    } else {
+        Command::new(program)
+    }
+}
