@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
 
-use crate::{Env, read_jsonl, thread_id_of, wait_until};
+use crate::{Env, thread_id_of, wait_until};
 
 fn trials() -> usize {
     std::env::var("UNCAGED_CRASH_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(3)
@@ -41,16 +41,22 @@ impl Delays {
     }
 }
 
-struct Rig {
-    env: Env,
-    hash: String,
-    agent: String,
+/// A home (or database) with `solve-issue` and a command agent that logs every call.
+pub struct Rig {
+    pub env: Env,
+    pub hash: String,
+    /// `command:…/agent.sh`.
+    pub agent: String,
     delays: Delays,
 }
 
 impl Rig {
     fn new() -> Result<Self> {
-        let env = Env::new()?;
+        Rig::with(Env::new()?)
+    }
+
+    /// A rig in `env`.
+    pub fn with(env: Env) -> Result<Self> {
         let hash = env.add_solve_issue()?;
         let log = env.dir.path().join("agent.log");
         // Each call logs its start and its answer with the thread and step, in milliseconds.
@@ -61,7 +67,7 @@ impl Rig {
 input=$(cat)
 n=$(printf '%s' "$input" | grep -o '"role":"[a-z]*","content"' | wc -l)
 echo "start $1 $n $(date +%s%3N)" >> {log}
-sleep 0.03
+sleep ${{UNCAGED_TEST_AGENT_SLEEP:-0.03}}
 case "$input" in
   *'"role":{{"name":"planner"'*) answer='{{"steps": ["do it"]}}' ;;
   *'"role":{{"name":"developer"'*) answer="{{\"summary\": \"attempt $n\"}}" ;;
@@ -77,8 +83,13 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
         Ok(Rig { env, hash, agent, delays: Delays::new() })
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    /// The binary with `args`, in this rig's home and store, quiet.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"));
+        match &self.env.store {
+            Some(url) => command.env("UNCAGED_WORKFLOW_STORE", url),
+            None => command.env_remove("UNCAGED_WORKFLOW_STORE"),
+        };
         command
             .args(args)
             .env("UNCAGED_WORKFLOW_HOME", self.env.home())
@@ -116,12 +127,17 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
         }
     }
 
-    fn threads(&self) -> Result<Vec<Value>> {
+    pub fn threads(&self) -> Result<Vec<Value>> {
         Ok(self.env.json(&["threads"])?.as_array().context("threads")?.clone())
     }
 
     /// Waits for every worker to finish, then resumes each thread that has not ended.
     fn settle(&self) -> Result<()> {
+        if self.env.store.is_some() {
+            // On a database store, threads whose worker was killed stay queued until a
+            // worker takes them over: start one.
+            self.command(&["worker", "--exit-when-idle"]).spawn()?;
+        }
         wait_until("no thread runs", || {
             Ok(self.threads()?.iter().all(|t| t["status"] != "running"))
         })?;
@@ -137,8 +153,9 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
 
     /// The steps every thread must end with (role and meta of each).
     fn steps(&self, thread: &str) -> Result<Vec<Value>> {
-        let path = self.env.home().join(format!("logs/{}/{thread}.data.jsonl", self.hash));
-        Ok(read_jsonl(&path)?
+        Ok(self
+            .env
+            .thread_lines(&self.hash, thread)?
             .into_iter()
             .filter(|l| l.get("role").is_some())
             .map(|l| serde_json::json!([l["role"], l["meta"]]))
@@ -147,7 +164,7 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
 
     /// Checks every thread against `reference`; returns (lost or duplicated steps, agent calls
     /// made again after their answer was journaled).
-    fn check(&self, reference: &[Value]) -> Result<(usize, usize)> {
+    pub fn check(&self, reference: &[Value]) -> Result<(usize, usize)> {
         let mut wrong_steps = 0;
         for thread in self.threads()? {
             let id = thread["threadId"].as_str().unwrap();
@@ -171,8 +188,9 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
         }
         let mut repeated = 0;
         for ((thread, step), times) in &starts {
-            let calls = self.env.home().join(format!("logs/{}/{thread}.calls.jsonl", self.hash));
-            let journaled = read_jsonl(&calls)
+            let journaled = self
+                .env
+                .calls(&self.hash, thread)
                 .unwrap_or_default()
                 .into_iter()
                 .find(|c| c["kind"] == "agent" && c["step"].as_u64() == Some(*step));
@@ -183,13 +201,13 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
         Ok((wrong_steps, repeated))
     }
 
-    fn reference(&self) -> Result<Vec<Value>> {
+    pub fn reference(&self) -> Result<Vec<Value>> {
         let out = self.env.ok(&["run", "solve-issue", "-p", "c", "--agent", &self.agent])?;
         self.steps(&thread_id_of(&out)?)
     }
 }
 
-fn report(what: &str, trials: usize, (wrong, repeated): (usize, usize)) {
+pub fn report(what: &str, trials: usize, (wrong, repeated): (usize, usize)) {
     eprintln!(
         "crash trials: {what} x{trials}: lost or duplicated steps {wrong}, agent calls repeated {repeated}"
     );

@@ -19,6 +19,7 @@ mod registry;
 mod run;
 mod sandbox;
 mod schedule;
+mod shared_store;
 mod web;
 
 #[path = "../support/postgres.rs"]

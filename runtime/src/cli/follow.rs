@@ -15,8 +15,9 @@ use crate::agents::AgentFlags;
 use crate::agents::binding::{parse_agent_spec, parse_role_binding};
 use crate::error::{Error, Result, exit};
 use crate::ids::{BundleHash, ThreadId};
+use crate::run::control;
 use crate::run::handover::{self, Accepted};
-use crate::run::ipc::{self, ClientMessage, Reply, Request};
+use crate::run::ipc::Reply;
 use crate::store::Storage;
 use crate::store::records::End;
 use crate::terminal;
@@ -197,10 +198,8 @@ pub async fn hand_over(
     flags: &AgentFlags,
     how: Follow,
 ) -> Result<i32> {
-    let home = store.home();
     let (mut connection, accepted) =
         handover::hand_over(store, hash, id, flags, !how.detach).await?;
-    let lost = |e: std::io::Error| handover::lost(hash, e);
     let Accepted { pid, cache_hit, steps } = accepted;
     if how.detach {
         outln!("{id}")?;
@@ -209,24 +208,26 @@ pub async fn hand_over(
     if how.json {
         outln!("{}", json!({"thread": id.to_string(), "pid": pid, "resumedAfter": steps}))?;
     } else {
-        let cache = if cache_hit { "precompiled" } else { "compiled now" };
         let resumed =
             if steps > 0 { format!(", continuing after step {steps}") } else { String::new() };
-        outln!("thread {id}: bundle {hash} in worker {pid} ({cache}{resumed})")?;
+        match pid {
+            Some(pid) => {
+                let cache = if cache_hit { "precompiled" } else { "compiled now" };
+                outln!("thread {id}: bundle {hash} in worker {pid} ({cache}{resumed})")?;
+            }
+            None => outln!("thread {id}: bundle {hash} queued for a worker{resumed}")?,
+        }
     }
     let mut progress = Progress::new(how);
     let mut stdin: Option<Lines<BufReader<Stdin>>> = None;
     let code = loop {
         let reply = tokio::select! {
-            reply = connection.receive::<Reply>() => reply.map_err(lost)?,
+            reply = connection.receive(hash) => reply?,
             _ = tokio::signal::ctrl_c() => {
                 progress.finish();
                 // Interrupting the command must not lose the thread: it pauses after the step
                 // in progress and can be resumed.
-                if let Ok(Some(mut control)) = ipc::connect(home, hash).await {
-                    let _ = control.send(&Request::Pause { thread: id.to_string() }).await;
-                    let _ = control.receive::<Reply>().await;
-                }
+                let _ = control::pause(store, id).await;
                 eprintln!("uncaged-workflow: interrupted; thread {id} pauses after its current step (`uncaged-workflow resume {id}` continues it)");
                 return Ok(130);
             }
@@ -280,7 +281,7 @@ pub async fn hand_over(
                         stdin.get_or_insert_with(|| BufReader::new(tokio::io::stdin()).lines());
                     read_answer(lines).await
                 };
-                connection.send(&ClientMessage::Answer { text: answer }).await.map_err(lost)?;
+                connection.answer(hash, answer).await?;
                 progress.restart();
             }
             Some(Reply::Waiting { role }) => {

@@ -5,8 +5,10 @@ use clap::Parser;
 use super::GlobalOptions;
 use super::output::{age, print_json, print_table};
 use crate::run::control;
+use crate::terminal;
 
-/// List the threads running in live worker processes, and those waiting for a human answer.
+/// List the threads running in live worker processes, and those waiting for a human answer
+/// (on a database store: in every worker on every machine, and those queued for one).
 #[derive(Debug, Parser)]
 pub struct PsCommand {
     /// Print as JSON
@@ -23,21 +25,37 @@ impl PsCommand {
         } else if all.is_empty() {
             outln!("no running threads")?;
         } else {
+            // Threads of a shared store run on many machines: say which.
+            let hosts = all.iter().any(|t| t.host.is_some());
             let rows: Vec<Vec<String>> = all
                 .iter()
                 .map(|t| {
-                    vec![
+                    let mut row = vec![
                         t.thread_id.clone(),
-                        t.name.clone(),
+                        terminal::line(&t.name).into_owned(),
                         t.state.clone(),
-                        t.role.clone().unwrap_or_else(|| "-".into()),
+                        t.role
+                            .as_deref()
+                            .map_or_else(|| "-".into(), |r| terminal::line(r).into_owned()),
                         t.steps.to_string(),
                         age(t.since),
                         t.pid.map_or_else(|| "-".into(), |p| p.to_string()),
-                    ]
+                    ];
+                    if hosts {
+                        row.push(
+                            t.host
+                                .as_deref()
+                                .map_or_else(|| "-".into(), |h| terminal::line(h).into_owned()),
+                        );
+                    }
+                    row
                 })
                 .collect();
-            print_table(&["THREAD", "WORKFLOW", "STATE", "ROLE", "STEPS", "AGE", "PID"], &rows)?;
+            let mut header = vec!["THREAD", "WORKFLOW", "STATE", "ROLE", "STEPS", "AGE", "PID"];
+            if hosts {
+                header.push("HOST");
+            }
+            print_table(&header, &rows)?;
         }
         Ok(0)
     }

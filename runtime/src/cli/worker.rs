@@ -1,24 +1,58 @@
-//! `worker <HASH>` (internal): the process `run` starts to host a bundle's threads.
+//! `worker [HASH]`: on a database store, the process each machine runs to take threads of any
+//! bundle from the queue; with a bundle hash (internal), the process `run` starts to host that
+//! bundle's threads on this machine.
 
 use clap::Parser;
 
 use super::GlobalOptions;
 use crate::ids::BundleHash;
+use crate::run::pool::{self, PoolOptions};
 
-/// Serve a bundle's threads until the last one ends (started by `run`; not for direct use).
+const AFTER_HELP: &str = "\
+On a database store (--store postgres://… or UNCAGED_WORKFLOW_STORE), run one worker per
+machine, or several: each claims runnable threads of any workflow, up to --max-threads at
+once, renewing a lease on each; a worker that dies loses its leases, and the others take its
+threads over where they stopped. SIGTERM or Ctrl-C pauses its threads after their current
+step (another worker, or `resume`, continues them) and exits. Secrets for agents come from
+the worker's own environment.
+
+Examples:
+  UNCAGED_WORKFLOW_STORE=postgres://flows@db/flows uncaged-workflow worker
+  uncaged-workflow worker --store postgres://flows@db/flows --max-threads 200";
+
+/// Run threads from a database store's queue (or, with HASH, serve one bundle's threads on
+/// this machine: started by `run`, not for direct use)
 ///
-/// Once its socket is bound the worker prints `ready <pid>` on stdout, the one line it ever
-/// writes there: the process that started it waits for that line instead of polling.
+/// Once it is up the worker prints `ready <pid>` on stdout, the one line it ever writes
+/// there: the process that started it waits for that line instead of polling.
 #[derive(Debug, Parser)]
+#[command(after_help = AFTER_HELP)]
 pub struct WorkerCommand {
-    /// The bundle
-    pub hash: String,
+    /// The bundle (a home-directory store's per-bundle worker)
+    pub hash: Option<String>,
+    /// Most threads this worker runs at once [default: limits.max-threads]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_threads: Option<u32>,
+    /// Exit after a few seconds with nothing to run (how `run` starts one when no worker is
+    /// alive)
+    #[arg(long)]
+    pub exit_when_idle: bool,
 }
 
 impl WorkerCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let hash: BundleHash = self.hash.parse()?;
-        crate::run::worker::serve(global.store()?, hash).await?;
+        let store = global.store()?;
+        if let Some(hash) = self.hash {
+            let hash: BundleHash = hash.parse()?;
+            crate::run::worker::serve(store, hash).await?;
+            return Ok(0);
+        }
+        let limits = crate::limits::Limits::resolve(&store.config()?.limits, &Default::default())?;
+        let options = PoolOptions {
+            max_threads: self.max_threads.map_or(limits.max_threads, |n| n as usize),
+            exit_when_idle: self.exit_when_idle.then_some(crate::run::queued::ON_DEMAND_IDLE),
+        };
+        pool::serve(store, options).await?;
         Ok(0)
     }
 }

@@ -1,21 +1,87 @@
-//! Reaching threads that run elsewhere: kill or pause one through its worker, list what the
-//! live workers run, record a person's answer for a waiting thread, check that a thread can
-//! be resumed. The CLI and the web view both call these.
+//! Reaching threads that run elsewhere: kill or pause one through its worker (over its socket,
+//! or through the database of a shared store), list what the live workers run, record a
+//! person's answer for a waiting thread, check that a thread can be resumed. The CLI and the
+//! web view both call these.
 
+use std::time::{Duration, Instant};
+
+use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::ipc::{self, PsEntry, Reply, Request};
+use crate::run::worker::KILLED_RETURN_CODE;
 use crate::store::Storage;
-use crate::store::records::{ThreadRecord, ThreadStatus};
+use crate::store::postgres::queue::{ControlRequest, Queue};
+use crate::store::records::{
+    End, EndRecord, EndStatus, PauseReason, Paused, ThreadRecord, ThreadStatus, ThreadSummary,
+};
 
-/// Stops running thread `id` now.
+/// How long `kill` waits for a shared store's worker to stop a thread.
+const CONTROL_WAIT: Duration = Duration::from_secs(30);
+
+/// Stops running thread `id` now. Returns once it is recorded killed.
 pub async fn kill(store: &Storage, id: ThreadId) -> Result<()> {
+    if store.postgres().is_some() {
+        return ask_queued(store, id, ControlRequest::Kill).await;
+    }
     send(store, id, Request::Kill { thread: id.to_string() }).await
 }
 
 /// Stops running thread `id` after its current step.
 pub async fn pause(store: &Storage, id: ThreadId) -> Result<()> {
+    if store.postgres().is_some() {
+        return ask_queued(store, id, ControlRequest::Pause).await;
+    }
     send(store, id, Request::Pause { thread: id.to_string() }).await
+}
+
+/// Kills or pauses a thread of a shared store: through the worker that holds it, or, while
+/// it still waits in the queue, by taking it out of the queue here.
+async fn ask_queued(store: &Storage, id: ThreadId, request: ControlRequest) -> Result<()> {
+    let pg = store.postgres().expect("a database store");
+    let queue = Queue::new(pg);
+    let deadline = Instant::now() + CONTROL_WAIT;
+    loop {
+        let record = store.threads().read(id)?;
+        let status = record.status();
+        if status != ThreadStatus::Running {
+            return Err(Error::ThreadState {
+                id: id.to_string(),
+                status: status.as_str(),
+                reason: "it is not running".into(),
+            });
+        }
+        if queue.request(id, request)? {
+            break;
+        }
+        // Not held by a worker: still queued. Taking its lease takes it out of the queue.
+        if let Ok((mut writer, _)) = store.threads().open(id) {
+            return match request {
+                ControlRequest::Kill => writer.append_end(&EndRecord {
+                    end: End::by_host(KILLED_RETURN_CODE, "killed".into(), EndStatus::Killed),
+                    timestamp: now_ms(),
+                }),
+                ControlRequest::Pause => writer.append_pause(Paused::by(PauseReason::Pause)),
+            };
+        }
+        if Instant::now() > deadline {
+            return Err(Error::ThreadBusy(id.to_string()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if request == ControlRequest::Kill {
+        // `kill` returning means killed: wait for the worker to record it.
+        while store.threads().read(id)?.status() == ThreadStatus::Running {
+            if Instant::now() > deadline {
+                return Err(Error::Host(format!(
+                    "thread {id}: its worker did not stop it within {}s",
+                    CONTROL_WAIT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
 }
 
 async fn send(store: &Storage, id: ThreadId, request: Request) -> Result<()> {
@@ -48,7 +114,10 @@ async fn send(store: &Storage, id: ThreadId, request: Request) -> Result<()> {
 /// process, but they are live work), by thread id.
 pub async fn ps(store: &Storage) -> Result<Vec<PsEntry>> {
     let home = store.home();
-    let mut all = Vec::new();
+    let mut all = match store.postgres() {
+        Some(pg) => queued_ps(pg)?,
+        None => Vec::new(),
+    };
     for hash in ipc::live_workers(home)? {
         // A worker that exits between listing and asking simply has no threads.
         let Some(mut connection) = ipc::connect(home, hash).await? else { continue };
@@ -71,12 +140,36 @@ pub async fn ps(store: &Storage) -> Result<Vec<PsEntry>> {
                 steps: thread.steps,
                 since: thread.paused_at.unwrap_or(thread.timestamp),
                 pid: None,
+                host: None,
                 state: "waiting".into(),
             });
         }
     }
     all.sort_by(|a, b| a.thread_id.cmp(&b.thread_id));
     Ok(all)
+}
+
+/// The threads of a shared store that workers hold or that wait in its queue.
+fn queued_ps(pg: &crate::store::postgres::Postgres) -> Result<Vec<PsEntry>> {
+    let mut entries = Vec::new();
+    for live in Queue::new(pg).live_threads()? {
+        let Ok(summary) = serde_json::from_value::<ThreadSummary>(live.summary) else { continue };
+        let activity = live.activity;
+        entries.push(PsEntry {
+            thread_id: live.id,
+            name: summary.name,
+            hash: summary.hash.to_string(),
+            role: activity.as_ref().and_then(|a| a.role.clone()),
+            agent: activity.as_ref().and_then(|a| a.agent.clone()),
+            working_since: activity.as_ref().and_then(|a| a.working_since),
+            steps: summary.steps,
+            since: activity.as_ref().map_or(summary.timestamp, |a| a.since),
+            pid: live.worker.as_ref().map(|(_, pid)| *pid),
+            host: live.worker.as_ref().map(|(host, _)| host.clone()),
+            state: if live.worker.is_some() { "running" } else { "queued" }.into(),
+        });
+    }
+    Ok(entries)
 }
 
 /// Records `text` as the answer waiting thread `id` asked a person for; the thread's bundle

@@ -1,21 +1,54 @@
-//! Handing a thread to its bundle's worker process (started if none is live): what `run`,
-//! `resume`, a schedule firing and the web view's actions all do to set a thread going.
+//! Handing a thread to its bundle's worker process (started if none is live), or to the queue
+//! of a shared store: what `run`, `resume`, a schedule firing and the web view's actions all
+//! do to set a thread going.
 
 use crate::agents::{AgentFlags, Secrets};
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::ipc::{self, Connection, Reply, Request};
+use crate::run::queued::{self, QueuedThread};
 use crate::store::Storage;
 
 /// What the worker said when it took a thread.
 #[derive(Debug, Clone, Copy)]
 pub struct Accepted {
-    /// The worker's process id.
-    pub pid: u32,
+    /// The worker's process id; none when the thread was queued for any worker.
+    pub pid: Option<u32>,
     /// Whether the bundle came precompiled from the AOT cache.
     pub cache_hit: bool,
     /// How many steps the thread had (it continues after them).
     pub steps: usize,
+}
+
+/// A thread handed over, to follow.
+pub enum Followed {
+    /// Streamed by the local worker that runs it.
+    Worker(Connection),
+    /// Read from the shared store, whichever worker runs it.
+    Queued(Box<QueuedThread>),
+}
+
+impl Followed {
+    /// The next event; `None` when there are no more.
+    pub async fn receive(&mut self, hash: BundleHash) -> Result<Option<Reply>> {
+        match self {
+            Followed::Worker(connection) => {
+                connection.receive::<Reply>().await.map_err(|e| lost(hash, e))
+            }
+            Followed::Queued(thread) => thread.receive().await,
+        }
+    }
+
+    /// Answers a [`Reply::Question`] (only a local worker asks).
+    pub async fn answer(&mut self, hash: BundleHash, text: Option<String>) -> Result<()> {
+        match self {
+            Followed::Worker(connection) => connection
+                .send(&ipc::ClientMessage::Answer { text })
+                .await
+                .map_err(|e| lost(hash, e)),
+            Followed::Queued(_) => Ok(()),
+        }
+    }
 }
 
 /// Hands thread `id` of bundle `hash` to its worker, with `flags` overriding the thread's
@@ -27,7 +60,13 @@ pub async fn hand_over(
     id: ThreadId,
     flags: &AgentFlags,
     follow: bool,
-) -> Result<(Connection, Accepted)> {
+) -> Result<(Followed, Accepted)> {
+    if let Some(pg) = store.postgres() {
+        let record = store.threads().read(id)?;
+        queued::enqueue(store, pg, id, flags)?;
+        let accepted = Accepted { pid: None, cache_hit: false, steps: record.steps.len() };
+        return Ok((Followed::Queued(Box::new(QueuedThread::new(store, pg, &record))), accepted));
+    }
     let mut connection = ipc::connect_or_spawn(store, hash).await?;
     // The thread's agents use this process's secrets, not the worker's environment: the
     // worker may have been started by another shell, before a key was exported or changed.
@@ -44,7 +83,7 @@ pub async fn hand_over(
     connection.send(&request).await.map_err(|e| lost(hash, e))?;
     match connection.receive::<Reply>().await.map_err(|e| lost(hash, e))? {
         Some(Reply::Accepted { pid, cache_hit, steps, .. }) => {
-            Ok((connection, Accepted { pid, cache_hit, steps }))
+            Ok((Followed::Worker(connection), Accepted { pid: Some(pid), cache_hit, steps }))
         }
         Some(Reply::Error { message, code }) => Err(Error::Remote { message, code }),
         other => {

@@ -105,6 +105,9 @@ pub struct PsEntry {
     pub since: u64,
     /// The worker running it; none for a thread waiting for a human answer.
     pub pid: Option<u32>,
+    /// The machine of that worker, on a shared store (a local worker's is this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// `running`, or `waiting` for a human answer.
     pub state: String,
 }

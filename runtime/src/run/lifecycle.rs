@@ -143,11 +143,20 @@ pub fn check_start(store: &Storage, request: &StartRequest) -> Result<(BundleHas
 /// recorded steps could not be handed back to its bundle (a step over the `string` limit).
 pub fn open(store: &Storage, id: ThreadId) -> Result<OpenThread> {
     let (writer, record) = store.threads().open(id)?;
+    check_continuable(store, &record)?;
+    Ok((writer, record))
+}
+
+/// Checks that a thread just taken can go on: stops what agents its last process left on
+/// this machine, refuses an ended thread, and one whose recorded steps could not be handed
+/// back to its bundle (a step over the `string` limit).
+pub fn check_continuable(store: &Storage, record: &ThreadRecord) -> Result<()> {
+    let id = record.id();
     stop_leftover_agents(store, id)?;
     if let Some(end) = &record.end {
         return Err(Error::ended(id, end.end.status.as_str()));
     }
-    let max = limits_for(store, &record)?.string_bytes;
+    let max = limits_for(store, record)?.string_bytes;
     for (index, step) in record.steps.iter().enumerate() {
         let size = step.content.len().max(step.meta.to_string().len());
         if size > max {
@@ -160,7 +169,7 @@ pub fn open(store: &Storage, id: ThreadId) -> Result<OpenThread> {
             });
         }
     }
-    Ok((writer, record))
+    Ok(())
 }
 
 /// Where a fork starts.

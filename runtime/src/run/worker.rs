@@ -219,6 +219,7 @@ impl Worker {
                     steps: running.control.steps(),
                     since: running.since,
                     pid: Some(std::process::id()),
+                    host: None,
                     state: "running".into(),
                 }
             })

@@ -1,0 +1,316 @@
+//! The worker of a shared (PostgreSQL) store: one process per machine, or several, each
+//! claiming runnable threads of any bundle from the database, running up to its limit at once
+//! under leases it keeps renewing, and taking over the threads of workers that died.
+//!
+//! It wakes on `LISTEN` (a thread queued, a kill or pause asked) and polls as well, so a lost
+//! notification connection slows it down but never stops it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::{Notify, oneshot};
+
+use crate::agents::{AgentFlags, Secrets};
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::ids::{BundleHash, ThreadId};
+use crate::limits::Limits;
+use crate::run::catalog::Catalog;
+use crate::run::lifecycle;
+use crate::run::runner::{RunContext, RunOutcome, Until, run_thread};
+use crate::run::worker::{KILLED_RETURN_CODE, raise_open_files_limit};
+use crate::sandbox::control::ThreadControl;
+use crate::sandbox::engine::{LoadedBundle, Runtime};
+use crate::store::Storage;
+use crate::store::ThreadWriter;
+use crate::store::postgres::Postgres;
+use crate::store::postgres::queue::{
+    Activity, CONTROL_CHANNEL, Claimed, ControlRequest, QUEUE_CHANNEL, Queue,
+};
+use crate::store::postgres::threads::{PgThreads, PgWriter};
+use crate::store::records::{End, EndRecord, EndStatus, ThreadRecord};
+
+/// How often the worker looks at the queue and its requests when nothing woke it.
+const POLL: Duration = Duration::from_millis(500);
+
+/// How often it says it is alive (and what its threads do).
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// How a pool worker runs.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    /// Most threads run at once.
+    pub max_threads: usize,
+    /// Exit after this long with nothing to run (a worker `run` started on demand); `None`
+    /// runs until SIGTERM or Ctrl-C.
+    pub exit_when_idle: Option<Duration>,
+}
+
+/// A thread this worker runs.
+struct Running {
+    control: Arc<ThreadControl>,
+    since: u64,
+    kill: Option<oneshot::Sender<()>>,
+}
+
+struct Pool {
+    store: Storage,
+    pg: Postgres,
+    queue: Queue,
+    threads: PgThreads,
+    runtime: Runtime,
+    bundles: Mutex<HashMap<BundleHash, Arc<LoadedBundle>>>,
+    running: Mutex<HashMap<ThreadId, Running>>,
+    /// Woken when a thread ends, so its slot is filled at once.
+    changed: Notify,
+}
+
+/// Runs the pool worker until it is stopped (or idle long enough, with `exit_when_idle`).
+pub async fn serve(store: Storage, options: PoolOptions) -> Result<()> {
+    let pg = store.postgres().cloned().ok_or_else(|| {
+        Error::Usage(
+            "`worker` without a bundle needs a database store (--store postgres://…)".into(),
+        )
+    })?;
+    raise_open_files_limit();
+    std::thread::spawn(crate::schema::precompile_meta_schema);
+    let limits = Limits::resolve(&store.config()?.limits, &Default::default())?;
+    let pool = Arc::new(Pool {
+        runtime: Runtime::for_worker(store.home(), &limits)?,
+        queue: crate::store::postgres::queue::Queue::new(&pg),
+        threads: PgThreads::new(&pg),
+        pg,
+        store,
+        bundles: Mutex::new(HashMap::new()),
+        running: Mutex::new(HashMap::new()),
+        changed: Notify::new(),
+    });
+    pool.queue.register(options.max_threads)?;
+    let mut wake = match pool.queue.listen(&[QUEUE_CHANNEL, CONTROL_CHANNEL]) {
+        Ok(wake) => Some(wake),
+        Err(e) => {
+            tracing::warn!("no LISTEN wake-ups (polling every {POLL:?}): {e}");
+            None
+        }
+    };
+    tracing::info!(
+        "worker {} on {} ({} threads at most, leases of {:?})",
+        pool.pg.owner(),
+        pool.pg.target(),
+        options.max_threads,
+        pool.pg.lease()
+    );
+    announce_ready();
+    let mut idle_since = Instant::now();
+    let mut last_heartbeat = Instant::now();
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    loop {
+        for (id, request) in pool.queue.take_requests()? {
+            pool.apply(id, request);
+        }
+        let free = options.max_threads.saturating_sub(pool.running.lock().len());
+        if free > 0 {
+            for claimed in pool.queue.claim(free)? {
+                pool.start(claimed);
+            }
+        }
+        if last_heartbeat.elapsed() >= HEARTBEAT {
+            pool.queue.heartbeat(&pool.activities())?;
+            last_heartbeat = Instant::now();
+        }
+        if !pool.running.lock().is_empty() {
+            idle_since = Instant::now();
+        } else if options.exit_when_idle.is_some_and(|idle| idle_since.elapsed() >= idle) {
+            tracing::info!("worker {} exiting: nothing to run", std::process::id());
+            break;
+        }
+        let woken = async {
+            match &mut wake {
+                Some(receiver) => receiver.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            note = woken => if note.is_none() {
+                tracing::warn!("lost the LISTEN connection; polling every {POLL:?}");
+                wake = None;
+            },
+            _ = pool.changed.notified() => {}
+            _ = tokio::time::sleep(POLL) => {}
+            _ = &mut stop => {
+                tracing::info!("worker {} stopping: pausing its threads", std::process::id());
+                pool.stop_all().await;
+                break;
+            }
+        }
+    }
+    pool.queue.unregister()?;
+    Ok(())
+}
+
+/// Tells the process that started this worker that it is up (one line on stdout).
+fn announce_ready() {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "ready {}", std::process::id()).and_then(|()| out.flush());
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+impl Pool {
+    /// A bundle compiled (or loaded from this machine's AOT cache) once per worker.
+    fn loaded(&self, name: &str, hash: BundleHash) -> Result<Arc<LoadedBundle>> {
+        if let Some(bundle) = self.bundles.lock().get(&hash) {
+            return Ok(bundle.clone());
+        }
+        let bundle = Arc::new(Catalog::new(&self.store).load(&self.runtime, name, hash)?);
+        self.bundles.lock().insert(hash, bundle.clone());
+        Ok(bundle)
+    }
+
+    fn activities(&self) -> Vec<(ThreadId, Activity)> {
+        self.running
+            .lock()
+            .iter()
+            .map(|(id, running)| {
+                let now = running.control.current_activity();
+                let activity = Activity {
+                    since: running.since,
+                    role: now.as_ref().map(|(a, _)| a.role.clone()),
+                    agent: now.as_ref().map(|(a, _)| a.agent.clone()),
+                    working_since: now.as_ref().map(|(_, since)| *since),
+                };
+                (*id, activity)
+            })
+            .collect()
+    }
+
+    fn apply(&self, id: ThreadId, request: ControlRequest) {
+        let mut running = self.running.lock();
+        let Some(thread) = running.get_mut(&id) else { return };
+        match request {
+            ControlRequest::Pause => thread.control.request_pause(),
+            ControlRequest::Kill => {
+                if let Some(kill) = thread.kill.take() {
+                    let _ = kill.send(());
+                }
+            }
+        }
+    }
+
+    /// SIGTERM: every thread pauses after its current step, and is settled paused.
+    async fn stop_all(&self) {
+        for running in self.running.lock().values() {
+            running.control.request_pause();
+        }
+        while !self.running.lock().is_empty() {
+            self.changed.notified().await;
+        }
+    }
+
+    /// Runs a claimed thread in a task of its own.
+    fn start(self: &Arc<Self>, claimed: Claimed) {
+        let Claimed { id, token, request, taken_from } = claimed;
+        if let Some(previous) = &taken_from {
+            tracing::info!("thread {id}: taken over from {previous} (its lease ran out)");
+        }
+        let control = Arc::new(ThreadControl::default());
+        let (kill, killed) = oneshot::channel();
+        self.running
+            .lock()
+            .insert(id, Running { control: control.clone(), since: now_ms(), kill: Some(kill) });
+        let pool = self.clone();
+        tokio::spawn(async move {
+            let flags = AgentFlags {
+                default: request.agent,
+                for_roles: request.agent_for,
+                cwd: request.cwd,
+                secrets: pool.store.config().map(|c| Secrets::from_env(&c)).unwrap_or_default(),
+            };
+            if let Err(e) = pool.run(id, token, flags, control, killed).await {
+                tracing::error!("thread {id}: {e}");
+            }
+            pool.running.lock().remove(&id);
+            pool.changed.notify_one();
+        });
+    }
+
+    async fn run(
+        &self,
+        id: ThreadId,
+        token: i64,
+        flags: AgentFlags,
+        control: Arc<ThreadControl>,
+        killed: oneshot::Receiver<()>,
+    ) -> Result<()> {
+        let record = match self.threads.read_lines(id) {
+            Ok(Some(record)) => record,
+            Ok(None) => return Err(Error::UnknownThread(id.to_string())),
+            Err(e) => return self.settle(id, token, Err(e)),
+        };
+        let mut writer = self.threads.writer(id, token, record.clone());
+        let outcome = self.run_held(&mut writer, &record, flags, control, killed).await;
+        // Settled while the lease is still held: once let go, the thread must not look
+        // runnable to another worker for an instant.
+        let outcome = self.settle(id, token, outcome);
+        drop(writer);
+        outcome
+    }
+
+    /// Takes thread `id` out of the queue, unless the run lost its lease (another worker
+    /// has it now: nothing more is written from here). A thread that cannot run here (its
+    /// bundle fails to load, its records do not fit) leaves the queue too rather than fail
+    /// on every worker in turn; it reads `interrupted`, and `resume` tries again.
+    fn settle(&self, id: ThreadId, token: i64, outcome: Result<()>) -> Result<()> {
+        if let Err(Error::LeaseLost(_)) = outcome {
+            return outcome;
+        }
+        if let Err(e) = self.queue.settle(id, token) {
+            tracing::warn!("thread {id}: {e}");
+        }
+        outcome
+    }
+
+    async fn run_held(
+        &self,
+        writer: &mut PgWriter,
+        record: &ThreadRecord,
+        flags: AgentFlags,
+        control: Arc<ThreadControl>,
+        killed: oneshot::Receiver<()>,
+    ) -> Result<()> {
+        lifecycle::check_continuable(&self.store, record)?;
+        let bundle = self.loaded(&record.start.name, record.start.hash)?;
+        let agents = lifecycle::agents_for(&self.store, record, &bundle, &flags)?;
+        let limits = lifecycle::limits_for(&self.store, record)?;
+        let ctx =
+            RunContext { runtime: &self.runtime, store: &self.store, agents, limits, control };
+        let finished = {
+            let run = run_thread(&ctx, &bundle, writer, record, Until::End, |_| {});
+            tokio::select! {
+                outcome = run => Some(outcome),
+                Ok(()) = killed => None,
+            }
+        };
+        match finished {
+            Some(outcome) => outcome.map(|_: RunOutcome| ()),
+            // The run future was dropped: the guest stopped wherever it was, and an agent
+            // process it waited on was killed with it.
+            None => writer.append_end(&EndRecord {
+                end: End::by_host(KILLED_RETURN_CODE, "killed".into(), EndStatus::Killed),
+                timestamp: now_ms(),
+            }),
+        }
+    }
+}

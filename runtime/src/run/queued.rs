@@ -1,0 +1,204 @@
+//! Threads on a shared (PostgreSQL) store: queued for whichever worker claims them, with a
+//! worker started on this machine when none is alive anywhere (no daemon to set up for one
+//! machine), and followed from any machine by reading what the worker writes — the same
+//! events a local worker streams over its socket.
+
+use std::collections::VecDeque;
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::agents::AgentFlags;
+use crate::error::{Error, Result};
+use crate::ids::ThreadId;
+use crate::run::ipc::Reply;
+use crate::store::Storage;
+use crate::store::ThreadStore;
+use crate::store::postgres::Postgres;
+use crate::store::postgres::queue::{Queue, RunRequest};
+use crate::store::postgres::threads::PgThreads;
+use crate::store::records::{ThreadRecord, ThreadStatus};
+
+/// How often a follower reads the thread.
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+
+/// How often a follower checks that a worker is alive to run its thread.
+const WORKER_CHECK: Duration = Duration::from_secs(2);
+
+/// How long a worker started on demand waits for work before it exits.
+pub const ON_DEMAND_IDLE: Duration = Duration::from_secs(5);
+
+/// Queues thread `id` (its agents overridden by `flags`) and makes sure a worker is alive to
+/// take it.
+pub fn enqueue(store: &Storage, pg: &Postgres, id: ThreadId, flags: &AgentFlags) -> Result<()> {
+    let request = RunRequest {
+        agent: flags.default.clone(),
+        agent_for: flags.for_roles.clone(),
+        cwd: flags.cwd.clone(),
+    };
+    let queue = Queue::new(pg);
+    queue.enqueue(id, &request)?;
+    ensure_worker(store, &queue)
+}
+
+/// Starts a worker on this machine if none is alive anywhere.
+fn ensure_worker(store: &Storage, queue: &Queue) -> Result<()> {
+    if queue.live_workers()? == 0 {
+        start_worker(store)?;
+    }
+    Ok(())
+}
+
+/// Starts `worker --exit-when-idle` on this machine, in its own process group, and waits for
+/// it to say it is up.
+fn start_worker(store: &Storage) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe()
+        .map_err(Error::io("locate the running executable", "uncaged-workflow"))?;
+    let home = store.home();
+    crate::durable::create_dir(&home.run_dir())?;
+    let log_file = home.run_dir().join("pool-worker.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_file)
+        .map_err(Error::io("open worker log", &log_file))?;
+    let mut command = std::process::Command::new(exe);
+    if let Some(url) = store.url() {
+        // In the environment, never on the command line: it may hold a password.
+        command.env(crate::store::postgres::STORE_ENV, url);
+    }
+    let mut child = command
+        .arg("--home")
+        .arg(home.root())
+        .args(["-v", "worker", "--exit-when-idle"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(Error::io("start a worker process, logging to", &log_file))?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+        .map_err(Error::io("wait for the worker logging to", &log_file))?;
+    if !line.starts_with("ready") {
+        return Err(Error::Host(format!(
+            "the worker started for the queue exited at once (see {})",
+            log_file.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Follows a queued thread: its steps as they are stored, the role at work, and how it comes
+/// to rest — as [`Reply`] events, like a local worker's.
+pub struct QueuedThread {
+    store: Storage,
+    /// When it was last checked that some worker is alive to run the thread.
+    checked_workers: std::time::Instant,
+    threads: PgThreads,
+    queue: Queue,
+    id: ThreadId,
+    /// Steps already reported.
+    seen: usize,
+    last_working: Option<(String, String)>,
+    last_timestamp: u64,
+    pending: VecDeque<Reply>,
+    done: bool,
+}
+
+impl QueuedThread {
+    /// Follows thread `id`, which had `steps` steps when it was queued.
+    pub fn new(store: &Storage, pg: &Postgres, record: &ThreadRecord) -> Self {
+        QueuedThread {
+            store: store.clone(),
+            checked_workers: std::time::Instant::now(),
+            threads: PgThreads::new(pg),
+            queue: Queue::new(pg),
+            id: record.id(),
+            seen: record.steps.len(),
+            last_working: None,
+            last_timestamp: record.steps.last().map_or(record.start.timestamp, |s| s.timestamp),
+            pending: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// The next event; `None` after the last.
+    pub async fn receive(&mut self) -> Result<Option<Reply>> {
+        loop {
+            if let Some(reply) = self.pending.pop_front() {
+                return Ok(Some(reply));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            self.read()?;
+            if self.pending.is_empty() {
+                tokio::time::sleep(FOLLOW_POLL).await;
+            }
+        }
+    }
+
+    fn read(&mut self) -> Result<()> {
+        let record = self.threads.read(self.id)?;
+        let working = self.working()?;
+        for (offset, step) in record.steps.iter().enumerate().skip(self.seen) {
+            let agent = match &self.last_working {
+                Some((role, agent)) if *role == step.role => agent.clone(),
+                _ => String::from("agent"),
+            };
+            let elapsed_ms = step.timestamp.saturating_sub(self.last_timestamp);
+            self.last_timestamp = self.last_timestamp.max(step.timestamp);
+            self.pending.push_back(Reply::Step {
+                index: offset + 1,
+                step: step.clone(),
+                agent,
+                elapsed_ms,
+            });
+        }
+        self.seen = self.seen.max(record.steps.len());
+        if let Some((role, agent)) = working
+            && self.last_working.as_ref() != Some(&(role.clone(), agent.clone()))
+        {
+            self.last_working = Some((role.clone(), agent.clone()));
+            self.pending.push_back(Reply::Working { role, agent });
+        }
+        let rest = match record.status() {
+            ThreadStatus::Running => {
+                // Its worker may have died, and with it the last worker alive: the thread
+                // would wait for one forever.
+                if self.checked_workers.elapsed() >= WORKER_CHECK {
+                    ensure_worker(&self.store, &self.queue)?;
+                    self.checked_workers = std::time::Instant::now();
+                }
+                None
+            }
+            _ if record.end.is_some() => {
+                Some(Reply::Ended { end: record.end.clone().expect("an ended thread") })
+            }
+            ThreadStatus::Waiting => Some(Reply::Waiting {
+                role: record.paused.as_ref().and_then(|p| p.role.clone()).unwrap_or_default(),
+            }),
+            ThreadStatus::Paused => Some(Reply::Paused { steps: record.steps.len() }),
+            _ => Some(Reply::Error {
+                message: format!(
+                    "thread {} stopped without ending (its worker failed; see the worker's log); \
+                     `uncaged-workflow resume {}` continues it",
+                    self.id, self.id
+                ),
+                code: crate::error::exit::SOFTWARE,
+            }),
+        };
+        if let Some(rest) = rest {
+            self.pending.push_back(rest);
+            self.done = true;
+        }
+        Ok(())
+    }
+
+    /// The role at work and its agent, as the worker last published it.
+    fn working(&self) -> Result<Option<(String, String)>> {
+        Ok(self.queue.activity(self.id)?.and_then(|a| Some((a.role?, a.agent?))))
+    }
+}

@@ -1,0 +1,376 @@
+//! The work queue of a PostgreSQL store: threads waiting for a worker, workers claiming them
+//! (`FOR UPDATE SKIP LOCKED`, so many workers never take the same one), requests to the
+//! worker that holds a thread (kill, pause), and the workers themselves with their heartbeats.
+//!
+//! A thread stays `runnable` while a worker runs it and stops being so only when it comes to
+//! rest (ends, pauses, waits for a person): a worker that dies leaves it runnable under a
+//! lease that runs out, and the next claim takes it over.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio_postgres::AsyncMessage;
+use tokio_postgres::types::Json;
+
+use crate::error::Result;
+use crate::ids::ThreadId;
+use crate::store::postgres::{Postgres, hostname};
+
+/// The channel a new runnable thread is announced on.
+pub const QUEUE_CHANNEL: &str = "uncaged_workflow_queue";
+
+/// The channel a kill or pause request is announced on.
+pub const CONTROL_CHANNEL: &str = "uncaged_workflow_control";
+
+/// How a queued thread is to run: the agent overrides of the command that queued it. Secrets
+/// are never queued: a worker uses its own environment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub agent_for: Vec<(String, String)>,
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+}
+
+/// A thread a worker claimed.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: ThreadId,
+    /// The lease token its writes are fenced with.
+    pub token: i64,
+    pub request: RunRequest,
+    /// The process whose lease ran out, when this is a takeover.
+    pub taken_from: Option<String>,
+}
+
+/// What a process asks of the worker running a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlRequest {
+    Kill,
+    Pause,
+}
+
+impl ControlRequest {
+    fn as_str(self) -> &'static str {
+        match self {
+            ControlRequest::Kill => "kill",
+            ControlRequest::Pause => "pause",
+        }
+    }
+}
+
+/// What a worker's thread is doing, published with its heartbeat for `ps`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Activity {
+    /// When the worker took the thread (ms since the epoch).
+    pub since: u64,
+    pub role: Option<String>,
+    pub agent: Option<String>,
+    pub working_since: Option<u64>,
+}
+
+/// A live thread as `ps` lists it.
+#[derive(Debug, Clone)]
+pub struct LiveThread {
+    pub id: String,
+    pub summary: serde_json::Value,
+    pub activity: Option<Activity>,
+    /// The worker's host and pid, when a worker holds it (else it is queued).
+    pub worker: Option<(String, u32)>,
+}
+
+/// The queue of the store `pg` is connected to.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pg: Postgres,
+}
+
+impl Queue {
+    pub fn new(pg: &Postgres) -> Self {
+        Queue { pg: pg.clone() }
+    }
+
+    /// Makes thread `id` runnable with `request`, and wakes the workers.
+    pub fn enqueue(&self, id: ThreadId, request: &RunRequest) -> Result<()> {
+        let client = self.pg.client()?;
+        self.pg.wait(
+            &format!("queue thread {id}"),
+            client.execute(
+                "UPDATE threads SET runnable = true, run_request = $2, queued_at = now(), \
+                        control = NULL \
+                 WHERE id = $1",
+                &[&id.to_string(), &Json(request)],
+            ),
+        )?;
+        self.notify(QUEUE_CHANNEL, &id.to_string())
+    }
+
+    /// Claims up to `max` runnable threads nobody holds (or whose holder let its lease run
+    /// out), oldest first, for this process.
+    pub fn claim(&self, max: usize) -> Result<Vec<Claimed>> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            "claim threads",
+            client.query(
+                "UPDATE threads t SET lease_owner = $1, \
+                        lease_until = now() + $2::bigint * interval '1 millisecond', \
+                        lease_token = t.lease_token + 1, control = NULL, activity = NULL \
+                 FROM (SELECT id, lease_owner AS previous FROM threads \
+                       WHERE runnable AND (lease_owner IS NULL OR lease_until < now()) \
+                       ORDER BY queued_at LIMIT $3 FOR UPDATE SKIP LOCKED) c \
+                 WHERE t.id = c.id \
+                 RETURNING t.id, t.lease_token, t.run_request, c.previous",
+                &[&self.pg.owner(), &(self.pg.lease().as_millis() as i64), &(max as i64)],
+            ),
+        )?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                let id = row.get::<_, &str>(0).parse().ok()?;
+                let request = row
+                    .get::<_, Option<Json<RunRequest>>>(2)
+                    .map(|Json(request)| request)
+                    .unwrap_or_default();
+                Some(Claimed { id, token: row.get(1), request, taken_from: row.get(3) })
+            })
+            .collect())
+    }
+
+    /// Thread `id` came to rest (ended, paused, waiting): it leaves the queue and its lease.
+    pub fn settle(&self, id: ThreadId, token: i64) -> Result<()> {
+        let client = self.pg.client()?;
+        self.pg.wait(
+            &format!("settle thread {id}"),
+            client.execute(
+                "UPDATE threads SET runnable = false, run_request = NULL, lease_owner = NULL, \
+                        lease_until = NULL, activity = NULL, control = NULL \
+                 WHERE id = $1 AND lease_token = $2",
+                &[&id.to_string(), &token],
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// Asks the worker holding thread `id` to kill or pause it. False if no worker holds it
+    /// (it is not runnable, or still waits in the queue).
+    pub fn request(&self, id: ThreadId, request: ControlRequest) -> Result<bool> {
+        let client = self.pg.client()?;
+        let asked = self.pg.wait(
+            &format!("{} thread {id}", request.as_str()),
+            client.execute(
+                "UPDATE threads SET control = $2 \
+                 WHERE id = $1 AND runnable AND lease_owner IS NOT NULL AND lease_until > now()",
+                &[&id.to_string(), &request.as_str()],
+            ),
+        )?;
+        if asked == 0 {
+            return Ok(false);
+        }
+        self.notify(CONTROL_CHANNEL, &id.to_string())?;
+        Ok(true)
+    }
+
+    /// The requests waiting for this process's threads, taken (cleared) as they are read.
+    pub fn take_requests(&self) -> Result<Vec<(ThreadId, ControlRequest)>> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            "read kill and pause requests",
+            client.query(
+                "UPDATE threads t SET control = NULL FROM (SELECT id, control FROM threads \
+                     WHERE lease_owner = $1 AND control IS NOT NULL FOR UPDATE) c \
+                 WHERE t.id = c.id RETURNING t.id, c.control",
+                &[&self.pg.owner()],
+            ),
+        )?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                let id = row.get::<_, &str>(0).parse().ok()?;
+                let request = match row.get::<_, &str>(1) {
+                    "kill" => ControlRequest::Kill,
+                    _ => ControlRequest::Pause,
+                };
+                Some((id, request))
+            })
+            .collect())
+    }
+
+    /// Registers this process as a worker running up to `max_threads` threads.
+    pub fn register(&self, max_threads: usize) -> Result<()> {
+        let client = self.pg.client()?;
+        self.pg.wait(
+            "register the worker",
+            client.execute(
+                "INSERT INTO workers (id, host, pid, max_threads) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()",
+                &[
+                    &self.pg.owner(),
+                    &hostname(),
+                    &(std::process::id() as i32),
+                    &(max_threads as i32),
+                ],
+            ),
+        )?;
+        Ok(())
+    }
+
+    /// Says this worker is alive, and what its threads are doing.
+    pub fn heartbeat(&self, activities: &[(ThreadId, Activity)]) -> Result<()> {
+        let client = self.pg.client()?;
+        let ids: Vec<String> = activities.iter().map(|(id, _)| id.to_string()).collect();
+        let states: Vec<Json<&Activity>> = activities.iter().map(|(_, a)| Json(a)).collect();
+        self.pg.wait(
+            "send the worker's heartbeat",
+            client.execute(
+                "UPDATE workers SET heartbeat_at = now() WHERE id = $1",
+                &[&self.pg.owner()],
+            ),
+        )?;
+        if !ids.is_empty() {
+            self.pg.wait(
+                "publish what the worker's threads do",
+                client.execute(
+                    "UPDATE threads SET activity = a.activity \
+                     FROM unnest($2::text[], $3::jsonb[]) AS a(id, activity) \
+                     WHERE threads.id = a.id AND threads.lease_owner = $1",
+                    &[&self.pg.owner(), &ids, &states],
+                ),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Removes this worker from the list (a clean exit).
+    pub fn unregister(&self) -> Result<()> {
+        let client = self.pg.client()?;
+        self.pg.wait(
+            "unregister the worker",
+            client.execute("DELETE FROM workers WHERE id = $1", &[&self.pg.owner()]),
+        )?;
+        Ok(())
+    }
+
+    /// How many workers are alive: those that sent a heartbeat within the last lease, less
+    /// those of this machine whose process is gone (killed without a word: no need to wait
+    /// for their heartbeat to age to know).
+    pub fn live_workers(&self) -> Result<usize> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            "count live workers",
+            client.query(
+                "SELECT host, pid FROM workers \
+                 WHERE heartbeat_at > now() - $1::bigint * interval '1 millisecond'",
+                &[&(self.pg.lease().as_millis() as i64)],
+            ),
+        )?;
+        let here = hostname();
+        Ok(rows
+            .iter()
+            .filter(|row| {
+                let host: &str = row.get(0);
+                let pid: i32 = row.get(1);
+                host != here || std::path::Path::new(&format!("/proc/{pid}")).exists()
+            })
+            .count())
+    }
+
+    /// Threads that are queued or held by a live lease, with their worker.
+    pub fn live_threads(&self) -> Result<Vec<LiveThread>> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            "list running threads",
+            client.query(
+                "SELECT t.id, t.summary, t.activity, w.host, w.pid, \
+                        t.lease_owner IS NOT NULL AND t.lease_until > now() \
+                 FROM threads t LEFT JOIN workers w ON w.id = t.lease_owner \
+                 WHERE t.runnable OR (t.lease_owner IS NOT NULL AND t.lease_until > now()) \
+                 ORDER BY t.id",
+                &[],
+            ),
+        )?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let held: bool = row.get(5);
+                let host: Option<String> = row.get(3);
+                let pid: Option<i32> = row.get(4);
+                LiveThread {
+                    id: row.get(0),
+                    summary: row.get::<_, Json<serde_json::Value>>(1).0,
+                    activity: row.get::<_, Option<Json<Activity>>>(2).map(|Json(a)| a),
+                    worker: match (held, host, pid) {
+                        (true, Some(host), Some(pid)) => Some((host, pid as u32)),
+                        (true, _, _) => Some((String::from("?"), 0)),
+                        _ => None,
+                    },
+                }
+            })
+            .collect())
+    }
+
+    /// What thread `id` is doing, as its worker last published it.
+    pub fn activity(&self, id: ThreadId) -> Result<Option<Activity>> {
+        let client = self.pg.client()?;
+        let row = self.pg.wait(
+            &format!("read what thread {id} does"),
+            client.query_opt(
+                "SELECT activity FROM threads WHERE id = $1 AND lease_owner IS NOT NULL",
+                &[&id.to_string()],
+            ),
+        )?;
+        Ok(row.and_then(|row| row.get::<_, Option<Json<Activity>>>(0)).map(|Json(a)| a))
+    }
+
+    fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+        let client = self.pg.client()?;
+        self.pg.wait(
+            "wake the workers",
+            client.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]),
+        )?;
+        Ok(())
+    }
+
+    /// Listens on `channels`: each notification's channel arrives on the returned receiver,
+    /// which closes if the connection is lost (callers poll as well, so nothing waits on it
+    /// alone).
+    pub fn listen(
+        &self,
+        channels: &[&str],
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let config = self.pg.inner.config.clone();
+        let statements: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
+        let target = self.pg.target().to_string();
+        let listening = self.pg.spawn(async move {
+            let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            tokio::spawn(async move {
+                while let Some(Ok(message)) = messages.next().await {
+                    if let AsyncMessage::Notification(note) = message
+                        && sender.send(note.channel().to_string()).is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+            client.batch_execute(&statements).await?;
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        let client = futures::executor::block_on(listening)
+            .expect("the listen task is not aborted")
+            .map_err(|e| super::connect_error(&target, &e))?;
+        // The client must live as long as the listening connection.
+        self.pg.spawn(async move {
+            let client = client;
+            while !client.is_closed() {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        });
+        Ok(receiver)
+    }
+}

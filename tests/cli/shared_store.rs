@@ -1,0 +1,269 @@
+//! The PostgreSQL store with many workers, on a real server the tests start: bad stores give
+//! one line each, both stores record the same thread, a frozen worker whose lease was taken
+//! over writes nothing more, and workers killed at random lose and repeat nothing.
+
+use std::io::BufRead;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use serde_json::Value;
+
+use crate::crash::{Rig, report};
+use crate::{Env, pg, thread_id_of, wait_until};
+
+/// The lease the workers of these tests hold threads under: short, so takeovers are quick.
+const LEASE_MS: &str = "1500";
+
+/// A `worker` process on the rig's store, up when this returns; `kill -9`ed when dropped.
+struct Worker {
+    child: Child,
+}
+
+impl Worker {
+    fn start(rig: &Rig, log: &str) -> Result<Worker> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(rig.env.dir.path().join(log))?;
+        let mut child = rig
+            .command(&["-v", "worker", "--max-threads", "50"])
+            .env("UNCAGED_WORKFLOW_LEASE_MS", LEASE_MS)
+            // Agents take a while, so that every kill finds threads inside their calls.
+            .env("UNCAGED_TEST_AGENT_SLEEP", "0.2")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()?;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+        ensure!(line.starts_with("ready"), "the worker did not come up: {line:?}");
+        Ok(Worker { child })
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    fn signal(&self, signal: &str) -> Result<()> {
+        let status = std::process::Command::new("kill").args([signal, &self.pid()]).status()?;
+        ensure!(status.success(), "kill {signal} {}", self.pid());
+        Ok(())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn bad_stores_and_bundles_give_one_line_each() -> Result<()> {
+    let env = Env::on_postgres()?;
+    let server = pg()?;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let store = |url: String| vec!["--store".to_string(), url, "list".to_string()];
+    let run = |args: Vec<String>, code: i32| -> Result<String> {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        env.fails(&args, code)
+    };
+
+    let unreachable = run(store(format!("postgres://me:hunter2@127.0.0.1:{closed}/flows")), 69)?;
+    ensure!(unreachable.contains("cannot reach the server"), "{unreachable}");
+    ensure!(!unreachable.contains("hunter2"), "the password is shown: {unreachable}");
+
+    let url = env.store.clone().context("store")?;
+    let stranger = url.replacen("uncaged@", "nobody@", 1);
+    let refused = run(store(stranger), 77)?;
+    ensure!(refused.contains("refused the credentials"), "{refused}");
+
+    let other = server.new_database()?;
+    let other_name = other.rsplit('/').next().context("name")?;
+    server.sql(other_name, "CREATE TABLE invoices (id integer)")?;
+    let foreign = run(store(other.clone()), 78)?;
+    ensure!(foreign.contains("another application"), "{foreign}");
+    ensure!(
+        server
+            .sql(
+                other_name,
+                "SELECT count(*) FROM pg_namespace WHERE nspname = 'uncaged_workflow'"
+            )?
+            .trim()
+            == "0",
+        "the other database was written to"
+    );
+
+    env.ok(&["list"])?;
+    env.sql("UPDATE meta SET value = '99' WHERE key = 'schema_version'")?;
+    let newer = run(store(url.clone()), 78)?;
+    ensure!(newer.contains("schema version 99") && newer.contains("newer"), "{newer}");
+    env.sql("UPDATE meta SET value = '1' WHERE key = 'schema_version'")?;
+
+    let not_postgres = run(store("mysql://db/flows".into()), 64)?;
+    ensure!(not_postgres.contains("postgres://"), "{not_postgres}");
+
+    // A bundle whose bytes in the database no longer match its id and SHA-256 is refused,
+    // and adding it again repairs it.
+    env.add_solve_issue()?;
+    env.sql("UPDATE bundles SET bytes = overlay(bytes PLACING '\\xff'::bytea FROM 200 FOR 1)")?;
+    let tampered = env.fails(&["run", "solve-issue", "-p", "x"], 65)?;
+    ensure!(tampered.contains("do not match"), "{tampered}");
+    env.add_solve_issue()?;
+    env.ok(&["run", "solve-issue", "-p", "x"])?;
+    Ok(())
+}
+
+/// A thread's records with what differs from run to run (ids, times) taken out.
+fn comparable(env: &Env, thread: &str) -> Result<Value> {
+    let mut record = env.json(&["thread", thread])?;
+    fn scrub(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, value) in map.iter_mut() {
+                    if ["threadId", "timestamp", "cwd"].contains(&key.as_str())
+                        || key.ends_with("At")
+                    {
+                        *value = Value::Null;
+                    } else {
+                        scrub(value);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(scrub),
+            _ => {}
+        }
+    }
+    scrub(&mut record);
+    Ok(record)
+}
+
+#[test]
+fn both_stores_record_the_same_thread() -> Result<()> {
+    let files = Env { dir: tempfile::tempdir()?, store: None };
+    let database = Env::on_postgres()?;
+    let mut records = Vec::new();
+    for env in [&files, &database] {
+        env.add_solve_issue()?;
+        let out = env.ok(&["run", "solve-issue", "-p", "the same prompt"])?;
+        records.push(comparable(env, &thread_id_of(&out)?)?);
+    }
+    ensure!(records[0] == records[1], "files: {}\ndatabase: {}", records[0], records[1]);
+    ensure!(records[1]["steps"].as_array().is_some_and(|s| !s.is_empty()), "{}", records[1]);
+    Ok(())
+}
+
+#[test]
+fn a_frozen_worker_whose_lease_was_taken_over_writes_nothing_more() -> Result<()> {
+    let rig = Rig::with(Env::on_postgres()?)?;
+    let gate = rig.env.dir.path().join("gate");
+    // The developer's answer waits for the gate, so the thread is held inside an agent call.
+    let agent = rig.env.write_script(
+        "gated.sh",
+        format!(
+            "#!/bin/sh\ninput=$(cat)\necho \"$$ start\" >> {log}\ncase \"$input\" in\n  *'\"role\":{{\"name\":\"developer\"'*) while [ ! -e {gate} ]; do sleep 0.05; done; echo '{{\"summary\": \"done\"}}' ;;\n  *'\"role\":{{\"name\":\"planner\"'*) echo '{{\"steps\": [\"one\"]}}' ;;\n  *) echo '{{\"approved\": true}}' ;;\nesac\n",
+            log = rig.env.dir.path().join("gated.log").display(),
+            gate = gate.display()
+        ),
+    )?;
+    let agent = format!("command:{}", agent.display());
+    let first = Worker::start(&rig, "first.log")?;
+    let out = rig.env.ok(&["run", "solve-issue", "-p", "x", "--agent", &agent, "--detach"])?;
+    let thread = out.trim().to_string();
+    let calls = || -> Result<usize> {
+        Ok(std::fs::read_to_string(rig.env.dir.path().join("gated.log"))
+            .unwrap_or_default()
+            .lines()
+            .count())
+    };
+    wait_until("the developer is asked", || Ok(calls()? == 2))?;
+
+    // Frozen past its lease: the second worker takes the thread over and finishes it.
+    first.signal("-STOP")?;
+    std::thread::sleep(Duration::from_millis(2 * LEASE_MS.parse::<u64>()?));
+    let second = Worker::start(&rig, "second.log")?;
+    wait_until("the second worker asks the developer again", || Ok(calls()? == 3))?;
+    std::fs::write(&gate, "")?;
+    wait_until("the thread completes", || Ok(crate::status(&rig.env, &thread)? == "completed"))?;
+    let records = rig.env.thread_lines(&rig.hash, &thread)?;
+    let journal = rig.env.calls(&rig.hash, &thread)?;
+
+    // Thawed: its agent answered long ago; it must not write that answer, a step or an end.
+    first.signal("-CONT")?;
+    let first_log = rig.env.dir.path().join("first.log");
+    wait_until("the first worker finds its lease gone", || {
+        Ok(std::fs::read_to_string(&first_log)?.contains("lost the lease"))
+    })?;
+    std::thread::sleep(Duration::from_millis(500));
+    ensure!(rig.env.thread_lines(&rig.hash, &thread)? == records, "records changed after the thaw");
+    ensure!(rig.env.calls(&rig.hash, &thread)? == journal, "the journal changed after the thaw");
+    ensure!(crate::alive(first.child.id() as u64), "the thawed worker died");
+    let status = rig.env.json(&["thread", &thread])?;
+    ensure!(status["end"]["end"]["status"] == "completed", "{status}");
+    drop(second);
+    Ok(())
+}
+
+/// Threads in the crash test (`UNCAGED_SHARED_CRASH_THREADS`, default 200).
+fn crash_threads() -> usize {
+    std::env::var("UNCAGED_SHARED_CRASH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
+}
+
+#[test]
+fn three_workers_killed_at_random_lose_and_repeat_nothing() -> Result<()> {
+    let rig = Rig::with(Env::on_postgres()?)?;
+    let reference = rig.reference()?;
+    rig.env.sql("DELETE FROM threads")?;
+    std::fs::write(rig.env.dir.path().join("agent.log"), "")?;
+    let mut workers: Vec<Worker> =
+        (0..3).map(|i| Worker::start(&rig, &format!("worker-{i}.log"))).collect::<Result<_>>()?;
+    let n = crash_threads();
+    // Threads are queued while workers run and die, as they would be in production.
+    let queueing = {
+        let commands: Vec<_> = (0..n)
+            .map(|_| {
+                rig.command(&["run", "solve-issue", "-p", "c", "--agent", &rig.agent, "--detach"])
+            })
+            .collect();
+        std::thread::spawn(move || -> Result<()> {
+            for mut command in commands {
+                ensure!(command.status()?.success(), "run --detach failed");
+            }
+            Ok(())
+        })
+    };
+    // Kill a worker every 1-3 s (a fixed sequence), start it again, until every thread ended.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut kills = 0;
+    let mut next = 7u64;
+    loop {
+        let threads = rig.threads()?;
+        let done = threads.iter().filter(|t| t["status"] == "completed").count();
+        if done == n && queueing.is_finished() {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "only {done} of {n} threads completed in 10 minutes");
+        next = next.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        std::thread::sleep(Duration::from_millis(1000 + (next >> 33) % 2000));
+        if kills < 40 {
+            let victim = ((next >> 40) % 3) as usize;
+            workers[victim].signal("-KILL")?;
+            let _ = workers[victim].child.wait();
+            workers[victim] = Worker::start(&rig, &format!("worker-{victim}.log"))?;
+            kills += 1;
+        }
+    }
+    queueing.join().expect("the queueing thread does not panic")?;
+    // The kills found threads mid-run: other workers took them over.
+    let mut takeovers = 0;
+    for i in 0..3 {
+        let log = std::fs::read_to_string(rig.env.dir.path().join(format!("worker-{i}.log")))?;
+        takeovers += log.matches("taken over from").count();
+    }
+    ensure!(takeovers > 0, "no kill found a thread to take over");
+    let found = rig.check(&reference)?;
+    report(&format!("3 workers, {n} threads, {kills} kills, {takeovers} takeovers"), 1, found);
+    ensure!(found == (0, 0), "lost or duplicated steps, repeated calls: {found:?}");
+    ensure!(rig.threads()?.len() == n, "threads were lost or added");
+    Ok(())
+}
