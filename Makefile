@@ -1,7 +1,8 @@
 # uncaged-workflow: build, demo, test, lint.
 #
 #   make demo    build everything and run the solve-issue example on the offline agent
-#   make test    run every test (unit, integration, guest fixtures, the web view in Chromium)
+#   make test    run every test (unit, integration, guest fixtures, the web view in Chromium),
+#                and the store-independent ones again on PostgreSQL
 #   make lint    rustfmt and clippy, host and guests
 #   make fuzz    the property tests of every parser, with 20,000 cases each (make test runs 256)
 #   make test-crash  kill -9 at random points of run, fork, resume and thread rm, 100 times each
@@ -17,7 +18,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash \
-	interpreter check-interpreter browser
+	interpreter check-interpreter browser postgres
 
 all: build bundles
 
@@ -84,8 +85,30 @@ check-interpreter: $(INTERP_BUILT)
 
 # The language tests use the Python and JavaScript bundles and toolchains `bundles` builds;
 # the web view's tests drive a real headless Chromium over WebDriver.
-test: bundles check-interpreter browser
+test: bundles check-interpreter browser postgres
 	$(CARGO) test
+	UNCAGED_TEST_STORE=postgres $(CARGO) test -p uncaged-workflow --test cli -- $(STORE_TESTS)
+
+# The CLI tests that go through the CLI only (not reading the home directory's files, not
+# asserting a local worker's pid), run again with a PostgreSQL store: each test a fresh
+# database on a server the tests start themselves. tests/cli/shared_store.rs runs in both.
+STORE_TESTS := agents:: declarative::a_ declarative::ask_user declarative::build_ declarative::each_ \
+	declarative::pause_and_kill declarative::the_002 declarative::thread_start declarative::triage \
+	declarative::yaml_and_rust human::without lifecycle::control lifecycle::fork lifecycle::step \
+	lifecycle::pause_then_resume llm::a_client llm::a_command_agent_that_times_out llm::a_key_echoed \
+	llm::a_slow_server llm::openai_agent llm::server_errors llm::the_extractor llm::the_llm_extractor \
+	parallel::a_bundle_built parallel::a_component parallel::a_pause_during parallel::forking_inside \
+	parallel::kill_during parallel::review_panel parallel::trigger_data registry::history \
+	registry::list_and_show run::max_rounds run::thread_rm sandbox::a_home_that \
+	sandbox::add_refuses
+
+# PostgreSQL from the distribution's packages, installed when missing: the shared-store tests
+# start their own server with it (initdb in a temporary directory).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		echo "== installing postgresql (the shared-store tests start a server of their own)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q postgresql; }
 
 # Chromium and its WebDriver from the distribution's packages, installed when missing.
 browser:

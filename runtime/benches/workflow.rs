@@ -43,8 +43,31 @@ fn main() {
     let only_threads: Option<usize> =
         std::env::var("UNCAGED_BENCH_THREADS").ok().and_then(|n| n.parse().ok());
     uncaged_workflow::run::worker::raise_open_files_limit();
+    // `UNCAGED_BENCH_PG=URL` measures the durable step on a PostgreSQL store instead; with
+    // `UNCAGED_BENCH_ENQUEUE=N` it only queues N 10-step threads there, for the workers that
+    // `make bench` then starts.
+    let postgres = std::env::var("UNCAGED_BENCH_PG").ok();
+    let enqueue: Option<usize> =
+        std::env::var("UNCAGED_BENCH_ENQUEUE").ok().and_then(|n| n.parse().ok());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
+        if let Some(url) = postgres {
+            let dir = disk_dir();
+            let home = Home::new(dir.path().join("home"));
+            let store = Storage::connect(&home, Some(&url)).unwrap();
+            if let Some(n) = enqueue {
+                queue_threads(&store, dir.path(), n).await;
+                return;
+            }
+            // Side by side in one run: the same loop with the store on disk.
+            for steps in [10, 100] {
+                emit(json!({"bench": "ours", "mode": "postgres", "steps": steps,
+                    "per_step_us": ours_in(&store, &dir, Path::new(artifacts::SOLVE_ISSUE), steps, 7).await}));
+                emit(json!({"bench": "ours", "mode": "durable", "steps": steps,
+                    "per_step_us": ours(&disk_dir(), Path::new(artifacts::SOLVE_ISSUE), steps, 7).await}));
+            }
+            return;
+        }
         if let Some(n) = only_threads {
             emit(concurrency(n).await);
             return;
@@ -135,7 +158,52 @@ async fn add_yaml(repeat: usize) -> Vec<f64> {
 /// included).
 async fn ours(dir: &tempfile::TempDir, bundle: &Path, steps: usize, repeat: usize) -> Vec<f64> {
     let home = Home::new(dir.path().join("home"));
-    let store = Storage::open(&home);
+    ours_in(&Storage::open(&home), dir, bundle, steps, repeat).await
+}
+
+/// Queues `n` threads of solve-issue that end after 10 steps, with the bench's instant
+/// agent bound in the thread (written to `dir/config.yaml` beside the workers' home).
+async fn queue_threads(store: &Storage, dir: &Path, n: usize) {
+    use uncaged_workflow::store::postgres::queue::{Queue, RunRequest};
+    let runtime = Runtime::for_worker(store.home(), &Limits::default()).unwrap();
+    let catalog = Catalog::new(store);
+    catalog
+        .add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
+        .await
+        .unwrap();
+    let answers = dir.join("answers.yaml");
+    std::fs::write(&answers, ANSWERS).unwrap();
+    let queue = Queue::new(store.postgres().unwrap());
+    let request =
+        RunRequest { agent: Some(format!("scripted:{}", answers.display())), ..Default::default() };
+    for i in 0..n {
+        let (writer, record) = lifecycle::start_new(
+            store,
+            lifecycle::StartRequest {
+                name: "solve-issue".into(),
+                prompt: format!("thread {i}"),
+                max_rounds: Some(10),
+                agents: AgentFlags::default(),
+                limits: Default::default(),
+                trigger_data: None,
+                origin: Default::default(),
+            },
+        )
+        .unwrap();
+        drop(writer);
+        queue.enqueue(record.id(), &request).unwrap();
+    }
+}
+
+async fn ours_in(
+    store: &Storage,
+    dir: &tempfile::TempDir,
+    bundle: &Path,
+    steps: usize,
+    repeat: usize,
+) -> Vec<f64> {
+    let home = store.home().clone();
+    let store = store.clone();
     let runtime = Runtime::for_worker(&home, &Limits::default()).unwrap();
     let catalog = Catalog::new(&store);
     catalog.add(&runtime, "solve-issue", bundle, &Limits::default()).await.unwrap();

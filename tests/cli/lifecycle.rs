@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::{Value, json};
 
-use crate::{Env, alive, artifacts, read_jsonl, roles, status, wait_until};
+use crate::{Env, alive, artifacts, roles, status, wait_until};
 
 /// An agent that logs `start <n>` / `done <n>` (n = steps before the call) to `calls.log`,
 /// sleeps `delay` seconds and answers for solve-issue: the reviewer approves on its second
@@ -67,8 +67,9 @@ fn data_file(env: &Env, hash: &str, thread: &str) -> PathBuf {
 }
 
 /// The steps of a thread without their timestamps, for comparing runs.
-fn steps_of(path: &Path) -> Result<Vec<Value>> {
-    Ok(read_jsonl(path)?
+fn steps_of(env: &Env, hash: &str, thread: &str) -> Result<Vec<Value>> {
+    Ok(env
+        .thread_lines(hash, thread)?
         .into_iter()
         .filter(|l| l.get("role").is_some())
         .map(|l| json!({"role": l["role"], "content": l["content"], "meta": l["meta"]}))
@@ -126,7 +127,7 @@ fn kill_stops_one_thread_and_its_agent_and_leaves_its_sibling() -> Result<()> {
     assert!(alive(agent_pid));
 
     assert_eq!(env.ok(&["kill", &victim])?.trim(), format!("killed thread {victim}"));
-    let lines = read_jsonl(&data_file(&env, &hash, &victim))?;
+    let lines = env.thread_lines(&hash, &victim)?;
     assert_eq!(lines.last().unwrap()["end"]["status"], "killed");
     assert_eq!(roles(&lines), Vec::<String>::new());
     wait_until("the agent process is gone", || Ok(!alive(agent_pid)))?;
@@ -211,7 +212,7 @@ fn pause_then_resume_in_a_new_worker() -> Result<()> {
         out.trim_end().ends_with("completed (0): approved after 2 development round(s)"),
         "{out}"
     );
-    let lines = read_jsonl(&data_file(&env, &hash, &thread))?;
+    let lines = env.thread_lines(&hash, &thread)?;
     assert_eq!(roles(&lines), ["planner", "developer", "reviewer", "developer", "reviewer"]);
     // Every agent call happened once.
     let done: Vec<_> = calls_log(&env)?.into_iter().filter(|l| l.starts_with("done")).collect();
@@ -244,9 +245,8 @@ fn fork_keeps_a_prefix_and_leaves_the_original_untouched() -> Result<()> {
     let env = Env::new()?;
     let hash = env.add_solve_issue()?;
     let original = crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "orig"])?)?;
-    let original_file = data_file(&env, &hash, &original);
-    let before = std::fs::read(&original_file)?;
-    let original_steps = steps_of(&original_file)?;
+    let before = env.thread_lines(&hash, &original)?;
+    let original_steps = steps_of(&env, &hash, &original)?;
 
     let fork_of = |args: &[&str]| -> Result<(String, Vec<Value>)> {
         let out = env.ok(args)?;
@@ -256,14 +256,14 @@ fn fork_keeps_a_prefix_and_leaves_the_original_untouched() -> Result<()> {
             .and_then(|l| l.split(" into ").nth(1))
             .context("fork id")?
             .to_string();
-        let lines = read_jsonl(&data_file(&env, &hash, &id))?;
+        let lines = env.thread_lines(&hash, &id)?;
         Ok((id, lines))
     };
     let (at2, lines) = fork_of(&["fork", &original, "--at", "2"])?;
     assert_ne!(at2, original);
     assert_eq!(lines[0]["forkedFrom"], json!({"threadId": original, "step": 2}));
     assert_eq!(lines[0]["parameters"]["prompt"], "orig");
-    let steps = steps_of(&data_file(&env, &hash, &at2))?;
+    let steps = steps_of(&env, &hash, &at2)?;
     assert_eq!(steps[..2], original_steps[..2]);
     assert_eq!(
         steps, original_steps,
@@ -273,10 +273,10 @@ fn fork_keeps_a_prefix_and_leaves_the_original_untouched() -> Result<()> {
     let (before_reviewer, lines) = fork_of(&["fork", &original, "--from-role", "reviewer"])?;
     // The last reviewer step is step 5: the fork keeps 4 and runs the reviewer again.
     assert_eq!(lines[0]["forkedFrom"]["step"], 4);
-    assert_eq!(steps_of(&data_file(&env, &hash, &before_reviewer))?[..4], original_steps[..4]);
+    assert_eq!(steps_of(&env, &hash, &before_reviewer)?[..4], original_steps[..4]);
     assert_eq!(lines.last().unwrap()["end"]["status"], "completed");
 
-    assert_eq!(std::fs::read(&original_file)?, before, "the original is byte-identical");
+    assert_eq!(env.thread_lines(&hash, &original)?, before, "the original is untouched");
     let err = env.fails(&["fork", &original, "--at", "9"], 75)?;
     assert!(err.contains("cannot fork at 9"), "{err}");
     let err = env.fails(&["fork", &original, "--from-role", "tester"], 75)?;
@@ -314,10 +314,7 @@ fn step_drives_a_thread_to_the_same_end_as_run() -> Result<()> {
         }
     }
     assert_eq!(printed, ["planner", "developer", "reviewer", "developer", "reviewer"]);
-    assert_eq!(
-        steps_of(&data_file(&env, &hash, &thread))?,
-        steps_of(&data_file(&env, &hash, &by_run))?
-    );
+    assert_eq!(steps_of(&env, &hash, &thread)?, steps_of(&env, &hash, &by_run)?);
     let err = env.fails(&["step", &thread], 75)?;
     assert!(err.contains("is completed"), "{err}");
     Ok(())
@@ -332,7 +329,7 @@ fn crash_and_resume(crash: Option<&str>, kill_during_call: Option<usize>) -> Res
     let agent = slow_agent(&env, "0.2")?;
     let reference =
         crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "c", "--agent", &agent])?)?;
-    let expected = steps_of(&data_file(&env, &hash, &reference))?;
+    let expected = steps_of(&env, &hash, &reference)?;
     std::fs::remove_file(env.dir.path().join("calls.log"))?;
 
     let vars: Vec<(&str, &str)> =
@@ -350,12 +347,12 @@ fn crash_and_resume(crash: Option<&str>, kill_during_call: Option<usize>) -> Res
     }
     wait_until("the worker is gone", || Ok(status(&env, &thread)? != "running"))?;
     assert_eq!(status(&env, &thread)?, "interrupted", "crash {crash:?}");
-    let before = steps_of(&data_file(&env, &hash, &thread))?;
+    let before = steps_of(&env, &hash, &thread)?;
     assert!(before.len() < expected.len());
 
     let out = env.ok(&["resume", &thread])?;
     assert!(out.contains("completed (0)"), "{out}");
-    let after = steps_of(&data_file(&env, &hash, &thread))?;
+    let after = steps_of(&env, &hash, &thread)?;
     assert_eq!(after, expected, "crash {crash:?}: steps differ from an uncrashed run");
     let done: Vec<_> = calls_log(&env)?.into_iter().filter(|l| l.starts_with("done")).collect();
     assert_eq!(

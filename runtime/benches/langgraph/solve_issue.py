@@ -5,6 +5,7 @@ until N steps were taken; each node's "agent" returns a fixed string instantly, 
 records {role, content, meta} the way uncaged-workflow records a step.
 
     python solve_issue.py --steps 100 --saver sqlite --repeat 5   # prints JSON
+    python solve_issue.py --steps 100 --saver postgres --dsn postgresql://…
 """
 
 import argparse
@@ -57,7 +58,15 @@ def build(saver):
     return graph.compile(checkpointer=saver)
 
 
-def make_saver(kind, directory):
+def make_saver(kind, directory, dsn=None):
+    if kind == "postgres":
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        connection = psycopg.connect(dsn, autocommit=True, prepare_threshold=0)
+        saver = PostgresSaver(connection)
+        saver.setup()
+        return saver
     if kind == "memory":
         from langgraph.checkpoint.memory import InMemorySaver
 
@@ -73,11 +82,12 @@ def make_saver(kind, directory):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--saver", choices=["memory", "sqlite"], default="sqlite")
+    parser.add_argument("--saver", choices=["memory", "sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--dsn", help="the PostgreSQL database, for --saver postgres")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
-        app = build(make_saver(args.saver, directory))
+        app = build(make_saver(args.saver, directory, args.dsn))
         per_step = []
         for i in range(args.repeat):
             config = {"configurable": {"thread_id": f"t{i}"}, "recursion_limit": args.steps + 10}

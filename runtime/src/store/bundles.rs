@@ -2,7 +2,9 @@
 //! (or both in the database's `bundles` table), and the integrity checks (SHA-256 against the
 //! registry, XXH64 against the id) done whenever a bundle is loaded.
 
+use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -12,12 +14,34 @@ use crate::home::Home;
 use crate::ids::BundleHash;
 use crate::store::descriptor::Descriptor;
 use crate::store::registry::{BundleRecord, RegistryFile, SUMMARY_CHARS, yaml_reason};
-use crate::store::{Backend, postgres};
 
-/// Bundles and their descriptors, under a home or in a database.
+/// Where bundle bytes and descriptors are kept: files under a home, or a database table.
+pub trait BundleBackend: Send + Sync + fmt::Debug {
+    /// Makes sure bundles can be stored.
+    fn prepare(&self) -> Result<()>;
+    /// Stores a bundle's bytes and descriptor, repairing a damaged copy.
+    fn write(
+        &self,
+        hash: BundleHash,
+        bytes: &[u8],
+        descriptor: &Descriptor,
+        record: &BundleRecord,
+    ) -> Result<()>;
+    /// A bundle's bytes, `None` if it is not stored.
+    fn read(&self, hash: BundleHash) -> Result<Option<Vec<u8>>>;
+    /// A bundle's descriptor as stored (YAML), `None` if it is not stored.
+    fn read_descriptor(&self, hash: BundleHash) -> Result<Option<String>>;
+    /// Where a bundle is, for messages.
+    fn place(&self, hash: BundleHash) -> PathBuf;
+    /// The database that holds the bundles, if it is one (for the message that its bytes
+    /// were changed).
+    fn database(&self) -> Option<String>;
+}
+
+/// Bundles and their descriptors.
 #[derive(Debug, Clone)]
 pub struct BundleStore {
-    backend: Backend,
+    backend: Arc<dyn BundleBackend>,
 }
 
 /// A stored bundle's bytes, verified.
@@ -29,27 +53,24 @@ pub struct StoredBundle {
 }
 
 impl BundleStore {
-    /// The store of `home`.
+    /// The bundles under `home`.
     pub fn new(home: &Home) -> Self {
-        BundleStore { backend: Backend::Files(home.clone()) }
+        BundleStore::with(Arc::new(BundleFiles { home: home.clone() }))
     }
 
-    /// The bundles of a store.
-    pub(crate) fn of(backend: &Backend) -> Self {
-        BundleStore { backend: backend.clone() }
+    /// The bundles `backend` keeps.
+    pub fn with(backend: Arc<dyn BundleBackend>) -> Self {
+        BundleStore { backend }
     }
 
     /// Makes sure bundles can be stored (an unwritable home fails here, before the work of
     /// compiling a bundle to add).
     pub fn prepare(&self) -> Result<()> {
-        match &self.backend {
-            Backend::Files(home) => durable::create_dir(&home.bundles_dir()),
-            Backend::Postgres(_) => Ok(()),
-        }
+        self.backend.prepare()
     }
 
-    /// Stores `bytes` as `bundles/<HASH>.wasm` with its descriptor, and records its SHA-256.
-    /// Must be called with the registry lock held, inside [`Registry::update`](crate::store::registry::Registry::update).
+    /// Stores `bytes` with its descriptor, and records its SHA-256. Must be called inside
+    /// [`Registry::update`](crate::store::registry::Registry::update).
     ///
     /// A bundle already stored under the same XXH64 with different bytes is refused: XXH64
     /// is not collision resistant, and the id must mean one thing.
@@ -65,7 +86,7 @@ impl BundleStore {
             && record.sha256 != sha256
         {
             return Err(Error::InvalidBundle {
-                path: self.place(hash),
+                path: self.backend.place(hash),
                 reason: format!(
                     "XXH64 collision: a different bundle with id `{hash}` is already stored \
                      (SHA-256 {} vs {sha256})",
@@ -75,29 +96,9 @@ impl BundleStore {
         }
         let summary = descriptor.description.chars().take(SUMMARY_CHARS).collect();
         let record = BundleRecord { sha256, size: bytes.len() as u64, summary: Some(summary) };
-        match &self.backend {
-            Backend::Files(home) => {
-                // Rewrite the file unless it is already intact, so a damaged copy is repaired
-                // by adding the right bytes again.
-                let path = home.bundle_file(hash);
-                if std::fs::read(&path).map(|b| b != bytes).unwrap_or(true) {
-                    durable::write_atomic(&path, bytes)?;
-                }
-                let yaml = serde_yaml::to_string(descriptor).expect("descriptor serializes");
-                durable::write_atomic(&home.descriptor_file(hash), yaml.as_bytes())?;
-            }
-            Backend::Postgres(pg) => postgres::registry::put(pg, &record, hash, bytes, descriptor)?,
-        }
+        self.backend.write(hash, bytes, descriptor, &record)?;
         registry.bundles.insert(hash, record);
         Ok(hash)
-    }
-
-    /// Where bundle `hash` is kept, for messages.
-    fn place(&self, hash: BundleHash) -> PathBuf {
-        match &self.backend {
-            Backend::Files(home) => home.bundle_file(hash),
-            Backend::Postgres(pg) => postgres::registry::place(pg, hash),
-        }
     }
 
     /// Loads a stored bundle and checks it against its integrity record. `name` is the
@@ -108,42 +109,34 @@ impl BundleStore {
         name: &str,
         hash: BundleHash,
     ) -> Result<StoredBundle> {
-        let path = self.place(hash);
-        let missing = || Error::MissingBundle {
-            name: name.to_string(),
-            hash: hash.to_string(),
-            path: path.clone(),
-        };
-        let bytes = match &self.backend {
-            Backend::Files(_) => match std::fs::read(&path) {
-                Ok(bytes) => bytes,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(missing()),
-                Err(e) => return Err(Error::io("read bundle", &path)(e)),
-            },
-            Backend::Postgres(pg) => postgres::registry::bytes(pg, hash)?.ok_or_else(missing)?,
+        let path = self.backend.place(hash);
+        let Some(bytes) = self.backend.read(hash)? else {
+            return Err(Error::MissingBundle {
+                name: name.to_string(),
+                hash: hash.to_string(),
+                path,
+            });
         };
         let Some(record) = registry.bundles.get(&hash) else {
             return Err(Error::InvalidBundle {
                 path,
-                reason: "no integrity record in workflow.yaml; add the bundle again".into(),
+                reason: "no integrity record in the registry; add the bundle again".into(),
             });
         };
         let actual = sha256_hex(&bytes);
-        if let Backend::Postgres(pg) = &self.backend
-            && (actual != record.sha256 || BundleHash::of(&bytes) != hash)
-        {
-            return Err(Error::CorruptBundle {
-                hash: hash.to_string(),
-                place: pg.target().to_string(),
-                reason: format!(
-                    "its bytes do not match it (SHA-256 {actual}, expected {}; XXH64 id {}); \
-                     refusing to run it — add the bundle again to repair it",
-                    record.sha256,
-                    BundleHash::of(&bytes)
-                ),
-            });
-        }
         if actual != record.sha256 || BundleHash::of(&bytes) != hash {
+            if let Some(database) = self.backend.database() {
+                return Err(Error::CorruptBundle {
+                    hash: hash.to_string(),
+                    place: database,
+                    reason: format!(
+                        "its bytes do not match it (SHA-256 {actual}, expected {}; XXH64 id {}); \
+                         refusing to run it — add the bundle again to repair it",
+                        record.sha256,
+                        BundleHash::of(&bytes)
+                    ),
+                });
+            }
             return Err(Error::InvalidBundle {
                 path,
                 reason: format!(
@@ -158,19 +151,61 @@ impl BundleStore {
 
     /// Reads the descriptor stored beside a bundle.
     pub fn descriptor(&self, hash: BundleHash) -> Result<Descriptor> {
-        let (text, path) = match &self.backend {
-            Backend::Files(home) => {
-                let path = home.descriptor_file(hash);
-                (durable::read_text(&path, "read descriptor")?, path)
-            }
-            Backend::Postgres(pg) => {
-                (postgres::registry::descriptor(pg, hash)?, postgres::registry::place(pg, hash))
-            }
-        };
-        let Some(text) = text else {
+        let path = self.backend.place(hash);
+        let Some(text) = self.backend.read_descriptor(hash)? else {
             return Err(Error::MissingFile { what: "the descriptor of bundle", path });
         };
         serde_yaml::from_str(&text).map_err(|e| Error::Corrupt { path, reason: yaml_reason(&e) })
+    }
+}
+
+/// `bundles/<HASH>.wasm` and `bundles/<HASH>.yaml` under a home.
+#[derive(Debug)]
+struct BundleFiles {
+    home: Home,
+}
+
+impl BundleBackend for BundleFiles {
+    fn prepare(&self) -> Result<()> {
+        durable::create_dir(&self.home.bundles_dir())
+    }
+
+    fn write(
+        &self,
+        hash: BundleHash,
+        bytes: &[u8],
+        descriptor: &Descriptor,
+        _: &BundleRecord,
+    ) -> Result<()> {
+        // Rewrite the file unless it is already intact, so a damaged copy is repaired by
+        // adding the right bytes again.
+        let path = self.home.bundle_file(hash);
+        if std::fs::read(&path).map(|b| b != bytes).unwrap_or(true) {
+            durable::write_atomic(&path, bytes)?;
+        }
+        let yaml = serde_yaml::to_string(descriptor).expect("descriptor serializes");
+        durable::write_atomic(&self.home.descriptor_file(hash), yaml.as_bytes())
+    }
+
+    fn read(&self, hash: BundleHash) -> Result<Option<Vec<u8>>> {
+        let path = self.home.bundle_file(hash);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("read bundle", &path)(e)),
+        }
+    }
+
+    fn read_descriptor(&self, hash: BundleHash) -> Result<Option<String>> {
+        durable::read_text(&self.home.descriptor_file(hash), "read descriptor")
+    }
+
+    fn place(&self, hash: BundleHash) -> PathBuf {
+        self.home.bundle_file(hash)
+    }
+
+    fn database(&self) -> Option<String> {
+        None
     }
 }
 

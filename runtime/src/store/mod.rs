@@ -92,23 +92,17 @@ pub trait ThreadWriter: Send + fmt::Debug {
     fn append_end(&mut self, end: &EndRecord) -> Result<()>;
 }
 
-/// Where the registry, the bundles and the threads are kept.
-#[derive(Debug, Clone)]
-pub(crate) enum Backend {
-    /// Files under a home directory.
-    Files(Home),
-    /// A PostgreSQL database.
-    Postgres(Postgres),
-}
-
 /// Where everything is kept: threads, registry and bundles (in the home directory or a
 /// database), and this machine's configuration. (Named apart from `wasmtime::Store`, a guest
 /// instance's state.)
 #[derive(Debug, Clone)]
 pub struct Storage {
     home: Home,
-    backend: Backend,
+    registry: Registry,
+    bundles: BundleStore,
     threads: Arc<dyn ThreadStore>,
+    /// The database, when the store is one.
+    pg: Option<Postgres>,
     /// The connection string of a database store, handed to the worker processes this one
     /// starts (in their environment, never on their command line).
     url: Option<String>,
@@ -119,8 +113,10 @@ impl Storage {
     pub fn open(home: &Home) -> Self {
         Storage {
             home: home.clone(),
-            backend: Backend::Files(home.clone()),
+            registry: Registry::new(home),
+            bundles: BundleStore::new(home),
             threads: Arc::new(thread_files::FileThreads::new(home)),
+            pg: None,
             url: None,
         }
     }
@@ -139,18 +135,17 @@ impl Storage {
         let pg = Postgres::connect(url)?;
         Ok(Storage {
             home: home.clone(),
+            registry: Registry::with(Arc::new(postgres::registry::PgRegistry::new(&pg))),
+            bundles: BundleStore::with(Arc::new(postgres::registry::PgBundles::new(&pg))),
             threads: Arc::new(postgres::threads::PgThreads::new(&pg)),
-            backend: Backend::Postgres(pg),
+            pg: Some(pg),
             url: Some(url.to_string()),
         })
     }
 
     /// The database, when the store is one.
     pub fn postgres(&self) -> Option<&Postgres> {
-        match &self.backend {
-            Backend::Postgres(pg) => Some(pg),
-            Backend::Files(_) => None,
-        }
+        self.pg.as_ref()
     }
 
     /// The connection string of a database store.
@@ -170,12 +165,12 @@ impl Storage {
 
     /// The registry of workflows.
     pub fn registry(&self) -> Registry {
-        Registry::of(&self.backend)
+        self.registry.clone()
     }
 
     /// The stored bundles and their descriptors.
     pub fn bundles(&self) -> BundleStore {
-        BundleStore::of(&self.backend)
+        self.bundles.clone()
     }
 
     /// The schedules that start threads by themselves.

@@ -1,5 +1,5 @@
-//! The registry (`workflow.yaml`): workflow names, their current bundle and version history,
-//! and the SHA-256 of every stored bundle.
+//! The registry (`workflow.yaml`, or a database's tables behind [`RegistryBackend`]): workflow
+//! names, their current bundle and version history, and the SHA-256 of every stored bundle.
 //!
 //! Reads take no lock (the file is only ever replaced atomically); changes hold an exclusive
 //! lock on `workflow.lock` across read-modify-write, so concurrent CLI processes never lose
@@ -7,7 +7,9 @@
 //! overwritten.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::fs::{File, OpenOptions};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +17,6 @@ use crate::durable;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::BundleHash;
-use crate::store::{Backend, postgres};
 
 /// The whole of `workflow.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -73,30 +74,65 @@ pub enum Registered {
     Unchanged,
 }
 
-/// Access to the registry: `workflow.yaml` under a home, or its tables in PostgreSQL.
+/// Where a registry is kept: `workflow.yaml` under a home, or a database's tables.
+pub trait RegistryBackend: Send + Sync + fmt::Debug {
+    /// Reads the whole registry.
+    fn load(&self) -> Result<RegistryFile>;
+    /// Reads, applies `change`, writes back, all under a lock that serialises changes; nothing
+    /// is written if `change` fails.
+    fn update(&self, change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>) -> Result<()>;
+}
+
+/// Access to the registry.
 #[derive(Debug, Clone)]
 pub struct Registry {
-    backend: Backend,
+    backend: Arc<dyn RegistryBackend>,
 }
 
 impl Registry {
-    /// The registry of `home`.
+    /// The registry of `home` (`workflow.yaml`).
     pub fn new(home: &Home) -> Self {
-        Registry { backend: Backend::Files(home.clone()) }
+        Registry::with(Arc::new(RegistryYaml { home: home.clone() }))
     }
 
-    /// The registry of a store.
-    pub(crate) fn of(backend: &Backend) -> Self {
-        Registry { backend: backend.clone() }
+    /// The registry kept by `backend`.
+    pub fn with(backend: Arc<dyn RegistryBackend>) -> Self {
+        Registry { backend }
     }
 
-    /// Reads the registry; a missing file is an empty registry.
+    /// Reads the registry; a missing one is empty.
     pub fn load(&self) -> Result<RegistryFile> {
-        let home = match &self.backend {
-            Backend::Files(home) => home,
-            Backend::Postgres(pg) => return postgres::registry::load(pg),
-        };
-        let path = home.registry_file();
+        self.backend.load()
+    }
+
+    /// The entry for `name`.
+    pub fn get(&self, name: &str) -> Result<WorkflowEntry> {
+        self.load()?.workflows.remove(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))
+    }
+
+    /// Changes the registry under its lock: read, apply `change`, write atomically. Nothing is
+    /// written if `change` fails or the registry does not read.
+    pub fn update<T>(&self, change: impl FnOnce(&mut RegistryFile) -> Result<T>) -> Result<T> {
+        let mut change = Some(change);
+        let mut out = None;
+        self.backend.update(&mut |file| {
+            let change = change.take().expect("a registry change is applied once");
+            out = Some(change(file)?);
+            Ok(())
+        })?;
+        Ok(out.expect("the change ran"))
+    }
+}
+
+/// `workflow.yaml` under a home.
+#[derive(Debug)]
+struct RegistryYaml {
+    home: Home,
+}
+
+impl RegistryBackend for RegistryYaml {
+    fn load(&self) -> Result<RegistryFile> {
+        let path = self.home.registry_file();
         let Some(text) = durable::read_text(&path, "read registry")? else {
             return Ok(RegistryFile::default());
         };
@@ -106,36 +142,16 @@ impl Registry {
         serde_yaml::from_str(&text).map_err(|e| Error::Corrupt { path, reason: yaml_reason(&e) })
     }
 
-    /// The entry for `name`.
-    pub fn get(&self, name: &str) -> Result<WorkflowEntry> {
-        self.load()?.workflows.remove(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))
-    }
-
-    /// Changes the registry under its lock: read, apply `change`, write atomically. Nothing is
-    /// written if `change` fails or the file does not parse.
-    pub fn update<T>(&self, change: impl FnOnce(&mut RegistryFile) -> Result<T>) -> Result<T> {
-        let home = match &self.backend {
-            Backend::Files(home) => home,
-            Backend::Postgres(pg) => {
-                let mut change = Some(change);
-                let mut out = None;
-                postgres::registry::update(pg, &mut |file| {
-                    let change = change.take().expect("a registry change is applied once");
-                    out = Some(change(file)?);
-                    Ok(())
-                })?;
-                return Ok(out.expect("the change ran"));
-            }
-        };
-        let _lock = lock(home)?;
+    fn update(&self, change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>) -> Result<()> {
+        let _lock = lock(&self.home)?;
         let mut file = self.load()?;
         let before = file.clone();
-        let out = change(&mut file)?;
+        change(&mut file)?;
         if file != before {
             let yaml = serde_yaml::to_string(&file).expect("registry serializes");
-            durable::write_atomic(&home.registry_file(), yaml.as_bytes())?;
+            durable::write_atomic(&self.home.registry_file(), yaml.as_bytes())?;
         }
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -8,15 +8,82 @@ use tokio_postgres::GenericClient;
 
 use crate::error::{DatabaseFailure, Error, Result};
 use crate::ids::BundleHash;
+use crate::store::bundles::BundleBackend;
 use crate::store::descriptor::Descriptor;
 use crate::store::postgres::Postgres;
-use crate::store::registry::{BundleRecord, RegistryFile, Version, WorkflowEntry};
+use crate::store::registry::{BundleRecord, RegistryBackend, RegistryFile, Version, WorkflowEntry};
 
 /// The advisory lock key that serialises registry changes ("uwreg").
 const REGISTRY_LOCK: i64 = 0x0075_7772_6567;
 
+/// The registry in the database.
+#[derive(Debug)]
+pub struct PgRegistry {
+    pg: Postgres,
+}
+
+impl PgRegistry {
+    pub fn new(pg: &Postgres) -> Self {
+        PgRegistry { pg: pg.clone() }
+    }
+}
+
+impl RegistryBackend for PgRegistry {
+    fn load(&self) -> Result<RegistryFile> {
+        load(&self.pg)
+    }
+
+    fn update(&self, change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>) -> Result<()> {
+        update(&self.pg, change)
+    }
+}
+
+/// The bundles in the database.
+#[derive(Debug)]
+pub struct PgBundles {
+    pg: Postgres,
+}
+
+impl PgBundles {
+    pub fn new(pg: &Postgres) -> Self {
+        PgBundles { pg: pg.clone() }
+    }
+}
+
+impl BundleBackend for PgBundles {
+    fn prepare(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn write(
+        &self,
+        hash: BundleHash,
+        bytes: &[u8],
+        descriptor: &Descriptor,
+        record: &BundleRecord,
+    ) -> Result<()> {
+        put(&self.pg, record, hash, bytes, descriptor)
+    }
+
+    fn read(&self, hash: BundleHash) -> Result<Option<Vec<u8>>> {
+        bytes(&self.pg, hash)
+    }
+
+    fn read_descriptor(&self, hash: BundleHash) -> Result<Option<String>> {
+        descriptor(&self.pg, hash)
+    }
+
+    fn place(&self, hash: BundleHash) -> PathBuf {
+        PathBuf::from(format!("{} bundle {hash}", self.pg.target()))
+    }
+
+    fn database(&self) -> Option<String> {
+        Some(self.pg.target().to_string())
+    }
+}
+
 /// Reads the whole registry.
-pub fn load(pg: &Postgres) -> Result<RegistryFile> {
+fn load(pg: &Postgres) -> Result<RegistryFile> {
     let client = pg.client()?;
     pg.wait("read the registry", read(&*client))?.map_err(|reason| corrupt(pg, reason))
 }
@@ -24,10 +91,7 @@ pub fn load(pg: &Postgres) -> Result<RegistryFile> {
 /// Changes the registry in one transaction, under a lock that serialises changes from every
 /// machine: read, apply `change`, write back what changed. Nothing is written if `change`
 /// fails.
-pub fn update(
-    pg: &Postgres,
-    change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>,
-) -> Result<()> {
+fn update(pg: &Postgres, change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>) -> Result<()> {
     let mut client = pg.dedicated()?;
     let tx = pg.wait("change the registry", client.transaction())?;
     pg.wait(
@@ -146,7 +210,7 @@ pub fn put(
 }
 
 /// A bundle's bytes; `None` if it is not stored.
-pub fn bytes(pg: &Postgres, hash: BundleHash) -> Result<Option<Vec<u8>>> {
+fn bytes(pg: &Postgres, hash: BundleHash) -> Result<Option<Vec<u8>>> {
     let client = pg.client()?;
     let row = pg.wait(
         &format!("read bundle {hash}"),
@@ -156,18 +220,13 @@ pub fn bytes(pg: &Postgres, hash: BundleHash) -> Result<Option<Vec<u8>>> {
 }
 
 /// A bundle's descriptor as stored (YAML); `None` if it is not stored.
-pub fn descriptor(pg: &Postgres, hash: BundleHash) -> Result<Option<String>> {
+fn descriptor(pg: &Postgres, hash: BundleHash) -> Result<Option<String>> {
     let client = pg.client()?;
     let row = pg.wait(
         &format!("read the descriptor of bundle {hash}"),
         client.query_opt("SELECT descriptor FROM bundles WHERE hash = $1", &[&hash.to_string()]),
     )?;
     Ok(row.map(|row| row.get(0)))
-}
-
-/// Where a bundle is, for messages: `postgres://…/db` and its id.
-pub fn place(pg: &Postgres, hash: BundleHash) -> PathBuf {
-    PathBuf::from(format!("{} bundle {hash}", pg.target()))
 }
 
 fn corrupt(pg: &Postgres, reason: String) -> Error {
