@@ -18,7 +18,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash \
-	interpreter check-interpreter browser postgres
+	interpreter check-interpreter browser postgres bench-postgres
 
 all: build bundles
 
@@ -144,5 +144,9 @@ clean:
 
 # Benchmarks: criterion micro-benchmarks, whole workflows against LangGraph and a native floor,
 # concurrency; writes BENCHMARKS.md. Installs LangGraph into target/bench-venv.
-bench: guest-target
+bench: guest-target postgres
 	python3 runtime/benches/report.py
+
+# The PostgreSQL part of the benchmarks alone, put in place in BENCHMARKS.md.
+bench-postgres: guest-target postgres
+	python3 runtime/benches/report.py --only postgres

@@ -115,7 +115,8 @@ def start_worker(env, home, log, max_threads=200):
 
 
 def queue(server, db, home, n):
-    env = dict(os.environ, UNCAGED_BENCH_PG=server.url(db), UNCAGED_BENCH_ENQUEUE=str(n))
+    env = dict(os.environ, UNCAGED_BENCH_PG=server.url(db), UNCAGED_BENCH_ENQUEUE=str(n),
+               UNCAGED_BENCH_ANSWERS=str(Path(home) / "answers.yaml"))
     subprocess.run(["cargo", "bench", "-q", "-p", "uncaged-workflow", "--bench", "workflow"], cwd=ROOT, env=env,
                    check=True, capture_output=True)
 
@@ -129,10 +130,13 @@ def throughput(server, workers):
         started = time.perf_counter()
         processes = [start_worker(env, home, Path(home) / f"w{i}.log") for i in range(workers)]
         while True:
-            done = int(server.psql(db, "SELECT count(*) FROM uncaged_workflow.threads "
-                                       "WHERE summary->>'returnCode' IS NOT NULL"))
+            done, queued = map(int, server.psql(db, "SELECT count(*) FILTER (WHERE summary->>'returnCode' IS NOT NULL), "
+                                                    "count(*) FILTER (WHERE runnable) "
+                                                    "FROM uncaged_workflow.threads").split("|"))
             if done >= THROUGHPUT_THREADS:
                 break
+            if queued == 0:
+                raise SystemExit(f"only {done} of {THROUGHPUT_THREADS} threads ended (see {home}/w*.log)")
             time.sleep(0.02)
         elapsed = time.perf_counter() - started
         for p in processes:

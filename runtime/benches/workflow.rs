@@ -56,7 +56,7 @@ fn main() {
             let home = Home::new(dir.path().join("home"));
             let store = Storage::connect(&home, Some(&url)).unwrap();
             if let Some(n) = enqueue {
-                queue_threads(&store, dir.path(), n).await;
+                queue_threads(&store, n).await;
                 return;
             }
             // Side by side in one run: the same loop with the store on disk.
@@ -162,8 +162,9 @@ async fn ours(dir: &tempfile::TempDir, bundle: &Path, steps: usize, repeat: usiz
 }
 
 /// Queues `n` threads of solve-issue that end after 10 steps, with the bench's instant
-/// agent bound in the thread (written to `dir/config.yaml` beside the workers' home).
-async fn queue_threads(store: &Storage, dir: &Path, n: usize) {
+/// agent: its answers are written to `UNCAGED_BENCH_ANSWERS` (a file that outlives this
+/// process, for the workers to read).
+async fn queue_threads(store: &Storage, n: usize) {
     use uncaged_workflow::store::postgres::queue::{Queue, RunRequest};
     let runtime = Runtime::for_worker(store.home(), &Limits::default()).unwrap();
     let catalog = Catalog::new(store);
@@ -171,7 +172,8 @@ async fn queue_threads(store: &Storage, dir: &Path, n: usize) {
         .add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
         .await
         .unwrap();
-    let answers = dir.join("answers.yaml");
+    let answers =
+        PathBuf::from(std::env::var("UNCAGED_BENCH_ANSWERS").expect("UNCAGED_BENCH_ANSWERS"));
     std::fs::write(&answers, ANSWERS).unwrap();
     let queue = Queue::new(store.postgres().unwrap());
     let request =

@@ -42,15 +42,7 @@ async fn ask_queued(store: &Storage, id: ThreadId, request: ControlRequest) -> R
     let queue = Queue::new(pg);
     let deadline = Instant::now() + CONTROL_WAIT;
     loop {
-        let record = store.threads().read(id)?;
-        let status = record.status();
-        if status != ThreadStatus::Running {
-            return Err(Error::ThreadState {
-                id: id.to_string(),
-                status: status.as_str(),
-                reason: "it is not running".into(),
-            });
-        }
+        running(store, id)?;
         if queue.request(id, request)? {
             break;
         }
@@ -84,7 +76,8 @@ async fn ask_queued(store: &Storage, id: ThreadId, request: ControlRequest) -> R
     Ok(())
 }
 
-async fn send(store: &Storage, id: ThreadId, request: Request) -> Result<()> {
+/// Thread `id`, if it is running.
+fn running(store: &Storage, id: ThreadId) -> Result<ThreadRecord> {
     let record = store.threads().read(id)?;
     let status = record.status();
     if status != ThreadStatus::Running {
@@ -94,6 +87,11 @@ async fn send(store: &Storage, id: ThreadId, request: Request) -> Result<()> {
             reason: "it is not running".into(),
         });
     }
+    Ok(record)
+}
+
+async fn send(store: &Storage, id: ThreadId, request: Request) -> Result<()> {
+    let record = running(store, id)?;
     let not_in_worker = || Error::ThreadState {
         id: id.to_string(),
         status: "running",

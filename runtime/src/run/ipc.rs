@@ -208,20 +208,29 @@ pub async fn connect_or_spawn(store: &Storage, hash: BundleHash) -> Result<Conne
     }
 }
 
-/// Starts `uncaged-workflow worker <HASH>` in the background, in its own process group so a
-/// Ctrl-C in the terminal that started it does not reach the threads it runs. Returns the
-/// worker's stdout, on which it announces that its socket accepts connections.
+/// Starts `uncaged-workflow worker <HASH>` in the background. Returns the worker's stdout, on
+/// which it announces that its socket accepts connections.
 fn spawn_worker(store: &Storage, hash: BundleHash) -> Result<std::process::ChildStdout> {
+    start_worker_process(store, &[&hash.to_string()], &log_path(store.home(), hash))
+}
+
+/// Starts `uncaged-workflow worker ARGS` on `store` in the background, in its own process
+/// group so a Ctrl-C in the terminal that started it does not reach the threads it runs, its
+/// diagnostics (at the info level: cache hits, threads taken, exits) appended to `log_file`.
+/// Returns its stdout, where it says `ready` once it is up.
+pub fn start_worker_process(
+    store: &Storage,
+    args: &[&str],
+    log_file: &Path,
+) -> Result<std::process::ChildStdout> {
     use std::os::unix::process::CommandExt;
-    let home = store.home();
     let exe = std::env::current_exe()
         .map_err(Error::io("locate the running executable", "uncaged-workflow"))?;
-    let log_file = log_path(home, hash);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&log_file)
-        .map_err(Error::io("open worker log", &log_file))?;
+        .open(log_file)
+        .map_err(Error::io("open worker log", log_file))?;
     let mut command = std::process::Command::new(exe);
     // The worker uses the same store; a connection string may hold a password, so it goes
     // in the environment, which other users cannot read, never on the command line.
@@ -231,15 +240,15 @@ fn spawn_worker(store: &Storage, hash: BundleHash) -> Result<std::process::Child
     };
     let mut child = command
         .arg("--home")
-        .arg(home.root())
-        // Its log file gets the info level: cache hits, threads taken, exits.
-        .args(["-v", "worker", &hash.to_string()])
+        .arg(store.home().root())
+        .args(["-v", "worker"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
         .process_group(0)
         .spawn()
-        .map_err(Error::io("start a worker process for", &log_file))?;
+        .map_err(Error::io("start a worker process, logging to", log_file))?;
     Ok(child.stdout.take().expect("stdout is piped"))
 }
 

@@ -4,13 +4,12 @@
 //! events a local worker streams over its socket.
 
 use std::collections::VecDeque;
-use std::process::Stdio;
 use std::time::Duration;
 
 use crate::agents::AgentFlags;
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
-use crate::run::ipc::Reply;
+use crate::run::ipc::{self, Reply};
 use crate::store::Storage;
 use crate::store::ThreadStore;
 use crate::store::postgres::Postgres;
@@ -48,36 +47,12 @@ fn ensure_worker(store: &Storage, queue: &Queue) -> Result<()> {
     Ok(())
 }
 
-/// Starts `worker --exit-when-idle` on this machine, in its own process group, and waits for
-/// it to say it is up.
+/// Starts `worker --exit-when-idle` on this machine and waits for it to say it is up.
 fn start_worker(store: &Storage) -> Result<()> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe()
-        .map_err(Error::io("locate the running executable", "uncaged-workflow"))?;
     let home = store.home();
     crate::durable::create_dir(&home.run_dir())?;
     let log_file = home.run_dir().join("pool-worker.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_file)
-        .map_err(Error::io("open worker log", &log_file))?;
-    let mut command = std::process::Command::new(exe);
-    if let Some(url) = store.url() {
-        // In the environment, never on the command line: it may hold a password.
-        command.env(crate::store::postgres::STORE_ENV, url);
-    }
-    let mut child = command
-        .arg("--home")
-        .arg(home.root())
-        .args(["-v", "worker", "--exit-when-idle"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .map_err(Error::io("start a worker process, logging to", &log_file))?;
-    let stdout = child.stdout.take().expect("stdout is piped");
+    let stdout = ipc::start_worker_process(store, &["--exit-when-idle"], &log_file)?;
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
         .map_err(Error::io("wait for the worker logging to", &log_file))?;

@@ -294,6 +294,20 @@ pub struct ThreadSummary {
 pub const SUMMARY_PROMPT_CHARS: usize = 120;
 
 impl ThreadRecord {
+    /// A thread just created with `steps` (a fork's prefix), held by its creator.
+    pub fn created(start: &StartRecord, steps: &[StepRecord]) -> Self {
+        ThreadRecord {
+            start: start.clone(),
+            steps: steps.to_vec(),
+            end: None,
+            paused: None,
+            paused_at: None,
+            skipped_lines: vec![],
+            step_lines: (2..steps.len() + 2).collect(),
+            running: true,
+        }
+    }
+
     /// This thread as listings show it.
     pub fn summary(&self) -> ThreadSummary {
         ThreadSummary {

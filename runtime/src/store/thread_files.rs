@@ -76,16 +76,7 @@ impl ThreadStore for FileThreads {
         if !calls.is_empty() {
             durable::write_atomic(&self.home.thread_calls_file(hash, id), &jsonl(calls))?;
         }
-        let record = ThreadRecord {
-            start: start.clone(),
-            steps: steps.to_vec(),
-            end: None,
-            paused: None,
-            paused_at: None,
-            skipped_lines: vec![],
-            step_lines: (2..steps.len() + 2).collect(),
-            running: true,
-        };
+        let record = ThreadRecord::created(start, steps);
         Ok((Box::new(writer), record))
     }
 

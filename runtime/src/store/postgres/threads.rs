@@ -114,16 +114,7 @@ impl ThreadStore for PgThreads {
         calls: &[CallRecord],
     ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
         let id = start.thread_id;
-        let record = ThreadRecord {
-            start: start.clone(),
-            steps: steps.to_vec(),
-            end: None,
-            paused: None,
-            paused_at: None,
-            skipped_lines: vec![],
-            step_lines: (2..steps.len() + 2).collect(),
-            running: true,
-        };
+        let record = ThreadRecord::created(start, steps);
         let mut lines = vec![json_line(start)];
         lines.extend(steps.iter().map(json_line));
         let calls: Vec<String> = calls.iter().map(json_line).collect();
