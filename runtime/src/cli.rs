@@ -96,7 +96,7 @@ impl GlobalOptions {
         let home = self.home()?;
         let url = match &self.store {
             Some(url) => Some(url.clone()),
-            None => Storage::open(&home).config()?.store,
+            None => crate::store::config::store_url(&home.config_file()),
         };
         Storage::connect(&home, url.as_deref())
     }

@@ -33,6 +33,10 @@ pub trait BundleBackend: Send + Sync + fmt::Debug {
     fn read_descriptor(&self, hash: BundleHash) -> Result<Option<String>>;
     /// Where a bundle is, for messages.
     fn place(&self, hash: BundleHash) -> PathBuf;
+    /// Where its descriptor is, for messages.
+    fn descriptor_place(&self, hash: BundleHash) -> PathBuf {
+        self.place(hash)
+    }
     /// The database that holds the bundles, if it is one (for the message that its bytes
     /// were changed).
     fn database(&self) -> Option<String>;
@@ -151,7 +155,7 @@ impl BundleStore {
 
     /// Reads the descriptor stored beside a bundle.
     pub fn descriptor(&self, hash: BundleHash) -> Result<Descriptor> {
-        let path = self.backend.place(hash);
+        let path = self.backend.descriptor_place(hash);
         let Some(text) = self.backend.read_descriptor(hash)? else {
             return Err(Error::MissingFile { what: "the descriptor of bundle", path });
         };
@@ -202,6 +206,10 @@ impl BundleBackend for BundleFiles {
 
     fn place(&self, hash: BundleHash) -> PathBuf {
         self.home.bundle_file(hash)
+    }
+
+    fn descriptor_place(&self, hash: BundleHash) -> PathBuf {
+        self.home.descriptor_file(hash)
     }
 
     fn database(&self) -> Option<String> {

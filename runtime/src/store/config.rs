@@ -68,6 +68,15 @@ pub struct Config {
     pub base_dir: PathBuf,
 }
 
+/// The `store:` of the config file at `path`, read on its own: a mistake elsewhere in the
+/// file must not stop the commands that never read the rest (`threads`, `thread`); those that
+/// do report it when they load the whole file.
+pub fn store_url(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
+    value.get("store")?.as_str().map(str::to_string)
+}
+
 /// `serve:` in config.yaml. The token itself is not in the file (which is often shared, or
 /// kept in a repository): the file names the environment variable that holds it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
