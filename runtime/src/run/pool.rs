@@ -20,7 +20,7 @@ use crate::limits::Limits;
 use crate::run::catalog::Catalog;
 use crate::run::lifecycle;
 use crate::run::runner::{RunContext, RunOutcome, Until, run_thread};
-use crate::run::worker::{KILLED_RETURN_CODE, raise_open_files_limit};
+use crate::run::worker::{KILLED_RETURN_CODE, announce_ready, raise_open_files_limit};
 use crate::sandbox::control::ThreadControl;
 use crate::sandbox::engine::{LoadedBundle, Runtime};
 use crate::store::Storage;
@@ -149,13 +149,6 @@ pub async fn serve(store: Storage, options: PoolOptions) -> Result<()> {
     }
     pool.queue.unregister()?;
     Ok(())
-}
-
-/// Tells the process that started this worker that it is up (one line on stdout).
-fn announce_ready() {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "ready {}", std::process::id()).and_then(|()| out.flush());
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -164,9 +164,10 @@ pub async fn serve(store: Storage, hash: BundleHash) -> Result<()> {
     }
 }
 
-/// Tells whoever started this worker that its socket accepts connections: one line on
-/// stdout, which `run` and friends read through a pipe instead of polling the socket.
-fn announce_ready() {
+/// Tells whoever started this worker that it is up (its socket accepts connections, or it
+/// listens to the queue): one line on stdout, which `run` and friends read through a pipe
+/// instead of polling.
+pub fn announce_ready() {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     // The starter may be gone already; nothing else is ever written here.
