@@ -100,7 +100,7 @@ STORE_TESTS := agents:: declarative::a_ declarative::ask_user declarative::build
 	parallel::a_bundle_built parallel::a_component parallel::a_pause_during parallel::forking_inside \
 	parallel::kill_during parallel::review_panel parallel::trigger_data registry::history \
 	registry::list_and_show run::max_rounds run::thread_rm sandbox::a_home_that \
-	sandbox::add_refuses
+	sandbox::add_refuses schedule:: web::
 
 # PostgreSQL from the distribution's packages, installed when missing: the shared-store tests
 # start their own server with it (initdb in a temporary directory).

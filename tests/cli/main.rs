@@ -95,6 +95,20 @@ impl Env {
         self.dir.path().join("home")
     }
 
+    /// The binary, on this test's home and store, in its directory.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"));
+        match &self.store {
+            Some(url) => command.env("UNCAGED_WORKFLOW_STORE", url),
+            None => command.env_remove("UNCAGED_WORKFLOW_STORE"),
+        };
+        command
+            .env("UNCAGED_WORKFLOW_HOME", self.home())
+            .env_remove("RUST_LOG")
+            .current_dir(self.dir.path());
+        command
+    }
+
     /// Runs the binary with `args`, whatever its exit code.
     pub fn run(&self, args: &[&str]) -> Result<Run> {
         self.run_with(args, &[])
@@ -103,17 +117,10 @@ impl Env {
     /// Runs the binary with `args` and extra environment variables (which a worker it starts
     /// inherits), whatever its exit code.
     pub fn run_with(&self, args: &[&str], vars: &[(&str, &str)]) -> Result<Run> {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"));
-        match &self.store {
-            Some(url) => command.env("UNCAGED_WORKFLOW_STORE", url),
-            None => command.env_remove("UNCAGED_WORKFLOW_STORE"),
-        };
-        let output: Output = command
+        let output: Output = self
+            .command()
             .args(args)
-            .env("UNCAGED_WORKFLOW_HOME", self.home())
-            .env_remove("RUST_LOG")
             .envs(vars.iter().copied())
-            .current_dir(self.dir.path())
             .output()
             .context("failed to start uncaged-workflow")?;
         Ok(Run {
@@ -212,7 +219,7 @@ impl Env {
     }
 
     /// JSON lines selected from this test's database.
-    fn rows(&self, query: &str) -> Result<Vec<Value>> {
+    pub fn rows(&self, query: &str) -> Result<Vec<Value>> {
         let out = self.sql(query)?;
         out.lines()
             .filter(|line| !line.is_empty())
@@ -258,13 +265,11 @@ impl Serve {
     /// Starts `serve --listen 127.0.0.1:0` with `args` and waits for the address it prints.
     pub fn start(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Result<Serve> {
         use std::io::BufRead;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
+        let mut child = env
+            .command()
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
-            .env("UNCAGED_WORKFLOW_HOME", env.home())
-            .env_remove("RUST_LOG")
             .envs(vars.iter().copied())
-            .current_dir(env.dir.path())
             .stdout(std::process::Stdio::piped())
             .stderr(std::fs::File::create(env.dir.path().join("serve.err"))?)
             .spawn()

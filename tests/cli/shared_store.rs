@@ -95,10 +95,11 @@ fn bad_stores_and_bundles_give_one_line_each() -> Result<()> {
     );
 
     env.ok(&["list"])?;
+    let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
     env.sql("UPDATE meta SET value = '99' WHERE key = 'schema_version'")?;
     let newer = run(store(url.clone()), 78)?;
     ensure!(newer.contains("schema version 99") && newer.contains("newer"), "{newer}");
-    env.sql("UPDATE meta SET value = '1' WHERE key = 'schema_version'")?;
+    env.sql(&format!("UPDATE meta SET value = '{}' WHERE key = 'schema_version'", version.trim()))?;
 
     let not_postgres = run(store("mysql://db/flows".into()), 64)?;
     ensure!(not_postgres.contains("postgres://"), "{not_postgres}");
@@ -111,6 +112,33 @@ fn bad_stores_and_bundles_give_one_line_each() -> Result<()> {
     ensure!(tampered.contains("do not match"), "{tampered}");
     env.add_solve_issue()?;
     env.ok(&["run", "solve-issue", "-p", "x"])?;
+    Ok(())
+}
+
+#[test]
+fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<()> {
+    let env = Env::on_postgres()?;
+    env.add_solve_issue()?;
+    env.ok(&["run", "solve-issue", "-p", "x"])?;
+    let before = env.json(&["threads"])?;
+    // The store as the first release left it: schema version 1, without the schedules.
+    env.sql(
+        "DROP TABLE schedule_firings, schedules; DELETE FROM migrations WHERE version > 1; \
+         UPDATE meta SET value = '1' WHERE key = 'schema_version'",
+    )?;
+    // Any command migrates it; what it held is still there, and schedules work.
+    assert_eq!(env.json(&["threads"])?, before);
+    let applied = env.sql(
+        "SELECT string_agg(version::text || ':' || name, ' ' ORDER BY version) FROM migrations",
+    )?;
+    assert_eq!(applied.trim(), "1:store 2:schedules");
+    let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
+    assert_eq!(version.trim(), "2");
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    env.ok(&["schedule", "tick"])?;
+    let fired = env.sql("SELECT count(*) FROM schedule_firings")?;
+    ensure!(fired.trim() != "0", "nothing fired");
     Ok(())
 }
 

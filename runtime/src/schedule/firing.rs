@@ -92,7 +92,7 @@ impl Histories {
         if entry.0 != schedule.created {
             *entry = (schedule.created, FiringHistory::default());
         }
-        entry.1.catch_up(&store.schedules().firings_file(&schedule.name))?;
+        store.schedules().catch_up(&schedule.name, &mut entry.1)?;
         Ok(&mut entry.1)
     }
 

@@ -3,8 +3,8 @@
 //!
 //! A store is a home directory (the embedded default) or a PostgreSQL database shared by many
 //! machines ([`postgres`]). Threads are reached through [`ThreadStore`], which both implement
-//! ([`thread_files::FileThreads`], [`postgres::threads::PgThreads`]); the registry and the
-//! bundles choose their backend inside. The interface is synchronous: each call is one short
+//! ([`thread_files::FileThreads`], [`postgres::threads::PgThreads`]); the registry, the
+//! bundles and the schedules choose their backend inside. The interface is synchronous: each call is one short
 //! read or append, made between guest steps. The home directory stays local either way: the
 //! configuration, the AOT cache and the worker sockets of this machine.
 
@@ -100,6 +100,7 @@ pub struct Storage {
     home: Home,
     registry: Registry,
     bundles: BundleStore,
+    schedules: Schedules,
     threads: Arc<dyn ThreadStore>,
     /// The database, when the store is one.
     pg: Option<Postgres>,
@@ -115,6 +116,7 @@ impl Storage {
             home: home.clone(),
             registry: Registry::new(home),
             bundles: BundleStore::new(home),
+            schedules: Schedules::new(home),
             threads: Arc::new(thread_files::FileThreads::new(home)),
             pg: None,
             url: None,
@@ -137,6 +139,7 @@ impl Storage {
             home: home.clone(),
             registry: Registry::with(Arc::new(postgres::registry::PgRegistry::new(&pg))),
             bundles: BundleStore::with(Arc::new(postgres::registry::PgBundles::new(&pg))),
+            schedules: Schedules::with(Arc::new(postgres::schedules::PgSchedules::new(&pg))),
             threads: Arc::new(postgres::threads::PgThreads::new(&pg)),
             pg: Some(pg),
             url: Some(url.to_string()),
@@ -175,7 +178,7 @@ impl Storage {
 
     /// The schedules that start threads by themselves.
     pub fn schedules(&self) -> Schedules {
-        Schedules::new(&self.home)
+        self.schedules.clone()
     }
 
     /// `config.yaml`: agent bindings and limits.

@@ -1,17 +1,21 @@
-//! Schedules as the home keeps them: each schedule's definition, the log of its firings (the
+//! Schedules as a store keeps them: each schedule's definition, the log of its firings (the
 //! record that makes firing exactly-once), a poll schedule's last check, and the lock that
-//! lets one process fire at a time.
+//! lets one process fire at a time — in the home directory ([`ScheduleFiles`]) or in the
+//! database ([`PgSchedules`](crate::store::postgres::schedules::PgSchedules)), behind
+//! [`ScheduleBackend`].
 //!
-//! `schedules/<NAME>/schedule.json` is replaced atomically; `schedules/<NAME>/firings.jsonl`
-//! is append-only and fsynced, and is the truth about what fired: a firing is appended
-//! before its thread is created, and the thread is created with the id the firing names, so a
-//! process killed anywhere in between leaves a firing that the next pass finishes, never a
-//! second thread.
+//! In a home, `schedules/<NAME>/schedule.json` is replaced atomically and
+//! `schedules/<NAME>/firings.jsonl` is append-only and fsynced; it is the truth about what
+//! fired: a firing is appended before its thread is created, and the thread is created with
+//! the id the firing names, so a process killed anywhere in between leaves a firing that the
+//! next pass finishes, never a second thread.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -181,7 +185,8 @@ pub struct FiringHistory {
     pub last_output: Option<String>,
     /// Whether a poll's first check has happened (a baseline or a firing).
     pub checked: bool,
-    /// Bytes of the log read so far (a later read continues from here).
+    /// How far the log was read (bytes of a file, the last row of a table): a later read
+    /// continues from here.
     read_to: u64,
     index: BTreeMap<ThreadId, usize>,
 }
@@ -195,6 +200,17 @@ impl FiringHistory {
     /// The time of the last firing.
     pub fn last_fired(&self) -> Option<u64> {
         self.firings.last().map(|f| f.at)
+    }
+
+    /// How far the log was read.
+    pub(crate) fn position(&self) -> u64 {
+        self.read_to
+    }
+
+    /// Applies the event found at `position` of the log.
+    pub(crate) fn apply_at(&mut self, event: FiringEvent, position: u64) {
+        self.apply(event);
+        self.read_to = position;
     }
 
     fn apply(&mut self, event: FiringEvent) {
@@ -237,10 +253,10 @@ impl FiringHistory {
         }
     }
 
-    /// Reads what was appended to the log at `path` since the last read (all of it the first
-    /// time). A torn last line (a crash mid-append) is left for the next read, which finds it
-    /// terminated by the next append and skips it.
-    pub fn catch_up(&mut self, path: &Path) -> Result<()> {
+    /// Reads what was appended to the log file at `path` since the last read (all of it the
+    /// first time). A torn last line (a crash mid-append) is left for the next read, which
+    /// finds it terminated by the next append and skips it.
+    fn catch_up_file(&mut self, path: &Path) -> Result<()> {
         let mut file = match File::open(path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -283,23 +299,119 @@ pub struct PollState {
     pub last_error: Option<String>,
 }
 
-/// The schedules of a home.
-#[derive(Debug, Clone)]
-pub struct Schedules {
-    dir: PathBuf,
+/// Where schedules are kept: the home directory, or the database.
+pub trait ScheduleBackend: Send + Sync + fmt::Debug {
+    /// Takes the lock that one process at a time (on any machine sharing the store) holds to
+    /// fire or change schedules, waiting for it.
+    fn lock(&self) -> Result<FireLock>;
+    /// Every schedule, by name. One that cannot be read is reported and left out.
+    fn list(&self) -> Result<Vec<Schedule>>;
+    /// The schedule `name`, if there is one.
+    fn get(&self, name: &str) -> Result<Option<Schedule>>;
+    /// Writes `schedule` (new or changed), under `lock`.
+    fn put(&self, schedule: &Schedule, lock: &FireLock) -> Result<()>;
+    /// Deletes schedule `name` with its firing log and poll state, under `lock`.
+    fn remove(&self, name: &str, lock: &FireLock) -> Result<bool>;
+    /// Appends `event` to the firing log of `name`, durably, under `lock`.
+    fn record(&self, name: &str, event: &FiringEvent, lock: &FireLock) -> Result<()>;
+    /// Applies what was appended to the firing log of `name` since `history` last read it.
+    fn catch_up(&self, name: &str, history: &mut FiringHistory) -> Result<()>;
+    /// The last check of poll schedule `name`.
+    fn poll_state(&self, name: &str) -> Result<PollState>;
+    /// Records the last check of poll schedule `name`.
+    fn set_poll_state(&self, name: &str, state: &PollState) -> Result<()>;
 }
 
-/// The lock held while firing or changing schedules; released when dropped.
+/// The lock held while firing or changing schedules; released when dropped (or when its
+/// process dies).
 #[derive(Debug)]
-pub struct FireLock {
-    _file: File,
+pub enum FireLock {
+    /// An `flock` on `schedules/fire.lock` in the home.
+    File(File),
+    /// A session-level advisory lock, held by a connection of its own: the lock lives exactly
+    /// as long as that session, so what is written under it goes through that connection.
+    Database(tokio_postgres::Client),
+}
+
+/// The schedules of a store.
+#[derive(Debug, Clone)]
+pub struct Schedules {
+    backend: Arc<dyn ScheduleBackend>,
 }
 
 impl Schedules {
+    /// The schedules of `home`.
     pub fn new(home: &Home) -> Self {
-        Schedules { dir: home.schedules_dir() }
+        Schedules::with(Arc::new(ScheduleFiles { dir: home.schedules_dir() }))
     }
 
+    /// The schedules `backend` keeps.
+    pub fn with(backend: Arc<dyn ScheduleBackend>) -> Self {
+        Schedules { backend }
+    }
+
+    /// Takes the firing lock, waiting for it.
+    pub fn lock(&self) -> Result<FireLock> {
+        self.backend.lock()
+    }
+
+    /// Every schedule, by name.
+    pub fn list(&self) -> Result<Vec<Schedule>> {
+        self.backend.list()
+    }
+
+    /// The schedule `name`, if there is one.
+    pub fn get(&self, name: &str) -> Result<Option<Schedule>> {
+        self.backend.get(name)
+    }
+
+    /// Writes `schedule` (new or changed). The caller holds the [`FireLock`].
+    pub fn put(&self, schedule: &Schedule, lock: &FireLock) -> Result<()> {
+        self.backend.put(schedule, lock)
+    }
+
+    /// Deletes schedule `name` with its firing log (threads it started stay). The caller
+    /// holds the [`FireLock`].
+    pub fn remove(&self, name: &str, lock: &FireLock) -> Result<bool> {
+        self.backend.remove(name, lock)
+    }
+
+    /// Appends `event` to the firing log of `name`, stored when this returns. The caller
+    /// holds the [`FireLock`].
+    pub fn record(&self, name: &str, event: &FiringEvent, lock: &FireLock) -> Result<()> {
+        self.backend.record(name, event, lock)
+    }
+
+    /// Brings `history` up to date with the firing log of `name`.
+    pub fn catch_up(&self, name: &str, history: &mut FiringHistory) -> Result<()> {
+        self.backend.catch_up(name, history)
+    }
+
+    /// The firing history of `name`, read whole.
+    pub fn history(&self, name: &str) -> Result<FiringHistory> {
+        let mut history = FiringHistory::default();
+        self.catch_up(name, &mut history)?;
+        Ok(history)
+    }
+
+    /// The last check of poll schedule `name`.
+    pub fn poll_state(&self, name: &str) -> Result<PollState> {
+        self.backend.poll_state(name)
+    }
+
+    /// Records the last check of poll schedule `name`.
+    pub fn set_poll_state(&self, name: &str, state: &PollState) -> Result<()> {
+        self.backend.set_poll_state(name, state)
+    }
+}
+
+/// Schedules in a home: `schedules/<NAME>/{schedule.json, firings.jsonl, poll.json}`.
+#[derive(Debug)]
+struct ScheduleFiles {
+    dir: PathBuf,
+}
+
+impl ScheduleFiles {
     fn schedule_dir(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -308,18 +420,18 @@ impl Schedules {
         self.schedule_dir(name).join("schedule.json")
     }
 
-    /// `schedules/<NAME>/firings.jsonl`.
-    pub fn firings_file(&self, name: &str) -> PathBuf {
+    fn firings_file(&self, name: &str) -> PathBuf {
         self.schedule_dir(name).join("firings.jsonl")
     }
 
     fn poll_file(&self, name: &str) -> PathBuf {
         self.schedule_dir(name).join("poll.json")
     }
+}
 
-    /// Takes the lock that one process at a time holds to fire or change schedules, waiting
-    /// for it. A process that dies holding it releases it (an `flock`).
-    pub fn lock(&self) -> Result<FireLock> {
+impl ScheduleBackend for ScheduleFiles {
+    /// An `flock`: a process that dies holding it releases it.
+    fn lock(&self) -> Result<FireLock> {
         durable::create_dir(&self.dir)?;
         let path = self.dir.join("fire.lock");
         let file = std::fs::OpenOptions::new()
@@ -329,11 +441,10 @@ impl Schedules {
             .open(&path)
             .map_err(Error::io("open", &path))?;
         file.lock().map_err(Error::io("lock", &path))?;
-        Ok(FireLock { _file: file })
+        Ok(FireLock::File(file))
     }
 
-    /// Every schedule, by name. One that cannot be read is reported and left out.
-    pub fn list(&self) -> Result<Vec<Schedule>> {
+    fn list(&self) -> Result<Vec<Schedule>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
@@ -356,8 +467,7 @@ impl Schedules {
         Ok(schedules)
     }
 
-    /// The schedule `name`, if there is one.
-    pub fn get(&self, name: &str) -> Result<Option<Schedule>> {
+    fn get(&self, name: &str) -> Result<Option<Schedule>> {
         let path = self.definition_file(name);
         let Some(text) = durable::read_text(&path, "read")? else { return Ok(None) };
         serde_json::from_str(&text)
@@ -365,15 +475,12 @@ impl Schedules {
             .map_err(|e| Error::Corrupt { path, reason: e.to_string() })
     }
 
-    /// Writes `schedule` (new or changed). The caller holds the [`FireLock`].
-    pub fn put(&self, schedule: &Schedule, _lock: &FireLock) -> Result<()> {
+    fn put(&self, schedule: &Schedule, _lock: &FireLock) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(schedule).expect("schedules serialize");
         durable::write_atomic(&self.definition_file(&schedule.name), &bytes)
     }
 
-    /// Deletes schedule `name` with its firing log (threads it started stay). The caller
-    /// holds the [`FireLock`].
-    pub fn remove(&self, name: &str, _lock: &FireLock) -> Result<bool> {
+    fn remove(&self, name: &str, _lock: &FireLock) -> Result<bool> {
         let dir = self.schedule_dir(name);
         if !self.definition_file(name).exists() {
             return Ok(false);
@@ -386,24 +493,18 @@ impl Schedules {
         Ok(true)
     }
 
-    /// Appends `event` to the firing log of `name`, on disk when this returns. The caller
-    /// holds the [`FireLock`].
-    pub fn record(&self, name: &str, event: &FiringEvent, _lock: &FireLock) -> Result<()> {
+    fn record(&self, name: &str, event: &FiringEvent, _lock: &FireLock) -> Result<()> {
         let path = self.firings_file(name);
         let mut file = AppendFile::open(&path, true)?;
         let line = serde_json::to_vec(event).expect("firing events serialize");
         file.append(&line).map_err(Error::io("append to", &path))
     }
 
-    /// The firing history of `name`, read whole.
-    pub fn history(&self, name: &str) -> Result<FiringHistory> {
-        let mut history = FiringHistory::default();
-        history.catch_up(&self.firings_file(name))?;
-        Ok(history)
+    fn catch_up(&self, name: &str, history: &mut FiringHistory) -> Result<()> {
+        history.catch_up_file(&self.firings_file(name))
     }
 
-    /// The last check of poll schedule `name`.
-    pub fn poll_state(&self, name: &str) -> Result<PollState> {
+    fn poll_state(&self, name: &str) -> Result<PollState> {
         let path = self.poll_file(name);
         match durable::read_text(&path, "read")? {
             None => Ok(PollState::default()),
@@ -412,8 +513,7 @@ impl Schedules {
         }
     }
 
-    /// Records the last check of poll schedule `name`.
-    pub fn set_poll_state(&self, name: &str, state: &PollState) -> Result<()> {
+    fn set_poll_state(&self, name: &str, state: &PollState) -> Result<()> {
         let bytes = serde_json::to_vec(state).expect("poll states serialize");
         durable::write_atomic(&self.poll_file(name), &bytes)
     }
@@ -445,20 +545,20 @@ mod tests {
         };
         schedules.record("s", &fired, &lock)?;
         let mut history = FiringHistory::default();
-        history.catch_up(&schedules.firings_file("s"))?;
+        schedules.catch_up("s", &mut history)?;
         assert_eq!(history.pending().count(), 1);
         assert_eq!(history.last_instant, Some(1000));
         // A torn append: not read, and the next append terminates it.
-        let path = schedules.firings_file("s");
+        let path = dir.path().join("schedules/s/firings.jsonl");
         std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
             .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"started\":{\"thr"))
             .unwrap();
-        history.catch_up(&path)?;
+        schedules.catch_up("s", &mut history)?;
         assert_eq!(history.pending().count(), 1);
         schedules.record("s", &FiringEvent::Started { thread_id: id, at: 6 }, &lock)?;
-        history.catch_up(&path)?;
+        schedules.catch_up("s", &mut history)?;
         assert_eq!(history.pending().count(), 0);
         assert_eq!(history.firings[0].state, FiringState::Started);
         // The same as reading it whole.

@@ -1,5 +1,5 @@
 //! The PostgreSQL store: one database shared by every machine, holding what a home directory
-//! holds (registry, bundles, threads, call journals, debug logs) plus the work queue and the
+//! holds (registry, bundles, threads, call journals, debug logs, schedules) plus the work queue and the
 //! leases that let workers on many machines share threads.
 //!
 //! The store's interface is synchronous (each call is one short read or append between guest
@@ -10,6 +10,7 @@
 
 pub mod queue;
 pub mod registry;
+pub mod schedules;
 mod schema;
 pub mod threads;
 
@@ -163,10 +164,16 @@ impl Postgres {
 
     /// The error for a failed statement.
     pub fn error(&self, action: &str, e: &tokio_postgres::Error) -> Error {
+        self.bad_data(format!("{action}: {}", reason(e)))
+    }
+
+    /// The error for what the database answered but this program cannot use (a row that does
+    /// not read).
+    pub fn bad_data(&self, reason: String) -> Error {
         Error::Database {
             target: self.target().to_string(),
             failure: DatabaseFailure::Query,
-            reason: format!("{action}: {}", reason(e)),
+            reason,
         }
     }
 }

@@ -16,7 +16,10 @@ const APPLICATION: &str = "uncaged-workflow";
 
 /// The migrations, in order: version, name, SQL. A migration is never edited once released;
 /// a change is a new one.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "store", include_str!("migrations/0001_store.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "store", include_str!("migrations/0001_store.sql")),
+    (2, "schedules", include_str!("migrations/0002_schedules.sql")),
+];
 
 /// The schema version this binary writes.
 pub const LATEST: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
