@@ -8,7 +8,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
-use super::AgentContext;
+use super::{AgentContext, RoleRef};
+use crate::store::records::ThreadRecord;
 
 /// A question for the person attached to a thread.
 #[derive(Debug)]
@@ -45,5 +46,33 @@ impl HumanPort {
         };
         sender.send(question).ok()?;
         answer.await.ok().flatten()
+    }
+}
+
+/// What a thread waiting for a human answer asks, rebuilt from its record (for a person who
+/// was not attached when it was asked: a terminal following the thread from the shared
+/// store). The context is the thread as the agent call saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WaitingQuestion {
+    pub role: String,
+    pub system_prompt: String,
+    pub context: String,
+}
+
+impl WaitingQuestion {
+    /// The question thread `record` waits on, if it waits on one.
+    pub fn of(record: &ThreadRecord) -> Option<Self> {
+        let paused = record.paused.as_ref()?;
+        let call = paused.call.as_ref()?;
+        let role = paused.role.clone().unwrap_or_default();
+        let system_prompt = call.system_prompt.clone().unwrap_or_default();
+        let context = AgentContext {
+            thread_id: record.id().to_string(),
+            prompt: record.start.parameters.prompt.clone(),
+            steps: Arc::new(record.steps.clone()),
+            role: RoleRef { name: role.clone(), system_prompt: system_prompt.clone() },
+            input: call.input.clone(),
+        };
+        Some(WaitingQuestion { role, system_prompt, context: context.render() })
     }
 }

@@ -39,14 +39,15 @@ impl Followed {
         }
     }
 
-    /// Answers a [`Reply::Question`] (only a local worker asks).
+    /// Answers a [`Reply::Question`]: to the local worker that waits for it, or journaled
+    /// for a queued thread (which is then queued again).
     pub async fn answer(&mut self, hash: BundleHash, text: Option<String>) -> Result<()> {
         match self {
             Followed::Worker(connection) => connection
                 .send(&ipc::ClientMessage::Answer { text })
                 .await
                 .map_err(|e| lost(hash, e)),
-            Followed::Queued(_) => Ok(()),
+            Followed::Queued(thread) => thread.answer(text),
         }
     }
 }
@@ -65,7 +66,10 @@ pub async fn hand_over(
         let record = store.threads().read(id)?;
         queued::enqueue(store, pg, id, flags)?;
         let accepted = Accepted { pid: None, cache_hit: false, steps: record.steps.len() };
-        return Ok((Followed::Queued(Box::new(QueuedThread::new(store, pg, &record))), accepted));
+        return Ok((
+            Followed::Queued(Box::new(QueuedThread::new(store, pg, &record, flags, follow))),
+            accepted,
+        ));
     }
     let mut connection = ipc::connect_or_spawn(store, hash).await?;
     // The thread's agents use this process's secrets, not the worker's environment: the

@@ -1,12 +1,15 @@
 //! Threads on a shared (PostgreSQL) store: queued for whichever worker claims them, with a
 //! worker started on this machine when none is alive anywhere (no daemon to set up for one
 //! machine), and followed from any machine by reading what the worker writes — the same
-//! events a local worker streams over its socket.
+//! events a local worker streams over its socket. A follower at a terminal is asked the
+//! question a `human` agent waits on: its answer is journaled and the thread queued again,
+//! as `answer` would, so no worker ever holds a thread (or its lease) while a person types.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::agents::AgentFlags;
+use crate::agents::human::WaitingQuestion;
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
 use crate::run::ipc::{self, Reply};
@@ -15,7 +18,7 @@ use crate::store::ThreadStore;
 use crate::store::postgres::Postgres;
 use crate::store::postgres::queue::{Queue, RunRequest};
 use crate::store::postgres::threads::PgThreads;
-use crate::store::records::{ThreadRecord, ThreadStatus};
+use crate::store::records::{PendingCall, ThreadRecord, ThreadStatus};
 
 /// How often a follower reads the thread.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
@@ -69,6 +72,16 @@ fn start_worker(store: &Storage) -> Result<()> {
 /// to rest — as [`Reply`] events, like a local worker's.
 pub struct QueuedThread {
     store: Storage,
+    pg: Postgres,
+    /// The agent overrides it was queued with (and is queued with again once answered).
+    flags: AgentFlags,
+    /// Whether the follower puts a `human` agent's question to its user.
+    interactive: bool,
+    /// The call a question was put for, until it is answered or declined.
+    asked: Option<PendingCall>,
+    /// The last call answered from here: a thread still reading as waiting on it is about to
+    /// be taken by a worker, not asking again.
+    answered: Option<PendingCall>,
     /// When it was last checked that some worker is alive to run the thread.
     checked_workers: std::time::Instant,
     threads: PgThreads,
@@ -83,10 +96,22 @@ pub struct QueuedThread {
 }
 
 impl QueuedThread {
-    /// Follows thread `id`, which had `steps` steps when it was queued.
-    pub fn new(store: &Storage, pg: &Postgres, record: &ThreadRecord) -> Self {
+    /// Follows the thread of `record` (as it was when queued with `flags`); `interactive`
+    /// puts a `human` agent's questions to the follower.
+    pub fn new(
+        store: &Storage,
+        pg: &Postgres,
+        record: &ThreadRecord,
+        flags: &AgentFlags,
+        interactive: bool,
+    ) -> Self {
         QueuedThread {
             store: store.clone(),
+            pg: pg.clone(),
+            flags: flags.clone(),
+            interactive,
+            asked: None,
+            answered: None,
             checked_workers: std::time::Instant::now(),
             threads: PgThreads::new(pg),
             queue: Queue::new(pg),
@@ -139,18 +164,26 @@ impl QueuedThread {
             self.last_working = Some((role.clone(), agent.clone()));
             self.pending.push_back(Reply::Working { role, agent });
         }
+        let waits_on = record.paused.as_ref().and_then(|p| p.call.clone());
         let rest = match record.status() {
             ThreadStatus::Running => {
-                // Its worker may have died, and with it the last worker alive: the thread
-                // would wait for one forever.
-                if self.checked_workers.elapsed() >= WORKER_CHECK {
-                    ensure_worker(&self.store, &self.queue)?;
-                    self.checked_workers = std::time::Instant::now();
-                }
+                self.check_workers()?;
                 None
             }
             _ if record.end.is_some() => {
                 Some(Reply::Ended { end: record.end.clone().expect("an ended thread") })
+            }
+            ThreadStatus::Waiting if waits_on.is_some() && waits_on == self.answered => {
+                self.check_workers()?;
+                None
+            }
+            ThreadStatus::Waiting if self.interactive && self.asked.is_none() => {
+                if let Some(question) = WaitingQuestion::of(&record) {
+                    self.asked = waits_on;
+                    let WaitingQuestion { role, system_prompt, context } = question;
+                    self.pending.push_back(Reply::Question { role, system_prompt, context });
+                }
+                return Ok(());
             }
             ThreadStatus::Waiting => Some(Reply::Waiting {
                 role: record.paused.as_ref().and_then(|p| p.role.clone()).unwrap_or_default(),
@@ -168,6 +201,38 @@ impl QueuedThread {
         if let Some(rest) = rest {
             self.pending.push_back(rest);
             self.done = true;
+        }
+        Ok(())
+    }
+
+    /// Answers the question the follower was asked: journals `text` under the call the
+    /// thread waits on and queues it again (as `answer` does); `None` declines, and the
+    /// thread is left waiting.
+    pub fn answer(&mut self, text: Option<String>) -> Result<()> {
+        let Some(call) = self.asked.take() else { return Ok(()) };
+        let Some(text) = text else {
+            let role = self.threads.read(self.id)?.paused.and_then(|p| p.role).unwrap_or_default();
+            self.pending.push_back(Reply::Waiting { role });
+            self.done = true;
+            return Ok(());
+        };
+        match crate::run::control::answer(&self.store, self.id, text) {
+            Ok(_) => enqueue(&self.store, &self.pg, self.id, &self.flags)?,
+            // Answered meanwhile from elsewhere (`answer`, the web view), which queued it:
+            // follow on.
+            Err(Error::ThreadState { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        self.answered = Some(call);
+        Ok(())
+    }
+
+    /// Makes sure some worker is alive to run the thread, every few seconds: its worker may
+    /// have died, and with it the last worker alive, and the thread would wait forever.
+    fn check_workers(&mut self) -> Result<()> {
+        if self.checked_workers.elapsed() >= WORKER_CHECK {
+            ensure_worker(&self.store, &self.queue)?;
+            self.checked_workers = std::time::Instant::now();
         }
         Ok(())
     }

@@ -257,7 +257,15 @@ impl ThreadState {
         let Some(response) = self.settle(&f, answer, elapsed) else {
             // Nobody to ask: the thread stops once the others have answered; `answer`
             // journals this call's answer and the resumed thread replays it.
-            let call = PendingCall { step: self.host.journal.step(), seq: f.seq, digest: f.digest };
+            let system_prompt =
+                Some(f.context.role.system_prompt.clone()).filter(|p| !p.is_empty());
+            let call = PendingCall {
+                step: self.host.journal.step(),
+                seq: f.seq,
+                digest: f.digest,
+                system_prompt,
+                input: f.context.input.clone(),
+            };
             waiting.get_or_insert((role, call));
             return Ok(());
         };

@@ -285,7 +285,8 @@ mod tests {
     #[test]
     fn a_human_answer_is_replayed_to_the_call_that_waited_for_it() -> Result<()> {
         let log = MemoryLog::default();
-        let call = PendingCall { step: 2, seq: 0, digest: "D9".into() };
+        let call =
+            PendingCall { step: 2, seq: 0, digest: "D9".into(), system_prompt: None, input: None };
         Journal::new(Box::new(log.clone()))?.record_answer(&call, "reviewer", "yes".into())?;
         let mut journal = Journal::new(Box::new(log))?;
         journal.begin_step(2);

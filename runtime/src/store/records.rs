@@ -231,14 +231,22 @@ pub enum PauseReason {
 }
 
 /// The agent call a waiting thread needs answered: recorded in its pause marker, so `answer`
-/// can journal the text under it.
+/// can journal the text under it, and so whoever answers — a terminal following the thread
+/// from another machine, the web view — can be shown what is asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PendingCall {
     /// Index of the step (0-based) and position of the call in it.
     pub step: usize,
     pub seq: usize,
     /// Digest of the agent request.
     pub digest: String,
+    /// The role's system prompt the person answers under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// The input the bundle gave this call, if any (the thread itself is in the record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
 }
 
 /// A thread as read back from its store.
