@@ -295,3 +295,85 @@ fn three_workers_killed_at_random_lose_and_repeat_nothing() -> Result<()> {
     ensure!(rig.threads()?.len() == n, "threads were lost or added");
     Ok(())
 }
+
+/// A certificate authority and a server certificate for 127.0.0.1 signed by it, as PEM.
+struct Certificates {
+    ca: String,
+    server: String,
+    server_key: String,
+}
+
+fn certificates() -> Result<Certificates> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "uncaged test CA");
+    let ca_pem = ca.self_signed(&ca_key)?.pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate()?;
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&key, &issuer)?;
+    Ok(Certificates { ca: ca_pem, server: server.pem(), server_key: key.serialize_pem() })
+}
+
+#[test]
+fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let certs = certificates()?;
+    let other = certificates()?;
+    let write = |name: &str, text: &str| -> Result<String> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text)?;
+        Ok(path.display().to_string())
+    };
+    let (ca, other_ca) = (write("ca.pem", &certs.ca)?, write("other-ca.pem", &other.ca)?);
+    let (cert, key) =
+        (write("server.pem", &certs.server)?, write("server.key", &certs.server_key)?);
+    // A server that accepts TLS connections only.
+    let hba = write("pg_hba.conf", "local all all trust\nhostssl all all 127.0.0.1/32 trust\n")?;
+    for file in [&cert, &key, &hba] {
+        crate::postgres::give_to_server(std::path::Path::new(file))?;
+    }
+    crate::postgres::give_to_server(dir.path())?;
+    let server = crate::postgres::PgServer::start(&[
+        "ssl=on",
+        &format!("ssl_cert_file={cert}"),
+        &format!("ssl_key_file={key}"),
+        &format!("hba_file={hba}"),
+    ])?;
+    let url = server.new_database()?;
+    let env = |query: &str| -> Result<Env> {
+        Ok(Env { dir: tempfile::tempdir()?, store: Some(format!("{url}{query}")) })
+    };
+
+    // The default (`prefer`) and `require` encrypt; the server would refuse them otherwise.
+    env("")?.add_solve_issue()?;
+    env("?sslmode=require")?.ok(&["list"])?;
+    // Checked against the CA that signed it, and its name (127.0.0.1) too.
+    let verified = env(&format!("?sslmode=verify-full&sslrootcert={ca}"))?;
+    verified.ok(&["run", "solve-issue", "-p", "x"])?;
+    // `verify-ca` checks the chain only: `localhost` is not the certificate's name.
+    let mut by_name = env(&format!("?sslmode=verify-ca&sslrootcert={ca}"))?;
+    by_name.store = by_name.store.map(|u| u.replacen("127.0.0.1", "localhost", 1));
+    by_name.ok(&["list"])?;
+
+    // Refused, one line each: a server signed by another CA, one no public root vouches for,
+    // the wrong name for `verify-full`, no TLS at all, a mode that does not exist.
+    let untrusted =
+        env(&format!("?sslmode=verify-full&sslrootcert={other_ca}"))?.fails(&["list"], 77)?;
+    ensure!(untrusted.contains("certificate is not trusted"), "{untrusted}");
+    ensure!(untrusted.lines().count() == 1, "{untrusted}");
+    let public = env("?sslmode=verify-full")?.fails(&["list"], 77)?;
+    ensure!(public.contains("certificate is not trusted"), "{public}");
+    let mut wrong_name = env(&format!("?sslmode=verify-full&sslrootcert={ca}"))?;
+    wrong_name.store = wrong_name.store.map(|u| u.replacen("127.0.0.1", "localhost", 1));
+    let wrong_name = wrong_name.fails(&["list"], 77)?;
+    ensure!(wrong_name.contains("certificate is not trusted"), "{wrong_name}");
+    let plain = env("?sslmode=disable")?.fails(&["list"], 77)?;
+    ensure!(plain.contains("no encryption"), "{plain}");
+    let bad_mode = env("?sslmode=sometimes")?.fails(&["list"], 64)?;
+    ensure!(bad_mode.contains("sslmode `sometimes`"), "{bad_mode}");
+    let missing = env("?sslmode=verify-full&sslrootcert=/no/such.pem")?.fails(&["list"], 64)?;
+    ensure!(missing.contains("sslrootcert /no/such.pem"), "{missing}");
+    Ok(())
+}

@@ -167,6 +167,20 @@ pub fn bin_dir() -> Result<PathBuf> {
     versions.pop().map(|(_, bin)| bin).context("no PostgreSQL server in /usr/lib/postgresql")
 }
 
+/// Makes `path` (a file, or a directory) the server's own, readable by it alone (as
+/// PostgreSQL wants its TLS key).
+pub fn give_to_server(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if running_as_root() {
+        let owner = Command::new("id").args(["-u", "postgres"]).output()?;
+        let uid: u32 = String::from_utf8(owner.stdout)?.trim().parse()?;
+        std::os::unix::fs::chown(path, Some(uid), None)?;
+    }
+    let mode = if path.is_dir() { 0o700 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
 fn running_as_root() -> bool {
     Command::new("id")
         .arg("-u")

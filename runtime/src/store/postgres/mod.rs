@@ -13,6 +13,7 @@ pub mod registry;
 pub mod schedules;
 mod schema;
 pub mod threads;
+mod tls;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -24,7 +25,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::{DatabaseFailure, Error, Result};
 use crate::ids::ThreadId;
@@ -47,6 +49,8 @@ pub struct Postgres {
 
 struct Inner {
     config: Config,
+    /// TLS as the connection string's `sslmode` asks (see [`tls`]).
+    tls: MakeRustlsConnect,
     /// `postgres://user@host:port/db`, without the password: what errors name.
     target: String,
     /// The runtime that drives connections, on its own thread.
@@ -73,11 +77,16 @@ impl Postgres {
     /// Fails with one line naming the database if it cannot be reached, refuses the
     /// credentials, belongs to another application, or was migrated by a newer version.
     pub fn connect(url: &str) -> Result<Self> {
-        let mut config: Config = url.parse().map_err(|e| Error::Database {
+        let usage = |reason: String| Error::Database {
             target: redact(url),
             failure: DatabaseFailure::Usage,
-            reason: format!("not a PostgreSQL connection string: {e}"),
-        })?;
+            reason,
+        };
+        let (url_known, tls) = tls::Tls::split(url).map_err(usage)?;
+        let mut config: Config = url_known
+            .parse()
+            .map_err(|e| usage(format!("not a PostgreSQL connection string: {e}")))?;
+        let tls = tls.connector().map_err(usage)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -91,9 +100,10 @@ impl Postgres {
         config.options(&options);
         let target = describe(&config);
         let driver = driver();
-        let client = open_client(&driver, &config, &target)?;
+        let client = open_client(&driver, &config, &tls, &target)?;
         let inner = Inner {
             config,
+            tls,
             target,
             driver,
             client: Mutex::new(Arc::new(client)),
@@ -126,7 +136,12 @@ impl Postgres {
     pub fn client(&self) -> Result<Arc<Client>> {
         let mut client = self.inner.client.lock();
         if client.is_closed() {
-            *client = Arc::new(open_client(&self.inner.driver, &self.inner.config, self.target())?);
+            *client = Arc::new(open_client(
+                &self.inner.driver,
+                &self.inner.config,
+                &self.inner.tls,
+                self.target(),
+            )?);
         }
         Ok(client.clone())
     }
@@ -140,7 +155,7 @@ impl Postgres {
     /// A connection of its own, for a transaction or `LISTEN` (the shared one interleaves
     /// statements of many callers). It closes when dropped.
     pub fn dedicated(&self) -> Result<Client> {
-        open_client(&self.inner.driver, &self.inner.config, self.target())
+        open_client(&self.inner.driver, &self.inner.config, &self.inner.tls, self.target())
     }
 
     /// Runs `query` and waits for it, turning a database error into one line that says what
@@ -199,10 +214,15 @@ fn driver() -> Handle {
 }
 
 /// Connects, with the connection driven on `driver`.
-fn open_client(driver: &Handle, config: &Config, target: &str) -> Result<Client> {
-    let config = config.clone();
+fn open_client(
+    driver: &Handle,
+    config: &Config,
+    tls: &MakeRustlsConnect,
+    target: &str,
+) -> Result<Client> {
+    let (config, tls) = (config.clone(), tls.clone());
     let connecting = driver.spawn(async move {
-        let (client, connection) = config.connect(NoTls).await?;
+        let (client, connection) = config.connect(tls).await?;
         tokio::spawn(async move {
             // The connection ends with an error when the server goes away; the client
             // then reports itself closed and the next use reconnects.
@@ -222,6 +242,15 @@ fn connect_error(target: &str, e: &tokio_postgres::Error) -> Error {
         || code == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
     {
         (DatabaseFailure::Credentials, format!("the server refused the credentials: {}", reason(e)))
+    } else if tls::is_untrusted(e) {
+        (
+            DatabaseFailure::Credentials,
+            format!(
+                "the server's TLS certificate is not trusted: {} (give its CA with \
+                 sslrootcert=PATH)",
+                reason(e)
+            ),
+        )
     } else if code == Some(&SqlState::INVALID_CATALOG_NAME) {
         (
             DatabaseFailure::Unreachable,

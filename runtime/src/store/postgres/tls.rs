@@ -1,0 +1,264 @@
+//! TLS to the store's database, chosen in the connection string as libpq chooses it:
+//! `sslmode=disable|prefer|require|verify-ca|verify-full` and `sslrootcert=PATH|system`.
+//!
+//! As with libpq, `prefer` (the default) and `require` encrypt without checking who the server
+//! is (unless `sslrootcert` is given, which makes `require` check the chain like `verify-ca`);
+//! `verify-ca` checks the server's certificate against the roots, `verify-full` its name too.
+//! The roots are the file `sslrootcert` names, or Mozilla's (built in) for `system` or none.
+//! tokio-postgres knows neither the `verify-*` modes nor `sslrootcert`, so they are taken out of
+//! the string here and the connection is made with `require` and the verifier they ask for.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
+};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// How the connection is protected, as `sslmode` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+/// What the connection string asks of TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub mode: Mode,
+    /// `sslrootcert`: a PEM file of trusted roots; `None` for Mozilla's (also `system`).
+    pub root_cert: Option<PathBuf>,
+}
+
+impl Tls {
+    /// Takes `sslmode` and `sslrootcert` out of `url`: the URL tokio-postgres is given (with
+    /// the `sslmode` it knows) and what they ask for. Fails with a line naming the parameter.
+    pub fn split(url: &str) -> Result<(String, Tls), String> {
+        let (base, query) = match url.split_once('?') {
+            Some((base, query)) => (base, query),
+            None => return Ok((url.to_string(), Tls { mode: Mode::Prefer, root_cert: None })),
+        };
+        let mut tls = Tls { mode: Mode::Prefer, root_cert: None };
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let decoded = percent_encoding::percent_decode_str(value)
+                .decode_utf8()
+                .map_err(|_| format!("`{key}` is not UTF-8"))?;
+            match key {
+                "sslmode" => {
+                    tls.mode = match &*decoded {
+                        "disable" => Mode::Disable,
+                        "allow" | "prefer" => Mode::Prefer,
+                        "require" => Mode::Require,
+                        "verify-ca" => Mode::VerifyCa,
+                        "verify-full" => Mode::VerifyFull,
+                        other => {
+                            return Err(format!(
+                                "sslmode `{other}`: expected disable, prefer, require, verify-ca \
+                                 or verify-full"
+                            ));
+                        }
+                    };
+                }
+                "sslrootcert" if &*decoded == "system" => tls.root_cert = None,
+                "sslrootcert" => tls.root_cert = Some(PathBuf::from(&*decoded)),
+                _ => kept.push(pair),
+            }
+        }
+        kept.push(match tls.mode {
+            Mode::Disable => "sslmode=disable",
+            Mode::Prefer => "sslmode=prefer",
+            Mode::Require | Mode::VerifyCa | Mode::VerifyFull => "sslmode=require",
+        });
+        Ok((format!("{base}?{}", kept.join("&")), tls))
+    }
+
+    /// The TLS connector these settings ask for. Fails with a line if the roots do not read.
+    pub fn connector(&self) -> Result<MakeRustlsConnect, String> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verify_chain = match self.mode {
+            Mode::VerifyCa | Mode::VerifyFull => true,
+            // As libpq: a root certificate given makes `require` check the chain.
+            Mode::Require | Mode::Prefer => self.root_cert.is_some(),
+            Mode::Disable => false,
+        };
+        let verifier: Arc<dyn ServerCertVerifier> = if verify_chain {
+            let roots = self.roots()?;
+            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                .build()
+                .map_err(|e| format!("TLS roots: {e}"))?;
+            Arc::new(Verified { inner: webpki, check_name: self.mode == Mode::VerifyFull })
+        } else {
+            Arc::new(EncryptOnly { algorithms: provider.signature_verification_algorithms })
+        };
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth();
+        Ok(MakeRustlsConnect::new(config))
+    }
+
+    fn roots(&self) -> Result<Arc<RootCertStore>, String> {
+        let mut roots = RootCertStore::empty();
+        match &self.root_cert {
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+            Some(path) => {
+                let shown = path.display();
+                let certs = CertificateDer::pem_file_iter(path)
+                    .map_err(|e| format!("sslrootcert {shown}: {e}"))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("sslrootcert {shown}: {e}"))?;
+                let (added, _) = roots.add_parsable_certificates(certs);
+                if added == 0 {
+                    return Err(format!("sslrootcert {shown}: no certificate in it"));
+                }
+            }
+        }
+        Ok(Arc::new(roots))
+    }
+}
+
+/// `verify-ca` / `verify-full`: the chain checked against the roots, the name for
+/// `verify-full` only.
+#[derive(Debug)]
+struct Verified {
+    inner: Arc<WebPkiServerVerifier>,
+    check_name: bool,
+}
+
+impl ServerCertVerifier for Verified {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.check_name => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// `prefer` / `require` without roots: encrypted, the handshake's signatures checked, but
+/// any certificate accepted — what libpq does for these modes.
+#[derive(Debug)]
+struct EncryptOnly {
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for EncryptOnly {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// Whether a connection error is the server's certificate being refused.
+pub fn is_untrusted(e: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        // An I/O error's `source` skips the error it wraps: look inside it.
+        let inner = cause.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
+        for error in [Some(cause), inner.map(|e| e as &(dyn std::error::Error + 'static))] {
+            if let Some(rustls::Error::InvalidCertificate(_)) =
+                error.and_then(|e| e.downcast_ref::<rustls::Error>())
+            {
+                return true;
+            }
+        }
+        source = cause.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libpq_parameters_are_taken_out_and_the_rest_kept() {
+        let (url, tls) = Tls::split("postgres://u:p%40ss@db/flows").unwrap();
+        assert_eq!((url.as_str(), tls.mode), ("postgres://u:p%40ss@db/flows", Mode::Prefer));
+        let (url, tls) = Tls::split(
+            "postgres://db/flows?application_name=x&sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem",
+        )
+        .unwrap();
+        assert_eq!(url, "postgres://db/flows?application_name=x&sslmode=require");
+        assert_eq!(tls.mode, Mode::VerifyFull);
+        assert_eq!(tls.root_cert, Some(PathBuf::from("/etc/ca.pem")));
+        let (url, tls) = Tls::split("postgres://db/f?sslmode=disable&sslrootcert=system").unwrap();
+        assert_eq!(
+            (url.as_str(), tls.mode, tls.root_cert),
+            ("postgres://db/f?sslmode=disable", Mode::Disable, None)
+        );
+        let e = Tls::split("postgres://db/f?sslmode=always").unwrap_err();
+        assert!(e.contains("sslmode `always`"), "{e}");
+    }
+}
