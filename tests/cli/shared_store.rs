@@ -123,7 +123,9 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     let before = env.json(&["threads"])?;
     // The store as the first release left it: schema version 1, without the schedules.
     env.sql(
-        "DROP TABLE schedule_firings, schedules; DELETE FROM migrations WHERE version > 1; \
+        "DROP TABLE schedule_firings, schedules; \
+         ALTER TABLE threads ADD COLUMN removing boolean NOT NULL DEFAULT false; \
+         DELETE FROM migrations WHERE version > 1; \
          UPDATE meta SET value = '1' WHERE key = 'schema_version'",
     )?;
     // Any command migrates it; what it held is still there, and schedules work.
@@ -134,6 +136,11 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     assert_eq!(applied.trim(), "1:store 2:schedules");
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
     assert_eq!(version.trim(), "2");
+    let removing = env.sql(
+        "SELECT count(*) FROM information_schema.columns \
+         WHERE table_name = 'threads' AND column_name = 'removing'",
+    )?;
+    assert_eq!(removing.trim(), "0", "0002 drops the unused column");
     env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
     std::thread::sleep(std::time::Duration::from_millis(1100));
     env.ok(&["schedule", "tick"])?;

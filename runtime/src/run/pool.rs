@@ -225,12 +225,8 @@ impl Pool {
             .insert(id, Running { control: control.clone(), since: now_ms(), kill: Some(kill) });
         let pool = self.clone();
         tokio::spawn(async move {
-            let flags = AgentFlags {
-                default: request.agent,
-                for_roles: request.agent_for,
-                cwd: request.cwd,
-                secrets: pool.store.config().map(|c| Secrets::from_env(&c)).unwrap_or_default(),
-            };
+            let secrets = pool.store.config().map(|c| Secrets::from_env(&c)).unwrap_or_default();
+            let flags = super::queued::flags_of(request, secrets);
             if let Err(e) = pool.run(id, token, flags, control, killed).await {
                 tracing::error!("thread {id}: {e}");
             }

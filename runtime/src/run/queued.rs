@@ -6,21 +6,22 @@
 //! as `answer` would, so no worker ever holds a thread (or its lease) while a person types.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agents::AgentFlags;
 use crate::agents::human::WaitingQuestion;
+use crate::agents::{AgentFlags, Secrets};
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
 use crate::run::ipc::{self, Reply};
 use crate::store::Storage;
-use crate::store::ThreadStore;
 use crate::store::postgres::Postgres;
 use crate::store::postgres::queue::{Queue, RunRequest};
-use crate::store::postgres::threads::PgThreads;
-use crate::store::records::{PendingCall, ThreadRecord, ThreadStatus};
+use crate::store::postgres::threads::{PgThreads, Stored};
+use crate::store::records::{PendingCall, ThreadLines, ThreadRecord, ThreadStatus};
 
-/// How often a follower reads the thread.
+/// How often a follower reads what was stored since it last looked (one indexed read of the
+/// new rows, usually none).
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
 /// How often a follower checks that a worker is alive to run its thread.
@@ -32,14 +33,24 @@ pub const ON_DEMAND_IDLE: Duration = Duration::from_secs(5);
 /// Queues thread `id` (its agents overridden by `flags`) and makes sure a worker is alive to
 /// take it.
 pub fn enqueue(store: &Storage, pg: &Postgres, id: ThreadId, flags: &AgentFlags) -> Result<()> {
-    let request = RunRequest {
+    let queue = Queue::new(pg);
+    queue.enqueue(id, &request_of(flags))?;
+    ensure_worker(store, &queue)
+}
+
+/// The agent overrides of `flags` as the queue keeps them (never their secrets).
+fn request_of(flags: &AgentFlags) -> RunRequest {
+    RunRequest {
         agent: flags.default.clone(),
         agent_for: flags.for_roles.clone(),
         cwd: flags.cwd.clone(),
-    };
-    let queue = Queue::new(pg);
-    queue.enqueue(id, &request)?;
-    ensure_worker(store, &queue)
+    }
+}
+
+/// The flags a queued thread runs with: its queued overrides, and `secrets` from the
+/// environment of the worker that claimed it.
+pub fn flags_of(request: RunRequest, secrets: Secrets) -> AgentFlags {
+    AgentFlags { default: request.agent, for_roles: request.agent_for, cwd: request.cwd, secrets }
 }
 
 /// Starts a worker on this machine if none is alive anywhere.
@@ -87,6 +98,13 @@ pub struct QueuedThread {
     threads: PgThreads,
     queue: Queue,
     id: ThreadId,
+    /// The thread's records read so far, the last one's sequence number, and whether a
+    /// worker held or was to take it at the last read.
+    lines: ThreadLines,
+    read_to: i32,
+    running: Option<bool>,
+    /// The thread as those records make it (rebuilt only when they change).
+    current: Option<Arc<ThreadRecord>>,
     /// Steps already reported.
     seen: usize,
     last_working: Option<(String, String)>,
@@ -116,6 +134,10 @@ impl QueuedThread {
             threads: PgThreads::new(pg),
             queue: Queue::new(pg),
             id: record.id(),
+            lines: ThreadLines::default(),
+            read_to: -1,
+            running: None,
+            current: None,
             seen: record.steps.len(),
             last_working: None,
             last_timestamp: record.steps.last().map_or(record.start.timestamp, |s| s.timestamp),
@@ -140,8 +162,34 @@ impl QueuedThread {
         }
     }
 
+    /// The thread as it is now, reading only the records stored since the last call.
+    fn catch_up(&mut self) -> Result<Arc<ThreadRecord>> {
+        let Stored { running, lines: new } = self
+            .threads
+            .read_after(self.id, self.read_to)?
+            .ok_or_else(|| Error::UnknownThread(self.id.to_string()))?;
+        if let Some(current) = &self.current
+            && new.is_empty()
+            && self.running == Some(running)
+        {
+            return Ok(current.clone());
+        }
+        for (seq, line) in new {
+            self.lines.push(seq as usize + 1, line.as_bytes());
+            self.read_to = seq;
+        }
+        self.running = Some(running);
+        let (record, _) =
+            self.lines.clone().finish(running).ok_or_else(|| {
+                self.pg.bad_data(format!("thread {} has no start record", self.id))
+            })?;
+        let record = Arc::new(record);
+        self.current = Some(record.clone());
+        Ok(record)
+    }
+
     fn read(&mut self) -> Result<()> {
-        let record = self.threads.read(self.id)?;
+        let record = self.catch_up()?;
         let working = self.working()?;
         for (offset, step) in record.steps.iter().enumerate().skip(self.seen) {
             let agent = match &self.last_working {
@@ -211,7 +259,8 @@ impl QueuedThread {
     pub fn answer(&mut self, text: Option<String>) -> Result<()> {
         let Some(call) = self.asked.take() else { return Ok(()) };
         let Some(text) = text else {
-            let role = self.threads.read(self.id)?.paused.and_then(|p| p.role).unwrap_or_default();
+            let role = self.catch_up()?.paused.as_ref().and_then(|p| p.role.clone());
+            let role = role.unwrap_or_default();
             self.pending.push_back(Reply::Waiting { role });
             self.done = true;
             return Ok(());

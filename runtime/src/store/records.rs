@@ -422,7 +422,7 @@ impl ThreadRecord {
 /// A thread read back line by line, the same from a file and from database rows: the first
 /// record is the start, then steps, pause markers and the end. Lines that are not text or do
 /// not parse are skipped and counted (a torn write); empty lines are ignored.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ThreadLines {
     start: Option<StartRecord>,
     steps: Vec<StepRecord>,

@@ -30,11 +30,35 @@ impl PgRegistry {
 
 impl RegistryBackend for PgRegistry {
     fn load(&self) -> Result<RegistryFile> {
-        load(&self.pg)
+        let pg = &self.pg;
+        let client = pg.client()?;
+        pg.wait("read the registry", read(&*client))?.map_err(|reason| corrupt(pg, reason))
     }
 
+    /// Changes the registry in one transaction, under a lock that serialises changes from
+    /// every machine: read, apply `change`, write back what changed. Nothing is written if
+    /// `change` fails.
     fn update(&self, change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>) -> Result<()> {
-        update(&self.pg, change)
+        let pg = &self.pg;
+        let mut client = pg.dedicated()?;
+        let tx = pg.wait("change the registry", client.transaction())?;
+        pg.wait(
+            "lock the registry",
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REGISTRY_LOCK]),
+        )?;
+        let mut file =
+            pg.wait("read the registry", read(&tx))?.map_err(|reason| corrupt(pg, reason))?;
+        let before = file.clone();
+        change(&mut file)?;
+        for (name, entry) in &file.workflows {
+            if before.workflows.get(name) != Some(entry) {
+                pg.wait("write the registry", write_entry(&tx, name, Some(entry)))?;
+            }
+        }
+        for name in before.workflows.keys().filter(|name| !file.workflows.contains_key(*name)) {
+            pg.wait("write the registry", write_entry(&tx, name, None))?;
+        }
+        pg.wait("change the registry", tx.commit())
     }
 }
 
@@ -48,6 +72,23 @@ impl PgBundles {
     pub fn new(pg: &Postgres) -> Self {
         PgBundles { pg: pg.clone() }
     }
+
+    /// Column `column` (`bytes` or `descriptor`) of bundle `hash`; `None` if it is not stored.
+    fn column<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+        &self,
+        column: &'static str,
+        hash: BundleHash,
+    ) -> Result<Option<T>> {
+        let client = self.pg.client()?;
+        let row = self.pg.wait(
+            &format!("read the {column} of bundle {hash}"),
+            client.query_opt(
+                &format!("SELECT {column} FROM bundles WHERE hash = $1"),
+                &[&hash.to_string()],
+            ),
+        )?;
+        Ok(row.map(|row| row.get(0)))
+    }
 }
 
 impl BundleBackend for PgBundles {
@@ -55,6 +96,8 @@ impl BundleBackend for PgBundles {
         Ok(())
     }
 
+    /// Stores a bundle's bytes and descriptor (an intact copy is left as it is, a damaged one
+    /// is repaired).
     fn write(
         &self,
         hash: BundleHash,
@@ -62,15 +105,35 @@ impl BundleBackend for PgBundles {
         descriptor: &Descriptor,
         record: &BundleRecord,
     ) -> Result<()> {
-        put(&self.pg, record, hash, bytes, descriptor)
+        let yaml = serde_yaml::to_string(descriptor).expect("descriptor serializes");
+        let client = self.pg.client()?;
+        self.pg.wait(
+            &format!("store bundle {hash}"),
+            client.execute(
+                "INSERT INTO bundles (hash, sha256, size, summary, descriptor, bytes) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (hash) DO UPDATE SET bytes = EXCLUDED.bytes, \
+                     descriptor = EXCLUDED.descriptor, summary = EXCLUDED.summary \
+                 WHERE bundles.sha256 = EXCLUDED.sha256",
+                &[
+                    &hash.to_string(),
+                    &record.sha256,
+                    &(record.size as i64),
+                    &record.summary,
+                    &yaml,
+                    &bytes,
+                ],
+            ),
+        )?;
+        Ok(())
     }
 
     fn read(&self, hash: BundleHash) -> Result<Option<Vec<u8>>> {
-        bytes(&self.pg, hash)
+        self.column("bytes", hash)
     }
 
     fn read_descriptor(&self, hash: BundleHash) -> Result<Option<String>> {
-        descriptor(&self.pg, hash)
+        self.column("descriptor", hash)
     }
 
     fn place(&self, hash: BundleHash) -> PathBuf {
@@ -80,37 +143,6 @@ impl BundleBackend for PgBundles {
     fn database(&self) -> Option<String> {
         Some(self.pg.target().to_string())
     }
-}
-
-/// Reads the whole registry.
-fn load(pg: &Postgres) -> Result<RegistryFile> {
-    let client = pg.client()?;
-    pg.wait("read the registry", read(&*client))?.map_err(|reason| corrupt(pg, reason))
-}
-
-/// Changes the registry in one transaction, under a lock that serialises changes from every
-/// machine: read, apply `change`, write back what changed. Nothing is written if `change`
-/// fails.
-fn update(pg: &Postgres, change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>) -> Result<()> {
-    let mut client = pg.dedicated()?;
-    let tx = pg.wait("change the registry", client.transaction())?;
-    pg.wait(
-        "lock the registry",
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REGISTRY_LOCK]),
-    )?;
-    let mut file =
-        pg.wait("read the registry", read(&tx))?.map_err(|reason| corrupt(pg, reason))?;
-    let before = file.clone();
-    change(&mut file)?;
-    for (name, entry) in &file.workflows {
-        if before.workflows.get(name) != Some(entry) {
-            pg.wait("write the registry", write_entry(&tx, name, Some(entry)))?;
-        }
-    }
-    for name in before.workflows.keys().filter(|name| !file.workflows.contains_key(*name)) {
-        pg.wait("write the registry", write_entry(&tx, name, None))?;
-    }
-    pg.wait("change the registry", tx.commit())
 }
 
 async fn read(
@@ -175,58 +207,6 @@ async fn write_entry(
         )
         .await?;
     Ok(())
-}
-
-/// Stores a bundle's bytes and descriptor (an intact copy is left as it is, a damaged one is
-/// repaired).
-pub fn put(
-    pg: &Postgres,
-    record: &BundleRecord,
-    hash: BundleHash,
-    bytes: &[u8],
-    descriptor: &Descriptor,
-) -> Result<()> {
-    let yaml = serde_yaml::to_string(descriptor).expect("descriptor serializes");
-    let client = pg.client()?;
-    pg.wait(
-        &format!("store bundle {hash}"),
-        client.execute(
-            "INSERT INTO bundles (hash, sha256, size, summary, descriptor, bytes) \
-             VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (hash) DO UPDATE SET bytes = EXCLUDED.bytes, \
-                 descriptor = EXCLUDED.descriptor, summary = EXCLUDED.summary \
-             WHERE bundles.sha256 = EXCLUDED.sha256",
-            &[
-                &hash.to_string(),
-                &record.sha256,
-                &(record.size as i64),
-                &record.summary,
-                &yaml,
-                &bytes,
-            ],
-        ),
-    )?;
-    Ok(())
-}
-
-/// A bundle's bytes; `None` if it is not stored.
-fn bytes(pg: &Postgres, hash: BundleHash) -> Result<Option<Vec<u8>>> {
-    let client = pg.client()?;
-    let row = pg.wait(
-        &format!("read bundle {hash}"),
-        client.query_opt("SELECT bytes FROM bundles WHERE hash = $1", &[&hash.to_string()]),
-    )?;
-    Ok(row.map(|row| row.get(0)))
-}
-
-/// A bundle's descriptor as stored (YAML); `None` if it is not stored.
-fn descriptor(pg: &Postgres, hash: BundleHash) -> Result<Option<String>> {
-    let client = pg.client()?;
-    let row = pg.wait(
-        &format!("read the descriptor of bundle {hash}"),
-        client.query_opt("SELECT descriptor FROM bundles WHERE hash = $1", &[&hash.to_string()]),
-    )?;
-    Ok(row.map(|row| row.get(0)))
 }
 
 fn corrupt(pg: &Postgres, reason: String) -> Error {

@@ -31,6 +31,15 @@ pub struct PgThreads {
     leases: Leases,
 }
 
+/// Records of a thread read from some point on.
+#[derive(Debug)]
+pub struct Stored {
+    /// Whether a worker holds the thread or is to take it.
+    pub running: bool,
+    /// The records, with their sequence numbers.
+    pub lines: Vec<(i32, String)>,
+}
+
 impl PgThreads {
     /// The threads of the store `pg` is connected to.
     pub fn new(pg: &Postgres) -> Self {
@@ -51,31 +60,39 @@ impl PgThreads {
 
     /// Reads thread `id`'s records; `None` if there is no such thread.
     pub fn read_lines(&self, id: ThreadId) -> Result<Option<ThreadRecord>> {
+        let Some(Stored { running, lines }) = self.read_after(id, -1)? else { return Ok(None) };
+        let mut parsed = ThreadLines::default();
+        for (seq, line) in &lines {
+            parsed.push(*seq as usize + 1, line.as_bytes());
+        }
+        let (record, _) = parsed
+            .finish(running)
+            .ok_or_else(|| self.pg.bad_data(format!("thread {id} has no start record")))?;
+        Ok(Some(record))
+    }
+
+    /// What was stored for thread `id` after record `after` (its sequence number; -1 for
+    /// all), with whether a worker runs or is to run it: what a follower reads each poll,
+    /// without reading the thread again. `None` if there is no such thread.
+    pub fn read_after(&self, id: ThreadId, after: i32) -> Result<Option<Stored>> {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("read thread {id}"),
             client.query_opt(
                 "SELECT (t.lease_owner IS NOT NULL AND t.lease_until > now()) OR t.runnable, \
+                        coalesce(array_agg(r.seq ORDER BY r.seq) \
+                                 FILTER (WHERE r.seq IS NOT NULL), '{}'), \
                         coalesce(array_agg(r.line ORDER BY r.seq) \
                                  FILTER (WHERE r.seq IS NOT NULL), '{}') \
-                 FROM threads t LEFT JOIN thread_records r ON r.thread = t.id \
+                 FROM threads t LEFT JOIN thread_records r ON r.thread = t.id AND r.seq > $2 \
                  WHERE t.id = $1 GROUP BY t.id",
-                &[&id.to_string()],
+                &[&id.to_string(), &after],
             ),
         )?;
         let Some(row) = row else { return Ok(None) };
-        let running: bool = row.get(0);
-        let lines: Vec<String> = row.get(1);
-        let mut parsed = ThreadLines::default();
-        for (i, line) in lines.iter().enumerate() {
-            parsed.push(i + 1, line.as_bytes());
-        }
-        let (record, _) = parsed.finish(running).ok_or_else(|| Error::Database {
-            target: self.pg.target().to_string(),
-            failure: crate::error::DatabaseFailure::Query,
-            reason: format!("thread {id} has no start record"),
-        })?;
-        Ok(Some(record))
+        let seqs: Vec<i32> = row.get(1);
+        let lines: Vec<String> = row.get(2);
+        Ok(Some(Stored { running: row.get(0), lines: seqs.into_iter().zip(lines).collect() }))
     }
 
     /// Takes thread `id`'s lease if nobody holds it (or its holder let it expire): the new

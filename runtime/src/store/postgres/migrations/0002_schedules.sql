@@ -20,3 +20,6 @@ CREATE TABLE schedule_firings (
     at          timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX schedule_firings_by_schedule ON schedule_firings (schedule, id);
+
+-- A column 0001 made for removals, which delete a thread's row in one statement instead.
+ALTER TABLE threads DROP COLUMN removing;
