@@ -72,8 +72,9 @@ pub struct GlobalOptions {
     #[arg(long, global = true, env = HOME_ENV, value_name = "DIR")]
     pub home: Option<PathBuf>,
 
-    /// Keep registry, bundles and threads in PostgreSQL (postgres://…) instead of the home
-    /// directory; config.yaml's `store:` when not given
+    /// Keep registry, bundles, threads and schedules in PostgreSQL (postgres://…, TLS by
+    /// `?sslmode=verify-full&sslrootcert=PATH`) instead of the home directory; config.yaml's
+    /// `store:` when not given
     #[arg(long, global = true, env = crate::store::postgres::STORE_ENV, value_name = "URL", hide_env_values = true)]
     pub store: Option<String>,
 

@@ -34,7 +34,7 @@ pub enum DatabaseFailure {
     Usage,
     /// No server answers, or it has no such database.
     Unreachable,
-    /// The server refused the user or password.
+    /// The server refused the user or password, or we refused its TLS certificate.
     Credentials,
     /// The database belongs to another application.
     Foreign,

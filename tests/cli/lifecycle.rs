@@ -322,7 +322,8 @@ fn step_drives_a_thread_to_the_same_end_as_run() -> Result<()> {
 
 /// Runs solve-issue with the slow agent and a crash injected at `crash`, resumes it, and
 /// checks the result against an uncrashed run: same steps, none lost or doubled, and no agent
-/// call that completed was made again.
+/// call that completed was made again. On a shared store nobody resumes it: the crashed
+/// worker's lease runs out and another worker takes the thread over.
 fn crash_and_resume(crash: Option<&str>, kill_during_call: Option<usize>) -> Result<()> {
     let env = Env::new()?;
     let hash = env.add_solve_issue()?;
@@ -331,9 +332,17 @@ fn crash_and_resume(crash: Option<&str>, kill_during_call: Option<usize>) -> Res
         crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "c", "--agent", &agent])?)?;
     let expected = steps_of(&env, &hash, &reference)?;
     std::fs::remove_file(env.dir.path().join("calls.log"))?;
+    if env.store.is_some() {
+        // The worker that ran it waits a moment for more work: the crashing run must start
+        // its own (which inherits the crash), not hand its thread to that one.
+        wait_until("the first worker exits", || {
+            Ok(env.sql("SELECT count(*) FROM workers")?.trim() == "0")
+        })?;
+    }
 
-    let vars: Vec<(&str, &str)> =
-        crash.map(|c| ("UNCAGED_WORKFLOW_CRASH_AT", c)).into_iter().collect();
+    // A short lease, for the takeover on a shared store.
+    let mut vars = vec![("UNCAGED_WORKFLOW_LEASE_MS", "1000")];
+    vars.extend(crash.map(|c| ("UNCAGED_WORKFLOW_CRASH_AT", c)));
     let out =
         env.run_with(&["run", "solve-issue", "-p", "c", "--agent", &agent, "--detach"], &vars)?;
     ensure!(out.code == 0, "{out:?}");
@@ -345,13 +354,25 @@ fn crash_and_resume(crash: Option<&str>, kill_during_call: Option<usize>) -> Res
         let pid = ps(&env)?[0]["pid"].as_u64().unwrap();
         std::process::Command::new("kill").args(["-9", &pid.to_string()]).status()?;
     }
-    wait_until("the worker is gone", || Ok(status(&env, &thread)? != "running"))?;
-    assert_eq!(status(&env, &thread)?, "interrupted", "crash {crash:?}");
-    let before = steps_of(&env, &hash, &thread)?;
-    assert!(before.len() < expected.len());
-
-    let out = env.ok(&["resume", &thread])?;
-    assert!(out.contains("completed (0)"), "{out}");
+    if env.store.is_some() {
+        // Its worker is gone once its lease has run out unrenewed.
+        wait_until("the crashed worker's lease runs out", || {
+            let expired =
+                env.sql(&format!("SELECT lease_until < now() FROM threads WHERE id = '{thread}'"))?;
+            Ok(expired.trim() == "t")
+        })?;
+        let before = steps_of(&env, &hash, &thread)?;
+        assert!(before.len() < expected.len());
+        env.ok(&["worker", "--exit-when-idle"])?;
+        assert_eq!(status(&env, &thread)?, "completed", "crash {crash:?}");
+    } else {
+        wait_until("the worker is gone", || Ok(status(&env, &thread)? != "running"))?;
+        assert_eq!(status(&env, &thread)?, "interrupted", "crash {crash:?}");
+        let before = steps_of(&env, &hash, &thread)?;
+        assert!(before.len() < expected.len());
+        let out = env.ok(&["resume", &thread])?;
+        assert!(out.contains("completed (0)"), "{out}");
+    }
     let after = steps_of(&env, &hash, &thread)?;
     assert_eq!(after, expected, "crash {crash:?}: steps differ from an uncrashed run");
     let done: Vec<_> = calls_log(&env)?.into_iter().filter(|l| l.starts_with("done")).collect();
