@@ -56,6 +56,9 @@ struct Inner {
     /// The runtime that drives connections, on its own thread.
     driver: Handle,
     client: Mutex<Arc<Client>>,
+    /// A second shared connection whose commits do not wait for the WAL flush, opened on
+    /// first use: see [`Postgres::relaxed_client`].
+    relaxed: Mutex<Option<Arc<Client>>>,
     /// This process as a lease owner: unique across machines and restarts.
     owner: String,
     lease: Duration,
@@ -107,6 +110,7 @@ impl Postgres {
             target,
             driver,
             client: Mutex::new(Arc::new(client)),
+            relaxed: Mutex::new(None),
             owner: format!("{}:{}:{}", hostname(), std::process::id(), ulid::Ulid::new()),
             lease: lease_from_env(),
             held: Mutex::new(HashMap::new()),
@@ -144,6 +148,32 @@ impl Postgres {
             )?);
         }
         Ok(client.clone())
+    }
+
+    /// The shared connection for what need not be durable on its own: debug log lines and
+    /// call records the home directory would not fsync either (a scripted agent's answers).
+    /// Its commits (`synchronous_commit = off`) return before the WAL reaches the disk, but
+    /// they are in the WAL ahead of the thread's next step, whose synchronous commit flushes
+    /// everything before it: nothing a stored step depends on can be lost, only what came
+    /// after the last step, as with the files.
+    pub fn relaxed_client(&self) -> Result<Arc<Client>> {
+        let mut relaxed = self.inner.relaxed.lock();
+        match &*relaxed {
+            Some(client) if !client.is_closed() => Ok(client.clone()),
+            _ => {
+                let mut config = self.inner.config.clone();
+                let options = config.get_options().unwrap_or_default().to_string();
+                config.options(&format!("{options} -c synchronous_commit=off"));
+                let client = Arc::new(open_client(
+                    &self.inner.driver,
+                    &config,
+                    &self.inner.tls,
+                    self.target(),
+                )?);
+                *relaxed = Some(client.clone());
+                Ok(client)
+            }
+        }
     }
 
     /// The shared connection as it is, even if closed (for the driver's own tasks, which must
