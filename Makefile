@@ -95,10 +95,10 @@ test: bundles check-interpreter browser postgres
 STORE_TESTS := agents:: declarative::a_ declarative::ask_user declarative::build_ declarative::each_ \
 	declarative::pause_and_kill declarative::the_002 declarative::thread_start declarative::triage \
 	declarative::yaml_and_rust human:: lifecycle::control lifecycle::crash_ lifecycle::kill_9 lifecycle::fork lifecycle::step \
-	lifecycle::pause_then_resume llm::a_client llm::a_command_agent_that_times_out llm::a_key_echoed \
+	lifecycle::pause_then_resume llm::a_client llm::a_command_agent_exiting_75 llm::a_command_agent_that_times_out llm::a_rate_limit llm::a_key_echoed \
 	llm::a_slow_server llm::openai_agent llm::server_errors llm::the_extractor llm::the_llm_extractor \
 	parallel::a_bundle_built parallel::a_component parallel::a_pause_during parallel::forking_inside \
-	parallel::kill_during parallel::review_panel parallel::trigger_data registry::history \
+	parallel::kill_during parallel::review_panel parallel::three parallel::trigger_data registry::history \
 	registry::list_and_show run::max_rounds run::thread_rm sandbox::a_home_that \
 	sandbox::add_refuses schedule:: web::
 

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
 use crate::sandbox::{attack, attack_with, failed_with};
-use crate::{Env, artifacts, read_jsonl, thread_id_of};
+use crate::{Env, artifacts, thread_id_of};
 
 /// The escape sequences the adversary's `escapes` attack writes.
 const ESCAPES: &str = "\u{1b}]0;pwned\u{7}\u{1b}[8mhidden\u{1b}[0m\u{1b}[2K\u{202e}desrever";
@@ -398,7 +398,7 @@ fn a_thread_file_of_noise_keeps_the_debug_log_small() -> Result<()> {
     env.run(&["resume", id])?;
     let info = std::fs::metadata(env.home().join(format!("logs/{hash}/{id}.info.jsonl")))?.len();
     assert!(info < 64 << 10, "the debug log grew to {info} bytes");
-    let lines = read_jsonl(&env.home().join(format!("logs/{hash}/{id}.info.jsonl")))?;
+    let lines = env.info_lines(&hash, &id)?;
     assert!(lines.iter().any(|l| l["content"].as_str().unwrap_or("").contains("unreadable line")));
     Ok(())
 }

@@ -422,8 +422,7 @@ fn a_torn_last_line_is_repaired_when_the_thread_continues() -> Result<()> {
         roles(&read_jsonl_lenient(&file)?),
         ["planner", "developer", "reviewer", "developer", "reviewer"]
     );
-    let info =
-        std::fs::read_to_string(env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    let info = env.info_text(&hash, &thread)?;
     assert!(info.contains("torn write"), "{info}");
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde_json::{Value, json};
 
-use crate::{Env, read_jsonl, roles, thread_id_of};
+use crate::{Env, roles, thread_id_of};
 
 /// A request the mock server got.
 #[derive(Debug, Clone)]
@@ -292,8 +292,7 @@ fn a_rate_limit_is_retried_after_a_backoff() -> Result<()> {
         "retried after {waited:?}, before the 300ms backoff"
     );
     let thread = thread_id_of(&run.stdout)?;
-    let info =
-        std::fs::read_to_string(env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    let info = env.info_text(&hash, &thread)?;
     assert!(
         info.contains("attempt 1/4 failed")
             && info.contains("(transient)")
@@ -327,8 +326,7 @@ fn a_rate_limit_with_retry_after_is_retried_when_the_server_says() -> Result<()>
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(llm.seen().len(), 4, "one retry, then one call per role");
     let thread = thread_id_of(&run.stdout)?;
-    let info =
-        std::fs::read_to_string(env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    let info = env.info_text(&hash, &thread)?;
     assert!(info.contains("HTTP 429") && info.contains("retrying in 1s"), "{info}");
     Ok(())
 }
@@ -443,7 +441,7 @@ fn a_command_agent_exiting_75_is_retried() -> Result<()> {
     let run = env.run(&["run", "solve-issue", "-p", "x", "--agent", "flaky"])?;
     assert_eq!(run.code, 0, "{run:?}");
     let thread = thread_id_of(&run.stdout)?;
-    let info = read_jsonl(&env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    let info = env.info_lines(&hash, &thread)?;
     assert!(info.iter().any(|l| {
         l["content"].as_str().unwrap().contains("failed with exit status 75: busy; retrying")
     }));

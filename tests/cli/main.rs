@@ -218,6 +218,25 @@ impl Env {
         read_jsonl(&self.home().join(format!("logs/{hash}/{thread}.calls.jsonl")))
     }
 
+    /// The debug log of a thread, parsed.
+    pub fn info_lines(&self, hash: &str, thread: &str) -> Result<Vec<Value>> {
+        if self.store.is_some() {
+            return self.rows(&format!(
+                "SELECT line FROM thread_log WHERE thread = '{thread}' ORDER BY seq"
+            ));
+        }
+        read_jsonl(&self.home().join(format!("logs/{hash}/{thread}.info.jsonl")))
+    }
+
+    /// The debug log of a thread as text, a JSON line each.
+    pub fn info_text(&self, hash: &str, thread: &str) -> Result<String> {
+        if self.store.is_some() {
+            return Ok(self.info_lines(hash, thread)?.iter().map(|l| format!("{l}\n")).collect());
+        }
+        let path = self.home().join(format!("logs/{hash}/{thread}.info.jsonl"));
+        std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))
+    }
+
     /// JSON lines selected from this test's database.
     pub fn rows(&self, query: &str) -> Result<Vec<Value>> {
         let out = self.sql(query)?;

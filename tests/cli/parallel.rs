@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
-use crate::{Env, artifacts, read_jsonl, roles, status, thread_id_of, wait_until};
+use crate::{Env, artifacts, roles, status, thread_id_of, wait_until};
 
 const REVIEWERS: [&str; 3] = ["security-reviewer", "tests-reviewer", "style-reviewer"];
 
@@ -112,7 +112,7 @@ fn three_reviewers_work_at_once_and_their_steps_land_as_one_group() -> Result<()
         );
     }
     // The call journal agrees: the three answers of a round were journaled within one sleep.
-    let calls = read_jsonl(&env.home().join(format!("logs/{hash}/{thread}.calls.jsonl")))?;
+    let calls = env.calls(&hash, &thread)?;
     let answered: Vec<u64> = calls
         .iter()
         .filter(|c| c["kind"] == "agent" && c["step"] == 1)

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde_json::json;
 
-use crate::{Env, read_jsonl, roles, thread_id_of};
+use crate::{Env, roles, thread_id_of};
 
 #[test]
 fn run_prints_steps_and_records_the_thread() -> Result<()> {
@@ -50,7 +50,7 @@ fn run_prints_steps_and_records_the_thread() -> Result<()> {
     );
 
     // The debug log names the thread and where the code came from.
-    let info = read_jsonl(&env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    let info = env.info_lines(&hash, &thread)?;
     assert!(info.iter().all(|l| l["tag"].as_str().unwrap().len() == 8));
     assert!(
         info.iter().any(|l| { l["content"].as_str().unwrap().contains("asking agent `scripted`") })
@@ -82,7 +82,7 @@ fn second_run_loads_precompiled_code() -> Result<()> {
     // What the thread's debug log says about where its code came from.
     let cache_line = |stdout: &str| -> Result<String> {
         let thread = thread_id_of(stdout)?;
-        let info = read_jsonl(&env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+        let info = env.info_lines(&hash, &thread)?;
         let line = info.iter().find(|l| l["content"].as_str().unwrap().contains("AOT cache"));
         Ok(line.map(|l| l["content"].as_str().unwrap().to_string()).unwrap_or_default())
     };

@@ -75,8 +75,7 @@ pub fn attack_with(
     let data = read_jsonl(&env.home().join(format!("logs/{hash}/{thread}.data.jsonl")))?;
     let end = data.last().unwrap()["end"].clone();
     let steps = data.iter().filter(|l| l.get("role").is_some()).cloned().collect();
-    let info =
-        std::fs::read_to_string(env.home().join(format!("logs/{hash}/{thread}.info.jsonl")))?;
+    let info = env.info_text(&hash, &thread)?;
     let return_code = end["returnCode"].as_i64().unwrap() as i32;
     let by_workflow = end["endedBy"] == "workflow";
     let expected = if by_workflow && !(0..=63).contains(&return_code) { 1 } else { return_code };
