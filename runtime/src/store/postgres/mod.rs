@@ -163,7 +163,7 @@ impl Postgres {
             _ => {
                 let mut config = self.inner.config.clone();
                 let options = config.get_options().unwrap_or_default().to_string();
-                config.options(&format!("{options} -c synchronous_commit=off"));
+                config.options(format!("{options} -c synchronous_commit=off"));
                 let client = Arc::new(open_client(
                     &self.inner.driver,
                     &config,
