@@ -398,7 +398,7 @@ fn a_thread_file_of_noise_keeps_the_debug_log_small() -> Result<()> {
     env.run(&["resume", id])?;
     let info = std::fs::metadata(env.home().join(format!("logs/{hash}/{id}.info.jsonl")))?.len();
     assert!(info < 64 << 10, "the debug log grew to {info} bytes");
-    let lines = env.info_lines(&hash, &id)?;
+    let lines = env.info_lines(&hash, id)?;
     assert!(lines.iter().any(|l| l["content"].as_str().unwrap_or("").contains("unreadable line")));
     Ok(())
 }
