@@ -92,15 +92,19 @@ impl Tls {
             Mode::Require | Mode::Prefer => self.root_cert.is_some(),
             Mode::Disable => false,
         };
-        let verifier: Arc<dyn ServerCertVerifier> = if verify_chain {
-            let roots = self.roots()?;
-            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
-                .build()
-                .map_err(|e| format!("TLS roots: {e}"))?;
-            Arc::new(Verified { inner: webpki, check_name: self.mode == Mode::VerifyFull })
-        } else {
-            Arc::new(EncryptOnly { algorithms: provider.signature_verification_algorithms })
+        let chain = match verify_chain {
+            true => Some(
+                WebPkiServerVerifier::builder_with_provider(self.roots()?, provider.clone())
+                    .build()
+                    .map_err(|e| format!("TLS roots: {e}"))?,
+            ),
+            false => None,
         };
+        let verifier = Arc::new(Verifier {
+            chain,
+            check_name: self.mode == Mode::VerifyFull,
+            algorithms: provider.signature_verification_algorithms,
+        });
         let config = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?
@@ -130,15 +134,18 @@ impl Tls {
     }
 }
 
-/// `verify-ca` / `verify-full`: the chain checked against the roots, the name for
-/// `verify-full` only.
+/// How the server's certificate is checked: its chain against the roots (`verify-ca`,
+/// `verify-full`, or any mode given `sslrootcert`), its name too (`verify-full`), or not at
+/// all (`prefer` / `require` without roots: encrypted, but any certificate accepted — what
+/// libpq does for these modes). The handshake's signatures are checked either way.
 #[derive(Debug)]
-struct Verified {
-    inner: Arc<WebPkiServerVerifier>,
+struct Verifier {
+    chain: Option<Arc<WebPkiServerVerifier>>,
     check_name: bool,
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for Verified {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -147,54 +154,13 @@ impl ServerCertVerifier for Verified {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) if !self.check_name => Ok(ServerCertVerified::assertion()),
             other => other,
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-/// `prefer` / `require` without roots: encrypted, the handshake's signatures checked, but
-/// any certificate accepted — what libpq does for these modes.
-#[derive(Debug)]
-struct EncryptOnly {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
