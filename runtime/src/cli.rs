@@ -73,8 +73,8 @@ pub struct GlobalOptions {
     pub home: Option<PathBuf>,
 
     /// Keep registry, bundles, threads and schedules in PostgreSQL (postgres://…, TLS by
-    /// `?sslmode=verify-full&sslrootcert=PATH`) instead of the home directory; config.yaml's
-    /// `store:` when not given
+    /// `?sslmode=verify-full&sslrootcert=PATH`, a client certificate by `&sslcert=…&sslkey=…`)
+    /// instead of the home directory; config.yaml's `store:` when not given
     #[arg(long, global = true, env = crate::store::postgres::STORE_ENV, value_name = "URL", hide_env_values = true)]
     pub store: Option<String>,
 

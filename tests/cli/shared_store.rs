@@ -303,11 +303,14 @@ fn three_workers_killed_at_random_lose_and_repeat_nothing() -> Result<()> {
     Ok(())
 }
 
-/// A certificate authority and a server certificate for 127.0.0.1 signed by it, as PEM.
+/// A certificate authority, a server certificate for 127.0.0.1 and a client certificate for
+/// the user `certuser`, both signed by it, as PEM.
 struct Certificates {
     ca: String,
     server: String,
     server_key: String,
+    client: String,
+    client_key: String,
 }
 
 fn certificates() -> Result<Certificates> {
@@ -320,7 +323,17 @@ fn certificates() -> Result<Certificates> {
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate()?;
     let server = CertificateParams::new(vec!["127.0.0.1".to_string()])?.signed_by(&key, &issuer)?;
-    Ok(Certificates { ca: ca_pem, server: server.pem(), server_key: key.serialize_pem() })
+    let client_key = KeyPair::generate()?;
+    let mut client = CertificateParams::new(Vec::<String>::new())?;
+    client.distinguished_name.push(DnType::CommonName, "certuser");
+    let client = client.signed_by(&client_key, &issuer)?;
+    Ok(Certificates {
+        ca: ca_pem,
+        server: server.pem(),
+        server_key: key.serialize_pem(),
+        client: client.pem(),
+        client_key: client_key.serialize_pem(),
+    })
 }
 
 #[test]
@@ -336,9 +349,16 @@ fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()
     let (ca, other_ca) = (write("ca.pem", &certs.ca)?, write("other-ca.pem", &other.ca)?);
     let (cert, key) =
         (write("server.pem", &certs.server)?, write("server.key", &certs.server_key)?);
-    // A server that accepts TLS connections only.
-    let hba = write("pg_hba.conf", "local all all trust\nhostssl all all 127.0.0.1/32 trust\n")?;
-    for file in [&cert, &key, &hba] {
+    let (client_cert, client_key) =
+        (write("client.pem", &certs.client)?, write("client.key", &certs.client_key)?);
+    // A server that accepts TLS connections only, and `certuser` only with its certificate.
+    let hba = write(
+        "pg_hba.conf",
+        "local all all trust\nhostssl all certuser 127.0.0.1/32 cert\n\
+         hostssl all all 127.0.0.1/32 trust\n",
+    )?;
+    let server_ca = write("server-ca.pem", &certs.ca)?;
+    for file in [&cert, &key, &hba, &server_ca] {
         crate::postgres::give_to_server(std::path::Path::new(file))?;
     }
     crate::postgres::give_to_server(dir.path())?;
@@ -347,6 +367,7 @@ fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()
         &format!("ssl_cert_file={cert}"),
         &format!("ssl_key_file={key}"),
         &format!("hba_file={hba}"),
+        &format!("ssl_ca_file={server_ca}"),
     ])?;
     let url = server.new_database()?;
     let env = |query: &str| -> Result<Env> {
@@ -382,5 +403,28 @@ fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()
     ensure!(bad_mode.contains("sslmode `sometimes`"), "{bad_mode}");
     let missing = env("?sslmode=verify-full&sslrootcert=/no/such.pem")?.fails(&["list"], 64)?;
     ensure!(missing.contains("sslrootcert /no/such.pem"), "{missing}");
+
+    // A user the server admits only with a client certificate the CA signed for it.
+    let own = server.new_database()?;
+    let db = own.rsplit('/').next().context("database")?;
+    server.sql("postgres", "CREATE ROLE certuser LOGIN")?;
+    server.sql("postgres", &format!("ALTER DATABASE {db} OWNER TO certuser"))?;
+    let as_certuser = |query: &str| -> Result<Env> {
+        let store = format!("{}{query}", own.replacen("uncaged@", "certuser@", 1));
+        Ok(Env { dir: tempfile::tempdir()?, store: Some(store) })
+    };
+    let with_cert =
+        format!("?sslmode=verify-full&sslrootcert={ca}&sslcert={client_cert}&sslkey={client_key}");
+    // Refused while others may read the key, as libpq refuses it.
+    std::fs::set_permissions(&client_key, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    let open_key = as_certuser(&with_cert)?.fails(&["list"], 64)?;
+    ensure!(open_key.contains("others may read it"), "{open_key}");
+    std::fs::set_permissions(&client_key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    as_certuser(&with_cert)?.ok(&["list"])?;
+    let no_cert =
+        as_certuser(&format!("?sslmode=verify-full&sslrootcert={ca}"))?.fails(&["list"], 77)?;
+    ensure!(no_cert.contains("certificate"), "{no_cert}");
+    let no_key = as_certuser(&format!("?sslcert={client_cert}"))?.fails(&["list"], 64)?;
+    ensure!(no_key.contains("both sslcert and sslkey"), "{no_key}");
     Ok(())
 }

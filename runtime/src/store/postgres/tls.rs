@@ -1,12 +1,14 @@
 //! TLS to the store's database, chosen in the connection string as libpq chooses it:
-//! `sslmode=disable|prefer|require|verify-ca|verify-full` and `sslrootcert=PATH|system`.
+//! `sslmode=disable|prefer|require|verify-ca|verify-full`, `sslrootcert=PATH|system`, and a
+//! client certificate with `sslcert=PATH&sslkey=PATH` (PEM).
 //!
 //! As with libpq, `prefer` (the default) and `require` encrypt without checking who the server
 //! is (unless `sslrootcert` is given, which makes `require` check the chain like `verify-ca`);
 //! `verify-ca` checks the server's certificate against the roots, `verify-full` its name too.
 //! The roots are the file `sslrootcert` names, or Mozilla's (built in) for `system` or none.
-//! tokio-postgres knows neither the `verify-*` modes nor `sslrootcert`, so they are taken out of
-//! the string here and the connection is made with `require` and the verifier they ask for.
+//! tokio-postgres knows neither the `verify-*` modes nor the certificate files, so they are
+//! taken out of the string here and the connection is made with `require` and the verifier and
+//! certificate they ask for.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,16 +17,17 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// How the connection is protected, as `sslmode` says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
     Disable,
+    #[default]
     Prefer,
     Require,
     VerifyCa,
@@ -32,22 +35,26 @@ pub enum Mode {
 }
 
 /// What the connection string asks of TLS.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Tls {
     pub mode: Mode,
     /// `sslrootcert`: a PEM file of trusted roots; `None` for Mozilla's (also `system`).
     pub root_cert: Option<PathBuf>,
+    /// `sslcert` and `sslkey`: this client's certificate (chain) and private key, as PEM.
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
 }
 
 impl Tls {
-    /// Takes `sslmode` and `sslrootcert` out of `url`: the URL tokio-postgres is given (with
-    /// the `sslmode` it knows) and what they ask for. Fails with a line naming the parameter.
+    /// Takes `sslmode`, `sslrootcert`, `sslcert` and `sslkey` out of `url`: the URL
+    /// tokio-postgres is given (with the `sslmode` it knows) and what they ask for. Fails with
+    /// a line naming the parameter.
     pub fn split(url: &str) -> Result<(String, Tls), String> {
         let (base, query) = match url.split_once('?') {
             Some((base, query)) => (base, query),
-            None => return Ok((url.to_string(), Tls { mode: Mode::Prefer, root_cert: None })),
+            None => return Ok((url.to_string(), Tls::default())),
         };
-        let mut tls = Tls { mode: Mode::Prefer, root_cert: None };
+        let mut tls = Tls::default();
         let mut kept = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -72,8 +79,13 @@ impl Tls {
                 }
                 "sslrootcert" if &*decoded == "system" => tls.root_cert = None,
                 "sslrootcert" => tls.root_cert = Some(PathBuf::from(&*decoded)),
+                "sslcert" => tls.client_cert = Some(PathBuf::from(&*decoded)),
+                "sslkey" => tls.client_key = Some(PathBuf::from(&*decoded)),
                 _ => kept.push(pair),
             }
+        }
+        if tls.client_cert.is_some() != tls.client_key.is_some() {
+            return Err("a client certificate needs both sslcert and sslkey".into());
         }
         kept.push(match tls.mode {
             Mode::Disable => "sslmode=disable",
@@ -109,8 +121,22 @@ impl Tls {
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS: {e}"))?
             .dangerous()
-            .with_custom_certificate_verifier(verifier)
-            .with_no_client_auth();
+            .with_custom_certificate_verifier(verifier);
+        let config = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => {
+                let chain = CertificateDer::pem_file_iter(cert)
+                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| format!("sslcert {}: {e}", cert.display()))?;
+                if chain.is_empty() {
+                    return Err(format!("sslcert {}: no certificate in it", cert.display()));
+                }
+                check_private(key)?;
+                let key = PrivateKeyDer::from_pem_file(key)
+                    .map_err(|e| format!("sslkey {}: {e}", key.display()))?;
+                config.with_client_auth_cert(chain, key).map_err(|e| format!("sslkey: {e}"))?
+            }
+            _ => config.with_no_client_auth(),
+        };
         Ok(MakeRustlsConnect::new(config))
     }
 
@@ -186,6 +212,22 @@ impl ServerCertVerifier for Verifier {
     }
 }
 
+/// Refuses a private key others may read, as libpq does: group or world access to it (other
+/// than root's group, for a key root owns) means it is not private.
+fn check_private(key: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::metadata(key).map_err(|e| format!("sslkey {}: {e}", key.display()))?;
+    let mode = meta.permissions().mode() & 0o777;
+    let allowed = if meta.uid() == 0 { 0o640 } else { 0o600 };
+    if mode & !allowed != 0 {
+        return Err(format!(
+            "sslkey {}: others may read it (mode {mode:o}); `chmod 600` it",
+            key.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a connection error is the server's certificate being refused.
 pub fn is_untrusted(e: &tokio_postgres::Error) -> bool {
     let mut source = std::error::Error::source(e);
@@ -220,10 +262,15 @@ mod tests {
         assert_eq!(tls.mode, Mode::VerifyFull);
         assert_eq!(tls.root_cert, Some(PathBuf::from("/etc/ca.pem")));
         let (url, tls) = Tls::split("postgres://db/f?sslmode=disable&sslrootcert=system").unwrap();
+        assert!(tls.client_cert.is_none());
         assert_eq!(
             (url.as_str(), tls.mode, tls.root_cert),
             ("postgres://db/f?sslmode=disable", Mode::Disable, None)
         );
+        let (_, tls) = Tls::split("postgres://db/f?sslcert=/c.pem&sslkey=/k.pem").unwrap();
+        assert_eq!(tls.client_key, Some(PathBuf::from("/k.pem")));
+        let e = Tls::split("postgres://db/f?sslcert=/c.pem").unwrap_err();
+        assert!(e.contains("both sslcert and sslkey"), "{e}");
         let e = Tls::split("postgres://db/f?sslmode=always").unwrap_err();
         assert!(e.contains("sslmode `always`"), "{e}");
     }
