@@ -55,10 +55,11 @@ struct Inner {
     target: String,
     /// The runtime that drives connections, on its own thread.
     driver: Handle,
-    client: Mutex<Arc<Client>>,
+    client: Mutex<Option<Arc<Client>>>,
     /// A second shared connection whose commits do not wait for the WAL flush, opened on
     /// first use: see [`Postgres::relaxed_client`].
     relaxed: Mutex<Option<Arc<Client>>>,
+    relaxed_config: Config,
     /// This process as a lease owner: unique across machines and restarts.
     owner: String,
     lease: Duration,
@@ -104,13 +105,16 @@ impl Postgres {
         let target = describe(&config);
         let driver = driver();
         let client = open_client(&driver, &config, &tls, &target)?;
+        let mut relaxed_config = config.clone();
+        relaxed_config.options(format!("{options} -c synchronous_commit=off"));
         let inner = Inner {
             config,
             tls,
             target,
             driver,
-            client: Mutex::new(Arc::new(client)),
+            client: Mutex::new(Some(Arc::new(client))),
             relaxed: Mutex::new(None),
+            relaxed_config,
             owner: format!("{}:{}:{}", hostname(), std::process::id(), ulid::Ulid::new()),
             lease: lease_from_env(),
             held: Mutex::new(HashMap::new()),
@@ -138,18 +142,31 @@ impl Postgres {
 
     /// The shared connection, opened again if it was lost (a restarted server).
     pub fn client(&self) -> Result<Arc<Client>> {
-        let mut client = self.inner.client.lock();
-        if client.is_closed() {
-            *client = Arc::new(open_client(
-                &self.inner.driver,
-                &self.inner.config,
-                &self.inner.tls,
-                self.target(),
-            )?);
-        }
-        Ok(client.clone())
+        self.open_again(&self.inner.client, &self.inner.config)
     }
 
+    /// The connection in `slot`, or a new one (with `config`) if it is closed. The slot's lock
+    /// is never held while connecting: connecting waits on the driver's thread, whose lease
+    /// renewals take that lock too.
+    fn open_again(
+        &self,
+        slot: &Mutex<Option<Arc<Client>>>,
+        config: &Config,
+    ) -> Result<Arc<Client>> {
+        if let Some(current) = &*slot.lock()
+            && !current.is_closed()
+        {
+            return Ok(current.clone());
+        }
+        let fresh =
+            Arc::new(open_client(&self.inner.driver, config, &self.inner.tls, self.target())?);
+        let mut slot = slot.lock();
+        match &*slot {
+            // Another thread opened one meanwhile: keep it, drop this one.
+            Some(current) if !current.is_closed() => Ok(current.clone()),
+            _ => Ok(slot.insert(fresh).clone()),
+        }
+    }
     /// The shared connection for what need not be durable on its own: debug log lines and
     /// call records the home directory would not fsync either (a scripted agent's answers).
     /// Its commits (`synchronous_commit = off`) return before the WAL reaches the disk, but
@@ -157,29 +174,13 @@ impl Postgres {
     /// everything before it: nothing a stored step depends on can be lost, only what came
     /// after the last step, as with the files.
     pub fn relaxed_client(&self) -> Result<Arc<Client>> {
-        let mut relaxed = self.inner.relaxed.lock();
-        match &*relaxed {
-            Some(client) if !client.is_closed() => Ok(client.clone()),
-            _ => {
-                let mut config = self.inner.config.clone();
-                let options = config.get_options().unwrap_or_default().to_string();
-                config.options(format!("{options} -c synchronous_commit=off"));
-                let client = Arc::new(open_client(
-                    &self.inner.driver,
-                    &config,
-                    &self.inner.tls,
-                    self.target(),
-                )?);
-                *relaxed = Some(client.clone());
-                Ok(client)
-            }
-        }
+        self.open_again(&self.inner.relaxed, &self.inner.relaxed_config)
     }
 
     /// The shared connection as it is, even if closed (for the driver's own tasks, which must
     /// not wait on the driver to reconnect).
     fn current_client(&self) -> Arc<Client> {
-        self.inner.client.lock().clone()
+        self.inner.client.lock().clone().expect("the shared connection opens with the store")
     }
 
     /// A connection of its own, for a transaction or `LISTEN` (the shared one interleaves
@@ -207,8 +208,17 @@ impl Postgres {
         self.inner.driver.spawn(future)
     }
 
-    /// The error for a failed statement.
+    /// The error for a failed statement: [`DatabaseFailure::Unreachable`] if the connection
+    /// was lost (a server restarted, a network cut) — what a worker waits out — else a
+    /// failed query.
     pub fn error(&self, action: &str, e: &tokio_postgres::Error) -> Error {
+        if e.is_closed() {
+            return Error::Database {
+                target: self.target().to_string(),
+                failure: DatabaseFailure::Unreachable,
+                reason: format!("{action}: the connection to the server was lost ({})", reason(e)),
+            };
+        }
         self.bad_data(format!("{action}: {}", reason(e)))
     }
 
