@@ -157,6 +157,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is the store's database being out of reach (down, restarting, cut off):
+    /// something to wait out and retry, not a fault of what was being done.
+    pub fn is_database_unavailable(&self) -> bool {
+        matches!(self, Error::Database { failure: DatabaseFailure::Unreachable, .. })
+    }
+
     /// The process exit code this error maps to.
     pub fn exit_code(&self) -> i32 {
         match self {

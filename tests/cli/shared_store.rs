@@ -303,6 +303,62 @@ fn three_workers_killed_at_random_lose_and_repeat_nothing() -> Result<()> {
     Ok(())
 }
 
+#[test]
+fn a_worker_waits_out_a_lost_database_and_its_threads_complete() -> Result<()> {
+    let rig = Rig::with(Env::on_postgres()?)?;
+    let reference = rig.reference()?;
+    rig.env.sql("DELETE FROM threads")?;
+    std::fs::write(rig.env.dir.path().join("agent.log"), "")?;
+    let worker = Worker::start(&rig, "worker.log")?;
+    for _ in 0..10 {
+        rig.env.ok(&["run", "solve-issue", "-p", "c", "--agent", &rig.agent, "--detach"])?;
+    }
+    wait_until("steps are stored", || {
+        Ok(rig.env.sql("SELECT count(*) FROM thread_records")?.trim().parse::<usize>()? >= 20)
+    })?;
+
+    // The database goes away for twice the lease, as in a restart: every session is cut and
+    // none is admitted meanwhile.
+    let url = rig.env.store.clone().context("store")?;
+    let db = url.rsplit('/').next().context("database")?;
+    pg()?.sql("postgres", &format!("ALTER DATABASE {db} WITH ALLOW_CONNECTIONS false"))?;
+    pg()?.sql(
+        "postgres",
+        &format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{db}'"
+        ),
+    )?;
+    std::thread::sleep(Duration::from_millis(2 * LEASE_MS.parse::<u64>()?));
+    pg()?.sql("postgres", &format!("ALTER DATABASE {db} WITH ALLOW_CONNECTIONS true"))?;
+
+    // The worker waited it out; the threads it was running stopped where they could not
+    // store, and were taken again from their journals.
+    let log = || std::fs::read_to_string(rig.env.dir.path().join("worker.log"));
+    wait_until("every thread completes", || {
+        let threads = rig.threads()?;
+        Ok(threads.len() == 10 && threads.iter().all(|t| t["status"] == "completed"))
+    })
+    .with_context(|| {
+        let on_demand = rig.env.home().join("run/pool-worker.log");
+        format!(
+            "{:?}\nworker alive: {}\n{}\non-demand worker:\n{}",
+            rig.env.sql(
+                "SELECT id, runnable, lease_owner, lease_until > now() FROM threads \
+                 WHERE runnable OR lease_owner IS NOT NULL"
+            ),
+            crate::alive(worker.child.id() as u64),
+            log().unwrap_or_default(),
+            std::fs::read_to_string(on_demand).unwrap_or_default()
+        )
+    })?;
+    ensure!(crate::alive(worker.child.id() as u64), "the worker died with the database");
+    let log = log()?;
+    ensure!(log.contains("the database is back"), "{log}");
+    let found = rig.check(&reference)?;
+    ensure!(found == (0, 0), "lost or duplicated steps, repeated calls: {found:?}");
+    Ok(())
+}
+
 /// A certificate authority, a server certificate for 127.0.0.1 and a client certificate for
 /// the user `certuser`, both signed by it, as PEM.
 struct Certificates {

@@ -67,6 +67,9 @@ struct Pool {
     changed: Notify,
 }
 
+/// Notifications on the `LISTEN` connection: a wake-up for each.
+type Wake = tokio::sync::mpsc::UnboundedReceiver<String>;
+
 /// Runs the pool worker until it is stopped (or idle long enough, with `exit_when_idle`).
 pub async fn serve(store: Storage, options: PoolOptions) -> Result<()> {
     let pg = store.postgres().cloned().ok_or_else(|| {
@@ -107,19 +110,24 @@ pub async fn serve(store: Storage, options: PoolOptions) -> Result<()> {
     let mut last_heartbeat = Instant::now();
     let stop = shutdown_signal();
     tokio::pin!(stop);
+    // Whether the database was out of reach at the last look (said once, not every poll).
+    let mut unavailable = false;
     loop {
-        for (id, request) in pool.queue.take_requests()? {
-            pool.apply(id, request);
-        }
-        let free = options.max_threads.saturating_sub(pool.running.lock().len());
-        if free > 0 {
-            for claimed in pool.queue.claim(free)? {
-                pool.start(claimed);
+        // A database that goes away (restarted, cut off) is waited out: the threads at work
+        // go on with their agents, and whatever they cannot store waits for its return.
+        match pool.poll_queue(options.max_threads, &mut last_heartbeat, &mut wake) {
+            Ok(()) if unavailable => {
+                tracing::info!("the database is back");
+                unavailable = false;
             }
-        }
-        if last_heartbeat.elapsed() >= HEARTBEAT {
-            pool.queue.heartbeat(&pool.activities())?;
-            last_heartbeat = Instant::now();
+            Ok(()) => {}
+            Err(e) if e.is_database_unavailable() => {
+                if !unavailable {
+                    tracing::warn!("{e}; retrying every {POLL:?}");
+                }
+                unavailable = true;
+            }
+            Err(e) => return Err(e),
         }
         if !pool.running.lock().is_empty() {
             idle_since = Instant::now();
@@ -162,6 +170,35 @@ async fn shutdown_signal() {
 }
 
 impl Pool {
+    /// One look at the queue: kill and pause requests for threads here, new threads to claim
+    /// up to `max_threads`, the heartbeat when due, and the `LISTEN` connection opened again
+    /// if it was lost.
+    fn poll_queue(
+        self: &Arc<Self>,
+        max_threads: usize,
+        last_heartbeat: &mut Instant,
+        wake: &mut Option<Wake>,
+    ) -> Result<()> {
+        for (id, request) in self.queue.take_requests()? {
+            self.apply(id, request);
+        }
+        let running: Vec<ThreadId> = self.running.lock().keys().copied().collect();
+        let free = max_threads.saturating_sub(running.len());
+        if free > 0 {
+            for claimed in self.queue.claim(free, &running)? {
+                self.start(claimed);
+            }
+        }
+        if last_heartbeat.elapsed() >= HEARTBEAT {
+            self.queue.heartbeat(&self.activities())?;
+            *last_heartbeat = Instant::now();
+            if wake.is_none() {
+                *wake = self.queue.listen(&[QUEUE_CHANNEL, CONTROL_CHANNEL]).ok();
+            }
+        }
+        Ok(())
+    }
+
     /// A bundle compiled (or loaded from this machine's AOT cache) once per worker.
     fn loaded(&self, name: &str, hash: BundleHash) -> Result<Arc<LoadedBundle>> {
         if let Some(bundle) = self.bundles.lock().get(&hash) {
@@ -227,8 +264,11 @@ impl Pool {
         tokio::spawn(async move {
             let secrets = pool.store.config().map(|c| Secrets::from_env(&c)).unwrap_or_default();
             let flags = super::queued::flags_of(request, secrets);
-            if let Err(e) = pool.run(id, token, flags, control, killed).await {
-                tracing::error!("thread {id}: {e}");
+            match pool.run(id, token, flags, control, killed).await {
+                // Said when it was settled: the thread waits in the queue for the database.
+                Err(e) if e.is_database_unavailable() => {}
+                Err(e) => tracing::error!("thread {id}: {e}"),
+                Ok(()) => {}
             }
             pool.running.lock().remove(&id);
             pool.changed.notify_one();
@@ -261,9 +301,17 @@ impl Pool {
     /// has it now: nothing more is written from here). A thread that cannot run here (its
     /// bundle fails to load, its records do not fit) leaves the queue too rather than fail
     /// on every worker in turn; it reads `interrupted`, and `resume` tries again.
+    ///
+    /// A run stopped because the database went away stays queued: once it is back, a worker
+    /// (this one, or another) takes the thread again and continues it from its journal.
     fn settle(&self, id: ThreadId, token: i64, outcome: Result<()>) -> Result<()> {
-        if let Err(Error::LeaseLost(_)) = outcome {
-            return outcome;
+        match &outcome {
+            Err(Error::LeaseLost(_)) => return outcome,
+            Err(e) if e.is_database_unavailable() => {
+                tracing::warn!("thread {id} stopped, to be taken again: {e}");
+                return outcome;
+            }
+            _ => {}
         }
         if let Err(e) = self.queue.settle(id, token) {
             tracing::warn!("thread {id}: {e}");

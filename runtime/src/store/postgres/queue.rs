@@ -111,8 +111,11 @@ impl Queue {
     }
 
     /// Claims up to `max` runnable threads nobody holds (or whose holder let its lease run
-    /// out), oldest first, for this process.
-    pub fn claim(&self, max: usize) -> Result<Vec<Claimed>> {
+    /// out), oldest first, for this process — never one of `running`, the threads it runs
+    /// already: their leases may have run out while the database was out of reach, and
+    /// taking them again would fence off the run at work.
+    pub fn claim(&self, max: usize, running: &[ThreadId]) -> Result<Vec<Claimed>> {
+        let running: Vec<String> = running.iter().map(ThreadId::to_string).collect();
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             "claim threads",
@@ -122,10 +125,11 @@ impl Queue {
                         lease_token = t.lease_token + 1, control = NULL, activity = NULL \
                  FROM (SELECT id, lease_owner AS previous FROM threads \
                        WHERE runnable AND (lease_owner IS NULL OR lease_until < now()) \
+                             AND id <> ALL($4::text[]) \
                        ORDER BY queued_at LIMIT $3 FOR UPDATE SKIP LOCKED) c \
                  WHERE t.id = c.id \
                  RETURNING t.id, t.lease_token, t.run_request, c.previous",
-                &[&self.pg.owner(), &(self.pg.lease().as_millis() as i64), &(max as i64)],
+                &[&self.pg.owner(), &(self.pg.lease().as_millis() as i64), &(max as i64), &running],
             ),
         )?;
         Ok(rows
@@ -343,11 +347,11 @@ impl Queue {
         channels: &[&str],
     ) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>> {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        let config = self.pg.inner.config.clone();
+        let (config, tls) = (self.pg.inner.config.clone(), self.pg.inner.tls.clone());
         let statements: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
         let target = self.pg.target().to_string();
         let listening = self.pg.spawn(async move {
-            let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+            let (client, mut connection) = config.connect(tls).await?;
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             tokio::spawn(async move {
                 while let Some(Ok(message)) = messages.next().await {
