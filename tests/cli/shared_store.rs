@@ -239,6 +239,16 @@ fn a_frozen_worker_whose_lease_was_taken_over_writes_nothing_more() -> Result<()
     Ok(())
 }
 
+/// A rig on a fresh database, with the steps of an uncrashed run to compare with, and no
+/// thread or agent call recorded yet.
+fn fresh_rig() -> Result<(Rig, Vec<Value>)> {
+    let rig = Rig::with(Env::on_postgres()?)?;
+    let reference = rig.reference()?;
+    rig.env.sql("DELETE FROM threads")?;
+    std::fs::write(rig.env.dir.path().join("agent.log"), "")?;
+    Ok((rig, reference))
+}
+
 /// Threads in the crash test (`UNCAGED_SHARED_CRASH_THREADS`, default 200).
 fn crash_threads() -> usize {
     std::env::var("UNCAGED_SHARED_CRASH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
@@ -246,10 +256,7 @@ fn crash_threads() -> usize {
 
 #[test]
 fn three_workers_killed_at_random_lose_and_repeat_nothing() -> Result<()> {
-    let rig = Rig::with(Env::on_postgres()?)?;
-    let reference = rig.reference()?;
-    rig.env.sql("DELETE FROM threads")?;
-    std::fs::write(rig.env.dir.path().join("agent.log"), "")?;
+    let (rig, reference) = fresh_rig()?;
     let mut workers: Vec<Worker> =
         (0..3).map(|i| Worker::start(&rig, &format!("worker-{i}.log"))).collect::<Result<_>>()?;
     let n = crash_threads();
@@ -305,10 +312,7 @@ fn three_workers_killed_at_random_lose_and_repeat_nothing() -> Result<()> {
 
 #[test]
 fn a_worker_waits_out_a_lost_database_and_its_threads_complete() -> Result<()> {
-    let rig = Rig::with(Env::on_postgres()?)?;
-    let reference = rig.reference()?;
-    rig.env.sql("DELETE FROM threads")?;
-    std::fs::write(rig.env.dir.path().join("agent.log"), "")?;
+    let (rig, reference) = fresh_rig()?;
     let worker = Worker::start(&rig, "worker.log")?;
     for _ in 0..10 {
         rig.env.ok(&["run", "solve-issue", "-p", "c", "--agent", &rig.agent, "--detach"])?;

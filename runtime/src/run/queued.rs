@@ -17,7 +17,7 @@ use crate::run::ipc::{self, Reply};
 use crate::store::Storage;
 use crate::store::postgres::Postgres;
 use crate::store::postgres::queue::{Queue, RunRequest};
-use crate::store::postgres::threads::{PgThreads, Stored};
+use crate::store::postgres::threads::PgThreads;
 use crate::store::records::{PendingCall, ThreadLines, ThreadRecord, ThreadStatus};
 
 /// How often a follower reads what was stored since it last looked (one indexed read of the
@@ -164,26 +164,22 @@ impl QueuedThread {
 
     /// The thread as it is now, reading only the records stored since the last call.
     fn catch_up(&mut self) -> Result<Arc<ThreadRecord>> {
-        let Stored { running, lines: new } = self
+        let stored = self
             .threads
             .read_after(self.id, self.read_to)?
             .ok_or_else(|| Error::UnknownThread(self.id.to_string()))?;
+        let running = stored.running;
         if let Some(current) = &self.current
-            && new.is_empty()
+            && stored.lines.is_empty()
             && self.running == Some(running)
         {
             return Ok(current.clone());
         }
-        for (seq, line) in new {
-            self.lines.push(seq as usize + 1, line.as_bytes());
-            self.read_to = seq;
+        if let Some(last) = stored.add_to(&mut self.lines) {
+            self.read_to = last;
         }
         self.running = Some(running);
-        let (record, _) =
-            self.lines.clone().finish(running).ok_or_else(|| {
-                self.pg.bad_data(format!("thread {} has no start record", self.id))
-            })?;
-        let record = Arc::new(record);
+        let record = Arc::new(self.threads.record(self.id, self.lines.clone(), running)?);
         self.current = Some(record.clone());
         Ok(record)
     }

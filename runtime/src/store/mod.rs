@@ -4,8 +4,8 @@
 //! A store is a home directory (the embedded default) or a PostgreSQL database shared by many
 //! machines ([`postgres`]). Threads are reached through [`ThreadStore`], which both implement
 //! ([`thread_files::FileThreads`], [`postgres::threads::PgThreads`]); the registry, the
-//! bundles and the schedules choose their backend inside. The interface is synchronous: each call is one short
-//! read or append, made between guest steps. The home directory stays local either way: the
+//! bundles and the schedules choose their backend inside. The interface is synchronous: each
+//! call is one short read or append, made between guest steps. The home directory stays local either way: the
 //! configuration, the AOT cache and the worker sockets of this machine.
 
 pub mod bundles;
@@ -116,7 +116,7 @@ impl Storage {
             home: home.clone(),
             registry: Registry::new(home),
             bundles: BundleStore::new(home),
-            schedules: Schedules::new(home),
+            schedules: schedules::in_home(home),
             threads: Arc::new(thread_files::FileThreads::new(home)),
             pg: None,
             url: None,
@@ -139,7 +139,7 @@ impl Storage {
             home: home.clone(),
             registry: Registry::with(Arc::new(postgres::registry::PgRegistry::new(&pg))),
             bundles: BundleStore::with(Arc::new(postgres::registry::PgBundles::new(&pg))),
-            schedules: Schedules::with(Arc::new(postgres::schedules::PgSchedules::new(&pg))),
+            schedules: Arc::new(postgres::schedules::PgSchedules::new(&pg)),
             threads: Arc::new(postgres::threads::PgThreads::new(&pg)),
             pg: Some(pg),
             url: Some(url.to_string()),

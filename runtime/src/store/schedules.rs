@@ -316,6 +316,12 @@ pub trait ScheduleBackend: Send + Sync + fmt::Debug {
     fn record(&self, name: &str, event: &FiringEvent, lock: &FireLock) -> Result<()>;
     /// Applies what was appended to the firing log of `name` since `history` last read it.
     fn catch_up(&self, name: &str, history: &mut FiringHistory) -> Result<()>;
+    /// The firing history of `name`, read whole.
+    fn history(&self, name: &str) -> Result<FiringHistory> {
+        let mut history = FiringHistory::default();
+        self.catch_up(name, &mut history)?;
+        Ok(history)
+    }
     /// The last check of poll schedule `name`.
     fn poll_state(&self, name: &str) -> Result<PollState>;
     /// Records the last check of poll schedule `name`.
@@ -333,76 +339,12 @@ pub enum FireLock {
     Database(tokio_postgres::Client),
 }
 
-/// The schedules of a store.
-#[derive(Debug, Clone)]
-pub struct Schedules {
-    backend: Arc<dyn ScheduleBackend>,
-}
+/// The schedules of a store, whichever keeps them.
+pub type Schedules = Arc<dyn ScheduleBackend>;
 
-impl Schedules {
-    /// The schedules of `home`.
-    pub fn new(home: &Home) -> Self {
-        Schedules::with(Arc::new(ScheduleFiles { dir: home.schedules_dir() }))
-    }
-
-    /// The schedules `backend` keeps.
-    pub fn with(backend: Arc<dyn ScheduleBackend>) -> Self {
-        Schedules { backend }
-    }
-
-    /// Takes the firing lock, waiting for it.
-    pub fn lock(&self) -> Result<FireLock> {
-        self.backend.lock()
-    }
-
-    /// Every schedule, by name.
-    pub fn list(&self) -> Result<Vec<Schedule>> {
-        self.backend.list()
-    }
-
-    /// The schedule `name`, if there is one.
-    pub fn get(&self, name: &str) -> Result<Option<Schedule>> {
-        self.backend.get(name)
-    }
-
-    /// Writes `schedule` (new or changed). The caller holds the [`FireLock`].
-    pub fn put(&self, schedule: &Schedule, lock: &FireLock) -> Result<()> {
-        self.backend.put(schedule, lock)
-    }
-
-    /// Deletes schedule `name` with its firing log (threads it started stay). The caller
-    /// holds the [`FireLock`].
-    pub fn remove(&self, name: &str, lock: &FireLock) -> Result<bool> {
-        self.backend.remove(name, lock)
-    }
-
-    /// Appends `event` to the firing log of `name`, stored when this returns. The caller
-    /// holds the [`FireLock`].
-    pub fn record(&self, name: &str, event: &FiringEvent, lock: &FireLock) -> Result<()> {
-        self.backend.record(name, event, lock)
-    }
-
-    /// Brings `history` up to date with the firing log of `name`.
-    pub fn catch_up(&self, name: &str, history: &mut FiringHistory) -> Result<()> {
-        self.backend.catch_up(name, history)
-    }
-
-    /// The firing history of `name`, read whole.
-    pub fn history(&self, name: &str) -> Result<FiringHistory> {
-        let mut history = FiringHistory::default();
-        self.catch_up(name, &mut history)?;
-        Ok(history)
-    }
-
-    /// The last check of poll schedule `name`.
-    pub fn poll_state(&self, name: &str) -> Result<PollState> {
-        self.backend.poll_state(name)
-    }
-
-    /// Records the last check of poll schedule `name`.
-    pub fn set_poll_state(&self, name: &str, state: &PollState) -> Result<()> {
-        self.backend.set_poll_state(name, state)
-    }
+/// The schedules of `home`.
+pub fn in_home(home: &Home) -> Schedules {
+    Arc::new(ScheduleFiles { dir: home.schedules_dir() })
 }
 
 /// Schedules in a home: `schedules/<NAME>/{schedule.json, firings.jsonl, poll.json}`.
@@ -531,7 +473,7 @@ mod tests {
     #[test]
     fn the_log_is_read_incrementally_and_a_torn_line_waits() -> Result<()> {
         let dir = tempfile::tempdir().unwrap();
-        let schedules = Schedules::new(&Home::new(dir.path()));
+        let schedules = in_home(&Home::new(dir.path()));
         let lock = schedules.lock()?;
         std::fs::create_dir(dir.path().join("schedules/s")).unwrap();
         let id = ThreadId::new();

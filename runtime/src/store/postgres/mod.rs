@@ -1,6 +1,6 @@
 //! The PostgreSQL store: one database shared by every machine, holding what a home directory
-//! holds (registry, bundles, threads, call journals, debug logs, schedules) plus the work queue and the
-//! leases that let workers on many machines share threads.
+//! holds (registry, bundles, threads, call journals, debug logs, schedules) plus the work
+//! queue and the leases that let workers on many machines share threads.
 //!
 //! The store's interface is synchronous (each call is one short read or append between guest
 //! steps), and so is this module's: statements are sent over one pipelined connection driven
@@ -167,6 +167,7 @@ impl Postgres {
             _ => Ok(slot.insert(fresh).clone()),
         }
     }
+
     /// The shared connection for what need not be durable on its own: debug log lines and
     /// call records the home directory would not fsync either (a scripted agent's answers).
     /// Its commits (`synchronous_commit = off`) return before the WAL reaches the disk, but

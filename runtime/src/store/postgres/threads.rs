@@ -40,6 +40,18 @@ pub struct Stored {
     pub lines: Vec<(i32, String)>,
 }
 
+impl Stored {
+    /// Adds these records to `parsed`; returns the last one's sequence number, if any.
+    pub fn add_to(self, parsed: &mut ThreadLines) -> Option<i32> {
+        let mut last = None;
+        for (seq, line) in self.lines {
+            parsed.push(seq as usize + 1, line.as_bytes());
+            last = Some(seq);
+        }
+        last
+    }
+}
+
 impl PgThreads {
     /// The threads of the store `pg` is connected to.
     pub fn new(pg: &Postgres) -> Self {
@@ -60,15 +72,19 @@ impl PgThreads {
 
     /// Reads thread `id`'s records; `None` if there is no such thread.
     pub fn read_lines(&self, id: ThreadId) -> Result<Option<ThreadRecord>> {
-        let Some(Stored { running, lines }) = self.read_after(id, -1)? else { return Ok(None) };
+        let Some(stored) = self.read_after(id, -1)? else { return Ok(None) };
+        let running = stored.running;
         let mut parsed = ThreadLines::default();
-        for (seq, line) in &lines {
-            parsed.push(*seq as usize + 1, line.as_bytes());
-        }
+        stored.add_to(&mut parsed);
+        self.record(id, parsed, running).map(Some)
+    }
+
+    /// Thread `id` as its parsed records make it.
+    pub fn record(&self, id: ThreadId, parsed: ThreadLines, running: bool) -> Result<ThreadRecord> {
         let (record, _) = parsed
             .finish(running)
             .ok_or_else(|| self.pg.bad_data(format!("thread {id} has no start record")))?;
-        Ok(Some(record))
+        Ok(record)
     }
 
     /// What was stored for thread `id` after record `after` (its sequence number; -1 for

@@ -10,7 +10,7 @@
 //! taken out of the string here and the connection is made with `require` and the verifier and
 //! certificate they ask for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::WebPkiServerVerifier;
@@ -124,12 +124,7 @@ impl Tls {
             .with_custom_certificate_verifier(verifier);
         let config = match (&self.client_cert, &self.client_key) {
             (Some(cert), Some(key)) => {
-                let chain = CertificateDer::pem_file_iter(cert)
-                    .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                    .map_err(|e| format!("sslcert {}: {e}", cert.display()))?;
-                if chain.is_empty() {
-                    return Err(format!("sslcert {}: no certificate in it", cert.display()));
-                }
+                let chain = certificates("sslcert", cert)?;
                 check_private(key)?;
                 let key = PrivateKeyDer::from_pem_file(key)
                     .map_err(|e| format!("sslkey {}: {e}", key.display()))?;
@@ -145,14 +140,10 @@ impl Tls {
         match &self.root_cert {
             None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
             Some(path) => {
-                let shown = path.display();
-                let certs = CertificateDer::pem_file_iter(path)
-                    .map_err(|e| format!("sslrootcert {shown}: {e}"))?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("sslrootcert {shown}: {e}"))?;
-                let (added, _) = roots.add_parsable_certificates(certs);
+                let (added, _) =
+                    roots.add_parsable_certificates(certificates("sslrootcert", path)?);
                 if added == 0 {
-                    return Err(format!("sslrootcert {shown}: no certificate in it"));
+                    return Err(format!("sslrootcert {}: no usable certificate", path.display()));
                 }
             }
         }
@@ -212,9 +203,20 @@ impl ServerCertVerifier for Verifier {
     }
 }
 
+/// The certificates of the PEM file `path`, which parameter `param` names; at least one.
+fn certificates(param: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{param} {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{param} {}: no certificate in it", path.display()));
+    }
+    Ok(certs)
+}
+
 /// Refuses a private key others may read, as libpq does: group or world access to it (other
 /// than root's group, for a key root owns) means it is not private.
-fn check_private(key: &std::path::Path) -> Result<(), String> {
+fn check_private(key: &Path) -> Result<(), String> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let meta = std::fs::metadata(key).map_err(|e| format!("sslkey {}: {e}", key.display()))?;
     let mode = meta.permissions().mode() & 0o777;
