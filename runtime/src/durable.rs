@@ -1,9 +1,20 @@
 //! Files of the home: writes that survive a crash (atomic replacement of whole files, fsynced
 //! appends), and reads that tell a missing file from a damaged one.
+//!
+//! Everything the home holds may quote a thread's content (prompts, agents' answers, debug
+//! logs), so what is created here is private to its owner: directories 0700, files 0600. A
+//! file made to be shared (a bundle `build` writes) is made by [`write_shared`] instead, with
+//! the permissions the umask allows, as `cargo` and `cc` make theirs.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+
+/// Permissions of the directories of the home.
+const PRIVATE_DIR: u32 = 0o700;
+/// Permissions of the files of the home.
+pub const PRIVATE_FILE: u32 = 0o600;
 
 use crate::error::{Error, Result};
 
@@ -21,16 +32,37 @@ pub fn read_text(path: &Path, action: &'static str) -> Result<Option<String>> {
     }
 }
 
-/// Creates `dir` and its parents.
+/// Creates `dir` and its parents that are missing, private to their owner (0700).
 pub fn create_dir(dir: &Path) -> Result<()> {
-    fs::create_dir_all(dir).map_err(Error::io("create directory", dir))
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR)
+        .create(dir)
+        .map_err(Error::io("create directory", dir))
+}
+
+/// Opens `path` for options `options`, creating it private to its owner (0600) if it is new.
+pub fn open_private(options: &mut OpenOptions, path: &Path) -> std::io::Result<File> {
+    options.mode(PRIVATE_FILE).open(path)
 }
 
 /// Replaces `path` with `bytes` atomically: a reader sees the old file or the new one, never
 /// a mix, and after return the new content is on disk (temp file + fsync + rename + fsync of
 /// the directory).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let (dir, temp) = synced_temp(path, bytes)?;
+    let (dir, temp) = synced_temp(path, bytes, Sharing::Private)?;
+    persist(path, dir, temp)
+}
+
+/// [`write_atomic`] for a file made to be shared, outside the home (a built bundle): it gets
+/// the permissions the umask gives a new file (0644 under the usual 022), and missing parent
+/// directories the umask's too.
+pub fn write_shared(path: &Path, bytes: &[u8]) -> Result<()> {
+    let (dir, temp) = synced_temp(path, bytes, Sharing::Umask)?;
+    persist(path, dir, temp)
+}
+
+fn persist(path: &Path, dir: &Path, temp: tempfile::NamedTempFile) -> Result<()> {
     temp.persist(path).map_err(|e| Error::Io {
         action: "replace",
         path: path.to_path_buf(),
@@ -39,14 +71,42 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     sync_dir(dir)
 }
 
+/// Who a new file is for.
+#[derive(Clone, Copy, PartialEq)]
+enum Sharing {
+    /// Its owner only (the home's files).
+    Private,
+    /// Whoever the umask lets read it.
+    Umask,
+}
+
+/// The directory a file at `path` is in: `.` for a bare file name.
+pub fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
 /// A temporary file beside `path` holding `bytes`, on disk; and the directory.
-fn synced_temp<'a>(path: &'a Path, bytes: &[u8]) -> Result<(&'a Path, tempfile::NamedTempFile)> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    create_dir(dir)?;
-    let mut temp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .tempfile_in(dir)
-        .map_err(Error::io("create a temporary file in", dir))?;
+fn synced_temp<'a>(
+    path: &'a Path,
+    bytes: &[u8],
+    sharing: Sharing,
+) -> Result<(&'a Path, tempfile::NamedTempFile)> {
+    let dir = parent_dir(path);
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".tmp-");
+    match sharing {
+        Sharing::Private => create_dir(dir)?,
+        Sharing::Umask => {
+            fs::create_dir_all(dir).map_err(Error::io("create directory", dir))?;
+            // The mode asked of open(2), which the umask then narrows.
+            builder.permissions(fs::Permissions::from_mode(0o666));
+        }
+    }
+    let mut temp =
+        builder.tempfile_in(dir).map_err(Error::io("create a temporary file in", dir))?;
     temp.write_all(bytes).map_err(Error::io("write", temp.path()))?;
     temp.as_file().sync_all().map_err(Error::io("sync", temp.path()))?;
     Ok((dir, temp))
@@ -61,7 +121,7 @@ pub fn create_atomic(
     bytes: &[u8],
     prepare: impl FnOnce(&File) -> std::io::Result<()>,
 ) -> Result<File> {
-    let (dir, temp) = synced_temp(path, bytes)?;
+    let (dir, temp) = synced_temp(path, bytes, Sharing::Private)?;
     prepare(temp.as_file()).map_err(Error::io("prepare", temp.path()))?;
     let file = temp.persist_noclobber(path).map_err(|e| Error::Io {
         action: "create",
@@ -91,11 +151,7 @@ impl AppendFile {
     /// next record starts on a line of its own and readers can skip the torn one.
     pub fn open(path: &Path, durable: bool) -> Result<Self> {
         let existed = path.exists();
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(path)
+        let mut file = open_private(OpenOptions::new().create(true).append(true).read(true), path)
             .map_err(Error::io("open", path))?;
         if existed && !ends_with_newline(&file).map_err(Error::io("read", path))? {
             file.write_all(b"\n").map_err(Error::io("repair torn last line of", path))?;

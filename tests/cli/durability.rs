@@ -308,3 +308,39 @@ fn threads_are_listed_from_an_index_rebuilt_when_missing() -> Result<()> {
     assert_eq!(env.json(&["threads"])?.as_array().unwrap().len(), 1);
     Ok(())
 }
+
+/// Everything under the home that holds a thread's content — its records, its call journal
+/// (agents' whole answers), its debug log — is private to its owner, and so are the folders.
+#[test]
+fn a_threads_files_and_the_home_folders_are_private() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new()?;
+    if env.store.is_some() {
+        return Ok(()); // the database's own access control holds them
+    }
+    let hash = env.add_solve_issue()?;
+    let out = env.ok(&["run", "solve-issue", "-p", "p", "--agent", &agent(&env, None)?])?;
+    let thread = thread_id_of(&out)?;
+    let mode = |path: &std::path::Path| -> Result<u32> {
+        Ok(std::fs::metadata(path)
+            .with_context(|| path.display().to_string())?
+            .permissions()
+            .mode()
+            & 0o777)
+    };
+    use anyhow::Context;
+    let home = env.home();
+    for dir in
+        [home.clone(), home.join("logs"), home.join(format!("logs/{hash}")), home.join("bundles")]
+    {
+        assert_eq!(mode(&dir)?, 0o700, "{}", dir.display());
+    }
+    for kind in ["data", "calls", "info"] {
+        let file = home.join(format!("logs/{hash}/{thread}.{kind}.jsonl"));
+        assert_eq!(mode(&file)?, 0o600, "{}", file.display());
+    }
+    for file in [home.join("workflow.yaml"), home.join(format!("bundles/{hash}.wasm"))] {
+        assert_eq!(mode(&file)?, 0o600, "{}", file.display());
+    }
+    Ok(())
+}

@@ -97,7 +97,12 @@ impl Env {
 
     /// The binary, on this test's home and store, in its directory.
     pub fn command(&self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"));
+        self.command_of(env!("CARGO_BIN_EXE_uncaged-workflow"))
+    }
+
+    /// `program` (a shell that starts the binary, say) with the binary's environment.
+    pub fn command_of(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
         match &self.store {
             Some(url) => command.env("UNCAGED_WORKFLOW_STORE", url),
             None => command.env_remove("UNCAGED_WORKFLOW_STORE"),

@@ -40,7 +40,7 @@ impl BuildCommand {
         }
         let assembled = declarative::assemble(&self.file)?;
         let output = self.output.unwrap_or_else(|| self.file.with_extension("wasm"));
-        crate::durable::write_atomic(&output, &assembled.bytes)?;
+        crate::durable::write_shared(&output, &assembled.bytes)?;
         let hash = BundleHash::of(&assembled.bytes);
         let roles: Vec<&str> = assembled.definition.roles.iter().map(|r| r.name.as_str()).collect();
         if self.json {

@@ -226,11 +226,11 @@ pub fn start_worker_process(
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()
         .map_err(Error::io("locate the running executable", "uncaged-workflow"))?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log_file)
-        .map_err(Error::io("open worker log", log_file))?;
+    let log = crate::durable::open_private(
+        std::fs::OpenOptions::new().create(true).append(true),
+        log_file,
+    )
+    .map_err(Error::io("open worker log", log_file))?;
     let mut command = std::process::Command::new(exe);
     // The worker uses the same store; a connection string may hold a password, so it goes
     // in the environment, which other users cannot read, never on the command line.
@@ -254,13 +254,10 @@ pub fn start_worker_process(
 
 /// Is nobody holding the lock at `path`?
 fn lock_is_free(path: &Path) -> Result<bool> {
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-    {
+    let file = match crate::durable::open_private(
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false),
+        path,
+    ) {
         Ok(file) => file,
         Err(e) => return Err(Error::io("open worker lock", path)(e)),
     };

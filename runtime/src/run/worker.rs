@@ -84,13 +84,11 @@ pub async fn serve(store: Storage, hash: BundleHash) -> Result<()> {
     let home = store.home().clone();
     crate::durable::create_dir(&home.run_dir())?;
     let lock_file = ipc::lock_path(&home, hash);
-    let lock = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&lock_file)
-        .map_err(Error::io("open worker lock", &lock_file))?;
+    let lock = crate::durable::open_private(
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false),
+        &lock_file,
+    )
+    .map_err(Error::io("open worker lock", &lock_file))?;
     let deadline = Instant::now() + LOCK_WAIT;
     while lock.try_lock().is_err() {
         if Instant::now() > deadline {

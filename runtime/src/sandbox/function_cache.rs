@@ -38,7 +38,7 @@ impl CacheStore for FunctionCache {
     fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
         let path = self.path(key);
         let Some(dir) = path.parent() else { return false };
-        if std::fs::create_dir_all(dir).is_err() {
+        if crate::durable::create_dir(dir).is_err() {
             return false;
         }
         // Unique per writer: two processes compiling the same function both succeed.

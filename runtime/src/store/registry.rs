@@ -159,12 +159,9 @@ impl RegistryBackend for RegistryYaml {
 fn lock(home: &Home) -> Result<File> {
     durable::create_dir(home.root())?;
     let path = home.registry_lock();
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(Error::io("open lock", &path))?;
+    let file =
+        durable::open_private(OpenOptions::new().create(true).truncate(false).write(true), &path)
+            .map_err(Error::io("open lock", &path))?;
     file.lock().map_err(Error::io("lock", &path))?;
     Ok(file)
 }

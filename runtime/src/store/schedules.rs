@@ -376,12 +376,11 @@ impl ScheduleBackend for ScheduleFiles {
     fn lock(&self) -> Result<FireLock> {
         durable::create_dir(&self.dir)?;
         let path = self.dir.join("fire.lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(Error::io("open", &path))?;
+        let file = durable::open_private(
+            std::fs::OpenOptions::new().create(true).truncate(false).write(true),
+            &path,
+        )
+        .map_err(Error::io("open", &path))?;
         file.lock().map_err(Error::io("lock", &path))?;
         Ok(FireLock::File(file))
     }

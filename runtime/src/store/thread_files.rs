@@ -315,7 +315,10 @@ impl LogSink for LogFile {
     fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
         let mut file = match self.file.take() {
             Some(file) => file,
-            None => std::fs::OpenOptions::new().create(true).append(true).open(&self.path)?,
+            None => crate::durable::open_private(
+                std::fs::OpenOptions::new().create(true).append(true),
+                &self.path,
+            )?,
         };
         std::io::Write::write_all(&mut file, lines)?;
         self.file = Some(file);
