@@ -523,3 +523,109 @@ fn pause_and_kill_stop_a_declarative_thread_as_they_stop_any() -> Result<()> {
     assert_eq!(steps(&env, &hash, &thread)?.len(), 1, "only fetch");
     Ok(())
 }
+
+/// `condition: null` is the fallback transition of the format's source documents: taken when
+/// no condition before it holds. (A quoted `"null"` stays an expression, which never holds.)
+#[test]
+fn a_null_condition_is_the_fallback_transition() -> Result<()> {
+    let env = Env::new()?;
+    let flow = env.write(
+        "fallback.yaml",
+        "description: fallback\nroles:\n  a: {}\n  b: {}\n  c: {}\ngraph:\n  - from: $START\n    \
+         transitions:\n      - {to: a}\n  - from: a\n    transitions:\n      \
+         - {to: b, condition: \"$steps[-1].meta.go = true\"}\n      - {to: c, condition: null}\n  \
+         - from: b\n    transitions:\n      - {to: $END}\n  - from: c\n    transitions:\n      \
+         - {to: $END, condition: ~}\n",
+    )?;
+    let hash = hash_of(&env.json(&["add", "fallback", flow.to_str().context("path")?])?)?;
+    let answers = env.write("answers.yaml", "a:\n  - {go: false}\n")?;
+    let out = env.ok(&[
+        "run",
+        "fallback",
+        "-p",
+        "go?",
+        "--agent",
+        &format!("scripted:{}", answers.display()),
+    ])?;
+    assert!(out.contains("completed (0)"), "{out}");
+    let roles: Vec<Value> =
+        steps(&env, &hash, &newest_thread(&env)?)?.iter().map(|s| s["role"].clone()).collect();
+    assert_eq!(roles, ["a", "c"], "the null condition was taken when the other did not hold");
+    Ok(())
+}
+
+/// A FIFO (or a directory) given as the workflow file is refused at once, not read: opening
+/// a FIFO would wait for a writer forever.
+#[test]
+fn a_fifo_as_the_workflow_file_is_refused_not_waited_on() -> Result<()> {
+    let env = Env::new()?;
+    let fifo = env.dir.path().join("flow.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status()?;
+    ensure!(made.success(), "mkfifo failed");
+    let fifo = fifo.to_str().context("path")?;
+    for args in [vec!["add", "f", fifo], vec!["build", fifo]] {
+        let mut child = env
+            .command()
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while child.try_wait()?.is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill()?;
+                anyhow::bail!("`{}` hangs on a FIFO", args.join(" "));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output()?;
+        let stderr = String::from_utf8(out.stderr)?;
+        assert_eq!(out.status.code(), Some(65), "{stderr}");
+        assert!(stderr.contains("not a regular file"), "{stderr}");
+    }
+    Ok(())
+}
+
+/// A file of several YAML documents is refused at the line where the second starts, instead
+/// of losing every document after the first.
+#[test]
+fn a_second_yaml_document_is_refused_at_its_line() -> Result<()> {
+    let env = Env::new()?;
+    let flow = env.write(
+        "two.yaml",
+        "---\ndescription: one\nroles:\n  a: {}\ngraph:\n  - from: $START\n    transitions:\n      \
+         - {to: a}\n  - from: a\n    transitions:\n      - {to: $END}\n---\ndescription: two\n",
+    )?;
+    let flow = flow.to_str().context("path")?;
+    for args in [vec!["add", "two", flow], vec!["build", flow]] {
+        let err = env.fails(&args, 65)?;
+        assert!(err.contains("two.yaml:12:1: a second YAML document starts here"), "{err}");
+    }
+    ensure!(env.json(&["list"])?.as_array().is_some_and(|l| l.is_empty()), "nothing added");
+    // One document with an explicit start and end marker is one document.
+    env.write(
+        "one.yaml",
+        "---\ndescription: one\nroles:\n  a: {}\ngraph:\n  - from: $START\n    transitions:\n      \
+         - {to: a}\n  - from: a\n    transitions:\n      - {to: $END}\n...\n",
+    )?;
+    env.ok(&["build", "one.yaml"])?;
+    Ok(())
+}
+
+/// `build flow.yaml` in the file's own directory writes `flow.wasm` there, with the
+/// permissions the umask gives (it is an artifact to share), not 0600.
+#[test]
+fn build_in_the_current_directory_honours_the_umask() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new()?;
+    std::fs::copy(example("solve-issue.yaml"), env.dir.path().join("flow.yaml"))?;
+    let bin = env!("CARGO_BIN_EXE_uncaged-workflow");
+    let out = env
+        .command_of("sh")
+        .args(["-c", "umask 027 && exec \"$0\" build flow.yaml", bin])
+        .output()?;
+    ensure!(out.status.success(), "build failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mode = std::fs::metadata(env.dir.path().join("flow.wasm"))?.permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "mode {mode:o}");
+    Ok(())
+}

@@ -118,6 +118,17 @@ pub fn read(path: &Path) -> Result<(String, Definition, Option<TriggerSpec>)> {
         |message: String| Error::InvalidWorkflow { path: path.into(), line: 1, column: 1, message };
     // Bounded before reading: a file given by mistake (a disk image, say) is refused, not
     // read whole.
+    // Looked at before it is opened: opening a FIFO waits for a writer, forever.
+    let metadata = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            Error::MissingFile { what: "workflow file", path: path.into() }
+        }
+        _ => io(e),
+    })?;
+    if !metadata.is_file() {
+        let kind = if metadata.is_dir() { "a directory" } else { "not a regular file" };
+        return Err(invalid(format!("{kind}: a workflow is a `.yaml` or `.yml` file")));
+    }
     let file = std::fs::File::open(path).map_err(io)?;
     let size = file.metadata().map_err(io)?.len();
     if size > MAX_SOURCE_BYTES as u64 {
@@ -159,6 +170,16 @@ impl Checker<'_> {
 
     fn check(&self, text: &str) -> Result<(Definition, Option<TriggerSpec>)> {
         let root = load(text).map_err(|e| self.load_error(e))?;
+        if let Some((line, column)) = second_document(text) {
+            return Err(Error::InvalidWorkflow {
+                path: self.path.into(),
+                line,
+                column,
+                message: "a second YAML document starts here: a workflow file holds one \
+                          (remove the `---` line, or split the file)"
+                    .into(),
+            });
+        }
         let file: File = marked_yaml::from_node(&root).map_err(|e| self.shape_error(&root, &e))?;
         let roles = self.roles(&root, &file)?;
         let max_rounds = file.max_rounds.as_ref().map(|m| **m);
@@ -173,7 +194,7 @@ impl Checker<'_> {
                         "`failure_policy` applies to `steps`, not to a `graph`",
                     ));
                 }
-                let nodes = self.graph(graph, &roles)?;
+                let nodes = self.graph(&root, graph, &roles)?;
                 let roles = roles.into_values().map(|(role, _)| role).collect();
                 (roles, max_rounds.unwrap_or(GRAPH_MAX_ROUNDS), Routing::Graph(nodes))
             }
@@ -394,13 +415,14 @@ impl Checker<'_> {
 
     fn graph(
         &self,
+        root: &Node,
         graph: &Spanned<Vec<NodeSpec>>,
         roles: &IndexMap<String, (Role, Span)>,
     ) -> Result<Vec<GraphNode>> {
         let known = |name: &str| roles.contains_key(name);
         let mut nodes: Vec<GraphNode> = Vec::new();
         let mut edges: HashMap<&str, Vec<&str>> = HashMap::new();
-        for node in graph.iter() {
+        for (n, node) in graph.iter().enumerate() {
             if node.from.as_str() != START && !known(&node.from) {
                 return Err(self.undeclared(&node.from, roles, "`from`"));
             }
@@ -414,11 +436,17 @@ impl Checker<'_> {
                 ));
             }
             let mut transitions = Vec::new();
-            for transition in &node.transitions {
+            for (t, transition) in node.transitions.iter().enumerate() {
                 if transition.to.as_str() != END && !known(&transition.to) {
                     return Err(self.undeclared(&transition.to, roles, "a transition to"));
                 }
-                if let Some(condition) = &transition.condition {
+                // `condition: null` (or `~`, or nothing) is the unconditional fallback of the
+                // format's source documents, as if the key were absent; `"null"` quoted is
+                // an expression.
+                let path = ["graph", &n.to_string(), "transitions", &t.to_string(), "condition"];
+                let condition =
+                    transition.condition.as_ref().filter(|_| !is_null(child(root, &path)));
+                if let Some(condition) = condition {
                     expr::check(condition).map_err(|e| {
                         let mut span = *condition.span();
                         if let Some(start) = span.start_mut() {
@@ -435,7 +463,7 @@ impl Checker<'_> {
                 edges.entry(node.from.as_str()).or_default().push(transition.to.as_str());
                 transitions.push(Transition {
                     to: transition.to.to_string(),
-                    condition: transition.condition.as_ref().map(|c| c.to_string()),
+                    condition: condition.map(|c| c.to_string()),
                 });
             }
             if transitions.is_empty() {
@@ -680,6 +708,28 @@ impl Checker<'_> {
 
 /// The YAML node tree of `text`. Quoted scalars are marked so that [`to_json`] keeps them
 /// strings.
+/// Where a second YAML document starts in `text` (line, column; 1-based), if one does. The
+/// loader reads the first document and ignores the rest: a workflow split over documents
+/// would lose its second half without a word.
+fn second_document(text: &str) -> Option<(usize, usize)> {
+    use yaml_rust2::Event;
+    let mut parser = yaml_rust2::parser::Parser::new_from_str(text);
+    let mut first_ended = false;
+    loop {
+        match parser.next_token() {
+            Ok((Event::DocumentStart, mark)) if first_ended => {
+                return Some((mark.line(), mark.col() + 1));
+            }
+            Ok((Event::DocumentEnd, _)) => first_ended = true,
+            Ok((Event::StreamEnd, _)) => return None,
+            Ok(_) => {}
+            // The first document loaded, so what does not parse is after it.
+            Err(e) if first_ended => return Some((e.marker().line(), e.marker().col() + 1)),
+            Err(_) => return None,
+        }
+    }
+}
+
 fn load(text: &str) -> std::result::Result<Node, marked_yaml::LoadError> {
     let options = LoaderOptions::default().error_on_duplicate_keys(true).prevent_coercion(true);
     marked_yaml::parse_yaml_with_options(0, text, options)
@@ -826,6 +876,12 @@ fn child<'a>(root: &'a Node, path: &[&str]) -> Option<&'a Node> {
         };
     }
     Some(node)
+}
+
+/// Whether `node` is a YAML null: a plain (unquoted) `null`, `~`, or nothing.
+fn is_null(node: Option<&Node>) -> bool {
+    matches!(node, Some(Node::Scalar(s)) if s.may_coerce()
+        && matches!(s.as_str(), "" | "~" | "null" | "Null" | "NULL"))
 }
 
 /// A YAML node as JSON, plain scalars typed as YAML 1.2's core schema types them.
