@@ -48,15 +48,16 @@ Examples:
   uncaged-workflow run solve-issue -p \"...\" --agent-for reviewer=command:./review.sh
   uncaged-workflow threads solve-issue
   uncaged-workflow thread 01KQXKW18CT8G75T53R8F4G7YG
-  uncaged-workflow fork 01KQXKW18CT8G75T53R8F4G7YG --from-role reviewer
+  uncaged-workflow fork 01KQXKW18CT8G75T53R8F4G7YG --from-role reviewer";
 
-Exit codes: 0 success; a thread's own return code for `run` (1-63); 64 usage error;
-65 invalid input data; 66 not found; 70 thread or host failure; 74 I/O error; 75 the thread
-is not in a state for the command (running, paused, ended); 130 interrupted.";
+/// The examples, then every exit code (from the one table of them, [`crate::error::exit`]).
+fn after_help() -> String {
+    format!("{AFTER_HELP}\n\n{}", crate::error::exit::help())
+}
 
 /// Run multi-role AI agent workflows, each a sandboxed WebAssembly component.
 #[derive(Debug, Parser)]
-#[command(name = "uncaged-workflow", version, after_help = AFTER_HELP, max_term_width = 100)]
+#[command(name = "uncaged-workflow", version, after_help = after_help(), max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalOptions,
@@ -185,6 +186,18 @@ impl Cli {
 
 #[cfg(test)]
 mod tests {
+    /// The documentation's table of exit codes is the one the code keeps.
+    #[test]
+    fn the_documented_exit_codes_are_the_table() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let table = crate::error::exit::markdown();
+        let documented = ["README.md", "docs/commands.md"]
+            .iter()
+            .filter_map(|page| std::fs::read_to_string(root.join(page)).ok())
+            .any(|text| text.contains(&table));
+        assert!(documented, "no page of the documentation holds this table:\n{table}");
+    }
+
     #[test]
     fn verify_cli() {
         use clap::CommandFactory;

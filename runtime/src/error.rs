@@ -25,6 +25,82 @@ pub mod exit {
     pub const NO_PERMISSION: i32 = 77;
     /// The store is not one this binary can use: another application's, or a newer schema.
     pub const CONFIG: i32 = 78;
+    /// Interrupted (Ctrl-C), or the thread was killed (128 + SIGINT).
+    pub const INTERRUPTED: i32 = 130;
+
+    /// Every exit code and what it means: the one table that `--help` prints and the
+    /// documentation shows (a test holds the documentation to it).
+    pub const TABLE: &[(&str, &str)] = &[
+        (
+            "0",
+            "success (for `run`, `resume`, `fork`, `answer`, `step`: the workflow returned 0); \
+             also when the reader of stdout went away (`| head`)",
+        ),
+        (
+            "1-63",
+            "the workflow's own return code, passed through (the SDK uses 1 for a failed agent \
+             or extraction, 2 for max rounds reached); a workflow code outside 0-63 exits 1, so \
+             no bundle can exit like the host",
+        ),
+        (
+            "64",
+            "usage error: a bad flag or value (a step or role a thread does not have, an agent \
+             spec that cannot be used), a malformed id, an empty answer",
+        ),
+        (
+            "65",
+            "invalid input data: not a bundle or workflow file, over a limit, a corrupt \
+             registry or config.yaml (a bad binding in it), a recorded step too large to \
+             continue, an answer that is not what the role asks for",
+        ),
+        ("66", "not found: workflow, thread, schedule, bundle, a file named on the command line"),
+        ("69", "the store's database cannot be reached, or has no such database"),
+        ("70", "the host ended the thread (a trap, a limit, a broken contract) or its worker died"),
+        ("74", "I/O error reading or writing the home (a full disk, a read-only home)"),
+        (
+            "75",
+            "the thread is not in a state for the command (running, paused, ended); `run` and \
+             `resume` also exit 75 when their thread paused or waits for a human",
+        ),
+        ("77", "the store's database refused the credentials, or its TLS certificate is untrusted"),
+        (
+            "78",
+            "the store's database belongs to another application, or was migrated by a newer \
+             uncaged-workflow",
+        ),
+        ("130", "interrupted (Ctrl-C), or the thread was killed"),
+    ];
+
+    /// [`TABLE`] as `--help` ends: a heading, then one code per line, meanings aligned.
+    pub fn help() -> String {
+        const INDENT: usize = 8;
+        const WIDTH: usize = 96;
+        let mut text = String::from("Exit codes:");
+        for (code, meaning) in TABLE {
+            let mut line = format!("  {code:<5} ");
+            for word in meaning.split(' ') {
+                if line.len() + word.len() > WIDTH && line.len() > INDENT {
+                    text.push('\n');
+                    text.push_str(line.trim_end());
+                    line = " ".repeat(INDENT);
+                }
+                line.push_str(word);
+                line.push(' ');
+            }
+            text.push('\n');
+            text.push_str(line.trim_end());
+        }
+        text
+    }
+
+    /// [`TABLE`] as a Markdown table, as the documentation shows it.
+    pub fn markdown() -> String {
+        let mut text = String::from("| code | meaning |\n|---|---|\n");
+        for (code, meaning) in TABLE {
+            text.push_str(&format!("| {code} | {} |\n", meaning.replace('|', "\\|")));
+        }
+        text
+    }
 }
 
 /// Why the store's database cannot be used.
@@ -122,9 +198,10 @@ pub enum Error {
     #[error("max rounds {asked} is over the host's hard cap of {cap} (limits.max-rounds)")]
     RoundsOverCap { asked: u32, cap: u32 },
 
-    /// An agent binding cannot be used as written.
-    #[error("agent binding `{binding}`: {reason}")]
-    InvalidAgent { binding: String, reason: String },
+    /// An agent binding cannot be used as written: one given on the command line (a usage
+    /// error), or one config.yaml defines (bad data).
+    #[error("agent binding `{binding}`{}: {reason}", if *in_config { " in config.yaml" } else { "" })]
+    InvalidAgent { binding: String, reason: String, in_config: bool },
 
     /// A worker process reported a failure; `code` is the exit code it maps to.
     #[error("{message}")]
@@ -176,10 +253,12 @@ impl Error {
             Error::InvalidBundle { .. }
             | Error::InvalidWorkflow { .. }
             | Error::Corrupt { .. }
-            | Error::InvalidAgent { .. }
+            | Error::InvalidAgent { in_config: true, .. }
             | Error::InvalidLimit { .. }
             | Error::RecordTooLarge { .. } => exit::DATA,
-            Error::RoundsOverCap { .. } => exit::USAGE,
+            Error::RoundsOverCap { .. } | Error::InvalidAgent { in_config: false, .. } => {
+                exit::USAGE
+            }
             Error::NoHistory { .. } => exit::USAGE,
             Error::ThreadBusy(_) | Error::ThreadState { .. } => exit::STATE,
             Error::Io { .. } => exit::IO,

@@ -106,7 +106,15 @@ impl Limits {
             let text = match value {
                 serde_yaml::Value::String(s) => s.clone(),
                 serde_yaml::Value::Number(n) => n.to_string(),
-                other => format!("{other:?}"),
+                other => {
+                    return Err(Error::InvalidLimit {
+                        key: key.clone(),
+                        reason: format!(
+                            "expected a number or a size, got {}",
+                            crate::store::config::yaml_kind(other)
+                        ),
+                    });
+                }
             };
             limits
                 .set(key, &text)

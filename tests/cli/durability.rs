@@ -216,6 +216,54 @@ fn misspelt_keys_in_config_are_refused_with_the_closest_one() -> Result<()> {
     Ok(())
 }
 
+/// A value of the wrong type in config.yaml is named by its whole key path.
+#[test]
+fn a_config_value_of_the_wrong_type_names_its_key_path() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let config = env.home().join("config.yaml");
+    for (yaml, wanted) in [
+        (
+            "agents:\n  reviewer:\n    kind: command\n    command: /bin/true\n    timeout: [1]\n",
+            "agents.reviewer.timeout: expected seconds or a duration, got a list",
+        ),
+        (
+            "agents:\n  r:\n    kind: openai\n    base_url: http://x\n    model: m\n    temperature: hot\n",
+            "agents.r.temperature: invalid type: string \"hot\", expected f64",
+        ),
+        ("agents:\n  c:\n    kind: command\n    command: 5\n", "agents.c.command: invalid type"),
+        ("roles:\n  planner: [x]\n", "roles.planner: invalid type: sequence"),
+        ("limits:\n  max-rounds: abc\n", "limits.max-rounds: `abc` is not a whole number"),
+        ("limits:\n  memory: [1]\n", "limits.memory: expected a number or a size, got a list"),
+    ] {
+        std::fs::write(&config, yaml)?;
+        let err = env.fails(&["run", "solve-issue", "-p", "x"], 65)?;
+        assert!(err.contains(wanted) && err.contains("config.yaml: "), "{yaml}: {err}");
+    }
+    Ok(())
+}
+
+/// A home that cannot be written to is read as it is: a listing says nothing of the cache it
+/// could not keep, and a command that must write fails in one line.
+#[test]
+fn a_read_only_home_lists_quietly_and_fails_in_one_line() -> Result<()> {
+    let env = Env::new()?;
+    if env.store.is_some() {
+        return Ok(());
+    }
+    let hash = env.add_solve_issue()?;
+    let thread = thread_id_of(&env.ok(&["run", "solve-issue", "-p", "x"])?)?;
+    // The listing index is not written yet for a thread made since the last listing.
+    std::fs::remove_file(env.home().join("logs/threads.index")).ok();
+    let Some(_mount) = crate::Mount::read_only(&env.home())? else { return Ok(()) };
+    let listed = env.run(&["threads"])?;
+    assert_eq!((listed.code, listed.stderr.as_str()), (0, ""), "{}", listed.stdout);
+    assert!(listed.stdout.contains(&thread), "{}", listed.stdout);
+    let err = env.fails(&["run", "solve-issue", "-p", "x"], 74)?;
+    assert!(err.contains(&format!("logs/{hash}")) && err.contains("Read-only"), "{err}");
+    Ok(())
+}
+
 #[test]
 fn prune_removes_only_ended_threads_that_match_and_finishes_crashed_removals() -> Result<()> {
     let env = Env::new()?;

@@ -9,6 +9,7 @@ mod bad_input;
 mod crash;
 mod declarative;
 mod durability;
+mod exit_codes;
 mod hostile;
 mod human;
 mod languages;
@@ -371,4 +372,56 @@ pub fn roles(lines: &[Value]) -> Vec<String> {
         .filter(|l| l.get("role").is_some())
         .map(|l| l["role"].as_str().unwrap_or_default().to_string())
         .collect()
+}
+
+/// A file system mounted for a test (a small tmpfs, or a folder bound read-only), unmounted
+/// when dropped. Mounting needs root, as CI runs: elsewhere the constructors say so and give
+/// `None`, and the test that asked ends there.
+pub struct Mount {
+    at: PathBuf,
+}
+
+impl Mount {
+    /// A tmpfs of `size` (`1m`, say) at `at`, which must be an empty directory.
+    pub fn tmpfs(at: &Path, size: &str) -> Result<Option<Mount>> {
+        std::fs::create_dir_all(at)?;
+        Mount::run(at, &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+    }
+
+    /// `dir` itself, bound over itself read-only: what is there stays, nothing can be written.
+    pub fn read_only(dir: &Path) -> Result<Option<Mount>> {
+        let Some(mount) = Mount::run(dir, &["--bind", &dir.display().to_string()])? else {
+            return Ok(None);
+        };
+        let remounted = Command::new("mount")
+            .args(["-o", "remount,bind,ro"])
+            .arg(dir)
+            .status()
+            .context("run mount")?;
+        ensure!(remounted.success(), "could not remount {} read-only", dir.display());
+        Ok(Some(mount))
+    }
+
+    fn run(at: &Path, args: &[&str]) -> Result<Option<Mount>> {
+        if !is_root() {
+            eprintln!("skipped: mounting a file system for this test needs root (CI runs as root)");
+            return Ok(None);
+        }
+        let status = Command::new("mount").args(args).arg(at).status().context("run mount")?;
+        ensure!(status.success(), "mount {args:?} {} failed", at.display());
+        Ok(Some(Mount { at: at.to_path_buf() }))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.to_string()))
+        .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
 }

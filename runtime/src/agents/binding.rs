@@ -143,12 +143,14 @@ impl AgentSet {
     pub fn resolve(config: &Config, flags: &AgentFlags, descriptor: &Descriptor) -> Result<Self> {
         let secrets = Arc::new(flags.secrets.clone());
         let binder = Binder { config, descriptor, cwd: flags.cwd.as_deref(), secrets: &secrets };
-        let default_spec =
-            flags.default.as_deref().or(config.agent.as_deref()).unwrap_or("scripted");
-        let default = binder.bind(default_spec)?;
+        let default = match (&flags.default, &config.agent) {
+            (Some(spec), _) => binder.bind(spec, false)?,
+            (None, Some(spec)) => binder.bind(spec, true)?,
+            (None, None) => binder.bind("scripted", false)?,
+        };
         let mut by_role = BTreeMap::new();
         for (role, spec) in &config.roles {
-            by_role.insert(role.clone(), binder.bind(spec)?);
+            by_role.insert(role.clone(), binder.bind(spec, true)?);
         }
         for (role, spec) in &flags.for_roles {
             if descriptor.role(role).is_none() {
@@ -159,23 +161,25 @@ impl AgentSet {
                         "the workflow has no role `{role}` (roles: {})",
                         known.join(", ")
                     ),
+                    in_config: false,
                 });
             }
-            by_role.insert(role.clone(), binder.bind(spec)?);
+            by_role.insert(role.clone(), binder.bind(spec, false)?);
         }
         // A declarative DAG with the `ask_user` policy asks a person what to do about a failed
         // step: the role a person answers unless bound otherwise.
         if descriptor.role(USER_ROLE).is_some() && !by_role.contains_key(USER_ROLE) {
-            by_role.insert(USER_ROLE.to_string(), binder.bind("human")?);
+            by_role.insert(USER_ROLE.to_string(), binder.bind("human", false)?);
         }
         let extractor = match &config.extractor {
             None => None,
             Some(extractor) => {
-                let bound = binder.bind(&extractor.agent)?;
+                let bound = binder.bind(&extractor.agent, true)?;
                 let Agent::OpenAi(agent) = &*bound.agent else {
                     return Err(Error::InvalidAgent {
                         binding: extractor.agent.clone(),
                         reason: "the extractor must be a binding of kind `openai`".into(),
+                        in_config: true,
                     });
                 };
                 Some(Arc::new(LlmExtractor {
@@ -223,8 +227,10 @@ struct Binder<'a> {
 impl Binder<'_> {
     /// Parses an agent spec: a name from `agents:` in the config, `scripted`, `scripted:FILE`,
     /// `human`, or `command:PROGRAM [ARGS]` (split like a shell would, but never run by one).
-    fn bind(&self, spec: &str) -> Result<Bound> {
-        let invalid = |reason: String| Error::InvalidAgent { binding: spec.to_string(), reason };
+    /// `in_config` says where the spec was written, for the error if it is wrong.
+    fn bind(&self, spec: &str, in_config: bool) -> Result<Bound> {
+        let invalid =
+            |reason: String| Error::InvalidAgent { binding: spec.to_string(), reason, in_config };
         let cwd = self.cwd.map(Path::to_path_buf);
         if let Some(config) = self.config.agents.get(spec) {
             return self.bind_config(spec, config);
@@ -232,9 +238,9 @@ impl Binder<'_> {
         let agent = if spec == "scripted" {
             Agent::Scripted(ScriptedAgent::new(None, self.descriptor).map_err(invalid)?)
         } else if let Some(path) = spec.strip_prefix("scripted:") {
-            Agent::Scripted(
-                ScriptedAgent::new(Some(Path::new(path)), self.descriptor).map_err(invalid)?,
-            )
+            let path = Path::new(path);
+            answers_exist(path)?;
+            Agent::Scripted(ScriptedAgent::new(Some(path), self.descriptor).map_err(invalid)?)
         } else if spec == "human" {
             Agent::Human
         } else if let Some(command_line) = spec.strip_prefix("command:") {
@@ -264,11 +270,18 @@ impl Binder<'_> {
     }
 
     fn bind_config(&self, name: &str, config: &AgentConfig) -> Result<Bound> {
-        let invalid = |reason: String| Error::InvalidAgent { binding: name.to_string(), reason };
+        let invalid = |reason: String| Error::InvalidAgent {
+            binding: name.to_string(),
+            reason,
+            in_config: true,
+        };
         let timeout = config.timeout.map(|t| t.0);
         let agent = match &config.kind {
             AgentKind::Scripted { answers, delay } => {
                 let file = answers.as_ref().map(|path| self.config.base_dir.join(path));
+                if let Some(file) = &file {
+                    answers_exist(file)?;
+                }
                 let agent =
                     ScriptedAgent::new(file.as_deref(), self.descriptor).map_err(invalid)?;
                 Agent::Scripted(agent.with_delay(delay.map(|d| d.0)))
@@ -299,6 +312,15 @@ impl Binder<'_> {
             secrets: self.secrets.clone(),
             processes: None,
         })
+    }
+}
+
+/// A scripted agent's answers file that does not exist is a file not found (exit 66), like
+/// any file named on the command line or in config.yaml.
+fn answers_exist(path: &Path) -> Result<()> {
+    match path.try_exists() {
+        Ok(false) => Err(Error::MissingFile { what: "scripted answers file", path: path.into() }),
+        _ => Ok(()),
     }
 }
 

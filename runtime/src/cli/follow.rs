@@ -229,7 +229,7 @@ pub async fn hand_over(
                 // in progress and can be resumed.
                 let _ = control::pause(store, id).await;
                 eprintln!("uncaged-workflow: interrupted; thread {id} pauses after its current step (`uncaged-workflow resume {id}` continues it)");
-                return Ok(130);
+                return Ok(exit::INTERRUPTED);
             }
         };
         match reply {

@@ -189,16 +189,14 @@ pub fn fork_point(original: &ThreadRecord, at: &ForkAt) -> Result<usize> {
     match at {
         ForkAt::All => Ok(original.steps.len()),
         ForkAt::Steps(n) if *n <= original.steps.len() => Ok(*n),
-        ForkAt::Steps(n) => Err(Error::ThreadState {
-            id,
-            status: "too short",
-            reason: format!("it has {} steps; cannot fork at {n}", original.steps.len()),
-        }),
+        // A step or a role the thread does not have is a bad value, not a state to wait out.
+        ForkAt::Steps(n) => Err(Error::Usage(format!(
+            "thread `{id}` has {} steps: there is no step {n} to fork at",
+            original.steps.len()
+        ))),
         ForkAt::BeforeRole(role) => {
-            original.steps.iter().rposition(|s| &s.role == role).ok_or_else(|| Error::ThreadState {
-                id,
-                status: "without that role",
-                reason: format!("no step of role `{role}` to fork before"),
+            original.steps.iter().rposition(|s| &s.role == role).ok_or_else(|| {
+                Error::Usage(format!("thread `{id}` has no step of role `{role}` to fork before"))
             })
         }
     }

@@ -36,7 +36,7 @@ const IDLE_EXIT: Duration = Duration::from_secs(5);
 const LOCK_WAIT: Duration = Duration::from_secs(1);
 
 /// Return code recorded for a killed thread (128 + SIGINT, like an interrupted command).
-pub const KILLED_RETURN_CODE: i32 = 130;
+pub const KILLED_RETURN_CODE: i32 = crate::error::exit::INTERRUPTED;
 
 /// A thread this worker runs.
 struct Running {

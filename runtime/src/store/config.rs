@@ -91,57 +91,114 @@ pub struct ServeConfig {
     pub token_env: Option<String>,
 }
 
-/// One named agent binding: its kind and the failure policy of its calls.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// One named agent binding: its kind and the failure policy of its calls. (Read by hand,
+/// not with `#[serde(flatten)]`, which would hide from an error which key of the binding is
+/// wrong.)
+#[derive(Debug, Clone, PartialEq)]
 pub struct AgentConfig {
-    #[serde(flatten)]
     pub kind: AgentKind,
     /// Time one call may take [default: 600s for commands, 300s for openai].
-    #[serde(default)]
     pub timeout: Option<Seconds>,
     /// Retries of a call that failed transiently (timeout, HTTP 429/5xx, exit status 75)
     /// [default: 2].
-    #[serde(default)]
     pub retries: Option<u32>,
     /// Delay before the first retry; each next one waits twice as long [default: 1s].
-    #[serde(default)]
     pub retry_delay: Option<Seconds>,
 }
 
 /// The kinds of agent.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+#[derive(Debug, Clone, PartialEq)]
 pub enum AgentKind {
     /// Built-in, offline answers: from `answers` (YAML, per role) or from each role's schema.
     Scripted {
-        #[serde(default)]
         answers: Option<PathBuf>,
         /// Wait this long before answering, to stand in for a slow agent (demos, benchmarks).
-        #[serde(default)]
         delay: Option<Seconds>,
     },
     /// An external program, run without a shell.
-    Command {
-        command: String,
-        #[serde(default)]
-        args: Vec<String>,
-    },
+    Command { command: String, args: Vec<String> },
     /// An OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM, llama.cpp…).
-    #[serde(rename = "openai")]
     OpenAi {
         /// e.g. `https://api.openai.com/v1` or `http://localhost:11434/v1`.
         base_url: String,
         model: String,
         /// Name of the environment variable holding the API key (none: no key is sent).
-        #[serde(default)]
         api_key_env: Option<String>,
-        #[serde(default)]
         temperature: Option<f64>,
-        #[serde(default)]
         max_tokens: Option<u32>,
     },
     /// A person answers: on the terminal of a foreground `run`, else via `answer`.
     Human,
+}
+
+impl<'de> Deserialize<'de> for AgentConfig {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_map(BindingVisitor)
+    }
+}
+
+/// Reads a binding's keys one at a time, each value as its own type: a deserializer that
+/// tracks paths (see [`Config::load`]) then names the key whose value is wrong.
+struct BindingVisitor;
+
+impl<'de> serde::de::Visitor<'de> for BindingVisitor {
+    type Value = AgentConfig;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an agent binding (a mapping with `kind`)")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<AgentConfig, A::Error> {
+        use serde::de::Error as _;
+        let (mut kind, mut timeout, mut retries, mut retry_delay) = (None, None, None, None);
+        let (mut answers, mut delay, mut command, mut args) = (None, None, None, None);
+        let (mut base_url, mut model, mut api_key_env, mut temperature, mut max_tokens) =
+            (None, None, None, None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "kind" => kind = Some(map.next_value::<String>()?),
+                "timeout" => timeout = map.next_value()?,
+                "retries" => retries = map.next_value()?,
+                "retry_delay" => retry_delay = map.next_value()?,
+                "answers" => answers = map.next_value()?,
+                "delay" => delay = map.next_value()?,
+                "command" => command = Some(map.next_value::<String>()?),
+                "args" => args = Some(map.next_value::<Vec<String>>()?),
+                "base_url" => base_url = Some(map.next_value::<String>()?),
+                "model" => model = Some(map.next_value::<String>()?),
+                "api_key_env" => api_key_env = map.next_value()?,
+                "temperature" => temperature = map.next_value()?,
+                "max_tokens" => max_tokens = map.next_value()?,
+                // Keys that belong to no kind are refused with a suggestion before this runs.
+                other => return Err(A::Error::unknown_field(other, &[])),
+            }
+        }
+        let kind = kind.ok_or_else(|| A::Error::missing_field("kind"))?;
+        let kind = match kind.as_str() {
+            "scripted" => AgentKind::Scripted { answers, delay },
+            "command" => AgentKind::Command {
+                command: command.ok_or_else(|| A::Error::missing_field("command"))?,
+                args: args.unwrap_or_default(),
+            },
+            "openai" => AgentKind::OpenAi {
+                base_url: base_url.ok_or_else(|| A::Error::missing_field("base_url"))?,
+                model: model.ok_or_else(|| A::Error::missing_field("model"))?,
+                api_key_env,
+                temperature,
+                max_tokens,
+            },
+            "human" => AgentKind::Human,
+            other => {
+                return Err(A::Error::custom(format!(
+                    "`kind: {other}` is no kind of agent (scripted, command, openai, human)"
+                )));
+            }
+        };
+        Ok(AgentConfig { kind, timeout, retries, retry_delay })
+    }
 }
 
 /// The LLM extractor.
@@ -173,7 +230,8 @@ impl<'de> Deserialize<'de> for Seconds {
                 .map(Seconds)
                 .map_err(|e| serde::de::Error::custom(format!("`{s}` is not a duration: {e}"))),
             other => Err(serde::de::Error::custom(format!(
-                "expected seconds or a duration, got {other:?}"
+                "expected seconds or a duration, got {}",
+                yaml_kind(&other)
             ))),
         }
     }
@@ -192,10 +250,33 @@ impl Config {
             let value: serde_yaml::Value =
                 serde_yaml::from_str(&text).map_err(|e| corrupt(yaml_reason(&e)))?;
             check_keys(&value).map_err(corrupt)?;
-            serde_yaml::from_value(value).map_err(|e| corrupt(yaml_reason(&e)))?
+            // A value of the wrong type is named by its whole path: `agents.reviewer.timeout`.
+            serde_path_to_error::deserialize(value).map_err(|e| {
+                let path = e.path().to_string();
+                let reason = yaml_reason(e.inner());
+                corrupt(if path == "." { reason } else { format!("{path}: {reason}") })
+            })?
         };
+        // Limits are checked here too, so that a mistake names the file and the key.
+        crate::limits::Limits::resolve(&config.limits, &BTreeMap::new()).map_err(|e| match e {
+            Error::InvalidLimit { key, reason } => corrupt(format!("limits.{key}: {reason}")),
+            other => other,
+        })?;
         config.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(config)
+    }
+}
+
+/// What kind of YAML value `value` is, for messages.
+pub fn yaml_kind(value: &serde_yaml::Value) -> &'static str {
+    match value {
+        serde_yaml::Value::Null => "nothing (null)",
+        serde_yaml::Value::Bool(_) => "a boolean",
+        serde_yaml::Value::Number(_) => "a number",
+        serde_yaml::Value::String(_) => "a string",
+        serde_yaml::Value::Sequence(_) => "a list",
+        serde_yaml::Value::Mapping(_) => "a mapping",
+        serde_yaml::Value::Tagged(_) => "a tagged value",
     }
 }
 

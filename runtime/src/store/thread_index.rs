@@ -196,8 +196,21 @@ pub fn summaries(
     summaries.sort_unstable_by_key(|s| s.thread_id);
     if dirty {
         // The index only saves time: failing to write it must not fail a listing.
+        // A home that cannot be written to (read-only, another user's) is read as it is;
+        // the listing says nothing of a cache it could not keep.
         if let Err(e) = store(index_path, entries, &summaries) {
-            tracing::warn!("cannot write the thread index: {e}");
+            match &e {
+                crate::Error::Io { cause, .. }
+                    if matches!(
+                        cause.kind(),
+                        std::io::ErrorKind::ReadOnlyFilesystem
+                            | std::io::ErrorKind::PermissionDenied
+                    ) =>
+                {
+                    tracing::debug!("cannot write the thread index: {e}")
+                }
+                _ => tracing::warn!("cannot write the thread index: {e}"),
+            }
         }
     }
     Ok(summaries)
