@@ -131,7 +131,8 @@ pub enum Command {
     Thread(thread::ThreadCommand),
     /// List threads running in live worker processes
     Ps(ps::PsCommand),
-    /// Terminate a running thread now
+    /// End a thread that has not ended: a running one now, a paused, waiting or interrupted
+    /// one where it is
     Kill(control::KillCommand),
     /// Stop a running thread after its current step
     Pause(control::PauseCommand),

@@ -22,7 +22,7 @@ impl CronTrigger {
     /// Parses `expression` in `timezone` (UTC if `None`); the error says what is wrong.
     pub fn parse(expression: &str, timezone: Option<&str>) -> Result<Self, String> {
         let cron = Cron::from_str(expression)
-            .map_err(|e| format!("cron expression `{expression}` does not parse: {e}"))?;
+            .map_err(|_| format!("cron expression `{expression}`: {}", explain(expression)))?;
         let zone = match timezone {
             None => Tz::UTC,
             Some(name) => name.parse::<Tz>().map_err(|_| {
@@ -60,6 +60,105 @@ impl CronTrigger {
     pub fn format(&self, instant: u64) -> String {
         self.at(instant).to_rfc3339_opts(SecondsFormat::Secs, true)
     }
+}
+
+/// The fields of a cron expression: name, and the range of its numbers.
+const FIELDS: [(&str, u32, u32); 6] = [
+    ("second", 0, 59),
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 7),
+];
+
+/// What is wrong with an expression the cron library refused, in our words: which field, and
+/// why. (The library's own messages name neither the field nor the range.)
+fn explain(expression: &str) -> String {
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    let names = match fields.len() {
+        5 => &FIELDS[1..],
+        6 => &FIELDS[..],
+        0 => {
+            return "it is empty; it needs 5 fields (minute hour day-of-month month \
+                     day-of-week), or 6 with a leading second"
+                .into();
+        }
+        n => {
+            return format!(
+                "it has {n} field(s); it needs 5 (minute hour day-of-month month day-of-week), \
+                 or 6 with a leading second"
+            );
+        }
+    };
+    // The field that fails alone, the others left open, is the one to name.
+    for (i, field) in fields.iter().enumerate() {
+        let probe: Vec<&str> =
+            (0..fields.len()).map(|j| if j == i { field } else { "*" }).collect();
+        if Cron::from_str(&probe.join(" ")).is_err() {
+            let (name, low, high) = names[i];
+            return explain_field(name, low, high, field);
+        }
+    }
+    "its fields do not go together (a day of the month and a day of the week both set with \
+     `L` or `#`?)"
+        .into()
+}
+
+/// Whether `token` is a name the field `name` takes (`MON`, `jan`).
+fn is_name_of(name: &str, token: &str) -> bool {
+    const MONTHS: &[&str] =
+        &["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
+    const DAYS: &[&str] = &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+    let names = match name {
+        "month" => MONTHS,
+        "day-of-week" => DAYS,
+        _ => return false,
+    };
+    names.iter().any(|n| n.eq_ignore_ascii_case(token))
+}
+
+/// Why one field of a cron expression is refused.
+fn explain_field(name: &str, low: u32, high: u32, field: &str) -> String {
+    let usage = format!(
+        "numbers {low}-{high}, `*`, ranges `a-b`, lists `a,b` and steps `*/n`{}",
+        match name {
+            "month" => ", or JAN-DEC",
+            "day-of-week" => ", or SUN-SAT",
+            _ => "",
+        }
+    );
+    for part in field.split(',') {
+        let (range, step) = match part.split_once('/') {
+            Some((range, step)) => (range, Some(step)),
+            None => (part, None),
+        };
+        if let Some(step) = step
+            && step.parse::<u32>().map_or(true, |n| n == 0)
+        {
+            return format!(
+                "the {name} field `{field}` has the step `{step}`: a step is a whole number from 1"
+            );
+        }
+        for token in range.split('-').filter(|t| !matches!(*t, "*" | "?" | "")) {
+            match token.parse::<u32>() {
+                Ok(n) if n < low || n > high => {
+                    return format!(
+                        "the {name} field `{field}`: {n} is outside its range {low}-{high}"
+                    );
+                }
+                Ok(_) => {}
+                Err(_) if is_name_of(name, token) => {}
+                Err(_) if token.chars().all(|c| c.is_ascii_alphabetic()) => {
+                    return format!(
+                        "the {name} field `{field}`: `{token}` is not a {name} ({usage})"
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    format!("the {name} field `{field}` is not valid ({usage})")
 }
 
 #[cfg(test)]

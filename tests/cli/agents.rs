@@ -124,10 +124,11 @@ fn failing_command_agent_fails_the_thread_with_its_stderr() -> Result<()> {
 fn bad_bindings_are_refused_before_the_thread_starts() -> Result<()> {
     let env = Env::new()?;
     env.add_solve_issue()?;
-    let err = env.fails(&["run", "solve-issue", "-p", "x", "--agent", "gpt-9"], 65)?;
+    // Specs given on the command line that cannot be used are usage errors.
+    let err = env.fails(&["run", "solve-issue", "-p", "x", "--agent", "gpt-9"], 64)?;
     assert!(err.contains("agent binding `gpt-9`: not defined under `agents:`"), "{err}");
     let err =
-        env.fails(&["run", "solve-issue", "-p", "x", "--agent-for", "tester=scripted"], 65)?;
+        env.fails(&["run", "solve-issue", "-p", "x", "--agent-for", "tester=scripted"], 64)?;
     assert!(err.contains("the workflow has no role `tester`"), "{err}");
     env.fails(&["run", "solve-issue", "-p", "x", "--agent-for", "reviewer"], 64)?;
     assert_eq!(env.json(&["threads"])?, json!([]));

@@ -154,7 +154,7 @@ fn escape_sequences_reach_the_terminal_escaped_and_json_exact() -> Result<()> {
     }
     let exact = env.json(&["thread", &thread])?;
     assert_eq!(exact["steps"][0]["content"], ESCAPES);
-    assert_eq!(exact["end"]["end"]["summary"], ESCAPES);
+    assert_eq!(exact["end"]["summary"], ESCAPES);
 
     let spec = json!({"description": ESCAPES, "roles": [
         {"name": "probe", "description": ESCAPES, "schema": {}}

@@ -134,7 +134,7 @@ fn kill_stops_one_thread_and_its_agent_and_leaves_its_sibling() -> Result<()> {
 
     wait_until("the sibling completes", || Ok(status(&env, &sibling)? == "completed"))?;
     let err = env.fails(&["kill", &victim], 75)?;
-    assert!(err.contains("is killed: it is not running"), "{err}");
+    assert!(err.contains("is killed: it has already ended"), "{err}");
     Ok(())
 }
 
@@ -277,9 +277,9 @@ fn fork_keeps_a_prefix_and_leaves_the_original_untouched() -> Result<()> {
     assert_eq!(lines.last().unwrap()["end"]["status"], "completed");
 
     assert_eq!(env.thread_lines(&hash, &original)?, before, "the original is untouched");
-    let err = env.fails(&["fork", &original, "--at", "9"], 75)?;
-    assert!(err.contains("cannot fork at 9"), "{err}");
-    let err = env.fails(&["fork", &original, "--from-role", "tester"], 75)?;
+    let err = env.fails(&["fork", &original, "--at", "9"], 64)?;
+    assert!(err.contains("there is no step 9 to fork at"), "{err}");
+    let err = env.fails(&["fork", &original, "--from-role", "tester"], 64)?;
     assert!(err.contains("no step of role `tester`"), "{err}");
     Ok(())
 }
@@ -303,12 +303,15 @@ fn step_drives_a_thread_to_the_same_end_as_run() -> Result<()> {
     loop {
         let out: Value = serde_json::from_str(&env.ok(&["step", &thread])?)?;
         assert_eq!(out["thread"], thread.as_str());
-        if out.get("end").is_some() {
-            assert_eq!(out["end"]["status"], "completed");
+        if out["type"] == "ended" {
+            assert_eq!(out["status"], "completed");
             break;
         }
+        assert_eq!(out["type"], "step");
         assert_eq!(out["index"], printed.len() + 1);
         printed.push(out["step"]["role"].as_str().unwrap().to_string());
+        // Between steps the thread is at rest, and says so.
+        assert_eq!(status(&env, &thread)?, "paused");
         if printed.len() > 10 {
             bail!("step never ends");
         }
@@ -432,4 +435,53 @@ fn read_jsonl_lenient(path: &Path) -> Result<Vec<Value>> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())
+}
+
+/// Any thread that has not ended can be ended: a paused one, one waiting for a person, one
+/// whose worker died (interrupted) — each is recorded `killed`, its leftover agent stopped,
+/// and `threads prune` then removes it like any ended thread.
+#[test]
+fn kill_ends_paused_waiting_and_interrupted_threads_and_prune_removes_them() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let paused = env.ok(&["thread", "start", "solve-issue", "-p", "p"])?.trim().to_string();
+    assert_eq!(status(&env, &paused)?, "paused");
+    let waiting = env
+        .ok(&["run", "solve-issue", "-p", "w", "--agent-for", "planner=human", "--detach"])?
+        .trim()
+        .to_string();
+    wait_until("it waits", || Ok(status(&env, &waiting)? == "waiting"))?;
+    let agent = slow_agent(&env, "30")?;
+    let interrupted = env
+        .ok(&["run", "solve-issue", "-p", "i", "--agent", &agent, "--detach"])?
+        .trim()
+        .to_string();
+    let mut worker = None;
+    wait_until("its agent works", || {
+        let ps = env.json(&["ps"])?;
+        worker = ps.as_array().and_then(|p| {
+            p.iter().find(|t| t["threadId"] == interrupted.as_str()).and_then(|t| t["pid"].as_u64())
+        });
+        Ok(worker.is_some() && env.dir.path().join("agent.pids").exists())
+    })?;
+    if env.store.is_none() {
+        let worker = worker.context("the worker")?.to_string();
+        std::process::Command::new("kill").args(["-9", &worker]).status()?;
+        wait_until("it is interrupted", || Ok(status(&env, &interrupted)? == "interrupted"))?;
+    }
+    let agent_pid: u64 = std::fs::read_to_string(env.dir.path().join("agent.pids"))?
+        .lines()
+        .last()
+        .context("the agent's pid")?
+        .parse()?;
+    for thread in [&paused, &waiting, &interrupted] {
+        assert_eq!(env.ok(&["kill", thread])?.trim(), format!("killed thread {thread}"));
+        assert_eq!(status(&env, thread)?, "killed");
+        let end = env.thread_lines(&hash, thread)?.last().cloned().context("records")?;
+        assert_eq!(end["end"]["status"], "killed", "{end}");
+    }
+    wait_until("the dead worker's agent is stopped", || Ok(!crate::alive(agent_pid)))?;
+    let pruned = env.ok(&["threads", "prune", "--older-than", "0s", "--status", "killed"])?;
+    assert!(pruned.contains("removed 3 thread(s)"), "{pruned}");
+    Ok(())
 }

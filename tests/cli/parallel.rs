@@ -341,3 +341,53 @@ fn a_component_of_another_contract_version_is_refused_naming_it() -> Result<()> 
     assert!(err.contains("0.1.0 and 0.2.0"), "{err}");
     Ok(())
 }
+
+/// `step` on a parallel group prints every step it took, and each step of a group carries its
+/// own duration (its agent's call), not the group's: the same figures in `step`, `thread`
+/// and `run`, on either store.
+#[test]
+fn each_step_of_a_group_has_its_own_duration_and_step_prints_every_one() -> Result<()> {
+    let env = Env::new()?;
+    add_review_panel(&env)?;
+    let agent = env.write_script(
+        "timed.sh",
+        r#"#!/bin/sh
+input=$(cat)
+case "$input" in
+  *'"name":"developer"'*) echo '{"summary": "changed"}' ; exit 0 ;;
+  *'"name":"security-reviewer"'*) sleep 0.1 ;;
+  *'"name":"tests-reviewer"'*) sleep 0.6 ;;
+  *'"name":"style-reviewer"'*) sleep 1.2 ;;
+esac
+echo '{"approved": true}'
+"#,
+    )?;
+    let agent = format!("command:{}", agent.display());
+    let thread = env
+        .ok(&["thread", "start", "review-panel", "-p", "x", "--agent", &agent])?
+        .trim()
+        .to_string();
+    let lines = |out: String| -> Result<Vec<Value>> {
+        out.lines().map(|l| serde_json::from_str(l).context("a JSON line")).collect()
+    };
+    let first = lines(env.ok(&["step", &thread])?)?;
+    assert_eq!(first.len(), 1, "{first:?}");
+    let group = lines(env.ok(&["step", &thread])?)?;
+    let indexes: Vec<&Value> = group.iter().map(|e| &e["index"]).collect();
+    assert_eq!(indexes, [2, 3, 4], "every step of the group printed: {group:?}");
+    let ms = |e: &Value| e["step"]["durationMs"].as_u64().unwrap_or(0);
+    let by_role: HashMap<&str, u64> =
+        group.iter().map(|e| (e["step"]["role"].as_str().unwrap_or(""), ms(e))).collect();
+    // Lower bounds hold however loaded the machine; the group's own duration (what every
+    // step showed before) would be the style reviewer's for all three.
+    assert!(by_role["tests-reviewer"] >= 600, "{by_role:?}");
+    assert!(by_role["style-reviewer"] >= 1200, "{by_role:?}");
+    assert!(by_role["security-reviewer"] < by_role["style-reviewer"], "{by_role:?}");
+    assert!(group.iter().all(|e| e["step"]["agent"] == agent.as_str()), "{group:?}");
+    // `thread` shows the same figures.
+    let shown = env.json(&["thread", &thread])?;
+    for (i, e) in group.iter().enumerate() {
+        assert_eq!(shown["steps"][i + 1]["durationMs"], e["step"]["durationMs"], "{shown}");
+    }
+    Ok(())
+}

@@ -65,7 +65,9 @@ fn run_prints_steps_and_records_the_thread() -> Result<()> {
     assert!(env.ok(&["threads", "develop"])?.contains("no threads"));
     let shown = env.json(&["thread", &thread])?;
     assert_eq!(shown["steps"].as_array().unwrap().len(), 5);
-    assert_eq!(shown["end"]["end"]["status"], "completed");
+    // The end at one level: its fields and when it was written.
+    assert_eq!(shown["end"]["status"], "completed");
+    assert!(shown["end"]["timestamp"].is_u64(), "{shown}");
     let human = env.ok(&["thread", &thread])?;
     assert!(
         human.contains("prompt: Fix the crash on empty input") && human.contains("[5] reviewer"),
@@ -122,29 +124,41 @@ fn max_rounds_ends_the_thread_with_code_2() -> Result<()> {
     Ok(())
 }
 
+/// `--json` prints one event per line, each naming its `type` (docs/json.md): started,
+/// working, step (the step with its agent and duration), ended.
 #[test]
-fn run_json_prints_one_object_per_step() -> Result<()> {
+fn run_json_prints_one_typed_event_per_line() -> Result<()> {
     let env = Env::new()?;
     env.add_solve_issue()?;
     let out = env.ok(&["run", "solve-issue", "-p", "x", "--json"])?;
     let all: Vec<serde_json::Value> =
         out.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    assert!(all.iter().all(|o| o["type"].is_string()), "an event without its type: {out}");
+    assert_eq!(all[0]["type"], "started");
     let thread = all[0]["thread"].as_str().unwrap();
-    assert!(all[0]["pid"].as_u64().is_some());
+    if env.store.is_none() {
+        assert!(all[0]["worker"].as_u64().is_some(), "{}", all[0]);
+    }
+    assert_eq!(all[0]["resumedAfter"], 0);
     assert!(all.iter().all(|o| o["thread"] == thread));
     // Progress events say which role went to work with which agent.
-    let working: Vec<_> = all.iter().filter(|o| o.get("working").is_some()).collect();
-    assert_eq!(working[0]["working"], json!({"role": "planner", "agent": "scripted"}));
-    let steps: Vec<_> = all.iter().filter(|o| o.get("index").is_some()).collect();
+    let working: Vec<_> = all.iter().filter(|o| o["type"] == "working").collect();
+    if env.store.is_none() {
+        assert_eq!(working[0]["roles"], json!(["planner"]));
+        assert_eq!(working[0]["agents"], json!(["scripted"]));
+    }
+    let steps: Vec<_> = all.iter().filter(|o| o["type"] == "step").collect();
     assert_eq!(steps.len(), 5);
     assert_eq!(steps[0]["index"], 1);
     // The same shape as `step` prints.
     assert_eq!(steps[0]["step"]["role"], "planner");
-    assert_eq!(steps[0]["agent"], "scripted");
+    assert_eq!(steps[0]["step"]["agent"], "scripted");
     assert!(steps[0]["step"]["meta"]["steps"].is_array());
     assert!(steps[0]["step"]["timestamp"].is_u64());
-    assert!(steps[0]["durationMs"].is_u64());
-    assert_eq!(all.last().unwrap()["end"]["status"], "completed");
+    assert!(steps[0]["step"]["durationMs"].is_u64());
+    let last = all.last().unwrap();
+    assert_eq!((&last["type"], &last["status"]), (&json!("ended"), &json!("completed")));
+    assert_eq!(last["returnCode"], 0);
     Ok(())
 }
 

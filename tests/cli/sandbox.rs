@@ -68,7 +68,7 @@ pub fn attack_with(
     let lines: Vec<Value> =
         stdout.lines().map(serde_json::from_str).collect::<Result<_, _>>().context("run --json")?;
     ensure!(
-        lines[0]["pid"].as_u64() == Some(worker),
+        lines[0]["worker"].as_u64() == Some(worker),
         "the attack ran in the sibling's worker: {stdout}"
     );
     let thread = lines[0]["thread"].as_str().unwrap().to_string();
@@ -300,7 +300,7 @@ fn worker_refuses_threads_over_its_limit_and_rounds_over_the_cap() -> Result<()>
     assert!(err.contains("`lots` is not a size"), "{err}");
     std::fs::write(env.home().join("config.yaml"), "limits:\n  memory: lots\n")?;
     let err = env.fails(&["run", "adversary", "-p", "ok"], 65)?;
-    assert!(err.contains("limit `memory`: `lots` is not a size"), "{err}");
+    assert!(err.contains("config.yaml: limits.memory: `lots` is not a size"), "{err}");
     Ok(())
 }
 

@@ -260,6 +260,14 @@ fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()
         "{}",
         run.stderr
     );
+    // With --json: one JSON document on one line, the failure in it, nothing on stderr.
+    std::thread::sleep(Duration::from_millis(1050));
+    let run = env.run(&["schedule", "tick", "--json"])?;
+    assert_eq!((run.code, run.stderr.as_str()), (70, ""), "{run:?}");
+    assert_eq!(run.stdout.trim().lines().count(), 1, "{}", run.stdout);
+    let pass: serde_json::Value = serde_json::from_str(&run.stdout)?;
+    assert_eq!(pass["errors"][0]["schedule"], "solve-issue", "{pass}");
+    assert!(pass["errors"][0]["error"].as_str().is_some_and(|e| e.contains("broken")), "{pass}");
     let list = env.ok(&["schedule", "list"])?;
     assert!(list.contains("failing: poll command"), "{list}");
     Ok(())
@@ -370,7 +378,10 @@ fn a_workflow_trigger_registers_its_schedule_and_follows_its_versions() -> Resul
     let bad =
         env.write("bad.yaml", flow("trigger:\n  type: cron\n  expression: \"61 * * * *\"\n"))?;
     let e = env.fails(&["add", "bad", bad.to_str().unwrap()], 65)?;
-    assert!(e.contains("bad.yaml:4:15: cron expression `61 * * * *` does not parse"), "{e}");
+    assert!(
+        e.contains("bad.yaml:4:15: cron expression `61 * * * *`: the minute field `61`: 61 is outside its range 0-59"),
+        "{e}"
+    );
     let bad = env.write(
         "bad2.yaml",
         flow("trigger:\n  type: poll\n  interval_seconds: 60\n  check_script: ./x.sh\n  diff_mode: some\n"),
@@ -390,7 +401,7 @@ fn schedule_mistakes_are_one_clear_line() -> Result<()> {
     let e = env.fails(&["schedule", "add", "nope", "--cron", "* * * * *", "-p", "x"], 66)?;
     assert!(e.contains("no workflow named `nope`"), "{e}");
     let e = env.fails(&["schedule", "add", "solve-issue", "--cron", "* * *", "-p", "x"], 64)?;
-    assert!(e.contains("cron expression `* * *` does not parse"), "{e}");
+    assert!(e.contains("cron expression `* * *`: it has 3 field(s); it needs 5"), "{e}");
     let e = env.fails(
         &["schedule", "add", "solve-issue", "--cron", "* * * * *", "--tz", "Mars/X", "-p", "x"],
         64,

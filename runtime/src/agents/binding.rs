@@ -236,11 +236,9 @@ impl Binder<'_> {
             return self.bind_config(spec, config);
         }
         let agent = if spec == "scripted" {
-            Agent::Scripted(ScriptedAgent::new(None, self.descriptor).map_err(invalid)?)
+            Agent::Scripted(ScriptedAgent::new(None, self.descriptor)?)
         } else if let Some(path) = spec.strip_prefix("scripted:") {
-            let path = Path::new(path);
-            answers_exist(path)?;
-            Agent::Scripted(ScriptedAgent::new(Some(path), self.descriptor).map_err(invalid)?)
+            Agent::Scripted(ScriptedAgent::new(Some(Path::new(path)), self.descriptor)?)
         } else if spec == "human" {
             Agent::Human
         } else if let Some(command_line) = spec.strip_prefix("command:") {
@@ -279,11 +277,7 @@ impl Binder<'_> {
         let agent = match &config.kind {
             AgentKind::Scripted { answers, delay } => {
                 let file = answers.as_ref().map(|path| self.config.base_dir.join(path));
-                if let Some(file) = &file {
-                    answers_exist(file)?;
-                }
-                let agent =
-                    ScriptedAgent::new(file.as_deref(), self.descriptor).map_err(invalid)?;
+                let agent = ScriptedAgent::new(file.as_deref(), self.descriptor)?;
                 Agent::Scripted(agent.with_delay(delay.map(|d| d.0)))
             }
             AgentKind::Command { command, args } => Agent::Command(
@@ -312,15 +306,6 @@ impl Binder<'_> {
             secrets: self.secrets.clone(),
             processes: None,
         })
-    }
-}
-
-/// A scripted agent's answers file that does not exist is a file not found (exit 66), like
-/// any file named on the command line or in config.yaml.
-fn answers_exist(path: &Path) -> Result<()> {
-    match path.try_exists() {
-        Ok(false) => Err(Error::MissingFile { what: "scripted answers file", path: path.into() }),
-        _ => Ok(()),
     }
 }
 

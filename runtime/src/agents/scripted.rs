@@ -32,8 +32,10 @@ pub struct ScriptedAgent {
 }
 
 impl ScriptedAgent {
-    /// Answers from `file` where it has them, else from the descriptor's schemas.
-    pub fn new(file: Option<&Path>, descriptor: &Descriptor) -> Result<Self, String> {
+    /// Answers from `file` where it has them, else from the descriptor's schemas. A file that
+    /// does not exist is [`Error::MissingFile`](crate::Error::MissingFile), one that does not
+    /// parse [`Error::Corrupt`](crate::Error::Corrupt).
+    pub fn new(file: Option<&Path>, descriptor: &Descriptor) -> crate::Result<Self> {
         let mut answers: BTreeMap<String, Vec<String>> = descriptor
             .roles
             .iter()
@@ -68,17 +70,15 @@ impl ScriptedAgent {
     }
 }
 
-fn read_answers(path: &Path) -> Result<BTreeMap<String, Vec<String>>, String> {
-    let text = crate::durable::read_text(path, "read scripted answers")
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("scripted answers {} do not exist", path.display()))?;
-    let raw: BTreeMap<String, Value> = serde_yaml::from_str(&text).map_err(|e| {
-        format!(
-            "scripted answers {} do not parse: {}",
-            path.display(),
-            e.to_string().replace('\n', " ")
-        )
+fn read_answers(path: &Path) -> crate::Result<BTreeMap<String, Vec<String>>> {
+    let text = crate::durable::read_text(path, "read scripted answers")?.ok_or_else(|| {
+        crate::Error::MissingFile { what: "scripted answers file", path: path.into() }
     })?;
+    let raw: BTreeMap<String, Value> =
+        serde_yaml::from_str(&text).map_err(|e| crate::Error::Corrupt {
+            path: path.into(),
+            reason: format!("scripted answers do not parse: {}", e.to_string().replace('\n', " ")),
+        })?;
     Ok(raw
         .into_iter()
         .map(|(role, value)| {

@@ -6,8 +6,9 @@ use super::GlobalOptions;
 use crate::ids::ThreadId;
 use crate::run::control;
 
-/// Terminate a running thread now: its guest is interrupted even mid-call, an agent process it
-/// waits on is stopped, and its end record says `killed`.
+/// End a thread that has not ended, and record it `killed`: a running thread now (its guest is
+/// interrupted even mid-call, an agent process it waits on is stopped), a paused, waiting or
+/// interrupted one where it is.
 #[derive(Debug, Parser)]
 pub struct KillCommand {
     /// The thread

@@ -7,19 +7,19 @@ use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
-use super::output::{StepLine, truncate};
+use super::output::truncate;
 use crate::agents::AgentFlags;
 use crate::agents::binding::{parse_agent_spec, parse_role_binding};
 use crate::error::{Error, Result, exit};
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::control;
+use crate::run::events::Event;
 use crate::run::handover::{self, Accepted};
 use crate::run::ipc::Reply;
 use crate::store::Storage;
-use crate::store::records::End;
+use crate::store::records::{End, StepRecord};
 use crate::terminal;
 
 /// Data for a thread, as a trigger would pass it.
@@ -124,10 +124,27 @@ pub struct Follow {
 }
 
 impl Follow {
-    /// Prints how the thread stopped: `json` with `--json`, else `text`.
-    fn report(self, json: serde_json::Value, text: String) -> Result<()> {
-        if self.json { outln!("{json}") } else { outln!("{}", terminal::block(&text)) }
+    /// Prints how the thread stopped: the event with `--json`, else `text`.
+    fn report(self, event: &Event, text: String) -> Result<()> {
+        if self.json { print_event(event) } else { outln!("{}", terminal::block(&text)) }
     }
+}
+
+/// Prints an event as one line of JSON (`--json`).
+pub fn print_event(event: &Event) -> Result<()> {
+    outln!("{}", serde_json::to_string(event).expect("events serialize"))
+}
+
+/// A step as a line for people: `[3] reviewer   scripted, 2 ms  {"approved":true}`.
+pub fn step_line(index: usize, step: &StepRecord) -> String {
+    let meta = truncate(&step.meta.to_string(), 100);
+    let agent = step.agent.as_deref().unwrap_or("-");
+    let duration = step.duration_ms.map_or_else(String::new, |ms| format!(", {ms} ms"));
+    format!(
+        "{} {:<10} {agent}{duration}  {meta}",
+        super::output::step_label(index, step),
+        step.role
+    )
 }
 
 /// Progress output: a spinner on a terminal, nothing extra elsewhere.
@@ -165,10 +182,10 @@ impl Progress {
         })
     }
 
-    fn working(&self, role: &str, agent: &str) {
+    fn working(&self, roles: &[String], agents: &[String]) {
         if let Some(bar) = &self.spinner {
             bar.reset_elapsed();
-            bar.set_message(terminal::line(&format!("{role} is working ({agent})")).into_owned());
+            bar.set_message(terminal::line(&Event::working_phrase(roles, agents)).into_owned());
         }
     }
 
@@ -206,7 +223,13 @@ pub async fn hand_over(
         return Ok(0);
     }
     if how.json {
-        outln!("{}", json!({"thread": id.to_string(), "pid": pid, "resumedAfter": steps}))?;
+        print_event(&Event::Started {
+            thread: id,
+            hash,
+            worker: pid,
+            precompiled: pid.map(|_| cache_hit),
+            resumed_after: steps,
+        })?;
     } else {
         let resumed =
             if steps > 0 { format!(", continuing after step {steps}") } else { String::new() };
@@ -234,31 +257,19 @@ pub async fn hand_over(
         };
         match reply {
             Some(Reply::Working { role, agent }) => {
+                let event = Event::working(id, &role, &agent);
                 if how.json {
-                    outln!(
-                        "{}",
-                        json!({"thread": id.to_string(), "working": {"role": role, "agent": agent}})
-                    )?;
+                    print_event(&event)?;
                 }
-                progress.working(&role, &agent);
+                if let Event::Working { roles, agents, .. } = &event {
+                    progress.working(roles, agents);
+                }
             }
-            Some(Reply::Step { index, step, agent, elapsed_ms }) => {
+            Some(Reply::Step { index, step }) => {
                 if how.json {
-                    let line = StepLine {
-                        thread: id,
-                        index,
-                        step: &step,
-                        agent: &agent,
-                        duration_ms: elapsed_ms,
-                    };
-                    outln!("{}", serde_json::to_string(&line).expect("steps serialize"))?;
+                    print_event(&Event::Step { thread: id, index, step })?;
                 } else {
-                    let meta = truncate(&step.meta.to_string(), 100);
-                    progress.println(&format!(
-                        "{} {:<10} {agent}, {elapsed_ms} ms  {meta}",
-                        super::output::step_label(index, &step),
-                        step.role
-                    ))?;
+                    progress.println(&step_line(index, &step))?;
                 }
             }
             Some(Reply::Question { role, system_prompt, context }) => {
@@ -287,7 +298,7 @@ pub async fn hand_over(
             Some(Reply::Waiting { role }) => {
                 progress.finish();
                 how.report(
-                    json!({"thread": id.to_string(), "waiting": {"role": role}}),
+                    &Event::Waiting { thread: id, role: role.clone() },
                     format!(
                         "waiting for a human answer for role `{role}`; `uncaged-workflow answer {id} TEXT` continues it"
                     ),
@@ -298,7 +309,7 @@ pub async fn hand_over(
                 progress.finish();
                 let End { return_code, summary, status, .. } = &end.end;
                 how.report(
-                    json!({"thread": id.to_string(), "end": end.end}),
+                    &Event::Ended { thread: id, end: end.end.clone() },
                     format!("{} ({return_code}): {summary}", status.as_str()),
                 )?;
                 break end.end.exit_code();
@@ -306,7 +317,7 @@ pub async fn hand_over(
             Some(Reply::Paused { steps }) => {
                 progress.finish();
                 how.report(
-                    json!({"thread": id.to_string(), "paused": {"steps": steps}}),
+                    &Event::Paused { thread: id, steps },
                     format!(
                         "paused after step {steps}; `uncaged-workflow resume {id}` continues it"
                     ),

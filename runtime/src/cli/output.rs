@@ -1,26 +1,11 @@
-//! Output helpers shared by commands: aligned tables, JSON, ages, one-line summaries, and the
-//! JSON line of a step.
+//! Output helpers shared by commands: aligned tables, JSON, ages, one-line summaries.
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::terminal;
 
-use crate::ids::ThreadId;
 use crate::store::records::StepRecord;
-
-/// A step as `run --json`, `resume --json`, `fork --json`, `answer --json` and `step` print
-/// it, one object per line: `{"thread", "index", "step": {role, content, meta, timestamp},
-/// "agent", "durationMs"}` (`index` counts from 1; `durationMs` is the step's wall time).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepLine<'a> {
-    pub thread: ThreadId,
-    pub index: usize,
-    pub step: &'a StepRecord,
-    pub agent: &'a str,
-    pub duration_ms: u64,
-}
 
 /// How a step is numbered in listings: `[5]`, or `[5 ∥ 4-6]` for a step of a parallel group
 /// (steps 4 to 6 ran together).

@@ -234,7 +234,9 @@ impl ScheduleCommand {
             ScheduleAction::Tick { json } => {
                 let pass = Firer::new(store).pass_to_end().await?;
                 if json {
-                    print_json(&pass)?;
+                    // One document on one line, failures in it: the exit code says whether
+                    // there were any.
+                    outln!("{}", serde_json::to_string(&pass).expect("a pass serializes"))?;
                 } else {
                     for started in &pass.started {
                         outln!(
@@ -244,9 +246,13 @@ impl ScheduleCommand {
                             terminal::line(&started.firing)
                         )?;
                     }
-                }
-                for (name, error) in &pass.errors {
-                    eprintln!("uncaged-workflow: schedule {name}: {}", terminal::line(error));
+                    for failed in &pass.errors {
+                        eprintln!(
+                            "uncaged-workflow: schedule {}: {}",
+                            failed.schedule,
+                            terminal::line(&failed.error)
+                        );
+                    }
                 }
                 Ok(if pass.errors.is_empty() { 0 } else { exit::SOFTWARE })
             }

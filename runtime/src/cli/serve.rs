@@ -1,7 +1,5 @@
 //! `serve`.
 
-use std::net::SocketAddr;
-
 use clap::Parser;
 
 use super::GlobalOptions;
@@ -23,10 +21,10 @@ Examples:
 #[derive(Debug, Parser)]
 #[command(after_help = AFTER_HELP)]
 pub struct ServeCommand {
-    /// Address and port to listen on (port 0: any free port) [default: `serve.listen` in
-    /// config.yaml, else 127.0.0.1:8420]
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub listen: Option<SocketAddr>,
+    /// Address or host name, and port, to listen on (port 0: any free port) [default:
+    /// `serve.listen` in config.yaml, else 127.0.0.1:8420]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
     /// Token every request must carry; required to listen on a non-loopback address [default:
     /// the variable `serve.token_env` in config.yaml names]
     #[arg(long, env = "UNCAGED_WORKFLOW_TOKEN", hide_env_values = true)]
@@ -40,10 +38,8 @@ impl ServeCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         let config = store.config()?.serve;
-        let addr = match self.listen.or(config.listen) {
-            Some(addr) => addr,
-            None => DEFAULT_ADDR.parse().expect("the default address parses"),
-        };
+        let listen = self.listen.or(config.listen).unwrap_or_else(|| DEFAULT_ADDR.to_string());
+        let (addr, host) = serve::resolve_listen(&listen).await?;
         let token = match (self.token, &config.token_env) {
             (Some(token), _) => Some(token),
             (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
@@ -53,7 +49,7 @@ impl ServeCommand {
             })?),
             (None, None) => None,
         };
-        let options = Options { addr, token, schedules: !self.no_schedules };
+        let options = Options { addr, host, token, schedules: !self.no_schedules };
         let firing = options.schedules;
         let shutdown = async {
             let mut term =

@@ -1,22 +1,25 @@
 //! `step <id>`.
 
 use clap::Parser;
-use serde_json::json;
 
 use super::GlobalOptions;
-use super::output::StepLine;
+use super::follow::print_event;
 use crate::agents::{AgentFlags, Secrets};
 use crate::ids::ThreadId;
 use crate::run::catalog::Catalog;
+use crate::run::events::Event;
 use crate::run::lifecycle;
 use crate::run::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
 use crate::sandbox::engine::Runtime;
+use crate::store::records::{PauseReason, Paused};
 
 /// Run exactly one role of a thread, persist it, and exit (stateless single step).
 ///
-/// Prints the new step as one JSON line — `{"thread", "index", "step", "agent", "durationMs"}`,
-/// the shape `run --json` prints steps in — or, when the workflow is over, `{"thread", "end"}`. Runs in this process, not in a worker, so a thread can be driven
-/// entirely from scripts or cron: `thread start`, then `step` until it prints `end`.
+/// Prints the steps it took as JSON lines, the events `run --json` prints (`{"type": "step",
+/// …}`: one, or each step of a parallel group), then `{"type": "ended", …}` when the workflow
+/// is over or `{"type": "waiting", …}` when it waits for a person. Runs in this process, not
+/// in a worker, so a thread can be driven entirely from scripts or cron: `thread start`, then
+/// `step` until it prints `ended`. Between steps the thread is `paused`.
 #[derive(Debug, Parser)]
 pub struct StepCommand {
     /// The thread
@@ -41,15 +44,19 @@ impl StepCommand {
             limits: lifecycle::limits_for(&store, &record)?,
             control: Default::default(),
         };
-        let mut taken = None;
+        // One generator step: one role, or every step of a parallel group.
+        let mut taken = Vec::new();
         let outcome = run_thread(&ctx, &bundle, &mut *writer, &record, Until::Steps(1), |event| {
-            let ThreadEvent::Step { index, step, agent, elapsed } = event;
-            taken = Some((index, step, agent, elapsed));
+            let ThreadEvent::Step { index, step } = event;
+            taken.push(Event::Step { thread: id, index, step });
         })
         .await?;
+        for event in &taken {
+            print_event(event)?;
+        }
         match outcome {
             RunOutcome::Waiting { role } => {
-                outln!("{}", json!({"thread": id.to_string(), "waiting": {"role": role}}))?;
+                print_event(&Event::Waiting { thread: id, role: role.clone() })?;
                 let role = crate::terminal::line(&role);
                 eprintln!(
                     "uncaged-workflow: thread {id} waits for a human answer for role `{role}`: `uncaged-workflow answer {id} TEXT`"
@@ -57,19 +64,14 @@ impl StepCommand {
                 Ok(crate::error::exit::STATE)
             }
             RunOutcome::Ended(end) => {
-                outln!("{}", json!({"thread": id.to_string(), "end": end.end}))?;
+                print_event(&Event::Ended { thread: id, end: end.end.clone() })?;
                 Ok(end.end.exit_code())
             }
             RunOutcome::Stepped | RunOutcome::Paused => {
-                let (index, step, agent, elapsed) = taken.expect("a step was taken");
-                let line = StepLine {
-                    thread: id,
-                    index,
-                    step: &step,
-                    agent: &agent,
-                    duration_ms: elapsed.as_millis() as u64,
-                };
-                outln!("{}", serde_json::to_string(&line).expect("steps serialize"))?;
+                // At rest between steps, and said so: `step` or `resume` continues it.
+                if outcome == RunOutcome::Stepped {
+                    writer.append_pause(Paused::by(PauseReason::Step))?;
+                }
                 Ok(0)
             }
         }

@@ -6,6 +6,7 @@ use serde_json::json;
 use super::GlobalOptions;
 use super::output::print_json;
 use crate::ids::ThreadId;
+use crate::run::events::EndView;
 use crate::run::lifecycle;
 use crate::store::records::{PauseReason, Paused};
 use crate::terminal;
@@ -85,7 +86,7 @@ impl ThreadCommand {
                     print_json(&json!({
                         "start": thread.start, "status": thread.status(), "steps": thread.steps,
                         "paused": thread.paused,
-                        "end": thread.end,
+                        "end": thread.end.as_ref().map(EndView::from),
                     }))?;
                     return Ok(0);
                 }
@@ -112,7 +113,13 @@ impl ThreadCommand {
                 for (i, step) in thread.steps.iter().enumerate() {
                     outln!()?;
                     let label = super::output::step_label(i + 1, step);
-                    let head = format!("{label} {}  {}", step.role, step.meta);
+                    let agent = step.agent.as_deref().map_or(String::new(), |a| format!("  ({a}"));
+                    let took = match (&step.agent, step.duration_ms) {
+                        (Some(_), Some(ms)) => format!(", {ms} ms)"),
+                        (Some(_), None) => ")".into(),
+                        _ => String::new(),
+                    };
+                    let head = format!("{label} {}{agent}{took}  {}", step.role, step.meta);
                     outln!("{}", terminal::line(&head))?;
                     for line in step.content.lines() {
                         outln!("    {}", terminal::line(line))?;

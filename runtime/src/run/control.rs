@@ -19,12 +19,44 @@ use crate::store::records::{
 /// How long `kill` waits for a shared store's worker to stop a thread.
 const CONTROL_WAIT: Duration = Duration::from_secs(30);
 
-/// Stops running thread `id` now. Returns once it is recorded killed.
+/// Ends thread `id` as `killed`, whatever it is doing: a running thread is stopped now
+/// (through its worker), one at rest — paused, waiting for a person, interrupted — is ended
+/// where it is. Returns once it is recorded killed.
 pub async fn kill(store: &Storage, id: ThreadId) -> Result<()> {
+    let record = store.threads().read(id)?;
+    let status = record.status();
+    if status.is_ended() {
+        return Err(Error::ThreadState {
+            id: id.to_string(),
+            status: status.as_str(),
+            reason: "it has already ended".into(),
+        });
+    }
+    if status != ThreadStatus::Running {
+        match end_at_rest(store, id) {
+            // Started meanwhile (`resume`, `answer`): stopped as a running one is.
+            Err(Error::ThreadBusy(_)) => {}
+            done => return done,
+        }
+    }
     if store.postgres().is_some() {
         return ask_queued(store, id, ControlRequest::Kill).await;
     }
     send(store, id, Request::Kill { thread: id.to_string() }).await
+}
+
+/// Ends a thread no process runs as `killed`, under its run lock; the agent processes a dead
+/// worker left it are stopped first.
+fn end_at_rest(store: &Storage, id: ThreadId) -> Result<()> {
+    let (mut writer, record) = store.threads().open(id)?;
+    crate::run::lifecycle::stop_leftover_agents(store, id)?;
+    if let Some(end) = &record.end {
+        return Err(Error::ended(id, end.end.status.as_str()));
+    }
+    writer.append_end(&EndRecord {
+        end: End::by_host(KILLED_RETURN_CODE, "killed".into(), EndStatus::Killed),
+        timestamp: now_ms(),
+    })
 }
 
 /// Stops running thread `id` after its current step.

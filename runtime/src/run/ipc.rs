@@ -63,8 +63,8 @@ pub enum Reply {
     Question { role: String, system_prompt: String, context: String },
     /// The thread stopped to wait for a human answer (`answer`).
     Waiting { role: String },
-    /// A step was persisted.
-    Step { index: usize, step: StepRecord, agent: String, elapsed_ms: u64 },
+    /// A step was persisted (its agent and duration are in it).
+    Step { index: usize, step: StepRecord },
     /// The thread ended.
     Ended { end: EndRecord },
     /// The thread paused after a step.

@@ -256,7 +256,7 @@ pub fn remove(store: &Storage, id: ThreadId) -> Result<()> {
 /// Stops the agent processes an earlier run of thread `id` left running (its worker died
 /// while they worked; see [`crate::agents::processes`]). Called with the thread's run lock
 /// held, so no live run of the thread owns them.
-fn stop_leftover_agents(store: &Storage, id: ThreadId) -> Result<()> {
+pub fn stop_leftover_agents(store: &Storage, id: ThreadId) -> Result<()> {
     let stopped = processes::stop_leftovers(&store.home().agent_processes_file(id))?;
     if stopped > 0 {
         tracing::warn!(

@@ -5,6 +5,7 @@
 
 pub mod catalog;
 pub mod control;
+pub mod events;
 pub mod handover;
 pub mod ipc;
 pub mod lifecycle;

@@ -108,7 +108,6 @@ pub struct QueuedThread {
     /// Steps already reported.
     seen: usize,
     last_working: Option<(String, String)>,
-    last_timestamp: u64,
     pending: VecDeque<Reply>,
     done: bool,
 }
@@ -140,7 +139,6 @@ impl QueuedThread {
             current: None,
             seen: record.steps.len(),
             last_working: None,
-            last_timestamp: record.steps.last().map_or(record.start.timestamp, |s| s.timestamp),
             pending: VecDeque::new(),
             done: false,
         }
@@ -187,19 +185,9 @@ impl QueuedThread {
     fn read(&mut self) -> Result<()> {
         let record = self.catch_up()?;
         let working = self.working()?;
+        // Each step carries its agent and duration, as the worker stored it.
         for (offset, step) in record.steps.iter().enumerate().skip(self.seen) {
-            let agent = match &self.last_working {
-                Some((role, agent)) if *role == step.role => agent.clone(),
-                _ => String::from("agent"),
-            };
-            let elapsed_ms = step.timestamp.saturating_sub(self.last_timestamp);
-            self.last_timestamp = self.last_timestamp.max(step.timestamp);
-            self.pending.push_back(Reply::Step {
-                index: offset + 1,
-                step: step.clone(),
-                agent,
-                elapsed_ms,
-            });
+            self.pending.push_back(Reply::Step { index: offset + 1, step: step.clone() });
         }
         self.seen = self.seen.max(record.steps.len());
         if let Some((role, agent)) = working

@@ -3,7 +3,7 @@
 //! asking for the next, and end, pause or stop after a given number of steps.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use wasmtime::Store;
 
@@ -56,8 +56,9 @@ pub enum RunOutcome {
 /// Something that happened in a running thread, for progress output.
 #[derive(Debug, Clone)]
 pub enum ThreadEvent {
-    /// A role output was persisted; `index` is its 1-based position in the thread.
-    Step { index: usize, step: StepRecord, agent: String, elapsed: Duration },
+    /// A role output was persisted (with its agent and duration); `index` is its 1-based
+    /// position in the thread.
+    Step { index: usize, step: StepRecord },
 }
 
 /// Everything a run needs besides the bundle.
@@ -139,11 +140,11 @@ pub async fn run_thread(
             return Ok(RunOutcome::Stepped);
         }
         let started = Instant::now();
-        let steps =
-            match generator.next(bundle, count, record.start.parameters.options.max_rounds).await {
-                Ok(steps) => steps,
-                Err(end) => return finish(writer, &info, end),
-            };
+        let max_rounds = record.start.parameters.options.max_rounds;
+        let steps = match generator.next(bundle, count, max_rounds, started).await {
+            Ok(steps) => steps,
+            Err(end) => return finish(writer, &info, end),
+        };
         ctx.control.set_activity(None);
         taken += 1;
         writer.append_steps(&steps)?;
@@ -153,9 +154,7 @@ pub async fn run_thread(
         info.flush();
         for step in steps {
             count += 1;
-            let agent =
-                ctx.agents.for_role(&step.role).map_or_else(String::new, |b| b.label.clone());
-            on_event(ThreadEvent::Step { index: count, step, agent, elapsed: started.elapsed() });
+            on_event(ThreadEvent::Step { index: count, step });
         }
         if ctx.control.pause_requested() {
             writer.append_pause(Paused::by(PauseReason::Pause))?;
@@ -242,11 +241,13 @@ impl Generator {
         bundle: &LoadedBundle,
         count: usize,
         max_rounds: u32,
+        started: Instant,
     ) -> Result<Vec<StepRecord>, Stop> {
         let store = &mut self.store;
         let clock = store.data().clock().clone();
         clock.start_step();
         store.data_mut().host.journal.begin_step(count);
+        store.data_mut().host.answered.clear();
         let during = format!("step {}", count + 1);
         let step = within_budget(&clock, self.generator.next(&mut *store))
             .await
@@ -274,6 +275,7 @@ impl Generator {
         }
         let group =
             (outputs.len() > 1).then(|| StepGroup { first: count + 1, size: outputs.len() });
+        let whole = started.elapsed();
         let mut steps = Vec::with_capacity(outputs.len());
         for (i, output) in outputs.into_iter().enumerate() {
             let during = format!("step {}", count + 1 + i);
@@ -305,6 +307,15 @@ impl Generator {
                     output.role
                 )));
             }
+            // The agent that answered for the step's role, and for a step of a parallel group
+            // how long its own call took (the group took as long as its slowest).
+            let answered = &mut store.data_mut().host.answered;
+            let call =
+                answered.iter().position(|a| a.role == output.role).map(|i| answered.remove(i));
+            let duration = match (&call, group) {
+                (Some(call), Some(_)) => call.elapsed,
+                _ => whole,
+            };
             // The WIT says a step's time is the host's; the host does not take the bundle's
             // word.
             steps.push(StepRecord {
@@ -313,6 +324,8 @@ impl Generator {
                 meta,
                 timestamp: now_ms(),
                 group,
+                agent: call.map(|c| c.agent),
+                duration_ms: Some(duration.as_millis() as u64),
             });
         }
         Ok(steps)

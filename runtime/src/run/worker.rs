@@ -415,13 +415,8 @@ fn start(
         let sender = events.clone();
         let finished = {
             let run = run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, move |event| {
-                let ThreadEvent::Step { index, step, agent, elapsed } = event;
-                let _ = sender.send(Reply::Step {
-                    index,
-                    step,
-                    agent,
-                    elapsed_ms: elapsed.as_millis() as u64,
-                });
+                let ThreadEvent::Step { index, step } = event;
+                let _ = sender.send(Reply::Step { index, step });
             });
             tokio::select! {
                 outcome = run => Some(outcome),

@@ -10,7 +10,7 @@ use super::bindings::uncaged::workflow::{host, types};
 use super::bindings::v0_1;
 use super::bindings::{AgentCall, AgentError, ExtractError, ExtractRequest};
 use super::control::Activity;
-use super::state::ThreadState;
+use super::state::{AnsweredCall, ThreadState};
 use crate::agents::extract::ExtractFailure;
 use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, Bound, RoleRef};
 use crate::clock::now_ms;
@@ -148,6 +148,11 @@ impl ThreadState {
                         TAG_AGENT,
                         &format!("role `{}`: answer replayed from the call journal", call.role),
                     );
+                    self.host.answered.push(AnsweredCall {
+                        role: call.role.clone(),
+                        agent: bound.label.clone(),
+                        elapsed: Duration::ZERO,
+                    });
                     responses[index] = Some(response);
                 }
                 Replay::Fresh => {
@@ -269,6 +274,11 @@ impl ThreadState {
             waiting.get_or_insert((role, call));
             return Ok(());
         };
+        self.host.answered.push(AnsweredCall {
+            role: role.clone(),
+            agent: f.bound.label.clone(),
+            elapsed,
+        });
         let durable = !matches!(&*f.bound.agent, Agent::Scripted(_));
         self.host.journal.record(
             f.seq,

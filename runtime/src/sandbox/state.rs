@@ -55,6 +55,19 @@ pub struct HostContext {
     /// Set when the store could not record what the thread did (a full disk, say): the thread
     /// stops where it is, unended, and `resume` continues it once the store can write again.
     pub store_failure: Option<crate::Error>,
+    /// The agent calls answered during the current generator step, in the order they
+    /// answered: which agent a step's role had, and how long its call took.
+    pub answered: Vec<AnsweredCall>,
+}
+
+/// An agent call answered during a generator step.
+#[derive(Debug, Clone)]
+pub struct AnsweredCall {
+    pub role: String,
+    /// The binding's label.
+    pub agent: String,
+    /// How long the agent took (nothing, for an answer replayed from the journal).
+    pub elapsed: Duration,
 }
 
 impl HostContext {
@@ -94,6 +107,7 @@ impl HostContext {
             control,
             waiting: None,
             store_failure: None,
+            answered: Vec::new(),
         }
     }
 
@@ -111,6 +125,7 @@ impl HostContext {
             control: Arc::default(),
             waiting: None,
             store_failure: None,
+            answered: Vec::new(),
         }
     }
 }

@@ -48,9 +48,17 @@ pub struct StartedThread {
 pub struct Pass {
     pub started: Vec<StartedThread>,
     /// Schedules that could not fire or check, and why (one line each).
-    pub errors: Vec<(String, String)>,
+    pub errors: Vec<ScheduleError>,
     /// When something is next due, if anything is scheduled.
     pub next: Option<u64>,
+}
+
+/// A schedule that could not fire or check in a pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScheduleError {
+    pub schedule: String,
+    /// Why, in one line.
+    pub error: String,
 }
 
 impl Pass {
@@ -139,7 +147,10 @@ impl Firer {
                     });
                 }
                 Ok(_) => {}
-                Err(e) => pass.errors.push((schedule.name.clone(), crate::error::chain_line(&e))),
+                Err(e) => pass.errors.push(ScheduleError {
+                    schedule: schedule.name.clone(),
+                    error: crate::error::chain_line(&e),
+                }),
             }
         }
         Ok(pass)
@@ -172,7 +183,10 @@ impl Firer {
             return Ok(());
         }
         if let Err(e) = self.record_check(&schedule, check, lock, pass).await {
-            pass.errors.push((schedule.name.clone(), crate::error::chain_line(&e)));
+            pass.errors.push(ScheduleError {
+                schedule: schedule.name.clone(),
+                error: crate::error::chain_line(&e),
+            });
         }
         Ok(())
     }

@@ -27,6 +27,9 @@ const MAX_SLEEP: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct Options {
     pub addr: SocketAddr,
+    /// The host name `addr` was resolved from (`localhost`), if it was given by name: requests
+    /// may name it in `Host`.
+    pub host: Option<String>,
     /// Required of every request; required to listen on a non-loopback address.
     pub token: Option<String>,
     /// Fire schedules (off: only the web view).
@@ -63,9 +66,18 @@ pub async fn serve(
         cause: e,
     })?;
     let bound = listener.local_addr().map_err(Error::io("listen on", addr.to_string()))?;
+    // A loopback listener answers to its own address, to the names of the loopback, and to
+    // the name it was asked to listen on.
     let hosts = if bound.ip().is_loopback() {
         let port = bound.port();
-        vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")]
+        let mut hosts = vec![
+            bound.to_string(),
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ];
+        hosts.extend(options.host.as_ref().map(|name| format!("{name}:{port}")));
+        hosts
     } else {
         vec![]
     };
@@ -97,6 +109,31 @@ pub async fn serve(
     served.map_err(|e| Error::Host(format!("serving {bound}: {e}")))
 }
 
+/// The address `listen` (`HOST:PORT`, the host an address or a name) stands for, and the host
+/// name if it was one. A name that resolves to several addresses (`localhost`: 127.0.0.1 and
+/// ::1) is listened on at its first IPv4 one, as most clients try it first.
+pub async fn resolve_listen(listen: &str) -> Result<(SocketAddr, Option<String>)> {
+    if let Ok(addr) = listen.parse::<SocketAddr>() {
+        return Ok((addr, None));
+    }
+    let usage = |why: String| Error::Usage(format!("--listen `{listen}`: {why}"));
+    let Some((host, port)) = listen.rsplit_once(':') else {
+        return Err(usage("expected HOST:PORT, e.g. 127.0.0.1:8420 or localhost:8420".into()));
+    };
+    port.parse::<u16>().map_err(|_| usage(format!("`{port}` is not a port number")))?;
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(listen)
+        .await
+        .map_err(|e| usage(format!("cannot resolve `{host}`: {e}")))?
+        .collect();
+    let addr = addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| usage(format!("`{host}` resolves to no address")))?;
+    Ok((addr, Some(host.to_string())))
+}
+
 /// The schedule loop: a pass, then a sleep until the next firing is due (at most a second),
 /// until `stopping`.
 async fn fire_forever(store: Storage, mut stopping: tokio::sync::watch::Receiver<bool>) {
@@ -112,10 +149,11 @@ async fn fire_forever(store: Storage, mut stopping: tokio::sync::watch::Receiver
                         crate::terminal::line(&started.firing)
                     );
                 }
-                for (name, error) in &pass.errors {
+                for failed in &pass.errors {
                     eprintln!(
-                        "uncaged-workflow: schedule {name}: {}",
-                        crate::terminal::line(error)
+                        "uncaged-workflow: schedule {}: {}",
+                        failed.schedule,
+                        crate::terminal::line(&failed.error)
                     );
                 }
                 pass.next

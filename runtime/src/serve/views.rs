@@ -124,10 +124,13 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
             Some(_) => group_start,
             None => previous,
         };
+        // The duration the worker recorded (a group step's own call); the gap since the step
+        // before for records older than it.
+        let duration = step.duration_ms.unwrap_or(step.timestamp.saturating_sub(began));
         steps.push(json!({
             "index": index, "role": step.role, "content": step.content, "meta": step.meta,
-            "timestamp": step.timestamp, "began": began,
-            "durationMs": step.timestamp.saturating_sub(began), "group": step.group,
+            "timestamp": step.timestamp, "began": step.timestamp.saturating_sub(duration),
+            "durationMs": duration, "group": step.group, "agent": step.agent,
         }));
         previous = step.timestamp;
     }
@@ -142,7 +145,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         "status": status,
         "steps": steps,
         "paused": record.paused,
-        "end": record.end,
+        "end": record.end.as_ref().map(crate::run::events::EndView::from),
         "working": working,
         "routing": routing(store, &record.start.name, hash, &record.steps),
         "log": log,

@@ -82,9 +82,9 @@ pub fn store_url(path: &Path) -> Option<String> {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServeConfig {
-    /// `ADDR:PORT`, when `--listen` does not say.
+    /// `HOST:PORT`, when `--listen` does not say.
     #[serde(default)]
-    pub listen: Option<std::net::SocketAddr>,
+    pub listen: Option<String>,
     /// The environment variable holding the token, when neither `--token` nor
     /// `UNCAGED_WORKFLOW_TOKEN` gives one.
     #[serde(default)]

@@ -79,6 +79,7 @@ pub struct ForkedFrom {
 
 /// One role output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct StepRecord {
     pub role: String,
     pub content: String,
@@ -87,6 +88,15 @@ pub struct StepRecord {
     /// Set on each step of a parallel group: the steps that ran together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<StepGroup>,
+    /// The agent binding that answered for the role (absent when no agent was asked, and in
+    /// records written before it was kept). The host's, like the timestamp: every store and
+    /// every view shows the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// How long the step took: the whole generator step, or for a step of a parallel group
+    /// its own agent call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 /// The parallel group a step belongs to: steps `first ..= first + size - 1` (1-based) ran
@@ -226,6 +236,8 @@ pub enum PauseReason {
     Pause,
     /// Created by `thread start` and not run yet.
     Start,
+    /// `step` ran one step and stopped; `step` or `resume` continues it.
+    Step,
     /// A `human` agent must answer (see `answer`).
     Waiting,
 }
@@ -406,7 +418,7 @@ impl ThreadRecord {
         if let Some(paused) = &self.paused {
             match paused.by {
                 PauseReason::Waiting => ThreadStatus::Waiting,
-                PauseReason::Pause | PauseReason::Start => ThreadStatus::Paused,
+                PauseReason::Pause | PauseReason::Start | PauseReason::Step => ThreadStatus::Paused,
             }
         } else {
             ThreadStatus::Interrupted

@@ -482,7 +482,7 @@ function step(t, s) {
 
 function ending(t) {
   if (!t.end) return null;
-  const end = t.end.end;
+  const end = t.end;
   return el("div", {},
     el("h2", {}, "End"),
     el("div", { class: "panel end " + end.status, id: "end" },
