@@ -18,7 +18,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash \
-	interpreter check-interpreter browser postgres bench-postgres
+	interpreter check-interpreter browser postgres bench-postgres install-check
 
 all: build bundles
 
@@ -85,7 +85,7 @@ check-interpreter: $(INTERP_BUILT)
 
 # The language tests use the Python and JavaScript bundles and toolchains `bundles` builds;
 # the web view's tests drive a real headless Chromium over WebDriver.
-test: bundles check-interpreter browser postgres
+test: bundles check-interpreter browser postgres install-check
 	$(CARGO) test
 	UNCAGED_TEST_STORE=postgres $(CARGO) test -p uncaged-workflow --test cli -- $(STORE_TESTS)
 
@@ -101,6 +101,12 @@ STORE_TESTS := agents:: declarative::a_ declarative::ask_user declarative::build
 	parallel::kill_during parallel::review_panel parallel::three parallel::trigger_data registry::history \
 	registry::list_and_show run::max_rounds run::thread_rm sandbox::a_home_that \
 	sandbox::add_refuses schedule:: web::
+
+# The README's install command works: the same `cargo install --locked --path runtime`, as a
+# debug build into target/ (it reuses the test build instead of a seven-minute release one).
+install-check:
+	$(CARGO) install --locked --path runtime --debug --root target/install-check --target-dir target --quiet
+	target/install-check/bin/uncaged-workflow --version
 
 # PostgreSQL from the distribution's packages, installed when missing: the shared-store tests
 # start their own server with it (initdb in a temporary directory).

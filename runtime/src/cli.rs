@@ -14,6 +14,7 @@ macro_rules! outln {
 mod add;
 mod answer;
 mod build;
+pub mod completions;
 mod control;
 mod follow;
 mod fork;
@@ -70,7 +71,7 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalOptions {
     /// Home directory of registry, bundles and threads [default: ~/.uncaged/workflow]
-    #[arg(long, global = true, env = HOME_ENV, value_name = "DIR")]
+    #[arg(long, global = true, env = HOME_ENV, value_name = "DIR", hide_env_values = true)]
     pub home: Option<PathBuf>,
 
     /// Keep registry, bundles, threads and schedules in PostgreSQL (postgres://…, TLS by
@@ -82,6 +83,10 @@ pub struct GlobalOptions {
     /// More diagnostics on stderr (-v: info, -vv: debug); RUST_LOG overrides
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+
+    /// When to colour output: on a terminal unless NO_COLOR is set (auto), always, never
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value = "auto")]
+    pub color: crate::terminal::ColorChoice,
 }
 
 impl GlobalOptions {
@@ -151,6 +156,10 @@ pub enum Command {
     Serve(serve::ServeCommand),
     /// Scaffold a buildable bundle project in Rust, Python or JavaScript
     New(new::NewCommand),
+    /// Print shell completions (commands, flags, thread ids, workflow names)
+    Completions(completions::CompletionsCommand),
+    /// Print the manual page, of uncaged-workflow or of one command
+    Man(completions::ManCommand),
     #[command(hide = true)]
     Worker(worker::WorkerCommand),
 }
@@ -180,6 +189,8 @@ impl Cli {
             Command::Schedule(c) => c.execute(global).await,
             Command::Serve(c) => c.execute(global).await,
             Command::New(c) => c.execute(global),
+            Command::Completions(c) => c.execute(global),
+            Command::Man(c) => c.execute(global),
             Command::Worker(c) => c.execute(global).await,
         }
     }

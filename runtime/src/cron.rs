@@ -192,8 +192,25 @@ mod tests {
 
     #[test]
     fn mistakes_are_named() {
-        let e = CronTrigger::parse("61 * * * *", None).unwrap_err();
-        assert!(e.starts_with("cron expression `61 * * * *` does not parse"), "{e}");
+        // Which field, and why, in our words.
+        for (expression, said) in [
+            ("61 * * * *", "the minute field `61`: 61 is outside its range 0-59"),
+            ("0 24 * * *", "the hour field `24`: 24 is outside its range 0-23"),
+            ("0 0 32 * *", "the day-of-month field `32`: 32 is outside its range 1-31"),
+            ("0 0 * FOO *", "the month field `FOO`: `FOO` is not a month"),
+            ("0 0 * * MON-FOO", "the day-of-week field `MON-FOO`: `FOO` is not a day-of-week"),
+            ("*/0 * * * *", "the minute field `*/0` has the step `0`"),
+            ("* * *", "it has 3 field(s); it needs 5"),
+            ("0 0 * * * 1-99", "the day-of-week field `1-99`: 99 is outside its range 0-7"),
+        ] {
+            let e = CronTrigger::parse(expression, None).unwrap_err();
+            assert_eq!(
+                e.split_once(": ").map(|(_, rest)| rest).unwrap_or(&e).get(..said.len()),
+                Some(said),
+                "{e}"
+            );
+        }
+        assert!(CronTrigger::parse("0 9 * jan-mar mon-fri", None).is_ok(), "names are read");
         let e = CronTrigger::parse("* * * * *", Some("Mars/Olympus")).unwrap_err();
         assert!(e.contains("unknown time zone `Mars/Olympus`"), "{e}");
         let e = CronTrigger::parse("0 0 30 2 *", None).unwrap_err();

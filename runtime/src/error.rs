@@ -131,9 +131,13 @@ pub enum Error {
     #[error("invalid {kind} `{id}`: expected {expected}")]
     InvalidId { kind: &'static str, id: String, expected: &'static str },
 
-    /// No workflow is registered under this name.
-    #[error("no workflow named `{0}` (see `uncaged-workflow list`)")]
-    UnknownWorkflow(String),
+    /// No workflow is registered under this name; `closest` is the registered name nearest
+    /// to it, if one is near enough to be what was meant.
+    #[error("no workflow named `{name}` ({})", match closest {
+        Some(near) => format!("did you mean `{near}`?"),
+        None => "see `uncaged-workflow list`".into(),
+    })]
+    UnknownWorkflow { name: String, closest: Option<String> },
 
     /// No schedule has this name.
     #[error("no schedule named `{0}` (see `uncaged-workflow schedule list`)")]
@@ -244,7 +248,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::InvalidId { .. } | Error::Usage(_) => exit::USAGE,
-            Error::UnknownWorkflow(_)
+            Error::UnknownWorkflow { .. }
             | Error::UnknownThread(_)
             | Error::UnknownSchedule(_)
             | Error::MissingBundle { .. }
@@ -309,6 +313,17 @@ impl Error {
 /// is printed, by the binary and in messages that quote another error.
 pub fn chain_line(e: &dyn std::fmt::Display) -> String {
     format!("{e:#}").replace('\n', " ")
+}
+
+/// The one of `options` closest to `word`, if one is close enough to be what was meant (a
+/// typo): every "did you mean" of the product.
+pub fn closest<'a>(word: &str, options: &[&'a str]) -> Option<&'a str> {
+    options
+        .iter()
+        .map(|o| (strsim::jaro_winkler(word, o), *o))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, o)| o)
 }
 
 /// Result with the library's [`Error`].

@@ -192,6 +192,8 @@ proptest! {
                 meta: serde_json::json!({"n": n}),
                 timestamp: n as u64,
                 group: None,
+                agent: None,
+                duration_ms: None,
             })
             .collect();
         let (writer, _) = threads.create(&start, &records, &[]).unwrap();

@@ -99,6 +99,15 @@ impl fmt::Display for Digest {
     }
 }
 
+/// A thread id as a person may give it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdText {
+    /// All of it.
+    Whole(ThreadId),
+    /// Its first characters (upper case).
+    Prefix(String),
+}
+
 /// A thread's id: a ULID (26 Crockford Base32 characters, time-ordered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ThreadId(ulid::Ulid);
@@ -122,6 +131,29 @@ impl Default for ThreadId {
 }
 
 impl ThreadId {
+    /// The fewest characters a prefix naming a thread may have.
+    pub const MIN_PREFIX: usize = 4;
+
+    /// What `text` names: a whole id, or the start of one (upper case); neither is an error.
+    pub fn named(text: &str) -> Result<IdText, Error> {
+        if let Ok(id) = text.parse() {
+            return Ok(IdText::Whole(id));
+        }
+        let prefix = text.to_ascii_uppercase();
+        let can_start = (Self::MIN_PREFIX..26).contains(&prefix.len())
+            && prefix.starts_with(|c: char| ('0'..='7').contains(&c))
+            && prefix.bytes().all(|b| CROCKFORD.contains(&b));
+        if !can_start {
+            return Err(Error::InvalidId {
+                kind: "thread id",
+                id: text.to_string(),
+                expected: "a ULID (26 Crockford Base32 characters starting with 0-7, e.g. \
+                           `01KQXKW18CT8G75T53R8F4G7YG`), or its first 4 or more",
+            });
+        }
+        Ok(IdText::Prefix(prefix))
+    }
+
     /// The id's text, written into `buf` (listings write 100,000 of them).
     pub fn encode<'a>(&self, buf: &'a mut [u8; 26]) -> &'a str {
         self.0.array_to_str(buf)

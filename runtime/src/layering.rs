@@ -157,3 +157,22 @@ fn dependencies_run_one_way_and_without_circles() {
     assert!(upward.is_empty(), "modules that use a layer above their own: {upward:#?}");
     assert_eq!(find_cycle(&siblings), None, "a circle of dependencies");
 }
+
+/// `cargo build --release` (and `cargo install --path runtime`) on a machine without the
+/// wasm32-wasip2 target builds the host: no default member of the workspace has a build
+/// script (the guest fixtures' one needs the target), and the fixtures are only a
+/// dev-dependency.
+#[test]
+fn a_plain_build_needs_no_guest_target() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let line = manifest.lines().find(|l| l.starts_with("default-members")).unwrap();
+    let members: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+    assert!(!members.is_empty(), "{line}");
+    for member in members {
+        assert!(!root.join(member).join("build.rs").exists(), "{member} has a build script");
+    }
+    let runtime = std::fs::read_to_string(root.join("runtime/Cargo.toml")).unwrap();
+    let (normal, dev) = runtime.split_once("[dev-dependencies]").unwrap();
+    assert!(!normal.contains("uncaged-test-artifacts") && dev.contains("uncaged-test-artifacts"));
+}

@@ -109,10 +109,7 @@ impl Limits {
                 other => {
                     return Err(Error::InvalidLimit {
                         key: key.clone(),
-                        reason: format!(
-                            "expected a number or a size, got {}",
-                            crate::store::config::yaml_kind(other)
-                        ),
+                        reason: format!("expected a number or a size, got {}", yaml_kind(other)),
                     });
                 }
             };
@@ -126,6 +123,19 @@ impl Limits {
                 .map_err(|reason| Error::InvalidLimit { key: key.clone(), reason })?;
         }
         Ok(limits)
+    }
+}
+
+/// What kind of YAML value `value` is, for messages.
+pub fn yaml_kind(value: &serde_yaml::Value) -> &'static str {
+    match value {
+        serde_yaml::Value::Null => "nothing (null)",
+        serde_yaml::Value::Bool(_) => "a boolean",
+        serde_yaml::Value::Number(_) => "a number",
+        serde_yaml::Value::String(_) => "a string",
+        serde_yaml::Value::Sequence(_) => "a list",
+        serde_yaml::Value::Mapping(_) => "a mapping",
+        serde_yaml::Value::Tagged(_) => "a tagged value",
     }
 }
 

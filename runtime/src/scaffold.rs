@@ -19,10 +19,15 @@ const PY_HELPER: &str = include_str!("../../guest-sdk/python/uncaged_workflow.py
 const PY_RESOURCES: &str = include_str!("../../guest-sdk/python/workflow.py");
 const JS_HELPER: &str = include_str!("../../guest-sdk/js/uncaged-workflow.js");
 
-/// Where the Rust SDK was when this binary was built; used when it is still there.
-const SDK_AT_BUILD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest-sdk");
-/// Otherwise the SDK comes from the repository.
-const SDK_GIT: &str = "https://github.com/uncaged/uncaged-workflow";
+/// The Rust SDK, copied into a Rust project (`sdk/`) so that it builds offline, wherever it
+/// is moved, and always against the contract of the host that made it.
+const SDK_FILES: &[(&str, &str)] = &[
+    ("sdk/src/lib.rs", include_str!("../../guest-sdk/src/lib.rs")),
+    ("sdk/src/engine.rs", include_str!("../../guest-sdk/src/engine.rs")),
+    ("sdk/src/role.rs", include_str!("../../guest-sdk/src/role.rs")),
+    ("sdk/src/thread.rs", include_str!("../../guest-sdk/src/thread.rs")),
+];
+const SDK_MANIFEST: &str = include_str!("../templates/rust/sdk-Cargo.toml");
 
 /// Writes a new bundle project into `dir` (which must not exist or be empty); returns the
 /// files written, relative to `dir`.
@@ -51,25 +56,27 @@ pub fn create(dir: &Path, language: Language, sdk: Option<&Path>) -> Result<Vec<
         |template: &str| template.replace("{{name}}", &name).replace("{{crate}}", &crate_name);
     let files: Vec<(&str, String)> = match language {
         Language::Rust => {
-            let sdk = match sdk
-                .map(Path::to_path_buf)
-                .or_else(|| Path::new(SDK_AT_BUILD).canonicalize().ok())
-            {
-                Some(path) => {
-                    format!("uncaged-workflow-sdk = {{ path = {:?} }}", path.display().to_string())
-                }
-                None => format!("uncaged-workflow-sdk = {{ git = {SDK_GIT:?} }}"),
-            };
-            vec![
+            // The SDK the user names, or the copy written beside the bundle: no path of
+            // this machine ends up in the project.
+            let sdk_path = sdk.map_or_else(|| "sdk".to_string(), |p| p.display().to_string());
+            let sdk_dependency = format!("uncaged-workflow-sdk = {{ path = {sdk_path:?} }}");
+            let mut files = vec![
                 (
                     "Cargo.toml",
                     fill(include_str!("../templates/rust/Cargo.toml"))
-                        .replace("{{sdk_dependency}}", &sdk),
+                        .replace("{{sdk_dependency}}", &sdk_dependency),
                 ),
                 ("src/lib.rs", fill(include_str!("../templates/rust/lib.rs"))),
                 ("README.md", fill(include_str!("../templates/rust/README.md"))),
                 (".gitignore", "/target\n".into()),
-            ]
+            ];
+            if sdk.is_none() {
+                files.push(("sdk/Cargo.toml", SDK_MANIFEST.into()));
+                files.extend(SDK_FILES.iter().map(|(path, text)| (*path, text.to_string())));
+                // The SDK's bindings read the WIT from `../wit`, as in the repository.
+                files.push(("wit/workflow.wit", WIT.into()));
+            }
+            files
         }
         Language::Python => vec![
             ("app.py", fill(include_str!("../templates/python/app.py"))),
@@ -88,6 +95,8 @@ pub fn create(dir: &Path, language: Language, sdk: Option<&Path>) -> Result<Vec<
             ),
             ("wit/workflow.wit", WIT.into()),
             ("package.json", fill(include_str!("../templates/js/package.json"))),
+            // Every version of the toolchain's tree, pinned: `npm ci` installs what was tested.
+            ("package-lock.json", fill(include_str!("../templates/js/package-lock.json"))),
             ("build.sh", fill(include_str!("../templates/js/build.sh"))),
             ("README.md", fill(include_str!("../templates/js/README.md"))),
             (".gitignore", "*.wasm\nbuild/\nnode_modules/\n".into()),

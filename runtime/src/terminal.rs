@@ -2,8 +2,108 @@
 //! descriptions, summaries, log lines quoted in errors — is untrusted, and a terminal obeys the
 //! escape sequences in what it prints (set the title, hide text, erase lines, move the cursor).
 //! Human output shows such characters escaped; `--json` output stays exact (JSON escapes them).
+//!
+//! Colour, too, is for a terminal only: `--color auto` (the default) paints when the output is
+//! a terminal and `NO_COLOR` is not set; `always` and `never` say it outright.
 
 use std::borrow::Cow;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// When to paint output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// On a terminal, unless `NO_COLOR` is set.
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+/// The process's choice, as [`set_color`] made it: 0 auto, 1 always, 2 never.
+static COLOR: AtomicU8 = AtomicU8::new(0);
+
+/// Sets when [`paint`] paints, for the whole process (the binary does, from `--color`).
+pub fn set_color(choice: ColorChoice) {
+    let value = match choice {
+        ColorChoice::Auto => 0,
+        ColorChoice::Always => 1,
+        ColorChoice::Never => 2,
+    };
+    COLOR.store(value, Ordering::Relaxed);
+}
+
+/// Which stream a text goes to: whether it is a terminal decides `auto`.
+#[derive(Debug, Clone, Copy)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Whether text for `stream` is painted.
+pub fn colors(stream: Stream) -> bool {
+    match COLOR.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let terminal = match stream {
+                Stream::Stdout => std::io::stdout().is_terminal(),
+                Stream::Stderr => std::io::stderr().is_terminal(),
+            };
+            terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        }
+    }
+}
+
+/// The colours output uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Color {
+    Red,
+    Green,
+    Yellow,
+    Blue,
+    Magenta,
+    Cyan,
+    /// Dim, for what matters less (an agent, a duration).
+    Dim,
+    Bold,
+}
+
+impl Color {
+    fn code(self) -> &'static str {
+        match self {
+            Color::Red => "31",
+            Color::Green => "32",
+            Color::Yellow => "33",
+            Color::Blue => "34",
+            Color::Magenta => "35",
+            Color::Cyan => "36",
+            Color::Dim => "2",
+            Color::Bold => "1",
+        }
+    }
+
+    /// The colour of a thread's status.
+    pub fn of_status(status: &str) -> Option<Color> {
+        Some(match status {
+            "completed" => Color::Green,
+            "failed" => Color::Red,
+            "killed" | "interrupted" => Color::Yellow,
+            "running" | "queued" => Color::Cyan,
+            "paused" | "waiting" => Color::Magenta,
+            _ => return None,
+        })
+    }
+}
+
+/// `text` (already fit for a terminal) in `color`, if `stream` is painted.
+pub fn paint(text: &str, color: Color, stream: Stream) -> Cow<'_, str> {
+    if colors(stream) {
+        Cow::Owned(format!("\u{1b}[{}m{text}\u{1b}[0m", color.code()))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
 
 /// `text` for one line of a terminal: every control character (newlines and tabs too) and every
 /// invisible format character that can reorder or hide text is shown escaped, as `\u{1b}`.

@@ -629,3 +629,20 @@ fn build_in_the_current_directory_honours_the_umask() -> Result<()> {
     assert_eq!(mode, 0o640, "mode {mode:o}");
     Ok(())
 }
+
+/// A `$status` record has no agent: its line shows its duration alone, with no stray comma.
+#[test]
+fn a_status_record_prints_without_an_agent() -> Result<()> {
+    let env = Env::new()?;
+    let agent = triage_agent(&env, json!({"security": "fail"}))?;
+    env.json(&["add", "triage", &triage_with(&env, "stop", 0)?])?;
+    let run = env.run(&["run", "triage", "-p", "x", "--agent", &agent])?;
+    let status: Vec<&str> = run.stdout.lines().filter(|l| l.contains("] $status")).collect();
+    ensure!(!status.is_empty(), "no $status line: {}", run.stdout);
+    for line in status {
+        let after_role = line.split("$status").nth(1).context("role")?.trim_start();
+        ensure!(!after_role.starts_with(','), "stray comma: {line}");
+        ensure!(after_role.split_whitespace().nth(1) == Some("ms"), "its duration: {line}");
+    }
+    Ok(())
+}

@@ -6,6 +6,7 @@
 
 mod agents;
 mod bad_input;
+mod command_line;
 mod crash;
 mod declarative;
 mod durability;

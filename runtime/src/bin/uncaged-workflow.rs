@@ -9,6 +9,11 @@ use uncaged_workflow::terminal;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // A shell asking for completions (the script `completions` prints sets this variable):
+    // answer and exit before anything else runs.
+    clap_complete::CompleteEnv::with_factory(<Cli as clap::CommandFactory>::command)
+        .var(uncaged_workflow::cli::completions::COMPLETE_ENV)
+        .complete();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -16,6 +21,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { exit::USAGE as u8 } else { 0 });
         }
     };
+    terminal::set_color(cli.global.color);
     init_tracing(cli.global.verbose);
     let code = match cli.execute().await {
         Ok(code) => code,
@@ -27,7 +33,12 @@ async fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             // Errors quote names and text that bundles and agents chose: never raw on a terminal.
-            eprintln!("uncaged-workflow: {}", terminal::line(&chain_line(&*e)));
+            let prefix = terminal::paint(
+                "uncaged-workflow:",
+                terminal::Color::Red,
+                terminal::Stream::Stderr,
+            );
+            eprintln!("{prefix} {}", terminal::line(&chain_line(&*e)));
             ours.map_or(1, |e| e.exit_code())
         }
     };
@@ -42,7 +53,7 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let ansi = terminal::colors(terminal::Stream::Stderr);
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

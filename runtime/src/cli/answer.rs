@@ -7,7 +7,6 @@ use clap::Parser;
 use super::GlobalOptions;
 use super::follow::{FollowArgs, hand_over};
 use crate::error::Error;
-use crate::ids::ThreadId;
 use crate::run::control;
 
 /// Answer for a `human` agent a thread is waiting on, and continue the thread.
@@ -17,6 +16,7 @@ use crate::run::control;
 #[derive(Debug, Parser)]
 pub struct AnswerCommand {
     /// The waiting thread
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
     pub id: String,
     /// The answer
     #[arg(required_unless_present = "file", conflicts_with = "file", value_parser = non_empty)]
@@ -31,7 +31,7 @@ pub struct AnswerCommand {
 impl AnswerCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        let id: ThreadId = self.id.parse()?;
+        let id = store.threads().resolve(&self.id)?;
         // Checked before the answer is read: a thread not waiting is an error at once.
         control::answerable(&store, id)?;
         let text = match (&self.text, &self.file) {

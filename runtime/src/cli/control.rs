@@ -3,7 +3,6 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use crate::ids::ThreadId;
 use crate::run::control;
 
 /// End a thread that has not ended, and record it `killed`: a running thread now (its guest is
@@ -12,6 +11,7 @@ use crate::run::control;
 #[derive(Debug, Parser)]
 pub struct KillCommand {
     /// The thread
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
     pub id: String,
 }
 
@@ -19,13 +19,15 @@ pub struct KillCommand {
 #[derive(Debug, Parser)]
 pub struct PauseCommand {
     /// The thread
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
     pub id: String,
 }
 
 impl KillCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let id: ThreadId = self.id.parse()?;
-        control::kill(&global.store()?, id).await?;
+        let store = global.store()?;
+        let id = store.threads().resolve(&self.id)?;
+        control::kill(&store, id).await?;
         outln!("killed thread {id}")?;
         Ok(0)
     }
@@ -33,8 +35,9 @@ impl KillCommand {
 
 impl PauseCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let id: ThreadId = self.id.parse()?;
-        control::pause(&global.store()?, id).await?;
+        let store = global.store()?;
+        let id = store.threads().resolve(&self.id)?;
+        control::pause(&store, id).await?;
         outln!("thread {id} pauses after its current step")?;
         Ok(0)
     }

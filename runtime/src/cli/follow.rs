@@ -22,6 +22,56 @@ use crate::store::Storage;
 use crate::store::records::{End, StepRecord};
 use crate::terminal;
 
+/// The prompt of a new thread: given, read from standard input (`-p -`), or from a file.
+#[derive(Debug, Clone, Args)]
+pub struct PromptArgs {
+    /// The prompt: what the thread is to do (`-` reads it from standard input)
+    #[arg(short, long, required_unless_present = "prompt_file", conflicts_with = "prompt_file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from this file
+    #[arg(long, value_name = "PATH")]
+    pub prompt_file: Option<std::path::PathBuf>,
+}
+
+impl PromptArgs {
+    /// The most a prompt read from a file or standard input may hold.
+    const MAX: u64 = 16 << 20;
+
+    /// The prompt's text.
+    pub fn text(&self) -> Result<String> {
+        use std::io::Read;
+        let (what, reader): (std::path::PathBuf, Box<dyn Read>) =
+            match (self.prompt.as_deref(), &self.prompt_file) {
+                (Some("-"), _) => ("standard input".into(), Box::new(std::io::stdin())),
+                (Some(text), _) => return Ok(text.to_string()),
+                (None, Some(path)) => {
+                    let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => {
+                            Error::MissingFile { what: "prompt file", path: path.clone() }
+                        }
+                        _ => Error::io("read the prompt file", path)(e),
+                    })?;
+                    (path.clone(), Box::new(file))
+                }
+                (None, None) => return Err(Error::Usage("give the prompt: -p TEXT".into())),
+            };
+        let mut bytes = Vec::new();
+        reader
+            .take(Self::MAX + 1)
+            .read_to_end(&mut bytes)
+            .map_err(Error::io("read the prompt from", &what))?;
+        if bytes.len() as u64 > Self::MAX {
+            return Err(Error::Usage(format!(
+                "the prompt in {} is over its limit of 16 MiB",
+                what.display()
+            )));
+        }
+        String::from_utf8(bytes).map_err(|_| {
+            Error::Usage(format!("the prompt in {} is not UTF-8 text", what.display()))
+        })
+    }
+}
+
 /// Data for a thread, as a trigger would pass it.
 #[derive(Debug, Clone, Args)]
 pub struct TriggerArgs {
@@ -103,14 +153,18 @@ pub struct FollowArgs {
     #[arg(long)]
     pub detach: bool,
     /// Print each event (work started, each step, the end) as a JSON object, one per line
-    #[arg(long)]
+    #[arg(long, conflicts_with = "quiet")]
     pub json: bool,
+    /// Print nothing but errors (and a human agent's questions): the exit code says how the
+    /// thread ended
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 impl FollowArgs {
     /// The following these flags ask for.
     pub fn how(&self) -> Follow {
-        Follow { detach: self.detach, json: self.json }
+        Follow { detach: self.detach, json: self.json, quiet: self.quiet }
     }
 }
 
@@ -121,12 +175,28 @@ pub struct Follow {
     pub detach: bool,
     /// One JSON object per event instead of lines for humans.
     pub json: bool,
+    /// Nothing on stdout.
+    pub quiet: bool,
 }
 
 impl Follow {
-    /// Prints how the thread stopped: the event with `--json`, else `text`.
+    /// Prints how the thread stopped: the event with `--json`, else `text` (its first word,
+    /// the status, painted on a terminal).
     fn report(self, event: &Event, text: String) -> Result<()> {
-        if self.json { print_event(event) } else { outln!("{}", terminal::block(&text)) }
+        if self.quiet {
+            return Ok(());
+        }
+        if self.json {
+            return print_event(event);
+        }
+        let text = terminal::block(&text);
+        let (first, rest) = text.split_once(' ').unwrap_or((&text, ""));
+        match terminal::Color::of_status(first) {
+            Some(color) => {
+                outln!("{} {rest}", terminal::paint(first, color, terminal::Stream::Stdout))
+            }
+            None => outln!("{text}"),
+        }
     }
 }
 
@@ -135,15 +205,17 @@ pub fn print_event(event: &Event) -> Result<()> {
     outln!("{}", serde_json::to_string(event).expect("events serialize"))
 }
 
-/// A step as a line for people: `[3] reviewer   scripted, 2 ms  {"approved":true}`.
+/// A step as a line for people: `[3] reviewer   scripted, 2 ms  {"approved":true}` (a step no
+/// agent answered, a `$status` record say, shows its duration alone).
 pub fn step_line(index: usize, step: &StepRecord) -> String {
     let meta = truncate(&step.meta.to_string(), 100);
-    let agent = step.agent.as_deref().unwrap_or("-");
-    let duration = step.duration_ms.map_or_else(String::new, |ms| format!(", {ms} ms"));
+    let took = step.duration_ms.map(|ms| format!("{ms} ms"));
+    let about: Vec<&str> = step.agent.as_deref().into_iter().chain(took.as_deref()).collect();
     format!(
-        "{} {:<10} {agent}{duration}  {meta}",
+        "{} {:<10} {}  {meta}",
         super::output::step_label(index, step),
-        step.role
+        step.role,
+        about.join(", ")
     )
 }
 
@@ -171,7 +243,7 @@ impl Progress {
     }
 
     fn spinner(how: Follow) -> Option<ProgressBar> {
-        (!how.json && std::io::stdout().is_terminal()).then(|| {
+        (!how.json && !how.quiet && std::io::stdout().is_terminal()).then(|| {
             let bar = ProgressBar::new_spinner();
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"),
@@ -230,7 +302,7 @@ pub async fn hand_over(
             precompiled: pid.map(|_| cache_hit),
             resumed_after: steps,
         })?;
-    } else {
+    } else if !how.quiet {
         let resumed =
             if steps > 0 { format!(", continuing after step {steps}") } else { String::new() };
         match pid {
@@ -268,7 +340,7 @@ pub async fn hand_over(
             Some(Reply::Step { index, step }) => {
                 if how.json {
                     print_event(&Event::Step { thread: id, index, step })?;
-                } else {
+                } else if !how.quiet {
                     progress.println(&step_line(index, &step))?;
                 }
             }

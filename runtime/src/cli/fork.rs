@@ -4,7 +4,6 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use super::follow::{AgentArgs, FollowArgs, hand_over};
-use crate::ids::ThreadId;
 use crate::run::lifecycle::{self, ForkAt};
 
 /// Start a new thread from a prefix of another's steps, and run it.
@@ -15,6 +14,7 @@ use crate::run::lifecycle::{self, ForkAt};
 #[derive(Debug, Parser)]
 pub struct ForkCommand {
     /// The thread to fork
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
     pub id: String,
     /// Keep the steps before the last step of this role (it runs again)
     #[arg(long, value_name = "ROLE", conflicts_with = "at")]
@@ -31,7 +31,7 @@ pub struct ForkCommand {
 impl ForkCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        let id: ThreadId = self.id.parse()?;
+        let id = store.threads().resolve(&self.id)?;
         let original = store.threads().read(id)?;
         let at = match (self.at, self.from_role) {
             (Some(n), _) => ForkAt::Steps(n),

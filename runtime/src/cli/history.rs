@@ -11,6 +11,7 @@ use crate::run::catalog::Catalog;
 #[derive(Debug, Parser)]
 pub struct HistoryCommand {
     /// The workflow
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
     pub name: String,
     /// Print as JSON
     #[arg(long)]

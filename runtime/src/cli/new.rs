@@ -15,7 +15,8 @@ pub struct NewCommand {
     /// The language to write the bundle in
     #[arg(long, value_enum, default_value = "rust")]
     pub lang: Language,
-    /// For Rust: the path of the uncaged-workflow-sdk crate [default: this build's, else git]
+    /// For Rust: the path of an uncaged-workflow-sdk crate to use [default: a copy written into
+    /// the project, under sdk/]
     #[arg(long, value_name = "PATH")]
     pub sdk: Option<PathBuf>,
 }

@@ -41,6 +41,8 @@ pub struct Table {
     /// Where each cell ends in `text`.
     ends: Vec<usize>,
     widths: Vec<usize>,
+    /// The column of threads' statuses, painted by status on a terminal.
+    status_column: Option<usize>,
 }
 
 impl Table {
@@ -51,7 +53,14 @@ impl Table {
             text: String::new(),
             ends: Vec::new(),
             widths: header.iter().map(|h| h.chars().count()).collect(),
+            status_column: None,
         }
+    }
+
+    /// Paints the cells of `column`, a thread status each, by status (on a terminal).
+    pub fn status_column(&mut self, column: usize) -> &mut Table {
+        self.status_column = Some(column);
+        self
     }
 
     /// Adds the next cell: `text`, escaped as one line of a terminal.
@@ -119,10 +128,18 @@ impl Table {
         // the table.
         let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
         let mut row = String::new();
+        let paint = self.status_column.filter(|_| terminal::colors(terminal::Stream::Stdout));
+        let mut header = true;
         let mut line = |cells: &mut dyn Iterator<Item = &str>| {
             row.clear();
             for (column, cell) in cells.enumerate() {
-                row.push_str(cell);
+                match terminal::Color::of_status(cell).filter(|_| !header && paint == Some(column))
+                {
+                    Some(color) => {
+                        row.push_str(&terminal::paint(cell, color, terminal::Stream::Stdout))
+                    }
+                    None => row.push_str(cell),
+                }
                 if column + 1 < columns {
                     let pad = self.widths[column] - width(cell) + 2;
                     const SPACES: &str = "                                                ";
@@ -134,6 +151,7 @@ impl Table {
             }
             row.truncate(row.trim_end().len());
             row.push('\n');
+            header = false;
             std::io::Write::write_all(&mut out, row.as_bytes())
         };
         let mut write = || -> std::io::Result<()> {

@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::output::{age, print_json, print_table};
+use super::output::{Table, age, print_json};
 use crate::run::control;
 use crate::terminal;
 
@@ -55,7 +55,12 @@ impl PsCommand {
             if hosts {
                 header.push("HOST");
             }
-            print_table(&header, &rows)?;
+            let mut table = Table::new(&header);
+            table.status_column(2);
+            for cell in rows.iter().flatten() {
+                table.cell(cell);
+            }
+            table.print()?;
         }
         Ok(0)
     }

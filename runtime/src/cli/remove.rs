@@ -9,6 +9,7 @@ use crate::run::catalog::Catalog;
 #[derive(Debug, Parser)]
 pub struct RemoveCommand {
     /// The workflow
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
     pub name: String,
 }
 

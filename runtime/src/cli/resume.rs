@@ -4,7 +4,6 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use super::follow::{AgentArgs, FollowArgs, hand_over};
-use crate::ids::ThreadId;
 use crate::run::control;
 
 /// Continue a paused or interrupted thread after its last recorded step.
@@ -15,6 +14,7 @@ use crate::run::control;
 #[derive(Debug, Parser)]
 pub struct ResumeCommand {
     /// The thread
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
     pub id: String,
     #[command(flatten)]
     pub agents: AgentArgs,
@@ -25,7 +25,7 @@ pub struct ResumeCommand {
 impl ResumeCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        let id: ThreadId = self.id.parse()?;
+        let id = store.threads().resolve(&self.id)?;
         let record = control::resumable(&store, id)?;
         let flags = self.agents.overrides()?;
         let how = self.follow.how();

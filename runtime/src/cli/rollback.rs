@@ -14,6 +14,7 @@ use crate::run::catalog::Catalog;
 #[derive(Debug, Parser)]
 pub struct RollbackCommand {
     /// The workflow
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
     pub name: String,
     /// A hash from `history <name>`
     pub hash: Option<String>,

@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, LimitArgs, TriggerArgs, hand_over};
+use super::follow::{AgentArgs, FollowArgs, LimitArgs, PromptArgs, TriggerArgs, hand_over};
 use crate::run::lifecycle::{self, StartRequest};
 
 const AFTER_HELP: &str = "\
@@ -11,7 +11,9 @@ Agents (--agent, --agent-for ROLE=AGENT, or config.yaml):
   scripted                 built-in, offline: answers from each role's schema examples
   scripted:FILE            built-in, offline: answers per role from a YAML file
   command:PROGRAM [ARGS]   an external program (context as JSON on stdin, answer on stdout)
-  NAME                     a binding defined under `agents:` in config.yaml
+  human                    a person: asked on this terminal, or later with `answer`
+  NAME                     a binding under `agents:` in config.yaml, of kind scripted,
+                           command, openai (any OpenAI-compatible endpoint) or human
 
 The thread runs in the bundle's worker process (started on demand, shared by all threads of
 the bundle, gone when its last thread ends). Ctrl-C pauses the thread after its current step.
@@ -19,7 +21,9 @@ the bundle, gone when its last thread ends). Ctrl-C pauses the thread after its 
 Examples:
   uncaged-workflow run solve-issue -p \"Fix the crash on empty input\"
   uncaged-workflow run solve-issue -p \"...\" --agent scripted:answers.yaml --max-rounds 6
-  uncaged-workflow run solve-issue -p \"...\" --detach";
+  uncaged-workflow run solve-issue -p \"...\" --detach
+  git diff | uncaged-workflow run review -p -
+  uncaged-workflow run solve-issue --prompt-file issue.md";
 
 /// Start a thread of a workflow and print its steps as they happen.
 ///
@@ -29,10 +33,10 @@ Examples:
 #[command(after_help = AFTER_HELP)]
 pub struct RunCommand {
     /// The workflow
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
     pub name: String,
-    /// The prompt: what the thread is to do
-    #[arg(short, long)]
-    pub prompt: String,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
     /// Most role executions the thread may take [default: the bundle's own]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_rounds: Option<u32>,
@@ -53,7 +57,7 @@ impl RunCommand {
             &store,
             StartRequest {
                 name: self.name,
-                prompt: self.prompt,
+                prompt: self.prompt.text()?,
                 max_rounds: self.max_rounds,
                 agents: self.agents.flags()?,
                 limits: self.limits.overrides(),

@@ -74,6 +74,7 @@ pub enum ScheduleAction {
 #[derive(Debug, Args)]
 pub struct AddArgs {
     /// The workflow to start (its current version at each firing)
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
     pub workflow: String,
     /// Fire at the instants of this cron expression: 5 fields (minute hour day month
     /// weekday) or 6 (a leading seconds field)

@@ -16,6 +16,7 @@ use crate::terminal;
 #[derive(Debug, Parser)]
 pub struct ShowCommand {
     /// The workflow
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
     pub name: String,
     /// Print as JSON
     #[arg(long, conflicts_with = "graph")]

@@ -5,7 +5,6 @@ use clap::Parser;
 use super::GlobalOptions;
 use super::follow::print_event;
 use crate::agents::{AgentFlags, Secrets};
-use crate::ids::ThreadId;
 use crate::run::catalog::Catalog;
 use crate::run::events::Event;
 use crate::run::lifecycle;
@@ -23,13 +22,14 @@ use crate::store::records::{PauseReason, Paused};
 #[derive(Debug, Parser)]
 pub struct StepCommand {
     /// The thread
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
     pub id: String,
 }
 
 impl StepCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        let id: ThreadId = self.id.parse()?;
+        let id = store.threads().resolve(&self.id)?;
         let (mut writer, record) = lifecycle::open(&store, id)?;
         let runtime = Runtime::new(store.home())?;
         let bundle = Catalog::new(&store).load(&runtime, &record.start.name, record.start.hash)?;

@@ -5,7 +5,6 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::print_json;
-use crate::ids::ThreadId;
 use crate::run::events::EndView;
 use crate::run::lifecycle;
 use crate::store::records::{PauseReason, Paused};
@@ -15,8 +14,8 @@ use crate::terminal;
 #[derive(Debug, Parser)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct ThreadCommand {
-    /// The thread's id (a ULID)
-    #[arg(required = true)]
+    /// The thread's id (a ULID), or a prefix of it only one thread has
+    #[arg(required = true, add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
     pub id: Option<String>,
     /// Print as JSON
     #[arg(long)]
@@ -31,15 +30,16 @@ pub enum ThreadAction {
     /// Delete a thread's files (not while it runs)
     Rm {
         /// The thread's id
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
         id: String,
     },
     /// Create a thread without running it; prints its id. Drive it with `step` or `resume`.
     Start {
         /// The workflow
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
         name: String,
-        /// The prompt
-        #[arg(short, long)]
-        prompt: String,
+        #[command(flatten)]
+        prompt: super::follow::PromptArgs,
         /// Most role executions the thread may take [default: the bundle's own]
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         max_rounds: Option<u32>,
@@ -61,7 +61,7 @@ impl ThreadCommand {
                     &store,
                     lifecycle::StartRequest {
                         name,
-                        prompt,
+                        prompt: prompt.text()?,
                         max_rounds,
                         agents: agents.flags()?,
                         limits: limits.overrides(),
@@ -74,13 +74,13 @@ impl ThreadCommand {
                 Ok(0)
             }
             Some(ThreadAction::Rm { id }) => {
-                let id: ThreadId = id.parse()?;
+                let id = store.threads().resolve(&id)?;
                 lifecycle::remove(&store, id)?;
                 outln!("deleted thread {id}")?;
                 Ok(0)
             }
             None => {
-                let id: ThreadId = self.id.as_deref().unwrap_or_default().parse()?;
+                let id = store.threads().resolve(self.id.as_deref().unwrap_or_default())?;
                 let thread = store.threads().read(id)?;
                 if self.json {
                     print_json(&json!({

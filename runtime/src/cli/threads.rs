@@ -7,15 +7,34 @@ use serde_json::json;
 
 use super::GlobalOptions;
 use super::output::{Age, Table, print_json};
+use crate::clock::now_ms;
 use crate::run::lifecycle::{self, PruneFilter};
-use crate::store::records::EndStatus;
+use crate::store::records::{EndStatus, ThreadStatus, ThreadSummary};
 
 /// List threads, oldest first, with status, step count and age; or prune ended ones.
 #[derive(Debug, Parser)]
-#[command(args_conflicts_with_subcommands = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    after_help = "Examples:\n  uncaged-workflow threads --status failed --since 1d\n  \
+        uncaged-workflow threads --workflow solve-issue --status waiting --status paused\n  \
+        uncaged-workflow threads --limit 20 --json"
+)]
 pub struct ThreadsCommand {
     /// Only threads of this workflow
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
     pub name: Option<String>,
+    /// Only threads of this workflow (as the positional NAME)
+    #[arg(long, value_name = "NAME", conflicts_with = "name")]
+    pub workflow: Option<String>,
+    /// Only threads with this status (repeatable)
+    #[arg(long, value_name = "STATUS", value_parser = status_value())]
+    pub status: Vec<ThreadStatus>,
+    /// Only threads started within this long, e.g. 30m, 12h, 7d
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub since: Option<Duration>,
+    /// At most this many threads: the newest
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
     /// Print as JSON
     #[arg(long)]
     pub json: bool,
@@ -49,6 +68,14 @@ pub enum ThreadsAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `--status`: a thread status by name.
+fn status_value() -> impl clap::builder::TypedValueParser<Value = ThreadStatus> {
+    use clap::builder::TypedValueParser as _;
+    let names: Vec<&'static str> = ThreadStatus::ALL.iter().map(|s| s.as_str()).collect();
+    clap::builder::PossibleValuesParser::new(names)
+        .map(|name: String| ThreadStatus::named(&name).expect("a possible value names a status"))
 }
 
 /// How a thread ended, as `--status` names it.
@@ -94,7 +121,17 @@ impl ThreadsCommand {
             return Ok(0);
         }
         let summaries = store.threads().summaries()?;
-        let selected = summaries.iter().filter(|t| self.name.as_ref().is_none_or(|n| *n == t.name));
+        let workflow = self.name.as_ref().or(self.workflow.as_ref());
+        let started_after = self.since.map(|d| now_ms().saturating_sub(d.as_millis() as u64));
+        let matching: Vec<&ThreadSummary> = summaries
+            .iter()
+            .filter(|t| workflow.is_none_or(|w| *w == t.name))
+            .filter(|t| self.status.is_empty() || self.status.contains(&t.status))
+            .filter(|t| started_after.is_none_or(|after| t.timestamp >= after))
+            .collect();
+        // The newest N, still listed oldest first.
+        let skip = self.limit.map_or(0, |limit| matching.len().saturating_sub(limit));
+        let selected = matching.into_iter().skip(skip);
         if self.json {
             let list: Vec<_> = selected
                 .map(|thread| {
@@ -118,7 +155,8 @@ impl ThreadsCommand {
         };
         let mut table = Table::new(header);
         table.reserve(summaries.len());
-        let now_ms = crate::clock::now_ms();
+        table.status_column(2);
+        let now_ms = now_ms();
         for thread in selected {
             table
                 .cell_shown(thread.thread_id.encode(&mut [0; 26]))

@@ -340,7 +340,7 @@ impl Checker<'_> {
                 if let Some(key) = key_marker(root, &path, field) {
                     marker = Some(key);
                 }
-                let hint = strsim_closest(field, expected)
+                let hint = crate::error::closest(field, expected)
                     .map(|c| format!(" (did you mean `{c}`?)"))
                     .unwrap_or_else(|| format!(" (expected one of: {})", expected.join(", ")));
                 format!("unknown key `{field}`{hint}")
@@ -509,7 +509,7 @@ impl Checker<'_> {
         what: &str,
     ) -> Error {
         let names: Vec<&str> = roles.keys().map(String::as_str).collect();
-        let hint = strsim_closest(name, &names)
+        let hint = crate::error::closest(name, &names)
             .map(|c| format!(" (did you mean `{c}`?)"))
             .unwrap_or_default();
         self.at(name.span(), format!("{what} undeclared role `{}`{hint}", name.as_str()))
@@ -538,7 +538,7 @@ impl Checker<'_> {
             for dep in &step.depends_on {
                 if !index.contains_key(dep.as_str()) {
                     let ids: Vec<&str> = index.keys().copied().collect();
-                    let hint = strsim_closest(dep, &ids)
+                    let hint = crate::error::closest(dep, &ids)
                         .map(|c| format!(" (did you mean `{c}`?)"))
                         .unwrap_or_default();
                     return Err(self.at(
@@ -688,7 +688,7 @@ impl Checker<'_> {
             "ask_user" => OnStepFailure::AskUser,
             other => {
                 let options = ["stop", "skip_dependents", "ask_user"];
-                let hint = strsim_closest(other, &options)
+                let hint = crate::error::closest(other, &options)
                     .map(|c| format!(" (did you mean `{c}`?)"))
                     .unwrap_or_default();
                 return Err(self.at(
@@ -817,16 +817,6 @@ fn reachable<'a>(edges: &HashMap<&'a str, Vec<&'a str>>, from: &'a str) -> BTree
         }
     }
     seen
-}
-
-/// The closest of `options` to `word`, if any is close.
-fn strsim_closest<'a>(word: &str, options: &[&'a str]) -> Option<&'a str> {
-    options
-        .iter()
-        .map(|o| (strsim::jaro_winkler(word, o), *o))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, o)| o)
 }
 
 /// Where the key `field` is written in the mapping at `path` (serde's path: `roles.a`,

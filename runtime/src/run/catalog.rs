@@ -116,7 +116,8 @@ impl Catalog {
     /// Unregisters `name`. Its bundle files stay: threads may still refer to them.
     pub fn remove(&self, name: &str) -> Result<WorkflowEntry> {
         self.registry.update(|registry| {
-            registry.workflows.remove(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))
+            let unknown = registry.unknown(name);
+            registry.workflows.remove(name).ok_or(unknown)
         })
     }
 }

@@ -122,8 +122,7 @@ pub fn check_start(store: &Storage, request: &StartRequest) -> Result<(BundleHas
     let catalog = Catalog::new(store);
     // One read of the registry serves both the name and the bundle's integrity record.
     let registry = catalog.registry().load()?;
-    let entry =
-        registry.workflows.get(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))?;
+    let entry = registry.entry(name)?;
     catalog.bundles().load(&registry, name, entry.hash)?;
     let descriptor = catalog.bundles().descriptor(entry.hash)?;
     let config = store.config()?;

@@ -231,7 +231,7 @@ impl<'de> Deserialize<'de> for Seconds {
                 .map_err(|e| serde::de::Error::custom(format!("`{s}` is not a duration: {e}"))),
             other => Err(serde::de::Error::custom(format!(
                 "expected seconds or a duration, got {}",
-                yaml_kind(&other)
+                crate::limits::yaml_kind(&other)
             ))),
         }
     }
@@ -264,19 +264,6 @@ impl Config {
         })?;
         config.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(config)
-    }
-}
-
-/// What kind of YAML value `value` is, for messages.
-pub fn yaml_kind(value: &serde_yaml::Value) -> &'static str {
-    match value {
-        serde_yaml::Value::Null => "nothing (null)",
-        serde_yaml::Value::Bool(_) => "a boolean",
-        serde_yaml::Value::Number(_) => "a number",
-        serde_yaml::Value::String(_) => "a string",
-        serde_yaml::Value::Sequence(_) => "a list",
-        serde_yaml::Value::Mapping(_) => "a mapping",
-        serde_yaml::Value::Tagged(_) => "a tagged value",
     }
 }
 
@@ -333,7 +320,7 @@ fn known(
     for key in mapping.keys() {
         let key = key.as_str().unwrap_or("?");
         if !valid.contains(&key) {
-            let hint = closest(key, valid)
+            let hint = crate::error::closest(key, valid)
                 .map_or_else(String::new, |near| format!("; did you mean `{at}{near}`?"));
             return Err(format!(
                 "unknown key `{at}{key}`{hint} (valid here: {})",
@@ -342,14 +329,4 @@ fn known(
         }
     }
     Ok(())
-}
-
-/// The valid key nearest to `key` by edit distance, if one is near enough to be a typo.
-fn closest<'a>(key: &str, valid: &[&'a str]) -> Option<&'a str> {
-    valid
-        .iter()
-        .map(|v| (strsim::levenshtein(key, v), *v))
-        .filter(|(distance, v)| *distance <= 2.max(v.len() / 3))
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, v)| v)
 }

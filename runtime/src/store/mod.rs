@@ -57,6 +57,38 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// Every thread's id, oldest first.
     fn list(&self) -> Result<Vec<ThreadId>>;
 
+    /// The thread `text` names: a whole id, or a prefix of one that only one thread has
+    /// ([`ThreadId::MIN_PREFIX`] characters at least, as `git` and `docker` take them). An
+    /// ambiguous prefix is refused with the threads it could mean.
+    fn resolve(&self, text: &str) -> Result<ThreadId> {
+        let prefix = match ThreadId::named(text)? {
+            crate::ids::IdText::Whole(id) => return Ok(id),
+            crate::ids::IdText::Prefix(prefix) => prefix,
+        };
+        let mut matches: Vec<ThreadId> = Vec::new();
+        for id in self.list()? {
+            if id.encode(&mut [0; 26]).starts_with(&prefix) {
+                matches.push(id);
+            }
+        }
+        match matches.as_slice() {
+            [] => Err(crate::Error::UnknownThread(text.to_string())),
+            [one] => Ok(*one),
+            many => {
+                const SHOWN: usize = 5;
+                let mut listed: Vec<String> =
+                    many.iter().take(SHOWN).map(|id| id.to_string()).collect();
+                if many.len() > SHOWN {
+                    listed.push(format!("and {} more", many.len() - SHOWN));
+                }
+                Err(crate::Error::Usage(format!(
+                    "thread id prefix `{text}` is ambiguous: it could be {}",
+                    listed.join(", ")
+                )))
+            }
+        }
+    }
+
     /// Every thread as listings show it, oldest first. Threads that cannot be read are left
     /// out (with a warning): one damaged thread must not hide the others.
     fn summaries(&self) -> Result<Vec<ThreadSummary>>;

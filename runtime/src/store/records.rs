@@ -378,6 +378,22 @@ impl ThreadStatus {
         }
     }
 
+    /// Every status, in the order of a thread's life.
+    pub const ALL: [ThreadStatus; 7] = [
+        ThreadStatus::Running,
+        ThreadStatus::Paused,
+        ThreadStatus::Waiting,
+        ThreadStatus::Interrupted,
+        ThreadStatus::Completed,
+        ThreadStatus::Failed,
+        ThreadStatus::Killed,
+    ];
+
+    /// The status named `name` (as [`as_str`](Self::as_str) writes it).
+    pub fn named(name: &str) -> Option<ThreadStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     /// How the thread ended, if it has ended for good.
     pub fn end_status(self) -> Option<EndStatus> {
         match self {

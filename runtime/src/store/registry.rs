@@ -29,6 +29,22 @@ pub struct RegistryFile {
     pub bundles: BTreeMap<BundleHash, BundleRecord>,
 }
 
+impl RegistryFile {
+    /// The entry registered as `name`, or the error naming the closest registered name.
+    pub fn entry(&self, name: &str) -> Result<&WorkflowEntry> {
+        self.workflows.get(name).ok_or_else(|| self.unknown(name))
+    }
+
+    /// The error for `name`, which is not registered.
+    pub fn unknown(&self, name: &str) -> Error {
+        let names: Vec<&str> = self.workflows.keys().map(String::as_str).collect();
+        Error::UnknownWorkflow {
+            name: name.to_string(),
+            closest: crate::error::closest(name, &names).map(str::to_string),
+        }
+    }
+}
+
 /// A registered workflow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkflowEntry {
@@ -107,7 +123,8 @@ impl Registry {
 
     /// The entry for `name`.
     pub fn get(&self, name: &str) -> Result<WorkflowEntry> {
-        self.load()?.workflows.remove(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))
+        let mut registry = self.load()?;
+        registry.workflows.remove(name).ok_or_else(|| registry.unknown(name))
     }
 
     /// Changes the registry under its lock: read, apply `change`, write atomically. Nothing is
@@ -197,8 +214,8 @@ impl RegistryFile {
         target: Option<BundleHash>,
         now: u64,
     ) -> Result<(BundleHash, BundleHash)> {
-        let entry =
-            self.workflows.get_mut(name).ok_or_else(|| Error::UnknownWorkflow(name.to_string()))?;
+        let unknown = self.unknown(name);
+        let entry = self.workflows.get_mut(name).ok_or(unknown)?;
         let index = match target {
             None if entry.history.is_empty() => {
                 return Err(Error::NoHistory { name: name.to_string() });
@@ -253,7 +270,7 @@ mod tests {
         let all: Vec<_> = reg.workflows["w"].history.iter().map(|v| v.hash).collect();
         assert_eq!(all, vec![h(3), h(2)]);
         assert!(matches!(reg.rollback("w", Some(h(9)), 8), Err(Error::UnknownVersion { .. })));
-        assert!(matches!(reg.rollback("x", None, 8), Err(Error::UnknownWorkflow(_))));
+        assert!(matches!(reg.rollback("x", None, 8), Err(Error::UnknownWorkflow { .. })));
         reg.register("fresh", h(4), 9);
         assert!(matches!(reg.rollback("fresh", None, 9), Err(Error::NoHistory { .. })));
     }

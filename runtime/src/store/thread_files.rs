@@ -470,6 +470,8 @@ mod tests {
             meta: serde_json::json!({}),
             timestamp: 2,
             group,
+            agent: None,
+            duration_ms: None,
         };
         let group = Some(StepGroup { first: 2, size: 3 });
         let whole = [step("a", group), step("b", group), step("c", group)];
@@ -514,6 +516,8 @@ mod tests {
             meta: serde_json::json!({}),
             timestamp: 2,
             group: None,
+            agent: None,
+            duration_ms: None,
         };
         {
             let (mut writer, _) = threads.create(&start, &[], &[])?;
