@@ -207,6 +207,12 @@ pub enum Error {
     #[error("agent binding `{binding}`{}: {reason}", if *in_config { " in config.yaml" } else { "" })]
     InvalidAgent { binding: String, reason: String, in_config: bool },
 
+    /// A person's answer is not what the role asks for; nothing was recorded.
+    #[error(
+        "thread `{id}`: the answer for role `{role}` does not fit: {reason}; answer with JSON like {expected}"
+    )]
+    InvalidAnswer { id: String, role: String, reason: String, expected: String },
+
     /// A worker process reported a failure; `code` is the exit code it maps to.
     #[error("{message}")]
     Remote { message: String, code: i32 },
@@ -258,6 +264,7 @@ impl Error {
             | Error::InvalidWorkflow { .. }
             | Error::Corrupt { .. }
             | Error::InvalidAgent { in_config: true, .. }
+            | Error::InvalidAnswer { .. }
             | Error::InvalidLimit { .. }
             | Error::RecordTooLarge { .. } => exit::DATA,
             Error::RoundsOverCap { .. } | Error::InvalidAgent { in_config: false, .. } => {

@@ -94,3 +94,177 @@ fn without_anyone_to_ask_the_thread_waits_for_answer() -> Result<()> {
     assert!(err.contains("is completed: it is not waiting for a human answer"), "{err}");
     Ok(())
 }
+
+/// A pseudo-terminal for a command (`script` from util-linux puts it on one): what is written
+/// to the returned stdin arrives as typed at that terminal, as fast as it is written.
+fn on_a_terminal(env: &Env, args: &[&str]) -> Result<std::process::Child> {
+    let bin = env!("CARGO_BIN_EXE_uncaged-workflow");
+    let command = std::iter::once(bin)
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    Ok(env
+        .command_of("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?)
+}
+
+/// Reads `child`'s output until `needle` shows (60 s at most), returning what was read.
+fn read_until(out: &mut impl std::io::Read, needle: &str) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains(needle) {
+        ensure!(Instant::now() < deadline, "no `{needle}` in: {}", String::from_utf8_lossy(&seen));
+        let n = out.read(&mut buf)?;
+        ensure!(n > 0, "output ended before `{needle}`: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    Ok(String::from_utf8_lossy(&seen).into_owned())
+}
+
+/// A pasted answer of twenty lines, written to a real terminal faster than anyone types,
+/// arrives whole.
+#[test]
+fn a_pasted_answer_at_a_terminal_arrives_whole() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let mut child = on_a_terminal(
+        &env,
+        &[
+            "run",
+            "solve-issue",
+            "-p",
+            "Fix it",
+            "--agent-for",
+            "reviewer=human",
+            "--color",
+            "never",
+        ],
+    )?;
+    let mut out = child.stdout.take().expect("stdout");
+    // Written as soon as the question shows, before the line editor starts: typed ahead.
+    read_until(&mut out, "You are the reviewer")?;
+    let lines: Vec<String> = (1..=20).map(|i| format!("line {i} of the review")).collect();
+    let typed = format!("{}\r{{\"approved\": true}}\r.\r", lines.join("\r"));
+    child.stdin.as_mut().expect("stdin").write_all(typed.as_bytes())?;
+    let rest = read_until(&mut out, "completed (0)")?;
+    drop(child.stdin.take());
+    child.wait()?;
+    let thread = env.json(&["threads"])?[0]["threadId"].as_str().unwrap_or_default().to_string();
+    let review = env.thread_lines(&hash, &thread)?.into_iter().find(|l| l["role"] == "reviewer");
+    let content = review.map(|r| r["content"].as_str().unwrap_or_default().to_string());
+    let want = format!("{}\n{{\"approved\": true}}", lines.join("\n"));
+    ensure!(content.as_deref() == Some(want.as_str()), "answer {content:?}; terminal: {rest}");
+    Ok(())
+}
+
+/// An answer that is not the JSON the role asks for is asked again, with the reason and the
+/// shape expected; the thread is never failed by a typo.
+#[test]
+fn an_answer_that_does_not_fit_the_role_is_asked_again() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let mut child = env
+        .command()
+        .args(["run", "solve-issue", "-p", "Fix it", "--agent-for", "reviewer=human"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child.stdin.take().unwrap().write_all(
+        b"ok, ship it\n.\n{\"approved\": \"yes\"}\n.\nShip it. {\"approved\": true}\n.\n",
+    )?;
+    let out = child.wait_with_output()?;
+    let (stdout, stderr) = (String::from_utf8(out.stdout)?, String::from_utf8(out.stderr)?);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    ensure!(stderr.contains("answer with JSON like {\"approved\":"), "{stderr}");
+    ensure!(
+        stderr.contains("that answer does not fit role `reviewer`: the answer holds no JSON"),
+        "{stderr}"
+    );
+    ensure!(stderr.matches("that answer does not fit").count() == 2, "{stderr}");
+    let lines = env.thread_lines(&hash, &thread_id_of(&stdout)?)?;
+    let review = lines.iter().find(|l| l["role"] == "reviewer").unwrap();
+    assert_eq!(review["content"], "Ship it. {\"approved\": true}");
+    Ok(())
+}
+
+/// `answer` refuses an answer that does not fit, in one line, and records nothing: the thread
+/// still waits, and a fitting answer continues it.
+#[test]
+fn answer_refuses_a_typo_and_records_nothing() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let thread = env
+        .ok(&["run", "solve-issue", "-p", "y", "--agent-for", "reviewer=human", "--detach"])?
+        .trim()
+        .to_string();
+    crate::wait_until("it waits", || Ok(crate::status(&env, &thread)? == "waiting"))?;
+    let calls = env.calls(&hash, &thread)?;
+    let err = env.fails(&["answer", &thread, "LGTM"], 65)?;
+    ensure!(
+        err.contains("the answer for role `reviewer` does not fit") && err.contains("JSON like"),
+        "{err}"
+    );
+    assert_eq!(env.calls(&hash, &thread)?, calls, "nothing journaled");
+    assert_eq!(crate::status(&env, &thread)?, "waiting");
+    let out = env.ok(&["answer", &thread, "{\"approved\": true}"])?;
+    ensure!(out.contains("completed (0)"), "{out}");
+    Ok(())
+}
+
+/// Answers sent at once: exactly one is accepted, it is the one the thread uses, and it is
+/// the only one in the journal.
+#[test]
+fn concurrent_answers_accept_one_and_record_only_it() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    for round in 0..3 {
+        let thread = env
+            .ok(&["run", "solve-issue", "-p", "y", "--agent-for", "reviewer=human", "--detach"])?
+            .trim()
+            .to_string();
+        crate::wait_until("it waits", || Ok(crate::status(&env, &thread)? == "waiting"))?;
+        let children: Vec<_> = (0..8)
+            .map(|i| {
+                env.command()
+                    .args([
+                        "answer",
+                        &thread,
+                        &format!("answer {i}: {{\"approved\": true}}"),
+                        "--detach",
+                    ])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+            })
+            .collect::<std::io::Result<_>>()?;
+        let mut accepted = Vec::new();
+        for (i, child) in children.into_iter().enumerate() {
+            let out = child.wait_with_output()?;
+            match out.status.code() {
+                Some(0) => accepted.push(i),
+                Some(75) => {}
+                other => anyhow::bail!(
+                    "answer {i} exited {other:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            }
+        }
+        ensure!(accepted.len() == 1, "round {round}: accepted {accepted:?}");
+        crate::wait_until("it completes", || Ok(crate::status(&env, &thread)? == "completed"))?;
+        let used = format!("answer {}: {{\"approved\": true}}", accepted[0]);
+        let review =
+            env.thread_lines(&hash, &thread)?.into_iter().find(|l| l["role"] == "reviewer");
+        assert_eq!(review.map(|r| r["content"].clone()), Some(json!(used)));
+        let answers: Vec<_> =
+            env.calls(&hash, &thread)?.into_iter().filter(|c| c["role"] == "reviewer").collect();
+        assert_eq!(answers.len(), 1, "only the accepted answer is journaled: {answers:?}");
+    }
+    Ok(())
+}

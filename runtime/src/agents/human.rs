@@ -2,6 +2,10 @@
 //! puts the question to its user; with nobody attached, the thread stops in the `waiting`
 //! state and `answer` supplies the text later (it is journaled like any agent answer, so the
 //! resumed thread replays it).
+//!
+//! A person's typo must not fail a thread: an answer is checked against the role's schema as
+//! the extractor will read it ([`AnswerShape`]), and one that does not fit is refused with the
+//! reason in one line — asked again at a terminal, refused by `answer` — before it is kept.
 
 use std::sync::Arc;
 
@@ -11,6 +15,40 @@ use tokio::sync::{mpsc, oneshot};
 use super::{AgentContext, RoleRef};
 use crate::store::records::ThreadRecord;
 
+/// What a role's answer must hold: JSON its schema accepts, found where the extractor looks
+/// (the whole text, a fenced block, the last JSON object). `None` when anything goes: the
+/// role's meta is not extracted from the answer (a DAG's `$user`, which reads its own words),
+/// or an LLM extractor will turn prose into the JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnswerShape {
+    schema: serde_json::Value,
+}
+
+impl AnswerShape {
+    /// The shape of role `role`'s answers under `schema`, when they must have one.
+    pub fn of(role: &str, schema: &serde_json::Value, llm_extractor: bool) -> Option<Self> {
+        let extracted = role != uncaged_workflow_declarative::USER_ROLE;
+        (extracted && !llm_extractor).then(|| AnswerShape { schema: schema.clone() })
+    }
+
+    /// Why `answer` does not fit, in one line; `None` if it does.
+    pub fn mismatch(&self, answer: &str) -> Option<String> {
+        let schema = self.schema.to_string();
+        match super::extract::Extractor.extract(&schema, answer, None) {
+            Ok(_) => None,
+            Err(super::extract::ExtractFailure::NoJson) => {
+                Some("the answer holds no JSON, and the role's output is JSON".into())
+            }
+            Err(failure) => Some(crate::error::chain_line(&failure)),
+        }
+    }
+
+    /// A JSON value that fits, to show a person what to write.
+    pub fn example(&self) -> String {
+        super::scripted::example_of(&self.schema).to_string()
+    }
+}
+
 /// A question for the person attached to a thread.
 #[derive(Debug)]
 pub struct HumanQuestion {
@@ -18,6 +56,10 @@ pub struct HumanQuestion {
     pub system_prompt: String,
     /// The thread rendered for reading.
     pub context: String,
+    /// A JSON value of the shape the answer must have, if it must have one.
+    pub expected: Option<String>,
+    /// Why the last answer was refused, when this is the question asked again.
+    pub error: Option<String>,
     /// The answer, or `None` if the person declined (end of input).
     pub reply: oneshot::Sender<Option<String>>,
 }
@@ -34,18 +76,28 @@ impl HumanPort {
         receiver
     }
 
-    /// Asks the attached person; `None` when nobody is attached or they gave no answer.
-    pub async fn ask(&self, context: &AgentContext) -> Option<String> {
+    /// Asks the attached person, again with the reason while the answer does not fit
+    /// `shape`; `None` when nobody is attached or they gave no answer.
+    pub async fn ask(&self, context: &AgentContext, shape: Option<&AnswerShape>) -> Option<String> {
         let sender = self.0.lock().clone()?;
-        let (reply, answer) = oneshot::channel();
-        let question = HumanQuestion {
-            role: context.role.name.clone(),
-            system_prompt: context.role.system_prompt.clone(),
-            context: context.render(),
-            reply,
-        };
-        sender.send(question).ok()?;
-        answer.await.ok().flatten()
+        let mut error = None;
+        loop {
+            let (reply, answer) = oneshot::channel();
+            let question = HumanQuestion {
+                role: context.role.name.clone(),
+                system_prompt: context.role.system_prompt.clone(),
+                context: context.render(),
+                expected: shape.map(AnswerShape::example),
+                error: error.take(),
+                reply,
+            };
+            sender.send(question).ok()?;
+            let text = answer.await.ok().flatten()?;
+            match shape.and_then(|shape| shape.mismatch(&text)) {
+                Some(why) => error = Some(why),
+                None => return Some(text),
+            }
+        }
     }
 }
 

@@ -99,6 +99,15 @@ fn answer_text(value: Value) -> String {
     }
 }
 
+/// A value `schema` accepts, to show as an example: its first `examples` entry, or else the
+/// smallest value it accepts.
+pub fn example_of(schema: &Value) -> Value {
+    match schema.get("examples").and_then(Value::as_array).and_then(|e| e.first()) {
+        Some(example) => example.clone(),
+        None => minimal_instance(schema),
+    }
+}
+
 fn answers_from_schema(role: &str, schema: &Value) -> Vec<String> {
     let metas = match schema.get("examples").and_then(Value::as_array) {
         Some(examples) if !examples.is_empty() => examples.clone(),

@@ -344,16 +344,32 @@ pub async fn hand_over(
                     progress.println(&step_line(index, &step))?;
                 }
             }
-            Some(Reply::Question { role, system_prompt, context }) => {
+            Some(Reply::Question { role, system_prompt, context, expected, error }) => {
                 progress.stop();
-                eprintln!("── a human answer is needed for role `{}` ──", terminal::line(&role));
-                eprintln!("{}", terminal::block(system_prompt.trim()));
-                eprintln!();
-                eprintln!("{}", terminal::block(context.trim()));
+                match &error {
+                    // Asked again: the thread so far was shown already.
+                    Some(error) => eprintln!(
+                        "── that answer does not fit role `{}`: {} ──",
+                        terminal::line(&role),
+                        terminal::line(error)
+                    ),
+                    None => {
+                        eprintln!(
+                            "── a human answer is needed for role `{}` ──",
+                            terminal::line(&role)
+                        );
+                        eprintln!("{}", terminal::block(system_prompt.trim()));
+                        eprintln!();
+                        eprintln!("{}", terminal::block(context.trim()));
+                    }
+                }
+                if let Some(expected) = &expected {
+                    eprintln!("── answer with JSON like {} ──", terminal::line(expected));
+                }
                 let answer = if std::io::stdin().is_terminal() {
                     eprintln!(
-                        "── type your answer; a line holding only `.` (or Ctrl-D) ends it, \
-                         Ctrl-C declines ──"
+                        "── type your answer (pasting is fine); a line holding only `.` ends \
+                         it, Ctrl-C declines ──"
                     );
                     tokio::task::spawn_blocking(edit_answer).await.unwrap_or(None)
                 } else {
@@ -417,26 +433,50 @@ pub async fn hand_over(
     Ok(code)
 }
 
-/// Reads an answer from a person at a terminal, a line at a time with a line editor (moving
-/// in the line, history of the lines typed): up to a line holding only `.` or Ctrl-D; Ctrl-C
-/// declines (the thread then waits for `answer`).
+/// Reads an answer from a person at a terminal with a line editor, up to a line holding only
+/// `.`; Ctrl-C (or Ctrl-D on nothing typed) declines, and the thread waits for `answer`.
+///
+/// The whole answer is one edit: the editor reads every line as it arrives, so a paste, or
+/// lines typed ahead of the prompt, arrive whole (an editor started per line would drop what
+/// the previous one had read ahead).
 fn edit_answer() -> Option<String> {
-    let mut editor = rustyline::DefaultEditor::new().ok()?;
-    let mut lines = Vec::new();
-    loop {
-        match editor.readline("> ") {
-            Ok(line) if line.trim() == "." => break,
-            Ok(line) => {
-                let _ = editor.add_history_entry(line.as_str());
-                lines.push(line);
-            }
-            Err(rustyline::error::ReadlineError::Eof) => break,
-            Err(_) => return None,
-        }
-    }
-    let text = lines.join("\n");
+    let mut editor =
+        rustyline::Editor::<AnswerEnd, rustyline::history::DefaultHistory>::new().ok()?;
+    editor.set_helper(Some(AnswerEnd));
+    let text = editor.readline("> ").ok()?;
+    let text = match text.trim_end().rsplit_once('\n') {
+        Some((answer, last)) if last.trim() == "." => answer.to_string(),
+        _ if text.trim() == "." => String::new(),
+        _ => text,
+    };
     (!text.trim().is_empty()).then_some(text)
 }
+
+/// The editor's rule for an answer: Enter starts a new line, until a line holding only `.`.
+struct AnswerEnd;
+
+impl rustyline::validate::Validator for AnswerEnd {
+    fn validate(
+        &self,
+        ctx: &mut rustyline::validate::ValidationContext,
+    ) -> rustyline::Result<rustyline::validate::ValidationResult> {
+        let ended = ctx.input().lines().last().is_some_and(|line| line.trim() == ".");
+        Ok(if ended {
+            rustyline::validate::ValidationResult::Valid(None)
+        } else {
+            rustyline::validate::ValidationResult::Incomplete
+        })
+    }
+}
+
+impl rustyline::completion::Completer for AnswerEnd {
+    type Candidate = String;
+}
+impl rustyline::hint::Hinter for AnswerEnd {
+    type Hint = String;
+}
+impl rustyline::highlight::Highlighter for AnswerEnd {}
+impl rustyline::Helper for AnswerEnd {}
 
 /// Reads an answer from stdin: lines up to one holding only `.`, or to the end of input.
 /// Nothing at all (end of input at once) is no answer.

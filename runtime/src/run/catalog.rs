@@ -102,12 +102,15 @@ impl Catalog {
         let system_prompts = Arc::new(
             descriptor.roles.iter().map(|r| (r.name.clone(), r.system_prompt.clone())).collect(),
         );
+        let role_schemas =
+            Arc::new(descriptor.roles.iter().map(|r| (r.name.clone(), r.schema.clone())).collect());
         Ok(LoadedBundle {
             name: name.to_string(),
             hash,
             descriptor,
             schemas,
             system_prompts,
+            role_schemas,
             pre,
             cache,
         })

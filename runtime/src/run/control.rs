@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::agents::human::AnswerShape;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
@@ -13,7 +14,8 @@ use crate::run::worker::KILLED_RETURN_CODE;
 use crate::store::Storage;
 use crate::store::postgres::queue::{ControlRequest, Queue};
 use crate::store::records::{
-    End, EndRecord, EndStatus, PauseReason, Paused, ThreadRecord, ThreadStatus, ThreadSummary,
+    End, EndRecord, EndStatus, PauseReason, Paused, PendingCall, ThreadRecord, ThreadStatus,
+    ThreadSummary,
 };
 
 /// How long `kill` waits for a shared store's worker to stop a thread.
@@ -204,16 +206,63 @@ fn queued_ps(pg: &crate::store::postgres::Postgres) -> Result<Vec<PsEntry>> {
 
 /// Records `text` as the answer waiting thread `id` asked a person for; the thread's bundle
 /// is returned, to hand the thread over to its worker, which continues with the answer.
+///
+/// Answers sent at once are settled under the thread's run lock: the first is checked against
+/// the role's schema and journaled, and it is the one the thread goes on with; every other is
+/// refused ([`Error::ThreadBusy`] while the first holds the lock, [`Error::ThreadState`] once
+/// it is recorded) and leaves no trace. An answer that does not fit the role is refused with
+/// the reason ([`Error::InvalidAnswer`]), and the thread waits on.
 pub fn answer(store: &Storage, id: ThreadId, text: String) -> Result<BundleHash> {
-    let record = answerable(store, id)?;
     if text.trim().is_empty() {
         return Err(Error::Usage("the answer is empty; give the text the thread waits for".into()));
     }
-    let paused = record.paused.as_ref().expect("a waiting thread has a pause marker");
-    let call = paused.call.as_ref().expect("a waiting thread waits on a call");
-    let role = paused.role.clone().unwrap_or_default();
-    store.threads().journal(record.start.hash, id)?.record_answer(call, &role, text)?;
+    answerable(store, id)?;
+    let (writer, record) = store.threads().open(id)?;
+    let (role, call) = waited_call(&record)?;
+    let mut journal = store.threads().journal(record.start.hash, id)?;
+    if journal.answered(call) {
+        return Err(Error::ThreadState {
+            id: id.to_string(),
+            status: "answered",
+            reason: "another answer to its question was recorded first".into(),
+        });
+    }
+    if let Some(shape) = answer_shape(store, &record)?
+        && let Some(reason) = shape.mismatch(&text)
+    {
+        return Err(Error::InvalidAnswer {
+            id: id.to_string(),
+            role: role.to_string(),
+            reason,
+            expected: shape.example(),
+        });
+    }
+    journal.record_answer(call, role, text)?;
+    drop(writer);
     Ok(record.start.hash)
+}
+
+/// The role and the call waiting thread `record` needs answered.
+fn waited_call(record: &ThreadRecord) -> Result<(&str, &PendingCall)> {
+    match &record.paused {
+        Some(Paused { by: PauseReason::Waiting, role, call: Some(call) }) => {
+            Ok((role.as_deref().unwrap_or_default(), call))
+        }
+        _ => Err(Error::ThreadState {
+            id: record.id().to_string(),
+            status: record.status_at_rest().as_str(),
+            reason: "it is not waiting for a human answer".into(),
+        }),
+    }
+}
+
+/// What the answer thread `record` waits for must hold, if anything: the waited role's schema
+/// (see [`AnswerShape`]).
+pub fn answer_shape(store: &Storage, record: &ThreadRecord) -> Result<Option<AnswerShape>> {
+    let Some(Paused { role: Some(role), .. }) = &record.paused else { return Ok(None) };
+    let descriptor = store.bundles().descriptor(record.start.hash)?;
+    let llm_extractor = store.config()?.extractor.is_some();
+    Ok(descriptor.role(role).and_then(|spec| AnswerShape::of(role, &spec.schema, llm_extractor)))
 }
 
 /// Thread `id`, if it waits for a human answer.

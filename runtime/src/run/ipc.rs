@@ -60,7 +60,17 @@ pub enum Reply {
     /// A role started working, with this agent.
     Working { role: String, agent: String },
     /// A `human` agent asks the (interactive) follower; answer with [`ClientMessage::Answer`].
-    Question { role: String, system_prompt: String, context: String },
+    Question {
+        role: String,
+        system_prompt: String,
+        context: String,
+        /// A JSON value of the shape the answer must have, if it must have one.
+        #[serde(default)]
+        expected: Option<String>,
+        /// Why the last answer was refused, when the question is asked again.
+        #[serde(default)]
+        error: Option<String>,
+    },
     /// The thread stopped to wait for a human answer (`answer`).
     Waiting { role: String },
     /// A step was persisted (its agent and duration are in it).

@@ -210,11 +210,7 @@ impl QueuedThread {
                 None
             }
             ThreadStatus::Waiting if self.interactive && self.asked.is_none() => {
-                if let Some(question) = WaitingQuestion::of(&record) {
-                    self.asked = waits_on;
-                    let WaitingQuestion { role, system_prompt, context } = question;
-                    self.pending.push_back(Reply::Question { role, system_prompt, context });
-                }
+                self.ask(&record, None)?;
                 return Ok(());
             }
             ThreadStatus::Waiting => Some(Reply::Waiting {
@@ -237,9 +233,20 @@ impl QueuedThread {
         Ok(())
     }
 
+    /// Puts the question waiting thread `record` asks to the follower (again, with `error`,
+    /// after an answer that did not fit).
+    fn ask(&mut self, record: &ThreadRecord, error: Option<String>) -> Result<()> {
+        let Some(question) = WaitingQuestion::of(record) else { return Ok(()) };
+        let expected = crate::run::control::answer_shape(&self.store, record)?.map(|s| s.example());
+        self.asked = record.paused.as_ref().and_then(|p| p.call.clone());
+        let WaitingQuestion { role, system_prompt, context } = question;
+        self.pending.push_back(Reply::Question { role, system_prompt, context, expected, error });
+        Ok(())
+    }
+
     /// Answers the question the follower was asked: journals `text` under the call the
     /// thread waits on and queues it again (as `answer` does); `None` declines, and the
-    /// thread is left waiting.
+    /// thread is left waiting. An answer that does not fit the role is asked again.
     pub fn answer(&mut self, text: Option<String>) -> Result<()> {
         let Some(call) = self.asked.take() else { return Ok(()) };
         let Some(text) = text else {
@@ -251,9 +258,13 @@ impl QueuedThread {
         };
         match crate::run::control::answer(&self.store, self.id, text) {
             Ok(_) => enqueue(&self.store, &self.pg, self.id, &self.flags)?,
+            Err(Error::InvalidAnswer { reason, .. }) => {
+                let record = self.catch_up()?;
+                return self.ask(&record, Some(reason));
+            }
             // Answered meanwhile from elsewhere (`answer`, the web view), which queued it:
             // follow on.
-            Err(Error::ThreadState { .. }) => {}
+            Err(Error::ThreadState { .. } | Error::ThreadBusy(_)) => {}
             Err(e) => return Err(e),
         }
         self.answered = Some(call);

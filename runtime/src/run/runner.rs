@@ -122,6 +122,7 @@ pub async fn run_thread(
         prompt: record.start.parameters.prompt.clone(),
         steps: Arc::new(record.steps.clone()),
         system_prompts: bundle.system_prompts.clone(),
+        role_schemas: bundle.role_schemas.clone(),
     };
     let host =
         HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone(), view);

@@ -314,6 +314,8 @@ async fn follow_thread(
                     role: question.role,
                     system_prompt: question.system_prompt,
                     context: question.context,
+                    expected: question.expected,
+                    error: question.error,
                 };
                 let text = match connection.send(&asked).await {
                     Ok(()) => match connection.receive::<ClientMessage>().await {

@@ -64,6 +64,8 @@ pub struct LoadedBundle {
     pub schemas: std::collections::BTreeMap<String, std::sync::Arc<jsonschema::Validator>>,
     /// Each role's system prompt, shared by every thread's agent contexts.
     pub system_prompts: Arc<std::collections::HashMap<String, String>>,
+    /// Each role's schema as JSON, for what a person's answer must hold.
+    pub role_schemas: Arc<std::collections::HashMap<String, serde_json::Value>>,
     pub pre: BundlePre,
     pub cache: CacheOutcome,
 }

@@ -12,6 +12,7 @@ use super::bindings::{AgentCall, AgentError, ExtractError, ExtractRequest};
 use super::control::Activity;
 use super::state::{AnsweredCall, ThreadState};
 use crate::agents::extract::ExtractFailure;
+use crate::agents::human::AnswerShape;
 use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, Bound, RoleRef};
 use crate::clock::now_ms;
 use crate::faults::crash_point;
@@ -199,12 +200,16 @@ impl ThreadState {
         self.host.before_wait();
         let info = self.host.info.clone();
         let human = self.host.control.human.clone();
+        let schemas = self.host.thread.role_schemas.clone();
+        let llm_extractor = self.host.agents.as_ref().is_some_and(|a| a.extractor().is_some());
         let ask = |f: Fresh| {
-            let (info, human) = (info.clone(), human.clone());
+            let (info, human, schemas) = (info.clone(), human.clone(), schemas.clone());
             async move {
                 let started = Instant::now();
+                let role = &f.context.role.name;
+                let shape = schemas.get(role).and_then(|s| AnswerShape::of(role, s, llm_extractor));
                 let answer = match &*f.bound.agent {
-                    Agent::Human => match human.ask(&f.context).await {
+                    Agent::Human => match human.ask(&f.context, shape.as_ref()).await {
                         Some(text) => Ok(AgentAnswer { content: text, meta: None }),
                         None => Err(AgentFailure::Waiting),
                     },

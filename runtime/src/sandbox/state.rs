@@ -139,6 +139,8 @@ pub struct ThreadView {
     pub steps: Arc<Vec<StepRecord>>,
     /// Each role's system prompt, from the bundle's descriptor.
     pub system_prompts: Arc<HashMap<String, String>>,
+    /// Each role's schema, from the descriptor: what a person's answer must hold.
+    pub role_schemas: Arc<HashMap<String, serde_json::Value>>,
 }
 
 /// How often the epoch advances: the granularity of the guest-time budget (the engine's

@@ -140,6 +140,11 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         None
     };
     let log: Vec<InfoLine> = store.threads().info_tail(hash, id, LOG_LINES)?;
+    // What a person's answer must hold, for a thread that waits for one.
+    let expected = match status {
+        ThreadStatus::Waiting => control::answer_shape(store, &record)?.map(|s| s.example()),
+        _ => None,
+    };
     Ok(json!({
         "start": record.start,
         "status": status,
@@ -148,6 +153,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         "end": record.end.as_ref().map(crate::run::events::EndView::from),
         "working": working,
         "routing": routing(store, &record.start.name, hash, &record.steps),
+        "expected": expected,
         "log": log,
         "now": now_ms(),
     }))

@@ -208,6 +208,11 @@ impl Journal {
         Ok(())
     }
 
+    /// Whether the journal holds an answer to `call` (a person's, recorded by another `answer`).
+    pub fn answered(&self, call: &PendingCall) -> bool {
+        self.recorded.contains_key(&(call.step, call.seq))
+    }
+
     /// Records the answer to a call made elsewhere (a person's answer to a waiting thread).
     pub fn record_answer(&mut self, call: &PendingCall, role: &str, answer: String) -> Result<()> {
         self.begin_step(call.step);

@@ -292,6 +292,8 @@ function actions(t) {
   const buttons = [];
   if (t.status === "running") {
     buttons.push(el("button", { id: "pause", on: { click: run("pause", null, () => "The thread pauses after its current step.") } }, "Pause"));
+  }
+  if (!["completed", "failed", "killed"].includes(t.status)) {
     buttons.push(el("button", { id: "kill", class: "danger", on: { click: run("kill", null, () => "Killed.") } }, "Kill"));
   }
   if (t.status === "paused" || t.status === "interrupted") {
@@ -300,9 +302,10 @@ function actions(t) {
   buttons.push(el("button", { id: "fork", on: { click: run("fork", null, (a) => "Forked into " + a.thread) } }, "Fork all steps"));
   const box = el("div", { class: "actions" }, buttons);
   if (t.status === "waiting") {
-    const text = el("textarea", { id: "answer-text", placeholder: "Your answer" });
+    const text = el("textarea", { id: "answer-text", placeholder: t.expected ? "JSON like " + t.expected : "Your answer" });
     const send = el("button", { id: "answer", on: { click: run("answer", () => ({ text: text.value }), () => "Answered; the thread continues.") } }, "Answer");
-    return el("div", {}, box, el("label", {}, "Answer for ", el("strong", {}, t.paused.role || "?")), text, send);
+    const hint = t.expected ? el("p", { class: "muted" }, "The answer holds JSON like ", el("code", {}, t.expected)) : null;
+    return el("div", {}, box, el("label", {}, "Answer for ", el("strong", {}, t.paused.role || "?")), hint, text, send);
   }
   return box;
 }
