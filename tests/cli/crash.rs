@@ -139,7 +139,9 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
             self.command(&["worker", "--exit-when-idle"]).spawn()?;
         }
         wait_until("no thread runs", || {
-            Ok(self.threads()?.iter().all(|t| t["status"] != "running"))
+            Ok(self.threads()?.iter().all(|t| {
+                !["running", "queued"].contains(&t["status"].as_str().unwrap_or_default())
+            }))
         })?;
         for thread in self.threads()? {
             let id = thread["threadId"].as_str().unwrap();
@@ -223,7 +225,9 @@ fn kill_9_during_run_and_resume_loses_and_repeats_nothing() -> Result<()> {
         rig.kill_during(&["run", "solve-issue", "-p", "c", "--agent", &agent], 400)?;
         // A resume killed in turn, for the threads the first kill left unfinished.
         wait_until("no thread runs", || {
-            Ok(rig.threads()?.iter().all(|t| t["status"] != "running"))
+            Ok(rig.threads()?.iter().all(|t| {
+                !["running", "queued"].contains(&t["status"].as_str().unwrap_or_default())
+            }))
         })?;
         for thread in rig.threads()? {
             if thread["status"] == "interrupted" {

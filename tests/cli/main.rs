@@ -403,6 +403,17 @@ impl Mount {
         Ok(Some(mount))
     }
 
+    /// Writes a file until the file system is full; returns it (removing it makes room).
+    pub fn fill(&self) -> Result<PathBuf> {
+        use std::io::Write;
+        let path = self.at.join("filler");
+        let mut file = std::fs::File::create(&path)?;
+        let chunk = vec![0u8; 64 << 10];
+        while file.write_all(&chunk).is_ok() {}
+        let _ = file.sync_all();
+        Ok(path)
+    }
+
     fn run(at: &Path, args: &[&str]) -> Result<Option<Mount>> {
         if !is_root() {
             eprintln!("skipped: mounting a file system for this test needs root (CI runs as root)");

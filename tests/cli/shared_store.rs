@@ -488,3 +488,133 @@ fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()
     ensure!(no_key.contains("both sslcert and sslkey"), "{no_key}");
     Ok(())
 }
+
+/// Liveness comes from heartbeats, never from a pid: a worker killed with `kill -9` and left
+/// a zombie (its parent has not reaped it, so /proc still lists it) stops counting as alive,
+/// and a thread queued right after is taken by a worker started for it.
+#[test]
+fn a_killed_worker_left_a_zombie_does_not_hold_up_a_new_thread() -> Result<()> {
+    let (rig, _) = fresh_rig()?;
+    let worker = Worker::start(&rig, "worker.log")?;
+    worker.signal("-KILL")?;
+    // Not reaped: the test is its parent, and waits for it only when dropping it.
+    let out = rig.env.ok(&["run", "solve-issue", "-p", "z", "--agent", &rig.agent, "--detach"])?;
+    let thread = out.trim().to_string();
+    wait_until("the thread completes", || Ok(crate::status(&rig.env, &thread)? == "completed"))?;
+    drop(worker);
+    Ok(())
+}
+
+/// A rolling restart: SIGTERM to a worker in the middle of 20 threads. It stops claiming,
+/// finishes the steps at hand, hands its threads back to the queue and exits; the other
+/// worker continues them with no command. Every thread completes with exact records, and no
+/// journaled agent call is made again.
+#[test]
+fn a_worker_stopped_with_sigterm_hands_its_threads_to_another() -> Result<()> {
+    let (rig, reference) = fresh_rig()?;
+    let mut first = Worker::start(&rig, "first.log")?;
+    let threads: Vec<String> = (0..20)
+        .map(|_| {
+            let out = rig.env.ok(&[
+                "run",
+                "solve-issue",
+                "-p",
+                "c",
+                "--agent",
+                &rig.agent,
+                "--detach",
+            ])?;
+            Ok(out.trim().to_string())
+        })
+        .collect::<Result<_>>()?;
+    wait_until("the first worker is in the middle of them", || {
+        Ok(rig.env.sql("SELECT count(*) FROM thread_records")?.trim().parse::<usize>()? >= 40)
+    })?;
+    let _second = Worker::start(&rig, "second.log")?;
+    first.signal("-TERM")?;
+    let mut exited = None;
+    wait_until("the first worker exits", || {
+        exited = first.child.try_wait()?;
+        Ok(exited.is_some())
+    })?;
+    ensure!(exited.is_some_and(|s| s.success()), "it exited {exited:?}");
+    let log = std::fs::read_to_string(rig.env.dir.path().join("first.log"))?;
+    ensure!(log.contains("handed back to the queue"), "{log}");
+    for thread in &threads {
+        wait_until("every thread completes", || {
+            Ok(crate::status(&rig.env, thread)? == "completed")
+        })?;
+    }
+    let second = std::fs::read_to_string(rig.env.dir.path().join("second.log"))?;
+    ensure!(!second.contains("taken over from"), "the threads were handed back, not taken over");
+    let found = rig.check(&reference)?;
+    report("SIGTERM mid-run, 20 threads", 1, found);
+    ensure!(found == (0, 0), "lost or duplicated steps, repeated calls: {found:?}");
+    Ok(())
+}
+
+/// A queued thread follows as on the file store: each step printed with the agent that
+/// answered and its own duration, and a thread waiting in the queue listed `queued`, as `ps`
+/// lists it.
+#[test]
+fn a_queued_thread_shows_its_agents_durations_and_queued_status() -> Result<()> {
+    let (rig, _) = fresh_rig()?;
+    // The rig's agent, taking 0.3 s a call (whichever worker runs it).
+    let script = std::fs::read_to_string(rig.env.dir.path().join("agent.sh"))?;
+    let slow = rig
+        .env
+        .write_script("slow.sh", script.replace("${UNCAGED_TEST_AGENT_SLEEP:-0.03}", "0.3"))?;
+    let slow = format!("command:{}", slow.display());
+    let out = rig.env.run(&["run", "solve-issue", "-p", "c", "--agent", &slow])?;
+    ensure!(out.code == 0, "{out:?}");
+    let steps: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with('[')).collect();
+    ensure!(steps.len() == 5, "{}", out.stdout);
+    for line in &steps {
+        ensure!(line.contains(&format!(" {slow},")), "the step's agent: {line}");
+        let ms: u64 = line
+            .split(", ")
+            .nth(1)
+            .and_then(|rest| rest.split(" ms").next())
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("a duration in {line}"))?;
+        ensure!(ms >= 300, "each step took its agent's 0.3 s at least: {line}");
+    }
+    // One worker, one thread at a time: the second thread waits in the queue. (The worker
+    // `run` started on demand exits once idle first.)
+    wait_until("no worker is left", || {
+        Ok(rig.env.sql("SELECT count(*) FROM workers")?.trim() == "0")
+    })?;
+    let gate = rig.env.dir.path().join("gate");
+    let gated = rig.env.write_script(
+        "gated.sh",
+        format!(
+            "#!/bin/sh\ncat >/dev/null\nwhile [ ! -e {} ]; do sleep 0.05; done\necho '{{}}'\n",
+            gate.display()
+        ),
+    )?;
+    let gated = format!("command:{}", gated.display());
+    let mut worker =
+        rig.command(&["worker", "--max-threads", "1"]).stdout(Stdio::piped()).spawn()?;
+    let mut ready = String::new();
+    std::io::BufReader::new(worker.stdout.take().context("stdout")?).read_line(&mut ready)?;
+    ensure!(ready.starts_with("ready"), "the worker did not come up: {ready:?}");
+    let _worker = Worker { child: worker };
+    let held = rig.env.ok(&["run", "solve-issue", "-p", "a", "--agent", &gated, "--detach"])?;
+    let queued = rig.env.ok(&["run", "solve-issue", "-p", "b", "--agent", &gated, "--detach"])?;
+    let (held, queued) = (held.trim().to_string(), queued.trim().to_string());
+    wait_until("the first runs", || Ok(crate::status(&rig.env, &held)? == "running"))?;
+    assert_eq!(crate::status(&rig.env, &queued)?, "queued");
+    let listed = rig.env.json(&["threads", "--status", "queued"])?;
+    assert_eq!(listed[0]["threadId"], queued.as_str(), "{listed}");
+    let ps = rig.env.json(&["ps"])?;
+    let in_ps = ps.as_array().and_then(|p| p.iter().find(|t| t["threadId"] == queued.as_str()));
+    assert_eq!(in_ps.map(|t| t["state"].clone()), Some(Value::from("queued")), "{ps}");
+    std::fs::write(&gate, "")?;
+    for thread in [&held, &queued] {
+        wait_until("it completes", || {
+            Ok(crate::status(&rig.env, thread)? != "queued"
+                && crate::status(&rig.env, thread)? != "running")
+        })?;
+    }
+    Ok(())
+}

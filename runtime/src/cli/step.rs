@@ -67,7 +67,7 @@ impl StepCommand {
                 print_event(&Event::Ended { thread: id, end: end.end.clone() })?;
                 Ok(end.end.exit_code())
             }
-            RunOutcome::Stepped | RunOutcome::Paused => {
+            RunOutcome::Stepped | RunOutcome::Paused | RunOutcome::HandedBack => {
                 // At rest between steps, and said so: `step` or `resume` continues it.
                 if outcome == RunOutcome::Stepped {
                     writer.append_pause(Paused::by(PauseReason::Step))?;

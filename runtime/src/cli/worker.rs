@@ -12,9 +12,10 @@ const AFTER_HELP: &str = "\
 On a database store (--store postgres://… or UNCAGED_WORKFLOW_STORE), run one worker per
 machine, or several: each claims runnable threads of any workflow, up to --max-threads at
 once, renewing a lease on each; a worker that dies loses its leases, and the others take its
-threads over where they stopped. SIGTERM or Ctrl-C pauses its threads after their current
-step (another worker, or `resume`, continues them) and exits. Secrets for agents come from
-the worker's own environment.
+threads over where they stopped. On SIGTERM or Ctrl-C it stops claiming, lets each thread
+finish the step at hand (for --grace at most), hands its threads back to the queue, and
+exits: the other workers continue them, with no command. Secrets for agents come from the
+worker's own environment.
 
 Examples:
   UNCAGED_WORKFLOW_STORE=postgres://flows@db/flows uncaged-workflow worker
@@ -37,6 +38,10 @@ pub struct WorkerCommand {
     /// alive)
     #[arg(long)]
     pub exit_when_idle: bool,
+    /// On SIGTERM, how long threads may take to finish the step at hand before they are
+    /// handed back in the middle of it (their agent call is then asked again elsewhere)
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "30s")]
+    pub grace: std::time::Duration,
 }
 
 impl WorkerCommand {
@@ -51,6 +56,7 @@ impl WorkerCommand {
         let options = PoolOptions {
             max_threads: self.max_threads.map_or(limits.max_threads, |n| n as usize),
             exit_when_idle: self.exit_when_idle.then_some(crate::run::queued::ON_DEMAND_IDLE),
+            grace: self.grace,
         };
         pool::serve(store, options).await?;
         Ok(0)

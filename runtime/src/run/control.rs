@@ -97,7 +97,7 @@ async fn ask_queued(store: &Storage, id: ThreadId, request: ControlRequest) -> R
     }
     if request == ControlRequest::Kill {
         // `kill` returning means killed: wait for the worker to record it.
-        while store.threads().read(id)?.status() == ThreadStatus::Running {
+        while store.threads().read(id)?.is_live() {
             if Instant::now() > deadline {
                 return Err(Error::Host(format!(
                     "thread {id}: its worker did not stop it within {}s",
@@ -110,11 +110,11 @@ async fn ask_queued(store: &Storage, id: ThreadId, request: ControlRequest) -> R
     Ok(())
 }
 
-/// Thread `id`, if it is running.
+/// Thread `id`, if it is running (or queued to run, on a shared store).
 fn running(store: &Storage, id: ThreadId) -> Result<ThreadRecord> {
     let record = store.threads().read(id)?;
     let status = record.status();
-    if status != ThreadStatus::Running {
+    if !record.is_live() {
         return Err(Error::ThreadState {
             id: id.to_string(),
             status: status.as_str(),
@@ -285,7 +285,7 @@ pub fn answerable(store: &Storage, id: ThreadId) -> Result<ThreadRecord> {
 pub fn resumable(store: &Storage, id: ThreadId) -> Result<ThreadRecord> {
     let record = store.threads().read(id)?;
     match record.status() {
-        ThreadStatus::Running => Err(Error::ThreadBusy(id.to_string())),
+        ThreadStatus::Running | ThreadStatus::Queued => Err(Error::ThreadBusy(id.to_string())),
         status if status.is_ended() => Err(Error::ended(id, status.as_str())),
         _ => Ok(record),
     }

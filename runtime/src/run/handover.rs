@@ -47,7 +47,7 @@ impl Followed {
                 .send(&ipc::ClientMessage::Answer { text })
                 .await
                 .map_err(|e| lost(hash, e)),
-            Followed::Queued(thread) => thread.answer(text),
+            Followed::Queued(thread) => thread.answer(text).await,
         }
     }
 }
@@ -64,7 +64,7 @@ pub async fn hand_over(
 ) -> Result<(Followed, Accepted)> {
     if let Some(pg) = store.postgres() {
         let record = store.threads().read(id)?;
-        queued::enqueue(store, pg, id, flags)?;
+        queued::enqueue(store, pg, id, flags).await?;
         let accepted = Accepted { pid: None, cache_hit: false, steps: record.steps.len() };
         return Ok((
             Followed::Queued(Box::new(QueuedThread::new(store, pg, &record, flags, follow))),

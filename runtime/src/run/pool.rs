@@ -4,6 +4,11 @@
 //!
 //! It wakes on `LISTEN` (a thread queued, a kill or pause asked) and polls as well, so a lost
 //! notification connection slows it down but never stops it.
+//!
+//! On SIGTERM (a rolling restart) it stops claiming, lets each thread finish the step at hand
+//! within a grace period, and hands every thread back to the queue, where another worker
+//! continues it with no command; a step still at work when the grace runs out is dropped (its
+//! agent stopped) and asked again there, as after a crash.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,16 +32,13 @@ use crate::store::Storage;
 use crate::store::ThreadWriter;
 use crate::store::postgres::Postgres;
 use crate::store::postgres::queue::{
-    Activity, CONTROL_CHANNEL, Claimed, ControlRequest, QUEUE_CHANNEL, Queue,
+    Activity, CONTROL_CHANNEL, Claimed, ControlRequest, HEARTBEAT, QUEUE_CHANNEL, Queue,
 };
 use crate::store::postgres::threads::{PgThreads, PgWriter};
 use crate::store::records::{End, EndRecord, EndStatus, ThreadRecord};
 
 /// How often the worker looks at the queue and its requests when nothing woke it.
 const POLL: Duration = Duration::from_millis(500);
-
-/// How often it says it is alive (and what its threads do).
-const HEARTBEAT: Duration = Duration::from_secs(1);
 
 /// How a pool worker runs.
 #[derive(Debug, Clone)]
@@ -46,6 +48,9 @@ pub struct PoolOptions {
     /// Exit after this long with nothing to run (a worker `run` started on demand); `None`
     /// runs until SIGTERM or Ctrl-C.
     pub exit_when_idle: Option<Duration>,
+    /// On SIGTERM, how long threads may take to finish the step at hand before they are
+    /// handed back mid-step.
+    pub grace: Duration,
 }
 
 /// A thread this worker runs.
@@ -53,6 +58,16 @@ struct Running {
     control: Arc<ThreadControl>,
     since: u64,
     kill: Option<oneshot::Sender<()>>,
+    /// Stops the run where it is, recording nothing, to hand the thread back.
+    drop_step: Option<oneshot::Sender<()>>,
+}
+
+/// How a run of a claimed thread ended, for what happens to its place in the queue.
+enum Finished {
+    /// It came to rest (ended, paused, waits), or failed here: it leaves the queue.
+    Rest(Result<()>),
+    /// It stopped to be handed back (this worker is stopping): it stays queued for another.
+    HandedBack,
 }
 
 struct Pool {
@@ -149,8 +164,11 @@ pub async fn serve(store: Storage, options: PoolOptions) -> Result<()> {
             _ = pool.changed.notified() => {}
             _ = tokio::time::sleep(POLL) => {}
             _ = &mut stop => {
-                tracing::info!("worker {} stopping: pausing its threads", std::process::id());
-                pool.stop_all().await;
+                tracing::info!(
+                    "worker {} stopping: handing its threads back to the queue",
+                    std::process::id()
+                );
+                pool.hand_back_all(options.grace).await;
                 break;
             }
         }
@@ -239,13 +257,39 @@ impl Pool {
         }
     }
 
-    /// SIGTERM: every thread pauses after its current step, and is settled paused.
-    async fn stop_all(&self) {
+    /// SIGTERM: every thread stops after its current step and goes back to the queue; those
+    /// still in a step when `grace` runs out are stopped where they are.
+    async fn hand_back_all(&self, grace: Duration) {
         for running in self.running.lock().values() {
-            running.control.request_pause();
+            running.control.request_hand_back();
         }
-        while !self.running.lock().is_empty() {
-            self.changed.notified().await;
+        let finished = async {
+            while !self.running.lock().is_empty() {
+                let changed = self.changed.notified();
+                if self.running.lock().is_empty() {
+                    break;
+                }
+                changed.await;
+            }
+        };
+        if tokio::time::timeout(grace, finished).await.is_err() {
+            let late = self.running.lock().len();
+            tracing::warn!(
+                "{late} thread(s) still in a step after {}: stopped, their steps to be asked again",
+                humantime::format_duration(grace)
+            );
+            for running in self.running.lock().values_mut() {
+                if let Some(drop_step) = running.drop_step.take() {
+                    let _ = drop_step.send(());
+                }
+            }
+            while !self.running.lock().is_empty() {
+                let changed = self.changed.notified();
+                if self.running.lock().is_empty() {
+                    break;
+                }
+                changed.await;
+            }
         }
     }
 
@@ -257,14 +301,19 @@ impl Pool {
         }
         let control = Arc::new(ThreadControl::default());
         let (kill, killed) = oneshot::channel();
-        self.running
-            .lock()
-            .insert(id, Running { control: control.clone(), since: now_ms(), kill: Some(kill) });
+        let (drop_step, dropped) = oneshot::channel();
+        let running = Running {
+            control: control.clone(),
+            since: now_ms(),
+            kill: Some(kill),
+            drop_step: Some(drop_step),
+        };
+        self.running.lock().insert(id, running);
         let pool = self.clone();
         tokio::spawn(async move {
             let secrets = pool.store.config().map(|c| Secrets::from_env(&c)).unwrap_or_default();
             let flags = super::queued::flags_of(request, secrets);
-            match pool.run(id, token, flags, control, killed).await {
+            match pool.run(id, token, flags, control, killed, dropped).await {
                 // Said when it was settled: the thread waits in the queue for the database.
                 Err(e) if e.is_database_unavailable() => {}
                 Err(e) => tracing::error!("thread {id}: {e}"),
@@ -282,6 +331,7 @@ impl Pool {
         flags: AgentFlags,
         control: Arc<ThreadControl>,
         killed: oneshot::Receiver<()>,
+        dropped: oneshot::Receiver<()>,
     ) -> Result<()> {
         let record = match self.threads.read_lines(id) {
             Ok(Some(record)) => record,
@@ -289,12 +339,21 @@ impl Pool {
             Err(e) => return self.settle(id, token, Err(e)),
         };
         let mut writer = self.threads.writer(id, token, record.clone());
-        let outcome = self.run_held(&mut writer, &record, flags, control, killed).await;
-        // Settled while the lease is still held: once let go, the thread must not look
-        // runnable to another worker for an instant.
-        let outcome = self.settle(id, token, outcome);
-        drop(writer);
-        outcome
+        match self.run_held(&mut writer, &record, flags, control, killed, dropped).await {
+            Finished::HandedBack => {
+                self.queue.hand_back(id, token)?;
+                tracing::info!("thread {id}: handed back to the queue");
+                drop(writer);
+                Ok(())
+            }
+            // Settled while the lease is still held: once let go, the thread must not look
+            // runnable to another worker for an instant.
+            Finished::Rest(outcome) => {
+                let outcome = self.settle(id, token, outcome);
+                drop(writer);
+                outcome
+            }
+        }
     }
 
     /// Takes thread `id` out of the queue, unless the run lost its lease (another worker
@@ -326,28 +385,37 @@ impl Pool {
         flags: AgentFlags,
         control: Arc<ThreadControl>,
         killed: oneshot::Receiver<()>,
-    ) -> Result<()> {
-        lifecycle::check_continuable(&self.store, record)?;
-        let bundle = self.loaded(&record.start.name, record.start.hash)?;
-        let agents = lifecycle::agents_for(&self.store, record, &bundle, &flags)?;
-        let limits = lifecycle::limits_for(&self.store, record)?;
+        dropped: oneshot::Receiver<()>,
+    ) -> Finished {
+        let prepared = lifecycle::check_continuable(&self.store, record).and_then(|()| {
+            let bundle = self.loaded(&record.start.name, record.start.hash)?;
+            let agents = lifecycle::agents_for(&self.store, record, &bundle, &flags)?;
+            let limits = lifecycle::limits_for(&self.store, record)?;
+            Ok((bundle, agents, limits))
+        });
+        let (bundle, agents, limits) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => return Finished::Rest(Err(e)),
+        };
         let ctx =
             RunContext { runtime: &self.runtime, store: &self.store, agents, limits, control };
-        let finished = {
-            let run = run_thread(&ctx, &bundle, writer, record, Until::End, |_| {});
-            tokio::select! {
-                outcome = run => Some(outcome),
-                Ok(()) = killed => None,
+        // When the run future is dropped (killed, or its step dropped), the guest stops
+        // wherever it was, and an agent process it waited on is killed with it.
+        let run = run_thread(&ctx, &bundle, writer, record, Until::End, |_| {});
+        let outcome = tokio::select! {
+            outcome = run => outcome,
+            Ok(()) = killed => {
+                return Finished::Rest(writer.append_end(&EndRecord {
+                    end: End::by_host(KILLED_RETURN_CODE, "killed".into(), EndStatus::Killed),
+                    timestamp: now_ms(),
+                }));
             }
+            Ok(()) = dropped => return Finished::HandedBack,
         };
-        match finished {
-            Some(outcome) => outcome.map(|_: RunOutcome| ()),
-            // The run future was dropped: the guest stopped wherever it was, and an agent
-            // process it waited on was killed with it.
-            None => writer.append_end(&EndRecord {
-                end: End::by_host(KILLED_RETURN_CODE, "killed".into(), EndStatus::Killed),
-                timestamp: now_ms(),
-            }),
+        match outcome {
+            Ok(RunOutcome::HandedBack) => Finished::HandedBack,
+            Ok(_) => Finished::Rest(Ok(())),
+            Err(e) => Finished::Rest(Err(e)),
         }
     }
 }

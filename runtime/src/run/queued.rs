@@ -16,7 +16,7 @@ use crate::ids::ThreadId;
 use crate::run::ipc::{self, Reply};
 use crate::store::Storage;
 use crate::store::postgres::Postgres;
-use crate::store::postgres::queue::{Queue, RunRequest};
+use crate::store::postgres::queue::{ALIVE_WITHIN, HEARTBEAT, Queue, RunRequest};
 use crate::store::postgres::threads::PgThreads;
 use crate::store::records::{PendingCall, ThreadLines, ThreadRecord, ThreadStatus};
 
@@ -32,10 +32,32 @@ pub const ON_DEMAND_IDLE: Duration = Duration::from_secs(5);
 
 /// Queues thread `id` (its agents overridden by `flags`) and makes sure a worker is alive to
 /// take it.
-pub fn enqueue(store: &Storage, pg: &Postgres, id: ThreadId, flags: &AgentFlags) -> Result<()> {
+pub async fn enqueue(
+    store: &Storage,
+    pg: &Postgres,
+    id: ThreadId,
+    flags: &AgentFlags,
+) -> Result<()> {
     let queue = Queue::new(pg);
     queue.enqueue(id, &request_of(flags))?;
-    ensure_worker(store, &queue)
+    ensure_taken(store, &queue, id).await
+}
+
+/// Makes sure some worker takes queued thread `id`. A worker that looks alive may have just
+/// died (its heartbeat has not aged yet): until the thread is taken, or for as long as a
+/// heartbeat takes to go stale, a worker is started here as soon as none is alive. Workers
+/// alive but busy past that take the thread when they can.
+async fn ensure_taken(store: &Storage, queue: &Queue, id: ThreadId) -> Result<()> {
+    let deadline = std::time::Instant::now() + ALIVE_WITHIN + HEARTBEAT;
+    loop {
+        if queue.live_workers()? == 0 {
+            return start_worker(store);
+        }
+        if queue.is_taken(id)? || std::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The agent overrides of `flags` as the queue keeps them (never their secrets).
@@ -99,10 +121,10 @@ pub struct QueuedThread {
     queue: Queue,
     id: ThreadId,
     /// The thread's records read so far, the last one's sequence number, and whether a
-    /// worker held or was to take it at the last read.
+    /// worker held it, or it was queued, at the last read.
     lines: ThreadLines,
     read_to: i32,
-    running: Option<bool>,
+    live: Option<(bool, bool)>,
     /// The thread as those records make it (rebuilt only when they change).
     current: Option<Arc<ThreadRecord>>,
     /// Steps already reported.
@@ -135,7 +157,7 @@ impl QueuedThread {
             id: record.id(),
             lines: ThreadLines::default(),
             read_to: -1,
-            running: None,
+            live: None,
             current: None,
             seen: record.steps.len(),
             last_working: None,
@@ -166,18 +188,18 @@ impl QueuedThread {
             .threads
             .read_after(self.id, self.read_to)?
             .ok_or_else(|| Error::UnknownThread(self.id.to_string()))?;
-        let running = stored.running;
+        let live = (stored.held, stored.queued);
         if let Some(current) = &self.current
             && stored.lines.is_empty()
-            && self.running == Some(running)
+            && self.live == Some(live)
         {
             return Ok(current.clone());
         }
         if let Some(last) = stored.add_to(&mut self.lines) {
             self.read_to = last;
         }
-        self.running = Some(running);
-        let record = Arc::new(self.threads.record(self.id, self.lines.clone(), running)?);
+        self.live = Some(live);
+        let record = Arc::new(self.threads.record(self.id, self.lines.clone(), live.0, live.1)?);
         self.current = Some(record.clone());
         Ok(record)
     }
@@ -198,7 +220,7 @@ impl QueuedThread {
         }
         let waits_on = record.paused.as_ref().and_then(|p| p.call.clone());
         let rest = match record.status() {
-            ThreadStatus::Running => {
+            ThreadStatus::Running | ThreadStatus::Queued => {
                 self.check_workers()?;
                 None
             }
@@ -247,7 +269,7 @@ impl QueuedThread {
     /// Answers the question the follower was asked: journals `text` under the call the
     /// thread waits on and queues it again (as `answer` does); `None` declines, and the
     /// thread is left waiting. An answer that does not fit the role is asked again.
-    pub fn answer(&mut self, text: Option<String>) -> Result<()> {
+    pub async fn answer(&mut self, text: Option<String>) -> Result<()> {
         let Some(call) = self.asked.take() else { return Ok(()) };
         let Some(text) = text else {
             let role = self.catch_up()?.paused.as_ref().and_then(|p| p.role.clone());
@@ -257,7 +279,7 @@ impl QueuedThread {
             return Ok(());
         };
         match crate::run::control::answer(&self.store, self.id, text) {
-            Ok(_) => enqueue(&self.store, &self.pg, self.id, &self.flags)?,
+            Ok(_) => enqueue(&self.store, &self.pg, self.id, &self.flags).await?,
             Err(Error::InvalidAnswer { reason, .. }) => {
                 let record = self.catch_up()?;
                 return self.ask(&record, Some(reason));

@@ -51,6 +51,9 @@ pub enum RunOutcome {
     Stepped,
     /// A `human` agent needs an answer; the thread waits for `answer`.
     Waiting { role: String },
+    /// A hand-back was requested: the thread stopped after a step with nothing recorded, for
+    /// another worker to continue.
+    HandedBack,
 }
 
 /// Something that happened in a running thread, for progress output.
@@ -161,6 +164,10 @@ pub async fn run_thread(
             writer.append_pause(Paused::by(PauseReason::Pause))?;
             info.write(LogLevel::Info, TAG_PAUSE, &format!("paused after step {count}"));
             return Ok(RunOutcome::Paused);
+        }
+        if ctx.control.hand_back_requested() {
+            info.write(LogLevel::Info, TAG_PAUSE, &format!("handed back after step {count}"));
+            return Ok(RunOutcome::HandedBack);
         }
     }
 }

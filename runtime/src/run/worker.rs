@@ -436,7 +436,7 @@ fn start(
         });
         let reply = match outcome {
             Ok(RunOutcome::Ended(end)) => Reply::Ended { end },
-            Ok(RunOutcome::Paused | RunOutcome::Stepped) => {
+            Ok(RunOutcome::Paused | RunOutcome::Stepped | RunOutcome::HandedBack) => {
                 Reply::Paused { steps: ctx.control.steps() }
             }
             Ok(RunOutcome::Waiting { role }) => Reply::Waiting { role },

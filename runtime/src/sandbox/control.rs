@@ -13,6 +13,9 @@ use crate::agents::human::HumanPort;
 #[derive(Debug)]
 pub struct ThreadControl {
     pause: AtomicBool,
+    /// Stop after the current step without a word in the thread: its worker hands it back to
+    /// the queue (it is stopping), and another worker continues it.
+    hand_back: AtomicBool,
     /// What the thread does now, and since when (for `ps`)…
     activity: Mutex<Option<(Activity, u64)>>,
     /// …and each change of it, in order (for followers).
@@ -33,6 +36,7 @@ impl Default for ThreadControl {
     fn default() -> Self {
         ThreadControl {
             pause: AtomicBool::new(false),
+            hand_back: AtomicBool::new(false),
             activity: Mutex::new(None),
             activity_events: broadcast::channel(64).0,
             steps: AtomicUsize::new(0),
@@ -83,5 +87,16 @@ impl ThreadControl {
     /// Has a pause been asked for?
     pub fn pause_requested(&self) -> bool {
         self.pause.load(Ordering::SeqCst)
+    }
+
+    /// Asks the thread to stop after its current step is persisted, recording nothing: its
+    /// worker gives it to another.
+    pub fn request_hand_back(&self) {
+        self.hand_back.store(true, Ordering::SeqCst);
+    }
+
+    /// Has a hand-back been asked for?
+    pub fn hand_back_requested(&self) -> bool {
+        self.hand_back.load(Ordering::SeqCst)
     }
 }

@@ -357,7 +357,7 @@ impl Firer {
                 let never_ran = record.steps.is_empty()
                     && record.end.is_none()
                     && record.paused.is_none()
-                    && !record.running;
+                    && !record.is_live();
                 if !never_ran {
                     // Handed over before the crash: it runs, or ran, on its own.
                     let event = FiringEvent::Started { thread_id: id, at: now_ms() };

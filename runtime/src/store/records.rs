@@ -281,6 +281,9 @@ pub struct ThreadRecord {
     /// Whether a process held the thread's run lock when it was read.
     #[serde(skip)]
     pub running: bool,
+    /// Whether it waited in a shared store's queue for a worker to take it (and none held it).
+    #[serde(skip)]
+    pub queued: bool,
 }
 
 /// A thread as listings show it (`threads`, `ps`, `threads prune`): what a store can keep in
@@ -325,6 +328,7 @@ impl ThreadRecord {
             skipped_lines: vec![],
             step_lines: (2..steps.len() + 2).collect(),
             running: true,
+            queued: false,
         }
     }
 
@@ -362,6 +366,9 @@ pub enum ThreadStatus {
     Completed,
     Failed,
     Killed,
+    /// Waiting in a shared store's queue for a worker to take it. (Last, so that the listing
+    /// index written before it was kept reads the same.)
+    Queued,
 }
 
 impl ThreadStatus {
@@ -369,6 +376,7 @@ impl ThreadStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             ThreadStatus::Running => "running",
+            ThreadStatus::Queued => "queued",
             ThreadStatus::Paused => "paused",
             ThreadStatus::Waiting => "waiting",
             ThreadStatus::Interrupted => "interrupted",
@@ -379,7 +387,8 @@ impl ThreadStatus {
     }
 
     /// Every status, in the order of a thread's life.
-    pub const ALL: [ThreadStatus; 7] = [
+    pub const ALL: [ThreadStatus; 8] = [
+        ThreadStatus::Queued,
         ThreadStatus::Running,
         ThreadStatus::Paused,
         ThreadStatus::Waiting,
@@ -414,11 +423,16 @@ impl ThreadRecord {
     /// The thread's status. A thread being run holds its run lock, so "running" is known
     /// without asking any process, and a crashed run's lock is gone with it.
     pub fn status(&self) -> ThreadStatus {
-        if self.running && self.end.is_none() {
-            ThreadStatus::Running
-        } else {
-            self.status_at_rest()
+        match self.end {
+            None if self.running => ThreadStatus::Running,
+            None if self.queued => ThreadStatus::Queued,
+            _ => self.status_at_rest(),
         }
+    }
+
+    /// Whether a worker runs the thread or is about to: running, or queued for one.
+    pub fn is_live(&self) -> bool {
+        matches!(self.status(), ThreadStatus::Running | ThreadStatus::Queued)
     }
 
     /// The status the thread has when no process runs it: ended, paused, waiting, or
@@ -520,6 +534,7 @@ impl ThreadLines {
             skipped_lines: self.skipped_lines,
             step_lines: self.step_lines,
             running,
+            queued: false,
         };
         Some((record, cut_group))
     }

@@ -24,6 +24,13 @@ pub const QUEUE_CHANNEL: &str = "uncaged_workflow_queue";
 /// The channel a kill or pause request is announced on.
 pub const CONTROL_CHANNEL: &str = "uncaged_workflow_control";
 
+/// How often a worker says it is alive.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// A worker whose last heartbeat is older than this is dead: liveness comes from heartbeats,
+/// never from a process id (a zombie, or another process that reuses the pid, looks alive).
+pub const ALIVE_WITHIN: Duration = Duration::from_secs(3);
+
 /// How a queued thread is to run: the agent overrides of the command that queued it. Secrets
 /// are never queued: a worker uses its own environment.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -259,28 +266,49 @@ impl Queue {
         Ok(())
     }
 
-    /// How many workers are alive: those that sent a heartbeat within the last lease, less
-    /// those of this machine whose process is gone (killed without a word: no need to wait
-    /// for their heartbeat to age to know).
+    /// How many workers are alive: those that sent a heartbeat within [`ALIVE_WITHIN`].
     pub fn live_workers(&self) -> Result<usize> {
         let client = self.pg.client()?;
-        let rows = self.pg.wait(
+        let row = self.pg.wait(
             "count live workers",
-            client.query(
-                "SELECT host, pid FROM workers \
+            client.query_one(
+                "SELECT count(*) FROM workers \
                  WHERE heartbeat_at > now() - $1::bigint * interval '1 millisecond'",
-                &[&(self.pg.lease().as_millis() as i64)],
+                &[&(ALIVE_WITHIN.as_millis() as i64)],
             ),
         )?;
-        let here = hostname();
-        Ok(rows
-            .iter()
-            .filter(|row| {
-                let host: &str = row.get(0);
-                let pid: i32 = row.get(1);
-                host != here || std::path::Path::new(&format!("/proc/{pid}")).exists()
-            })
-            .count())
+        Ok(row.get::<_, i64>(0) as usize)
+    }
+
+    /// Whether a worker took thread `id` from the queue: it holds it under a live lease, or
+    /// has run it already (it is no longer runnable).
+    pub fn is_taken(&self, id: ThreadId) -> Result<bool> {
+        let client = self.pg.client()?;
+        let row = self.pg.wait(
+            &format!("look whether a worker took thread {id}"),
+            client.query_opt(
+                "SELECT 1 FROM threads WHERE id = $1 \
+                 AND (NOT runnable OR (lease_owner IS NOT NULL AND lease_until > now()))",
+                &[&id.to_string()],
+            ),
+        )?;
+        Ok(row.is_some())
+    }
+
+    /// Gives thread `id`, held under `token`, back to the queue: it stays runnable, nobody
+    /// holds it, and the workers are woken to take it at once (its worker is stopping).
+    pub fn hand_back(&self, id: ThreadId, token: i64) -> Result<()> {
+        let client = self.pg.client()?;
+        self.pg.wait(
+            &format!("hand thread {id} back to the queue"),
+            client.execute(
+                "UPDATE threads SET lease_owner = NULL, lease_until = NULL, activity = NULL, \
+                        control = NULL, queued_at = now() \
+                 WHERE id = $1 AND lease_token = $2",
+                &[&id.to_string(), &token],
+            ),
+        )?;
+        self.notify(QUEUE_CHANNEL, &id.to_string())
     }
 
     /// Threads that are queued or held by a live lease, with their worker.

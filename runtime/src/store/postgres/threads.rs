@@ -34,8 +34,10 @@ pub struct PgThreads {
 /// Records of a thread read from some point on.
 #[derive(Debug)]
 pub struct Stored {
-    /// Whether a worker holds the thread or is to take it.
-    pub running: bool,
+    /// Whether a worker holds the thread (its lease is live).
+    pub held: bool,
+    /// Whether it waits in the queue (nobody holds it).
+    pub queued: bool,
     /// The records, with their sequence numbers.
     pub lines: Vec<(i32, String)>,
 }
@@ -73,17 +75,24 @@ impl PgThreads {
     /// Reads thread `id`'s records; `None` if there is no such thread.
     pub fn read_lines(&self, id: ThreadId) -> Result<Option<ThreadRecord>> {
         let Some(stored) = self.read_after(id, -1)? else { return Ok(None) };
-        let running = stored.running;
+        let (held, queued) = (stored.held, stored.queued);
         let mut parsed = ThreadLines::default();
         stored.add_to(&mut parsed);
-        self.record(id, parsed, running).map(Some)
+        self.record(id, parsed, held, queued).map(Some)
     }
 
-    /// Thread `id` as its parsed records make it.
-    pub fn record(&self, id: ThreadId, parsed: ThreadLines, running: bool) -> Result<ThreadRecord> {
-        let (record, _) = parsed
-            .finish(running)
+    /// Thread `id` as its parsed records make it, held by a worker or queued for one.
+    pub fn record(
+        &self,
+        id: ThreadId,
+        parsed: ThreadLines,
+        held: bool,
+        queued: bool,
+    ) -> Result<ThreadRecord> {
+        let (mut record, _) = parsed
+            .finish(held)
             .ok_or_else(|| self.pg.bad_data(format!("thread {id} has no start record")))?;
+        record.queued = queued;
         Ok(record)
     }
 
@@ -95,7 +104,7 @@ impl PgThreads {
         let row = self.pg.wait(
             &format!("read thread {id}"),
             client.query_opt(
-                "SELECT (t.lease_owner IS NOT NULL AND t.lease_until > now()) OR t.runnable, \
+                "SELECT t.lease_owner IS NOT NULL AND t.lease_until > now(), t.runnable, \
                         coalesce(array_agg(r.seq ORDER BY r.seq) \
                                  FILTER (WHERE r.seq IS NOT NULL), '{}'), \
                         coalesce(array_agg(r.line ORDER BY r.seq) \
@@ -106,9 +115,11 @@ impl PgThreads {
             ),
         )?;
         let Some(row) = row else { return Ok(None) };
-        let seqs: Vec<i32> = row.get(1);
-        let lines: Vec<String> = row.get(2);
-        Ok(Some(Stored { running: row.get(0), lines: seqs.into_iter().zip(lines).collect() }))
+        let seqs: Vec<i32> = row.get(2);
+        let lines: Vec<String> = row.get(3);
+        let (held, runnable): (bool, bool) = (row.get(0), row.get(1));
+        let lines = seqs.into_iter().zip(lines).collect();
+        Ok(Some(Stored { held, queued: runnable && !held, lines }))
     }
 
     /// Takes thread `id`'s lease if nobody holds it (or its holder let it expire): the new
@@ -220,7 +231,7 @@ impl ThreadStore for PgThreads {
         let rows = self.pg.wait(
             "list threads",
             client.query(
-                "SELECT summary, (lease_owner IS NOT NULL AND lease_until > now()) OR runnable \
+                "SELECT summary, lease_owner IS NOT NULL AND lease_until > now(), runnable \
                  FROM threads ORDER BY id",
                 &[],
             ),
@@ -234,9 +245,13 @@ impl ThreadStore for PgThreads {
                     continue;
                 }
             };
-            let live: bool = row.get(1);
-            if live && !summary.status.is_ended() {
-                summary.status = ThreadStatus::Running;
+            let (held, runnable): (bool, bool) = (row.get(1), row.get(2));
+            if !summary.status.is_ended() {
+                if held {
+                    summary.status = ThreadStatus::Running;
+                } else if runnable {
+                    summary.status = ThreadStatus::Queued;
+                }
             }
             summaries.push(summary);
         }
