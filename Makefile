@@ -18,7 +18,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash \
-	interpreter check-interpreter browser postgres bench-postgres install-check
+	interpreter check-interpreter browser postgres bench-postgres bench-serve install-check
 
 all: build bundles
 
@@ -156,3 +156,7 @@ bench: guest-target postgres
 # The PostgreSQL part of the benchmarks alone, put in place in BENCHMARKS.md.
 bench-postgres: guest-target postgres
 	python3 runtime/benches/report.py --only postgres
+
+# `serve` under load alone (stalled connections, thousands of live views), put in place.
+bench-serve: guest-target
+	python3 runtime/benches/report.py --only serve

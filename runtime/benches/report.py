@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import postgres  # noqa: E402  (runtime/benches/postgres.py)
+import serve_load  # noqa: E402  (runtime/benches/serve_load.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
@@ -358,6 +359,7 @@ def main():
     lines.append("")
 
     lines += listing
+    lines += serve_load.section()
     lines += postgres.section(PYTHON)
     lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for mode, ours_us, native_us, peer_us in verdicts:
@@ -400,7 +402,12 @@ def only_postgres():
     sh(PYTHON, "-m", "pip", "install", "-q", *LANGGRAPH)
     sh("cargo", "build", "--release", "-p", "uncaged-workflow")
     sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
-    section = postgres.section(PYTHON)
+    in_place(postgres.section(PYTHON))
+
+
+def in_place(section):
+    """Puts `section` (its first line a heading) into BENCHMARKS.md where it is, or before the
+    targets."""
     path = ROOT / "BENCHMARKS.md"
     lines = path.read_text().splitlines()
     start = next((i for i, l in enumerate(lines) if l == section[0]), None)
@@ -415,6 +422,10 @@ def only_postgres():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--only", "postgres"]:
         only_postgres()
+    elif sys.argv[1:] == ["--only", "serve"]:
+        sh("cargo", "build", "--release", "-p", "uncaged-workflow")
+        sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
+        in_place(serve_load.section())
     elif sys.argv[1:] == ["--only", "threads"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         print("\n".join(thread_listing_lines()))

@@ -21,8 +21,9 @@ mod registry;
 mod run;
 mod sandbox;
 mod schedule;
+mod serve;
 mod shared_store;
-mod web;
+pub mod web;
 
 #[path = "../support/postgres.rs"]
 pub mod postgres;
@@ -290,10 +291,20 @@ pub struct Serve {
 impl Serve {
     /// Starts `serve --listen 127.0.0.1:0` with `args` and waits for the address it prints.
     pub fn start(env: &Env, args: &[&str], vars: &[(&str, &str)]) -> Result<Serve> {
+        Serve::start_on(env, "127.0.0.1:0", args, vars)
+    }
+
+    /// Starts `serve --listen LISTEN` with `args` and waits for the address it prints.
+    pub fn start_on(
+        env: &Env,
+        listen: &str,
+        args: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Result<Serve> {
         use std::io::BufRead;
         let mut child = env
             .command()
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(args)
             .envs(vars.iter().copied())
             .stdout(std::process::Stdio::piped())

@@ -61,7 +61,7 @@ impl Drop for Driver {
 }
 
 /// The CSRF token the page carries for its actions.
-fn csrf_of(html: &str) -> Result<String> {
+pub fn csrf_of(html: &str) -> Result<String> {
     let after = html.split("name=\"csrf\" content=\"").nth(1).context("no CSRF token")?;
     Ok(after.split('"').next().unwrap_or_default().to_string())
 }
@@ -148,7 +148,8 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
     )?;
     env.ok(&["add", "hostile", flow.to_str().unwrap()])?;
     let long_line = "x".repeat(100_000);
-    let answer = json!({"content": format!("{HOSTILE}\n{long_line}"), "meta": {"html": HOSTILE, "link": "javascript:alert(1)"}});
+    // And a right-to-left override, which would reverse what follows it on screen.
+    let answer = json!({"content": format!("{HOSTILE}\u{202e}desrever\n{long_line}"), "meta": {"html": HOSTILE, "link": "javascript:alert(1)"}});
     let agent = env.write_script(
         "hostile.sh",
         format!("#!/bin/sh\ncat > /dev/null\ncat <<'EOF'\n{answer}\nEOF\n"),
@@ -222,6 +223,15 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
                 "{page}"
             );
         }
+        // Characters that reorder or hide text are shown escaped, as the CLI shows them.
+        browser.goto(&format!("{base}/#/thread/{hostile}")).await?;
+        wait_for(&browser, "the hostile thread again", "return document.querySelectorAll('#view details.step').length === 1").await?;
+        let bidi = eval(&browser, r#"document.querySelectorAll('details').forEach(d => d.open = true);
+            const text = document.getElementById('view').textContent;
+            return [text.includes(String.fromCodePoint(0x202e)), text.includes('\\u{202e}desrever')];"#).await?;
+        assert_eq!(bidi, json!([false, true]));
+        browser.goto(&format!("{base}/#/")).await?;
+        wait_for(&browser, "the list", "return document.querySelectorAll('#threads tbody tr').length === 2").await?;
         // The list: both threads, newest first.
         let ids = eval(&browser, "return [...document.querySelectorAll('#threads tbody tr')].map(r => r.dataset.thread)").await?;
         assert_eq!(ids, json!([id, hostile]));

@@ -4,6 +4,7 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use crate::error::Error;
+use crate::serve::connections::ConnectionLimits;
 use crate::serve::{self, DEFAULT_ADDR, Options};
 
 const AFTER_HELP: &str = "\
@@ -49,7 +50,14 @@ impl ServeCommand {
             })?),
             (None, None) => None,
         };
-        let options = Options { addr, host, token, schedules: !self.no_schedules };
+        crate::run::worker::raise_open_files_limit();
+        let defaults = ConnectionLimits::defaults();
+        let limits = ConnectionLimits {
+            header_timeout: config.header_timeout.map_or(defaults.header_timeout, |t| t.0),
+            idle_timeout: config.idle_timeout.map_or(defaults.idle_timeout, |t| t.0),
+            max_connections: config.max_connections.unwrap_or(defaults.max_connections),
+        };
+        let options = Options { addr, host, token, schedules: !self.no_schedules, limits };
         let firing = options.schedules;
         let shutdown = async {
             let mut term =

@@ -237,10 +237,11 @@ impl Firer {
             }
             Trigger::Poll { every_ms, .. } => {
                 let state = self.store.schedules().poll_state(&schedule.name)?;
-                let due = state.last_check.is_none_or(|t| now >= t + every_ms);
-                // Checked now if due: the next check is an interval from now.
-                let last = if due { now } else { state.last_check.unwrap_or(now) };
-                pass.due_at(Some(last + every_ms));
+                let next = state.next_check(*every_ms, schedule.since);
+                let due = now >= next;
+                // Checked now if due: the next check is an interval (or a backoff) from now.
+                let checked = PollState { last_check: Some(if due { now } else { next }), ..state };
+                pass.due_at(Some(if due { checked.next_check(*every_ms, now) } else { next }));
                 Ok(due)
             }
         }
@@ -263,10 +264,14 @@ impl Firer {
             }
             Err(e) => Err(Error::Usage(format!("poll command: {e}"))),
         };
-        let state = PollState {
-            last_check: Some(now_ms()),
-            last_error: outcome.as_ref().err().map(|e| crate::error::chain_line(e)),
+        let failed = outcome.as_ref().err().map(|e| crate::error::chain_line(e));
+        let failures = match &failed {
+            Some(_) => {
+                self.store.schedules().poll_state(&schedule.name)?.failures.saturating_add(1)
+            }
+            None => 0,
         };
+        let state = PollState { last_check: Some(now_ms()), last_error: failed, failures };
         self.store.schedules().set_poll_state(&schedule.name, &state)?;
         outcome
     }

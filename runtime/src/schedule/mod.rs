@@ -207,7 +207,7 @@ pub fn statuses_with(
             }
             Trigger::Poll { every_ms, .. } => {
                 let state = schedules.poll_state(&schedule.name)?;
-                (Some(state.last_check.map_or(now, |t| (t + every_ms).max(now))), state.last_error)
+                (Some(state.next_check(*every_ms, schedule.since)), state.last_error)
             }
         };
         // A poll that fails, or a firing whose thread could not be created.

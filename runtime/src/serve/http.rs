@@ -10,7 +10,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, Query, Request, State};
@@ -29,12 +28,14 @@ use crate::ids::{Digest, ThreadId};
 use crate::run::{control, handover, lifecycle};
 use crate::store::Storage;
 
-/// The cookie holding the access token.
-const TOKEN_COOKIE: &str = "uncaged_workflow_token";
+/// The cookie holding the access token, named per port (`uncaged_workflow_token_8420`):
+/// cookies are not kept apart by port, and two servers on one host must not read each
+/// other's.
+pub fn token_cookie(port: u16) -> String {
+    format!("uncaged_workflow_token_{port}")
+}
 /// The header a POST carries the CSRF token in.
 pub const CSRF_HEADER: &str = "x-uncaged-csrf";
-/// How often a live view looks for changes.
-const LIVE_INTERVAL: Duration = Duration::from_millis(300);
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -52,6 +53,10 @@ pub struct App {
     pub histories: parking_lot::Mutex<crate::schedule::Histories>,
     /// Set when the server stops: live views end.
     pub stopping: tokio::sync::watch::Sender<bool>,
+    /// What live views watch, each watched once.
+    pub live: super::live::LiveViews,
+    /// The name of the token's cookie (see [`token_cookie`]).
+    pub cookie: String,
 }
 
 type Shared = State<Arc<App>>;
@@ -80,7 +85,7 @@ async fn guard(State(app): Shared, request: Request, next: Next) -> Response {
         return refuse(StatusCode::MISDIRECTED_REQUEST, "this server does not answer to that host");
     }
     if let Some(token) = &app.token {
-        let given_cookie = cookie(headers, TOKEN_COOKIE);
+        let given_cookie = cookie(headers, &app.cookie);
         let given_bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|h| h.to_str().ok())
@@ -97,7 +102,7 @@ async fn guard(State(app): Shared, request: Request, next: Next) -> Response {
             // The token leaves the address bar (and history) at once, for a cookie scripts
             // cannot read and other sites do not send.
             let mut response = Redirect::to("/").into_response();
-            let cookie = format!("{TOKEN_COOKIE}={given}; Path=/; HttpOnly; SameSite=Strict");
+            let cookie = format!("{}={given}; Path=/; HttpOnly; SameSite=Strict", app.cookie);
             if let Ok(value) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
             }
@@ -208,6 +213,44 @@ impl IntoResponse for ApiError {
 
 type ApiResult = Result<axum::Json<Value>, ApiError>;
 
+/// A JSON request body, refused (400 malformed, 415 not JSON, 422 the wrong shape) with the
+/// same JSON error every answer of the API gives, not axum's plain text.
+pub struct JsonBody<T>(pub T);
+
+impl<T, S> axum::extract::FromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(request, state).await {
+            Ok(axum::Json(value)) => Ok(JsonBody(value)),
+            Err(rejection) => {
+                let message = rejection.body_text();
+                Err((rejection.status(), axum::Json(json!({"error": message}))).into_response())
+            }
+        }
+    }
+}
+
+impl<T, S> axum::extract::OptionalFromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    /// No body (no content type) is no value; a body that is there must be good JSON.
+    async fn from_request(request: Request, state: &S) -> Result<Option<Self>, Self::Rejection> {
+        if !request.headers().contains_key(header::CONTENT_TYPE) {
+            return Ok(None);
+        }
+        <Self as axum::extract::FromRequest<S>>::from_request(request, state).await.map(Some)
+    }
+}
+
 fn to_json(value: impl serde::Serialize) -> ApiResult {
     Ok(axum::Json(serde_json::to_value(value).expect("views serialize")))
 }
@@ -244,35 +287,35 @@ struct EventsQuery {
 
 /// Server-sent events: `change` whenever what the open view shows has changed (the threads,
 /// the schedules, and the watched thread's records and agent at work); the page then fetches
-/// it again.
+/// it again. The view is watched once for all the streams that watch it ([`super::live`]).
 async fn events(
     State(app): Shared,
     Query(query): Query<EventsQuery>,
 ) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let thread: Option<ThreadId> = query.thread.and_then(|t| t.parse().ok());
+    let changes = app.live.subscribe(&app, thread);
     let stopping = app.stopping.subscribe();
-    let start = (app, None::<String>, stopping);
-    let stream = futures::stream::unfold(start, move |(app, last, mut stopping)| async move {
-        loop {
-            if *stopping.borrow() {
-                return None;
-            }
-            let now = fingerprint(&app, thread).await;
-            if last.as_ref() != Some(&now) {
-                let event = Event::default().event("change").data(now.clone());
-                return Some((Ok(event), (app, Some(now), stopping)));
-            }
+    let start = (changes, stopping, true);
+    let stream = futures::stream::unfold(start, |(mut changes, mut stopping, first)| async move {
+        // The first event is the state at once (once known); then one per change.
+        if !first || changes.borrow().is_empty() {
             tokio::select! {
-                _ = tokio::time::sleep(LIVE_INTERVAL) => {}
+                changed = changes.changed() => changed.ok()?,
                 _ = stopping.changed() => return None,
             }
         }
+        if *stopping.borrow() {
+            return None;
+        }
+        let digest = changes.borrow_and_update().clone();
+        let event = Event::default().event("change").data(digest);
+        Some((Ok(event), (changes, stopping, false)))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
 /// A digest of what a view shows: it changes when the view should be fetched again.
-async fn fingerprint(app: &App, thread: Option<ThreadId>) -> String {
+pub(super) async fn fingerprint(app: &App, thread: Option<ThreadId>) -> String {
     let store = &app.store;
     let mut parts = Vec::new();
     // A thread's page changes with its thread only: another thread's step must not redraw it
@@ -321,7 +364,7 @@ struct ActionBody {
 async fn act(
     State(app): Shared,
     Path((id, action)): Path<(String, String)>,
-    body: Option<axum::Json<ActionBody>>,
+    body: Option<JsonBody<ActionBody>>,
 ) -> ApiResult {
     let store = &app.store;
     let id: ThreadId = id.parse()?;

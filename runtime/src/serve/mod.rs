@@ -5,7 +5,9 @@
 //! runs, and the web view reads the same store the CLI does, through the library.
 
 mod assets;
+pub mod connections;
 pub mod http;
+pub mod live;
 pub mod views;
 
 use std::net::SocketAddr;
@@ -34,6 +36,8 @@ pub struct Options {
     pub token: Option<String>,
     /// Fire schedules (off: only the web view).
     pub schedules: bool,
+    /// The bounds of every connection.
+    pub limits: connections::ConnectionLimits,
 }
 
 /// Listens on `options.addr` and serves until `shutdown` completes; `ready` is told the
@@ -45,6 +49,8 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let addr = options.addr;
+    // Each connection holds a descriptor: the soft limit (often 1,024) would cap them low.
+    crate::run::worker::raise_open_files_limit();
     if !addr.ip().is_loopback() && options.token.is_none() {
         return Err(Error::Usage(format!(
             "refusing to listen on {addr} without a token: anyone who can reach it could read \
@@ -89,7 +95,9 @@ pub async fn serve(
         csrf,
         hosts,
         histories: Default::default(),
+        cookie: http::token_cookie(bound.port()),
         stopping: tokio::sync::watch::channel(false).0,
+        live: Default::default(),
     });
     let firing =
         options.schedules.then(|| tokio::spawn(fire_forever(store, app.stopping.subscribe())));
@@ -101,12 +109,19 @@ pub async fn serve(
         shutdown.await;
         stopping.send_replace(true);
     };
-    let served = axum::serve(listener, http::router(app)).with_graceful_shutdown(shutdown).await;
+    tokio::spawn(shutdown);
+    connections::serve(
+        listener,
+        http::router(app.clone()),
+        options.limits,
+        app.stopping.subscribe(),
+    )
+    .await;
     // A pass under way is finished, not cut short: its firings are all started.
     if let Some(firing) = firing {
         let _ = firing.await;
     }
-    served.map_err(|e| Error::Host(format!("serving {bound}: {e}")))
+    Ok(())
 }
 
 /// The address `listen` (`HOST:PORT`, the host an address or a name) stands for, and the host

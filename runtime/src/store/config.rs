@@ -89,6 +89,16 @@ pub struct ServeConfig {
     /// `UNCAGED_WORKFLOW_TOKEN` gives one.
     #[serde(default)]
     pub token_env: Option<String>,
+    /// The most connections served at once [default: what the process's descriptors allow,
+    /// 4,096 at most].
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// How long a client may take to send a request's headers [default: 10s].
+    #[serde(default)]
+    pub header_timeout: Option<Seconds>,
+    /// How long a connection may be quiet before it is closed [default: 60s].
+    #[serde(default)]
+    pub idle_timeout: Option<Seconds>,
 }
 
 /// One named agent binding: its kind and the failure policy of its calls. (Read by hand,
@@ -269,7 +279,8 @@ impl Config {
 
 /// Keys of the top level.
 const TOP_KEYS: &[&str] = &["agent", "agents", "roles", "extractor", "limits", "serve"];
-const SERVE_KEYS: &[&str] = &["listen", "token_env"];
+const SERVE_KEYS: &[&str] =
+    &["listen", "token_env", "max_connections", "header_timeout", "idle_timeout"];
 /// Keys every agent binding may have, and those of each kind.
 const BINDING_KEYS: &[&str] = &["kind", "timeout", "retries", "retry_delay"];
 const KIND_KEYS: &[(&str, &[&str])] = &[

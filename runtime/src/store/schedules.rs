@@ -297,6 +297,30 @@ pub struct PollState {
     pub last_check: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Checks that failed in a row since the last that worked: each doubles the wait before
+    /// the next (see [`PollState::next_check`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The longest a failing poll waits between checks (unless its own interval is longer).
+const MAX_BACKOFF_MS: u64 = 60 * 60 * 1000;
+
+impl PollState {
+    /// When the next check of a poll checked every `every_ms` is due: an interval after the
+    /// last check, the interval doubled for each failure in a row (up to an hour, or the
+    /// interval if longer), so that a broken command is not run, and reported, without end.
+    /// A poll never checked is due at `since` (when the schedule began). The instant stays
+    /// put while a check runs or is overdue: it is a time, not "now".
+    pub fn next_check(&self, every_ms: u64, since: u64) -> u64 {
+        let Some(last) = self.last_check else { return since };
+        let backoff = every_ms.saturating_mul(1 << self.failures.min(16));
+        last.saturating_add(backoff.min(MAX_BACKOFF_MS.max(every_ms)))
+    }
 }
 
 /// Where schedules are kept: the home directory, or the database.

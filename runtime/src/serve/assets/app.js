@@ -18,16 +18,24 @@ function el(tag, attrs, ...children) {
     if (value === undefined || value === null || value === false) continue;
     if (key === "class") node.className = value;
     else if (key === "on") for (const [ev, fn] of Object.entries(value)) node.addEventListener(ev, fn);
-    else node.setAttribute(key, String(value));
+    else node.setAttribute(key, shown(value));
   }
   append(node, children);
   return node;
 }
 
+// Text a bundle, an agent or a poll wrote is shown as the CLI shows it: control characters
+// and the invisible ones that reorder or hide text (bidirectional overrides, zero-width
+// characters) escaped as \u{…}; line breaks and tabs kept.
+const HIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
+function shown(text) {
+  return String(text).replace(HIDDEN, (c) => "\\u{" + c.codePointAt(0).toString(16) + "}");
+}
+
 function append(node, children) {
   for (const child of children.flat()) {
     if (child === undefined || child === null || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    node.append(child instanceof Node ? child : document.createTextNode(shown(child)));
   }
   return node;
 }
@@ -36,7 +44,7 @@ const SVG = "http://www.w3.org/2000/svg";
 function svg(tag, attrs, text) {
   const node = document.createElementNS(SVG, tag);
   for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, String(value));
-  if (text !== undefined) node.textContent = String(text);
+  if (text !== undefined) node.textContent = shown(text);
   return node;
 }
 
@@ -74,7 +82,7 @@ function ago(ms, now) {
 
 function notice(text, error) {
   const box = document.getElementById("notice");
-  box.textContent = text;
+  box.textContent = shown(text);
   box.className = error ? "error" : "";
   box.hidden = false;
   clearTimeout(notice.timer);
