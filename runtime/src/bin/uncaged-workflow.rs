@@ -59,5 +59,8 @@ fn init_tracing(verbose: u8) {
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .without_time()
+        // A log that cannot be written (a worker's log on a full disk) is not worth a panic:
+        // tracing would report it with `eprintln!`, which panics when stderr fails too.
+        .log_internal_errors(false)
         .init();
 }

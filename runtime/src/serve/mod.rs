@@ -157,24 +157,24 @@ async fn fire_forever(store: Storage, mut stopping: tokio::sync::watch::Receiver
         let next = match firer.pass().await {
             Ok(pass) => {
                 for started in &pass.started {
-                    eprintln!(
-                        "uncaged-workflow: schedule {}: started thread {} ({})",
+                    say(format_args!(
+                        "schedule {}: started thread {} ({})",
                         started.schedule,
                         started.thread_id,
                         crate::terminal::line(&started.firing)
-                    );
+                    ));
                 }
                 for failed in &pass.errors {
-                    eprintln!(
-                        "uncaged-workflow: schedule {}: {}",
+                    say(format_args!(
+                        "schedule {}: {}",
                         failed.schedule,
                         crate::terminal::line(&failed.error)
-                    );
+                    ));
                 }
                 pass.next
             }
             Err(e) => {
-                eprintln!("uncaged-workflow: firing schedules: {}", crate::error::chain_line(&e));
+                say(format_args!("firing schedules: {}", crate::error::chain_line(&e)));
                 None
             }
         };
@@ -186,6 +186,13 @@ async fn fire_forever(store: Storage, mut stopping: tokio::sync::watch::Receiver
             _ = stopping.changed() => {}
         }
     }
+}
+
+/// A line on stderr about what the schedule loop did. A stderr that cannot be written (a log
+/// file on a full disk) loses the line; it does not stop the server, as `eprintln!` would.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "uncaged-workflow: {line}");
 }
 
 /// 128 random bits as hex, from the operating system.
