@@ -142,7 +142,10 @@ def section():
             "hearing the thread's state once (the thread is watched once for all of them):", "",
             "| server RSS | MiB |", "|---|---|",
             f"| before | {before:.0f} |", f"| {STREAMS:,} streams open | {watching:.0f} |",
-            f"| 3 s after they closed | {after:.0f} |", ""]
+            f"| 3 s after they closed | {after:.0f} |", "",
+            "Before the connection bounds and the shared watch (a23869d), an outside test found a normal",
+            "request timing out under 1,100 stalled connections, and 2,000 streams taking the server from",
+            "13 MiB to 3 GiB, 1.7 GiB of it staying after they closed.", ""]
 
 
 if __name__ == "__main__":
