@@ -5,7 +5,7 @@
   checkpointer (langgraph-checkpoint-postgres), all against the same server;
 - throughput of short threads (10 steps, instant agent) with 1, 2 and 4 worker processes;
 - takeover: from `kill -9` of a worker to the first new step of its threads on another;
-- what a thread and a step cost in the database, for the README's capacity plan.
+- what a thread and a step cost in the database, for the capacity plan in docs/postgres.md.
 
 The server is the distribution's PostgreSQL, `initdb` in a temporary directory, on an ephemeral
 loopback port, run as the `postgres` user when we are root, with its durable defaults (fsync on).

@@ -203,11 +203,74 @@ mod tests {
     fn the_documented_exit_codes_are_the_table() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let table = crate::error::exit::markdown();
-        let documented = ["README.md", "docs/commands.md"]
-            .iter()
-            .filter_map(|page| std::fs::read_to_string(root.join(page)).ok())
-            .any(|text| text.contains(&table));
-        assert!(documented, "no page of the documentation holds this table:\n{table}");
+        let documented = std::fs::read_to_string(root.join("docs/commands.md"))
+            .is_ok_and(|text| text.contains(&table));
+        assert!(documented, "docs/commands.md does not hold this table:\n{table}");
+    }
+
+    /// Every command the documentation shows (in its code blocks) still parses: a flag renamed
+    /// or a command removed fails here, not in a reader's shell.
+    #[test]
+    fn every_command_in_the_documentation_parses() {
+        use clap::Parser;
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut pages = vec![root.join("README.md")];
+        for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+        let mut checked = 0;
+        for page in pages {
+            let text = std::fs::read_to_string(&page).unwrap();
+            let mut in_code = false;
+            for (number, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("```") {
+                    in_code = !in_code;
+                    continue;
+                }
+                let Some(command) = in_code.then(|| documented_command(line)).flatten() else {
+                    continue;
+                };
+                let words = shlex::split(&command)
+                    .unwrap_or_else(|| panic!("{}:{}: {command}", page.display(), number + 1));
+                if let Err(e) = super::Cli::try_parse_from(&words) {
+                    // An agent program shown (`command:./agent.sh`) need not be on this machine.
+                    let elsewhere = e.kind() == clap::error::ErrorKind::ValueValidation
+                        && e.to_string().contains("does not exist");
+                    let shown = e.kind() == clap::error::ErrorKind::DisplayHelp || elsewhere;
+                    assert!(
+                        shown,
+                        "{}:{}: `{command}` does not parse: {e}",
+                        page.display(),
+                        number + 1
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 40, "only {checked} commands found in the documentation");
+    }
+
+    /// The `uncaged-workflow …` command on a line of a code block, without a prompt, a shell
+    /// variable, a comment or what a pipe or a redirection adds.
+    fn documented_command(line: &str) -> Option<String> {
+        let at = line.find("uncaged-workflow ")?;
+        let before = line[..at].trim_end();
+        let starts =
+            before.is_empty() || before == "$" || before.ends_with("$(") || before.ends_with('=');
+        if !starts {
+            return None;
+        }
+        let mut command = line[at..].to_string();
+        for end in [" #", " |", " >", " &&", " ;", ")"] {
+            if let Some(cut) = command.find(end) {
+                command.truncate(cut);
+            }
+        }
+        // A shell variable stands for a thread id.
+        Some(command.replace("$T", "01KQXKW18CT8G75T53R8F4G7YG"))
     }
 
     #[test]

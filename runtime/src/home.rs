@@ -1,5 +1,5 @@
 //! The home directory (`$UNCAGED_WORKFLOW_HOME`, default `~/.uncaged/workflow`) and where
-//! everything lives in it: the README's "Storage" section describes each path.
+//! everything lives in it: docs/storage.md describes each path.
 
 use std::path::{Path, PathBuf};
 

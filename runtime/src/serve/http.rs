@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use super::{assets, views};
 use crate::agents::AgentFlags;
 use crate::error::{Error, exit};
-use crate::ids::{Digest, ThreadId};
+use crate::ids::ThreadId;
 use crate::run::{control, handover, lifecycle};
 use crate::store::Storage;
 
@@ -50,7 +50,7 @@ pub struct App {
     /// The page, with its CSRF token in.
     pub index: String,
     /// The schedules' firing logs as read so far.
-    pub histories: parking_lot::Mutex<crate::schedule::Histories>,
+    pub histories: super::views::SharedHistories,
     /// Set when the server stops: live views end.
     pub stopping: tokio::sync::watch::Sender<bool>,
     /// What live views watch, each watched once.
@@ -293,7 +293,7 @@ async fn events(
     Query(query): Query<EventsQuery>,
 ) -> Sse<impl futures::Stream<Item = Result<Event, Infallible>>> {
     let thread: Option<ThreadId> = query.thread.and_then(|t| t.parse().ok());
-    let changes = app.live.subscribe(&app, thread);
+    let changes = app.live.subscribe(&app.store, &app.histories, app.stopping.subscribe(), thread);
     let stopping = app.stopping.subscribe();
     let start = (changes, stopping, true);
     let stream = futures::stream::unfold(start, |(mut changes, mut stopping, first)| async move {
@@ -312,44 +312,6 @@ async fn events(
         Some((Ok(event), (changes, stopping, false)))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
-}
-
-/// A digest of what a view shows: it changes when the view should be fetched again.
-pub(super) async fn fingerprint(app: &App, thread: Option<ThreadId>) -> String {
-    let store = &app.store;
-    let mut parts = Vec::new();
-    // A thread's page changes with its thread only: another thread's step must not redraw it
-    // (and wipe an answer being typed).
-    if thread.is_none()
-        && let Ok(list) = store.threads().summaries()
-    {
-        for t in list {
-            parts.push(format!("{} {} {}", t.thread_id, t.status.as_str(), t.steps));
-        }
-    }
-    if thread.is_none()
-        && let Ok(list) = views::schedules(store, &app.histories)
-    {
-        for s in list {
-            parts.push(format!(
-                "{} {} {} {:?}",
-                s.schedule.name, s.fired, s.schedule.paused, s.next
-            ));
-        }
-    }
-    if let Some(id) = thread
-        && let Ok(record) = store.threads().read(id)
-    {
-        parts.push(format!("{} {:?}", record.steps.len(), record.status()));
-        if let Ok(log) = store.threads().info_tail(record.start.hash, id, 1) {
-            parts.push(format!("{:?}", log.first().map(|l| l.timestamp)));
-        }
-        if let Ok(ps) = control::ps(store).await {
-            let at_work = ps.into_iter().find(|p| p.thread_id == id.to_string());
-            parts.push(format!("{:?}", at_work.map(|p| (p.role, p.since))));
-        }
-    }
-    Digest::of(parts.join("\n").as_bytes()).to_string()
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -6,6 +6,7 @@
 //! page to put in text nodes, never markup.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -78,11 +79,11 @@ pub fn workflows(store: &Storage) -> Result<Vec<WorkflowView>> {
     Ok(out)
 }
 
+/// The schedules' firing logs as read so far, shared by the server's requests and watchers.
+pub type SharedHistories = Arc<parking_lot::Mutex<schedule::Histories>>;
+
 /// Every schedule with its next firing; `histories` keeps the firing logs read so far.
-pub fn schedules(
-    store: &Storage,
-    histories: &parking_lot::Mutex<schedule::Histories>,
-) -> Result<Vec<ScheduleStatus>> {
+pub fn schedules(store: &Storage, histories: &SharedHistories) -> Result<Vec<ScheduleStatus>> {
     schedule::statuses_with(store, now_ms(), &mut histories.lock())
 }
 
