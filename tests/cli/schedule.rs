@@ -260,8 +260,9 @@ fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()
         "{}",
         run.stderr
     );
-    // With --json: one JSON document on one line, the failure in it, nothing on stderr.
-    std::thread::sleep(Duration::from_millis(1050));
+    // With --json: one JSON document on one line, the failure in it, nothing on stderr. (A
+    // failed check waits twice its interval before the next.)
+    std::thread::sleep(Duration::from_millis(2100));
     let run = env.run(&["schedule", "tick", "--json"])?;
     assert_eq!((run.code, run.stderr.as_str()), (70, ""), "{run:?}");
     assert_eq!(run.stdout.trim().lines().count(), 1, "{}", run.stdout);

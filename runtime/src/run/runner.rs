@@ -158,6 +158,7 @@ pub async fn run_thread(
         info.flush();
         for step in steps {
             count += 1;
+            ctx.control.publish_step(count, &step);
             on_event(ThreadEvent::Step { index: count, step });
         }
         if ctx.control.pause_requested() {

@@ -23,8 +23,8 @@ use crate::limits::Limits;
 use crate::run::catalog::Catalog;
 use crate::run::ipc::{self, ClientMessage, Connection, PsEntry, Reply, Request};
 use crate::run::lifecycle;
-use crate::run::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
-use crate::sandbox::control::{Activity, ThreadControl};
+use crate::run::runner::{RunContext, RunOutcome, Until, run_thread};
+use crate::sandbox::control::{Activity, Progress, ThreadControl};
 use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
 use crate::store::Storage;
 use crate::store::records::{End, EndRecord, EndStatus};
@@ -262,7 +262,7 @@ async fn handle(worker: Arc<Worker>, mut connection: Connection) {
                         follow_thread(
                             &mut connection,
                             started.events,
-                            started.activity,
+                            started.progress,
                             started.questions,
                         )
                         .await;
@@ -280,9 +280,10 @@ async fn handle(worker: Arc<Worker>, mut connection: Connection) {
 async fn follow_thread(
     connection: &mut Connection,
     mut events: broadcast::Receiver<Reply>,
-    mut activity: broadcast::Receiver<Activity>,
+    mut progress: broadcast::Receiver<Progress>,
     mut questions: Option<mpsc::UnboundedReceiver<HumanQuestion>>,
 ) {
+    let mut progressing = true;
     loop {
         let next_question = async {
             match &mut questions {
@@ -290,10 +291,25 @@ async fn follow_thread(
                 None => std::future::pending().await,
             }
         };
-        // In this order: a step that was stored before a question is shown before it, and
-        // the role at work is known before its agent asks anything.
+        // In this order: what the thread did (roles at work, steps, in the order they
+        // happened) before how it came to rest, and before a question its agent asks.
         tokio::select! {
             biased;
+            heard = progress.recv(), if progressing => {
+                let reply = match heard {
+                    Ok(Progress::Working(Activity { role, agent })) => Reply::Working { role, agent },
+                    Ok(Progress::Step { index, step }) => Reply::Step { index, step },
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    // The thread's run is over: how it came to rest follows.
+                    Err(broadcast::error::RecvError::Closed) => {
+                        progressing = false;
+                        continue;
+                    }
+                };
+                if connection.send(&reply).await.is_err() {
+                    return;
+                }
+            }
             event = events.recv() => match event {
                 Ok(reply) => {
                     let last = matches!(reply, Reply::Ended { .. } | Reply::Paused { .. } | Reply::Waiting { .. } | Reply::Error { .. });
@@ -304,11 +320,6 @@ async fn follow_thread(
                 Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return,
             },
-            Ok(Activity { role, agent }) = activity.recv() => {
-                if connection.send(&Reply::Working { role, agent }).await.is_err() {
-                    return;
-                }
-            }
             Some(question) = next_question => {
                 let asked = Reply::Question {
                     role: question.role,
@@ -355,7 +366,7 @@ fn control(worker: &Worker, thread: &str, action: impl FnOnce(&mut Running)) -> 
 struct Started {
     accepted: Reply,
     events: broadcast::Receiver<Reply>,
-    activity: broadcast::Receiver<Activity>,
+    progress: broadcast::Receiver<Progress>,
     /// `human` agents' questions, for an interactive follower.
     questions: Option<mpsc::UnboundedReceiver<HumanQuestion>>,
 }
@@ -391,7 +402,7 @@ fn start(
         });
     }
     let control = Arc::new(ThreadControl::default());
-    let activity = control.watch();
+    let progress = control.watch();
     let questions = interactive.then(|| control.human.attach());
     let (events, receiver) = broadcast::channel(1024);
     let (kill, killed) = oneshot::channel();
@@ -414,12 +425,10 @@ fn start(
     tokio::spawn(async move {
         let ctx =
             RunContext { runtime: &worker.runtime, store: &worker.store, agents, limits, control };
-        let sender = events.clone();
         let finished = {
-            let run = run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, move |event| {
-                let ThreadEvent::Step { index, step } = event;
-                let _ = sender.send(Reply::Step { index, step });
-            });
+            // Steps reach followers through the thread's progress, in order with its roles at
+            // work (see `follow_thread`).
+            let run = run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, |_| {});
             tokio::select! {
                 outcome = run => Some(outcome),
                 Ok(()) = killed => None,
@@ -450,5 +459,5 @@ fn start(
         let _ = events.send(reply);
         worker.changed.notify_one();
     });
-    Ok(Started { accepted, events: receiver, activity, questions })
+    Ok(Started { accepted, events: receiver, progress, questions })
 }

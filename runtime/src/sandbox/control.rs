@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::agents::human::HumanPort;
+use crate::store::records::StepRecord;
 
 /// Shared between a running thread and whoever controls it (the worker, `ps`, followers).
 #[derive(Debug)]
@@ -18,11 +19,21 @@ pub struct ThreadControl {
     hand_back: AtomicBool,
     /// What the thread does now, and since when (for `ps`)…
     activity: Mutex<Option<(Activity, u64)>>,
-    /// …and each change of it, in order (for followers).
-    activity_events: broadcast::Sender<Activity>,
+    /// …and, in the order they happen, each change of it and each step stored (for
+    /// followers: a role is seen at work before its step lands).
+    progress: broadcast::Sender<Progress>,
     steps: AtomicUsize,
     /// Where `human` agents put their questions.
     pub human: HumanPort,
+}
+
+/// What a follower of a running thread hears, in order.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// Roles began work.
+    Working(Activity),
+    /// A step was stored; `index` is its position in the thread, from 1.
+    Step { index: usize, step: StepRecord },
 }
 
 /// What a thread is doing: which role is at work, with which agent.
@@ -38,7 +49,7 @@ impl Default for ThreadControl {
             pause: AtomicBool::new(false),
             hand_back: AtomicBool::new(false),
             activity: Mutex::new(None),
-            activity_events: broadcast::channel(64).0,
+            progress: broadcast::channel(1024).0,
             steps: AtomicUsize::new(0),
             human: HumanPort::default(),
         }
@@ -64,14 +75,21 @@ impl ThreadControl {
     /// Records what the thread is doing.
     pub fn set_activity(&self, activity: Option<Activity>) {
         if let Some(activity) = &activity {
-            let _ = self.activity_events.send(activity.clone());
+            let _ = self.progress.send(Progress::Working(activity.clone()));
         }
         *self.activity.lock() = activity.map(|a| (a, crate::clock::now_ms()));
     }
 
-    /// Follows what the thread starts doing from now on.
-    pub fn watch(&self) -> broadcast::Receiver<Activity> {
-        self.activity_events.subscribe()
+    /// Follows what the thread does from now on: roles at work and steps stored, in order.
+    pub fn watch(&self) -> broadcast::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// Tells followers that step `index` was stored (nothing, if nobody follows).
+    pub fn publish_step(&self, index: usize, step: &StepRecord) {
+        if self.progress.receiver_count() > 0 {
+            let _ = self.progress.send(Progress::Step { index, step: step.clone() });
+        }
     }
 
     /// Steps recorded so far.
