@@ -165,7 +165,7 @@ async fn ours(dir: &tempfile::TempDir, bundle: &Path, steps: usize, repeat: usiz
 /// agent: its answers are written to `UNCAGED_BENCH_ANSWERS` (a file that outlives this
 /// process, for the workers to read).
 async fn queue_threads(store: &Storage, n: usize) {
-    use uncaged_workflow::store::postgres::queue::{Queue, RunRequest};
+    use uncaged_workflow::store::queue::RunRequest;
     let runtime = Runtime::for_worker(store.home(), &Limits::default()).unwrap();
     let catalog = Catalog::new(store);
     catalog
@@ -175,7 +175,6 @@ async fn queue_threads(store: &Storage, n: usize) {
     let answers =
         PathBuf::from(std::env::var("UNCAGED_BENCH_ANSWERS").expect("UNCAGED_BENCH_ANSWERS"));
     std::fs::write(&answers, ANSWERS).unwrap();
-    let queue = Queue::new(store.postgres().unwrap());
     let request =
         RunRequest { agent: Some(format!("scripted:{}", answers.display())), ..Default::default() };
     for i in 0..n {
@@ -193,7 +192,7 @@ async fn queue_threads(store: &Storage, n: usize) {
         )
         .unwrap();
         drop(writer);
-        queue.enqueue(record.id(), &request).unwrap();
+        store.queue().enqueue(record.id(), record.start.hash, &request).unwrap();
     }
 }
 

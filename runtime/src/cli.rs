@@ -77,7 +77,7 @@ pub struct GlobalOptions {
     /// Keep registry, bundles, threads and schedules in PostgreSQL (postgres://…, TLS by
     /// `?sslmode=verify-full&sslrootcert=PATH`, a client certificate by `&sslcert=…&sslkey=…`)
     /// instead of the home directory; config.yaml's `store:` when not given
-    #[arg(long, global = true, env = crate::store::postgres::STORE_ENV, value_name = "URL", hide_env_values = true)]
+    #[arg(long, global = true, env = crate::store::STORE_ENV, value_name = "URL", hide_env_values = true)]
     pub store: Option<String>,
 
     /// More diagnostics on stderr (-v: info, -vv: debug); RUST_LOG overrides

@@ -124,6 +124,11 @@ impl Home {
         self.root.join("run")
     }
 
+    /// `run/<HASH>.lock`: held by the live worker of a bundle for its whole life.
+    pub fn worker_lock(&self, hash: BundleHash) -> PathBuf {
+        self.run_dir().join(format!("{hash}.lock"))
+    }
+
     /// `run/agents/<ULID>.json`: the agent process groups a thread has running.
     pub fn agent_processes_file(&self, id: ThreadId) -> PathBuf {
         self.run_dir().join("agents").join(format!("{id}.json"))

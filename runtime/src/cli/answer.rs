@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{FollowArgs, hand_over};
+use super::follow::{FollowArgs, follow};
 use crate::error::Error;
-use crate::run::control;
+use crate::run::{actions, answer};
 
 /// Answer for a `human` agent a thread is waiting on, and continue the thread.
 ///
@@ -33,7 +33,7 @@ impl AnswerCommand {
         let store = global.store()?;
         let id = store.threads().resolve(&self.id)?;
         // Checked before the answer is read: a thread not waiting is an error at once.
-        control::answerable(&store, id)?;
+        answer::answerable(&store, id)?;
         let text = match (&self.text, &self.file) {
             (Some(text), _) => text.clone(),
             (None, Some(path)) if path.as_os_str() == "-" => {
@@ -44,9 +44,9 @@ impl AnswerCommand {
                 .ok_or_else(|| Error::MissingFile { what: "answer file", path: path.clone() })?,
             (None, None) => unreachable!("clap requires TEXT or --file"),
         };
-        let hash = control::answer(&store, id, text)?;
         let how = self.follow.how();
-        Ok(hand_over(&store, hash, id, &Default::default(), how).await?)
+        let handed = actions::answer(&store, id, text, how.hand()).await?;
+        Ok(follow(&store, handed, how).await?)
     }
 }
 

@@ -96,7 +96,7 @@ impl ManCommand {
 fn store() -> Option<crate::store::Storage> {
     let global = GlobalOptions {
         home: None,
-        store: std::env::var(crate::store::postgres::STORE_ENV).ok(),
+        store: std::env::var(crate::store::STORE_ENV).ok(),
         verbose: 0,
         color: crate::terminal::ColorChoice::Never,
     };

@@ -13,11 +13,10 @@ use super::output::truncate;
 use crate::agents::AgentFlags;
 use crate::agents::binding::{parse_agent_spec, parse_role_binding};
 use crate::error::{Error, Result, exit};
-use crate::ids::{BundleHash, ThreadId};
+use crate::run::actions::{Hand, Handed};
 use crate::run::control;
+use crate::run::dispatch::{Accepted, Heard, Question};
 use crate::run::events::Event;
-use crate::run::handover::{self, Accepted};
-use crate::run::ipc::Reply;
 use crate::store::Storage;
 use crate::store::records::{End, StepRecord};
 use crate::terminal;
@@ -180,6 +179,11 @@ pub struct Follow {
 }
 
 impl Follow {
+    /// How the thread is to be handed over for this following.
+    pub fn hand(self) -> Hand {
+        if self.detach { Hand::Detach } else { Hand::Follow }
+    }
+
     /// Prints how the thread stopped: the event with `--json`, else `text` (its first word,
     /// the status, painted on a terminal).
     fn report(self, event: &Event, text: String) -> Result<()> {
@@ -276,19 +280,12 @@ impl Progress {
     }
 }
 
-/// Hands thread `id` of bundle `hash` to its worker (starting one if none is live) and, unless
-/// detached, prints its steps until it ends. Returns the exit code: the thread's return code,
-/// 75 if it paused or waits for a human answer, 130 if this command was interrupted (the
-/// thread then pauses).
-pub async fn hand_over(
-    store: &Storage,
-    hash: BundleHash,
-    id: ThreadId,
-    flags: &AgentFlags,
-    how: Follow,
-) -> Result<i32> {
-    let (mut connection, accepted) =
-        handover::hand_over(store, hash, id, flags, !how.detach).await?;
+/// Follows a thread handed to a worker: unless detached, prints its steps until it comes to
+/// rest, and puts its `human` agents' questions to the person at this terminal. Returns the
+/// exit code: the thread's return code, 75 if it paused or waits for a human answer, 130 if
+/// this command was interrupted (the thread then pauses).
+pub async fn follow(store: &Storage, handed: Handed, how: Follow) -> Result<i32> {
+    let Handed { id, hash, mut follower, accepted } = handed;
     let Accepted { pid, cache_hit, steps } = accepted;
     if how.detach {
         outln!("{id}")?;
@@ -315,9 +312,9 @@ pub async fn hand_over(
     }
     let mut progress = Progress::new(how);
     let mut stdin: Option<Lines<BufReader<Stdin>>> = None;
-    let code = loop {
-        let reply = tokio::select! {
-            reply = connection.receive(hash) => reply?,
+    loop {
+        let heard = tokio::select! {
+            heard = follower.next() => heard?,
             _ = tokio::signal::ctrl_c() => {
                 progress.finish();
                 // Interrupting the command must not lose the thread: it pauses after the step
@@ -327,100 +324,18 @@ pub async fn hand_over(
                 return Ok(exit::INTERRUPTED);
             }
         };
-        match reply {
-            Some(Reply::Working { role, agent }) => {
-                let event = Event::working(id, &role, &agent);
-                if how.json {
-                    print_event(&event)?;
-                }
-                if let Event::Working { roles, agents, .. } = &event {
-                    progress.working(roles, agents);
-                }
-            }
-            Some(Reply::Step { index, step }) => {
-                if how.json {
-                    print_event(&Event::Step { thread: id, index, step })?;
-                } else if !how.quiet {
-                    progress.println(&step_line(index, &step))?;
-                }
-            }
-            Some(Reply::Question { role, system_prompt, context, expected, error }) => {
+        let event = match heard {
+            Some(Heard::Event(event)) => event,
+            Some(Heard::Question(question)) => {
                 progress.stop();
-                match &error {
-                    // Asked again: the thread so far was shown already.
-                    Some(error) => eprintln!(
-                        "── that answer does not fit role `{}`: {} ──",
-                        terminal::line(&role),
-                        terminal::line(error)
-                    ),
-                    None => {
-                        eprintln!(
-                            "── a human answer is needed for role `{}` ──",
-                            terminal::line(&role)
-                        );
-                        eprintln!("{}", terminal::block(system_prompt.trim()));
-                        eprintln!();
-                        eprintln!("{}", terminal::block(context.trim()));
-                    }
-                }
-                if let Some(expected) = &expected {
-                    eprintln!("── answer with JSON like {} ──", terminal::line(expected));
-                }
-                let answer = if std::io::stdin().is_terminal() {
-                    eprintln!(
-                        "── type your answer (pasting is fine); a line holding only `.` ends \
-                         it, Ctrl-C declines ──"
-                    );
-                    tokio::task::spawn_blocking(edit_answer).await.unwrap_or(None)
-                } else {
-                    eprintln!(
-                        "── end your answer with a line holding only `.`, or with end of input ──"
-                    );
-                    let lines =
-                        stdin.get_or_insert_with(|| BufReader::new(tokio::io::stdin()).lines());
-                    read_answer(lines).await
-                };
-                connection.answer(hash, answer).await?;
+                let answer = ask_person(question, &mut stdin).await;
+                follower.answer(answer).await?;
                 progress.restart();
+                continue;
             }
-            Some(Reply::Waiting { role }) => {
-                progress.finish();
-                how.report(
-                    &Event::Waiting { thread: id, role: role.clone() },
-                    format!(
-                        "waiting for a human answer for role `{role}`; `uncaged-workflow answer {id} TEXT` continues it"
-                    ),
-                )?;
-                break exit::STATE;
-            }
-            Some(Reply::Ended { end }) => {
-                progress.finish();
-                let End { return_code, summary, status, .. } = &end.end;
-                how.report(
-                    &Event::Ended { thread: id, end: end.end.clone() },
-                    format!("{} ({return_code}): {summary}", status.as_str()),
-                )?;
-                break end.end.exit_code();
-            }
-            Some(Reply::Paused { steps }) => {
-                progress.finish();
-                how.report(
-                    &Event::Paused { thread: id, steps },
-                    format!(
-                        "paused after step {steps}; `uncaged-workflow resume {id}` continues it"
-                    ),
-                )?;
-                break exit::STATE;
-            }
-            Some(Reply::Error { message, code }) => {
+            Some(Heard::Failed { message, code }) => {
                 progress.finish();
                 return Err(Error::Remote { message, code });
-            }
-            Some(other) => {
-                progress.finish();
-                return Err(Error::Host(format!(
-                    "unexpected answer from the worker of {hash}: {other:?}"
-                )));
             }
             None => {
                 progress.finish();
@@ -428,9 +343,80 @@ pub async fn hand_over(
                     "the worker running thread {id} exited before the thread ended; `uncaged-workflow resume {id}` continues it"
                 )));
             }
+        };
+        let (text, code) = match &event {
+            Event::Working { roles, agents, .. } => {
+                if how.json {
+                    print_event(&event)?;
+                }
+                progress.working(roles, agents);
+                continue;
+            }
+            Event::Step { index, step, .. } => {
+                if how.json {
+                    print_event(&event)?;
+                } else if !how.quiet {
+                    progress.println(&step_line(*index, step))?;
+                }
+                continue;
+            }
+            Event::Waiting { role, .. } => (
+                format!(
+                    "waiting for a human answer for role `{role}`; `uncaged-workflow answer {id} TEXT` continues it"
+                ),
+                exit::STATE,
+            ),
+            Event::Ended { end, .. } => {
+                let End { return_code, summary, status, .. } = end;
+                (format!("{} ({return_code}): {summary}", status.as_str()), end.exit_code())
+            }
+            Event::Paused { steps, .. } => (
+                format!("paused after step {steps}; `uncaged-workflow resume {id}` continues it"),
+                exit::STATE,
+            ),
+            Event::Started { .. } => continue,
+        };
+        progress.finish();
+        how.report(&event, text)?;
+        return Ok(code);
+    }
+}
+
+/// Puts a `human` agent's question to the person running the command, on stderr, and reads
+/// the answer: with a line editor at a terminal, else from standard input. `None` declines.
+async fn ask_person(
+    question: Question,
+    stdin: &mut Option<Lines<BufReader<Stdin>>>,
+) -> Option<String> {
+    let Question { role, system_prompt, context, expected, error } = question;
+    match &error {
+        // Asked again: the thread so far was shown already.
+        Some(error) => eprintln!(
+            "── that answer does not fit role `{}`: {} ──",
+            terminal::line(&role),
+            terminal::line(error)
+        ),
+        None => {
+            eprintln!("── a human answer is needed for role `{}` ──", terminal::line(&role));
+            eprintln!("{}", terminal::block(system_prompt.trim()));
+            eprintln!();
+            eprintln!("{}", terminal::block(context.trim()));
         }
-    };
-    Ok(code)
+    }
+    if let Some(expected) = &expected {
+        eprintln!("── answer with JSON like {} ──", terminal::line(expected));
+    }
+    if std::io::stdin().is_terminal() {
+        eprintln!(
+            "── type your answer (pasting is fine); a line holding only `.` ends it, Ctrl-C \
+             declines ──"
+        );
+        tokio::task::spawn_blocking(edit_answer).await.unwrap_or(None)
+    } else {
+        eprintln!("── end your answer with a line holding only `.`, or with end of input ──");
+        let lines = stdin.get_or_insert_with(|| BufReader::new(tokio::io::stdin()).lines());
+        read_answer(lines).await
+    }
 }
 
 /// Reads an answer from a person at a terminal with a line editor, up to a line holding only

@@ -3,8 +3,9 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, hand_over};
-use crate::run::lifecycle::{self, ForkAt};
+use super::follow::{AgentArgs, FollowArgs, follow};
+use crate::run::actions::{self, Forked};
+use crate::run::lifecycle::ForkAt;
 
 /// Start a new thread from a prefix of another's steps, and run it.
 ///
@@ -32,20 +33,17 @@ impl ForkCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         let id = store.threads().resolve(&self.id)?;
-        let original = store.threads().read(id)?;
         let at = match (self.at, self.from_role) {
             (Some(n), _) => ForkAt::Steps(n),
             (None, Some(role)) => ForkAt::BeforeRole(role),
             (None, None) => ForkAt::All,
         };
-        let keep = lifecycle::fork_point(&original, &at)?;
         let flags = self.agents.overrides()?;
-        let (writer, fork) = lifecycle::fork(&store, &original, keep, flags)?;
-        drop(writer);
-        if !self.follow.detach && !self.follow.json {
-            outln!("forked {id} at step {keep} into {}", fork.id())?;
-        }
         let how = self.follow.how();
-        Ok(hand_over(&store, original.start.hash, fork.id(), &Default::default(), how).await?)
+        let Forked { handed, kept } = actions::fork(&store, id, &at, flags, how.hand()).await?;
+        if !self.follow.detach && !self.follow.json && !self.follow.quiet {
+            outln!("forked {id} at step {kept} into {}", handed.id)?;
+        }
+        Ok(follow(&store, handed, how).await?)
     }
 }

@@ -31,7 +31,7 @@ impl PsCommand {
                 .iter()
                 .map(|t| {
                     let mut row = vec![
-                        t.thread_id.clone(),
+                        t.thread_id.to_string(),
                         terminal::line(&t.name).into_owned(),
                         t.state.clone(),
                         t.role

@@ -3,8 +3,8 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, hand_over};
-use crate::run::control;
+use super::follow::{AgentArgs, FollowArgs, follow};
+use crate::run::actions;
 
 /// Continue a paused or interrupted thread after its last recorded step.
 ///
@@ -26,9 +26,9 @@ impl ResumeCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         let id = store.threads().resolve(&self.id)?;
-        let record = control::resumable(&store, id)?;
         let flags = self.agents.overrides()?;
         let how = self.follow.how();
-        Ok(hand_over(&store, record.start.hash, id, &flags, how).await?)
+        let handed = actions::resume(&store, id, &flags, how.hand()).await?;
+        Ok(follow(&store, handed, how).await?)
     }
 }

@@ -3,8 +3,9 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, LimitArgs, PromptArgs, TriggerArgs, hand_over};
-use crate::run::lifecycle::{self, StartRequest};
+use super::follow::{AgentArgs, FollowArgs, LimitArgs, PromptArgs, TriggerArgs, follow};
+use crate::run::actions;
+use crate::run::lifecycle::StartRequest;
 
 const AFTER_HELP: &str = "\
 Agents (--agent, --agent-for ROLE=AGENT, or config.yaml):
@@ -53,27 +54,17 @@ pub struct RunCommand {
 impl RunCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        let (writer, record) = lifecycle::start_new(
-            &store,
-            StartRequest {
-                name: self.name,
-                prompt: self.prompt.text()?,
-                max_rounds: self.max_rounds,
-                agents: self.agents.flags()?,
-                limits: self.limits.overrides(),
-                trigger_data: self.trigger.value()?,
-                origin: Default::default(),
-            },
-        )?;
-        drop(writer);
-        // The bindings are recorded in the thread; the worker reads them from there.
-        Ok(hand_over(
-            &store,
-            record.start.hash,
-            record.id(),
-            &Default::default(),
-            self.follow.how(),
-        )
-        .await?)
+        let request = StartRequest {
+            name: self.name,
+            prompt: self.prompt.text()?,
+            max_rounds: self.max_rounds,
+            agents: self.agents.flags()?,
+            limits: self.limits.overrides(),
+            trigger_data: self.trigger.value()?,
+            origin: Default::default(),
+        };
+        let how = self.follow.how();
+        let handed = actions::start(&store, request, how.hand()).await?;
+        Ok(follow(&store, handed, how).await?)
     }
 }

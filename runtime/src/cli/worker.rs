@@ -6,7 +6,9 @@ use clap::Parser;
 
 use super::GlobalOptions;
 use crate::ids::BundleHash;
-use crate::run::pool::{self, PoolOptions};
+use crate::run::dispatch;
+use crate::run::worker::WorkerOptions;
+use crate::store::queue::Scope;
 
 const AFTER_HELP: &str = "\
 On a database store (--store postgres://… or UNCAGED_WORKFLOW_STORE), run one worker per
@@ -47,18 +49,18 @@ pub struct WorkerCommand {
 impl WorkerCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        if let Some(hash) = self.hash {
-            let hash: BundleHash = hash.parse()?;
-            crate::run::worker::serve(store, hash).await?;
-            return Ok(0);
-        }
+        let scope = match &self.hash {
+            Some(hash) => Scope::Bundle(hash.parse::<BundleHash>()?),
+            None => Scope::Any,
+        };
         let limits = crate::limits::Limits::resolve(&store.config()?.limits, &Default::default())?;
-        let options = PoolOptions {
+        let options = WorkerOptions {
+            scope,
             max_threads: self.max_threads.map_or(limits.max_threads, |n| n as usize),
-            exit_when_idle: self.exit_when_idle.then_some(crate::run::queued::ON_DEMAND_IDLE),
+            exit_when_idle: self.exit_when_idle.then_some(dispatch::shared::ON_DEMAND_IDLE),
             grace: self.grace,
         };
-        pool::serve(store, options).await?;
+        dispatch::of(&store).work(options).await?;
         Ok(0)
     }
 }

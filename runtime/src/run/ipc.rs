@@ -15,7 +15,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use crate::agents::Secrets;
 use crate::error::{Error, Result};
 use crate::home::Home;
-use crate::ids::BundleHash;
+use crate::ids::{BundleHash, ThreadId};
 use crate::store::Storage;
 use crate::store::records::{EndRecord, StepRecord};
 
@@ -26,29 +26,22 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Request {
-    /// Run (or continue) a thread that exists on disk. `follow` streams its events back.
-    Run {
-        thread: String,
+    /// Take (and run, or continue) a thread queued for this worker's bundle. `follow` streams
+    /// its events back.
+    Take {
+        thread: ThreadId,
         follow: bool,
         /// The follower can answer `human` agents' questions.
         #[serde(default)]
         interactive: bool,
-        #[serde(default)]
-        agent: Option<String>,
-        #[serde(default)]
-        agent_for: Vec<(String, String)>,
-        #[serde(default)]
-        cwd: Option<PathBuf>,
         /// The secrets the thread's bindings name, from the client's environment.
         #[serde(default)]
         secrets: Secrets,
     },
     /// The threads this worker is running.
     Ps,
-    /// Stop a thread now.
-    Kill { thread: String },
-    /// Stop a thread after its current step.
-    Pause { thread: String },
+    /// Read the kill and pause requests the queue holds for this worker's threads.
+    Wake,
 }
 
 /// What a worker answers. A request gets one or more of these, then the connection closes.
@@ -56,7 +49,7 @@ pub enum Request {
 #[serde(tag = "event", rename_all = "lowercase")]
 pub enum Reply {
     /// The worker took the thread.
-    Accepted { thread: String, pid: u32, cache_hit: bool, steps: usize },
+    Accepted { thread: ThreadId, pid: u32, cache_hit: bool, steps: usize },
     /// A role started working, with this agent.
     Working { role: String, agent: String },
     /// A `human` agent asks the (interactive) follower; answer with [`ClientMessage::Answer`].
@@ -99,9 +92,9 @@ pub enum ClientMessage {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PsEntry {
-    pub thread_id: String,
+    pub thread_id: ThreadId,
     pub name: String,
-    pub hash: String,
+    pub hash: BundleHash,
     /// The role being worked on, if any.
     pub role: Option<String>,
     /// The agent answering it (absent from workers older than this field).
@@ -125,11 +118,6 @@ pub struct PsEntry {
 /// `run/<HASH>.sock`.
 pub fn socket_path(home: &Home, hash: BundleHash) -> PathBuf {
     home.run_dir().join(format!("{hash}.sock"))
-}
-
-/// `run/<HASH>.lock`, held by the live worker.
-pub fn lock_path(home: &Home, hash: BundleHash) -> PathBuf {
-    home.run_dir().join(format!("{hash}.lock"))
 }
 
 /// `run/<HASH>.log`: the worker's own diagnostics.
@@ -177,7 +165,7 @@ pub async fn connect(home: &Home, hash: BundleHash) -> Result<Option<Connection>
     if let Ok(stream) = UnixStream::connect(&socket).await {
         return Ok(Some(Connection::new(stream)));
     }
-    if socket.exists() && lock_is_free(&lock_path(home, hash))? {
+    if socket.exists() && lock_is_free(&home.worker_lock(hash))? {
         // A worker that crashed left its socket behind: nobody holds its lock.
         let _ = std::fs::remove_file(&socket);
     }
@@ -194,7 +182,7 @@ pub async fn connect_or_spawn(store: &Storage, hash: BundleHash) -> Result<Conne
         if let Some(connection) = connect(home, hash).await? {
             return Ok(connection);
         }
-        if !spawned && lock_is_free(&lock_path(home, hash))? {
+        if !spawned && lock_is_free(&home.worker_lock(hash))? {
             let announced = spawn_worker(store, hash)?;
             spawned = true;
             // Wait for the worker's "ready" line (or for its exit, when another worker won the
@@ -245,8 +233,8 @@ pub fn start_worker_process(
     // The worker uses the same store; a connection string may hold a password, so it goes
     // in the environment, which other users cannot read, never on the command line.
     match store.url() {
-        Some(url) => command.env(crate::store::postgres::STORE_ENV, url),
-        None => command.env_remove(crate::store::postgres::STORE_ENV),
+        Some(url) => command.env(crate::store::STORE_ENV, url),
+        None => command.env_remove(crate::store::STORE_ENV),
     };
     let mut child = command
         .arg("--home")
@@ -290,7 +278,7 @@ pub fn live_workers(home: &Home) -> Result<Vec<BundleHash>> {
         else {
             continue;
         };
-        if !lock_is_free(&lock_path(home, hash))? {
+        if !lock_is_free(&home.worker_lock(hash))? {
             hashes.push(hash);
         }
     }

@@ -201,6 +201,8 @@ fn finish(writer: &mut dyn ThreadWriter, info: &InfoLog, stop: Stop) -> Result<R
         &format!("thread ended {}: {}", end.status.as_str(), end.summary),
     );
     let record = EndRecord { end, timestamp: now_ms() };
+    // The debug log is whole once the end is recorded: whoever reads the end may read it.
+    info.flush();
     writer.append_end(&record)?;
     Ok(RunOutcome::Ended(record))
 }

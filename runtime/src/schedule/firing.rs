@@ -21,7 +21,7 @@ use crate::cron::CronTrigger;
 use crate::error::{Error, Result};
 use crate::faults::crash_point;
 use crate::ids::ThreadId;
-use crate::run::handover;
+use crate::run::actions::{self, Hand};
 use crate::run::lifecycle::{self, Origin};
 use crate::store::Storage;
 use crate::store::records::ScheduledBy;
@@ -402,7 +402,7 @@ impl Firer {
         crash_point("schedule-created");
         // A worker that cannot be reached leaves the firing pending: the next pass hands the
         // thread over again.
-        handover::hand_over(&self.store, hash, id, &AgentFlags::default(), false).await?;
+        actions::hand_over(&self.store, id, hash, &AgentFlags::default(), Hand::Detach).await?;
         let event = FiringEvent::Started { thread_id: id, at: now_ms() };
         schedules.record(&schedule.name, &event, lock)?;
         pass.started.push(StartedThread {

@@ -25,7 +25,8 @@ use super::{assets, views};
 use crate::agents::AgentFlags;
 use crate::error::{Error, exit};
 use crate::ids::ThreadId;
-use crate::run::{control, handover, lifecycle};
+use crate::run::actions::{self, Hand};
+use crate::run::{control, lifecycle};
 use crate::store::Storage;
 
 /// The cookie holding the access token, named per port (`uncaged_workflow_token_8420`):
@@ -331,30 +332,21 @@ async fn act(
     let store = &app.store;
     let id: ThreadId = id.parse()?;
     let body = body.map(|b| b.0).unwrap_or_default();
-    let detached = |hash, thread| async move {
-        handover::hand_over(store, hash, thread, &AgentFlags::default(), false).await.map(|_| ())
-    };
     match action.as_str() {
         "kill" => control::kill(store, id).await?,
         "pause" => control::pause(store, id).await?,
         "resume" => {
-            let record = control::resumable(store, id)?;
-            detached(record.start.hash, id).await?;
+            actions::resume(store, id, &AgentFlags::default(), Hand::Detach).await?;
         }
         "answer" => {
             let text =
                 body.text.ok_or_else(|| Error::Usage("the answer's `text` is missing".into()))?;
-            let hash = control::answer(store, id, text)?;
-            detached(hash, id).await?;
+            actions::answer(store, id, text, Hand::Detach).await?;
         }
         "fork" => {
-            let original = store.threads().read(id)?;
             let at = body.at.map_or(lifecycle::ForkAt::All, lifecycle::ForkAt::Steps);
-            let keep = lifecycle::fork_point(&original, &at)?;
-            let (writer, fork) = lifecycle::fork(store, &original, keep, AgentFlags::default())?;
-            drop(writer);
-            detached(original.start.hash, fork.id()).await?;
-            return to_json(json!({"ok": true, "thread": fork.id()}));
+            let forked = actions::fork(store, id, &at, AgentFlags::default(), Hand::Detach).await?;
+            return to_json(json!({"ok": true, "thread": forked.handed.id}));
         }
         other => return Err(Error::Usage(format!("no action `{other}` on a thread")).into()),
     }

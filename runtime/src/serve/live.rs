@@ -131,7 +131,7 @@ async fn fingerprint(
             parts.push(format!("{:?}", log.first().map(|l| l.timestamp)));
         }
         if let Ok(ps) = control::ps(store).await {
-            let at_work = ps.into_iter().find(|p| p.thread_id == id.to_string());
+            let at_work = ps.into_iter().find(|p| p.thread_id == id);
             parts.push(format!("{:?}", at_work.map(|p| (p.role, p.since))));
         }
     }

@@ -136,14 +136,16 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         previous = step.timestamp;
     }
     let working: Option<PsEntry> = if status == ThreadStatus::Running {
-        control::ps(store).await?.into_iter().find(|p| p.thread_id == id.to_string())
+        control::ps(store).await?.into_iter().find(|p| p.thread_id == id)
     } else {
         None
     };
     let log: Vec<InfoLine> = store.threads().info_tail(hash, id, LOG_LINES)?;
     // What a person's answer must hold, for a thread that waits for one.
     let expected = match status {
-        ThreadStatus::Waiting => control::answer_shape(store, &record)?.map(|s| s.example()),
+        ThreadStatus::Waiting => {
+            crate::run::answer::answer_shape(store, &record)?.map(|s| s.example())
+        }
         _ => None,
     };
     Ok(json!({

@@ -2,18 +2,23 @@
 //! logs, the registry of workflows, bundle files and their descriptors, and `config.yaml`.
 //!
 //! A store is a home directory (the embedded default) or a PostgreSQL database shared by many
-//! machines ([`postgres`]). Threads are reached through [`ThreadStore`], which both implement
-//! ([`thread_files::FileThreads`], [`postgres::threads::PgThreads`]); the registry, the
-//! bundles and the schedules choose their backend inside. The interface is synchronous: each
-//! call is one short read or append, made between guest steps. The home directory stays local either way: the
-//! configuration, the AOT cache and the worker sockets of this machine.
+//! machines (the private `postgres` module). Every concept has one trait and an implementation
+//! for each, named alike: threads ([`ThreadStore`]: `FileThreads`, `PgThreads`), their call
+//! journals ([`journal::CallLog`]), the registry and bundles ([`registry::RegistryBackend`],
+//! [`bundles::BundleBackend`]), schedules ([`schedules::ScheduleBackend`]) and the work queue
+//! ([`queue::WorkQueue`]: `FileQueue`, `PgQueue`). Nothing above this module asks which store
+//! it is on. The interface is synchronous: each call is one short read or append, made
+//! between guest steps. The home directory stays local either way: the configuration, the
+//! AOT cache and the worker sockets of this machine.
 
 pub mod bundles;
 pub mod config;
 pub mod descriptor;
 pub mod info_log;
 pub mod journal;
-pub mod postgres;
+mod postgres;
+pub mod queue;
+pub mod queue_files;
 pub mod records;
 pub mod registry;
 pub mod schedules;
@@ -31,7 +36,7 @@ use self::bundles::BundleStore;
 use self::config::Config;
 use self::info_log::{InfoLine, InfoLog};
 use self::journal::{CallRecord, Journal};
-use self::postgres::Postgres;
+use self::queue::WorkQueue;
 use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary};
 use self::registry::Registry;
 use self::schedules::Schedules;
@@ -56,6 +61,11 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
 
     /// Every thread's id, oldest first.
     fn list(&self) -> Result<Vec<ThreadId>>;
+
+    /// What was stored for thread `id` after its record `after` (0-based; -1 for all), and
+    /// whether a process holds it or it waits in the queue: what a follower reads each poll,
+    /// without reading the whole thread again. `None` if there is no such thread.
+    fn changes(&self, id: ThreadId, after: i64) -> Result<Option<Changes>>;
 
     /// The thread `text` names: a whole id, or a prefix of one that only one thread has
     /// ([`ThreadId::MIN_PREFIX`] characters at least, as `git` and `docker` take them). An
@@ -111,6 +121,29 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     fn info_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<InfoLine>>;
 }
 
+/// Records of a thread stored after some point, and whether it is at work.
+#[derive(Debug)]
+pub struct Changes {
+    /// Whether a process holds the thread (its run lock, its lease).
+    pub held: bool,
+    /// Whether it waits in the queue (nobody holds it).
+    pub queued: bool,
+    /// The records, with their positions (0-based).
+    pub lines: Vec<(i64, String)>,
+}
+
+impl Changes {
+    /// Adds these records to `parsed`; returns the last one's position, if any.
+    pub fn add_to(self, parsed: &mut records::ThreadLines) -> Option<i64> {
+        let mut last = None;
+        for (position, line) in self.lines {
+            parsed.push(position as usize + 1, line.as_bytes());
+            last = Some(position);
+        }
+        last
+    }
+}
+
 /// A thread held open by the one process that runs it: its records, appended durably (each
 /// is stored when the call returns). Dropping it releases the run lock.
 pub trait ThreadWriter: Send + fmt::Debug {
@@ -134,12 +167,14 @@ pub struct Storage {
     bundles: BundleStore,
     schedules: Schedules,
     threads: Arc<dyn ThreadStore>,
-    /// The database, when the store is one.
-    pg: Option<Postgres>,
+    queue: Arc<dyn WorkQueue>,
     /// The connection string of a database store, handed to the worker processes this one
     /// starts (in their environment, never on their command line).
     url: Option<String>,
 }
+
+/// The environment variable that names the store (`postgres://…`).
+pub const STORE_ENV: &str = "UNCAGED_WORKFLOW_STORE";
 
 impl Storage {
     /// The store kept in the home directory `home`.
@@ -150,7 +185,7 @@ impl Storage {
             bundles: BundleStore::new(home),
             schedules: schedules::in_home(home),
             threads: Arc::new(thread_files::FileThreads::new(home)),
-            pg: None,
+            queue: Arc::new(queue_files::FileQueue::new(home)),
             url: None,
         }
     }
@@ -166,21 +201,21 @@ impl Storage {
                 postgres::redact(url)
             )));
         }
-        let pg = Postgres::connect(url)?;
+        let pg = postgres::Postgres::connect(url)?;
         Ok(Storage {
             home: home.clone(),
             registry: Registry::with(Arc::new(postgres::registry::PgRegistry::new(&pg))),
             bundles: BundleStore::with(Arc::new(postgres::registry::PgBundles::new(&pg))),
             schedules: Arc::new(postgres::schedules::PgSchedules::new(&pg)),
             threads: Arc::new(postgres::threads::PgThreads::new(&pg)),
-            pg: Some(pg),
+            queue: Arc::new(postgres::queue::PgQueue::new(&pg)),
             url: Some(url.to_string()),
         })
     }
 
-    /// The database, when the store is one.
-    pub fn postgres(&self) -> Option<&Postgres> {
-        self.pg.as_ref()
+    /// The work queue: where threads wait for a worker, and how workers take them.
+    pub fn queue(&self) -> &Arc<dyn WorkQueue> {
+        &self.queue
     }
 
     /// The connection string of a database store.

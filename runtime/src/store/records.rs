@@ -506,6 +506,14 @@ impl ThreadLines {
         }
     }
 
+    /// The thread as these lines make it (held by a process if `held`, waiting in a queue if
+    /// `queued`); `None` without a start record.
+    pub fn record(self, held: bool, queued: bool) -> Option<ThreadRecord> {
+        let (mut record, _) = self.finish(held)?;
+        record.queued = queued;
+        Some(record)
+    }
+
     /// The thread, and the line where a parallel group cut short by a crash starts if it
     /// ends with one (its steps are left out: a group is stored whole or not at all).
     /// `None` without a start record.

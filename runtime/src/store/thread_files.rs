@@ -23,7 +23,7 @@ use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadSummary,
 };
-use crate::store::{ThreadStore, ThreadWriter, thread_index};
+use crate::store::{Changes, ThreadStore, ThreadWriter, thread_index};
 
 /// The threads of a home directory.
 #[derive(Debug, Clone)]
@@ -88,6 +88,27 @@ impl ThreadStore for FileThreads {
 
     fn read(&self, id: ThreadId) -> Result<ThreadRecord> {
         read_thread(&self.find(id)?.1)
+    }
+
+    /// The lines after line `after` (0-based), read from the file (its lines are numbered
+    /// by position; a torn last line is left for the next call).
+    fn changes(&self, id: ThreadId, after: i64) -> Result<Option<Changes>> {
+        let path = match self.find(id) {
+            Ok((_, path)) => path,
+            Err(Error::UnknownThread(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let bytes = std::fs::read(&path).map_err(Error::io("read thread", &path))?;
+        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |end| end + 1);
+        let lines = bytes[..complete]
+            .split(|&b| b == b'\n')
+            .enumerate()
+            .skip(usize::try_from(after + 1).unwrap_or(0))
+            .filter(|(_, line)| !line.is_empty())
+            .map(|(i, line)| (i as i64, String::from_utf8_lossy(line).into_owned()))
+            .collect();
+        let queued = self.home.run_dir().join("queue").join(format!("{id}.json")).exists();
+        Ok(Some(Changes { held: is_locked(&path), queued, lines }))
     }
 
     fn list(&self) -> Result<Vec<ThreadId>> {

@@ -31,9 +31,6 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::error::{DatabaseFailure, Error, Result};
 use crate::ids::ThreadId;
 
-/// The environment variable that names the store (`postgres://…`).
-pub const STORE_ENV: &str = "UNCAGED_WORKFLOW_STORE";
-
 /// How long a worker holds a thread without renewing its lease. A worker that stops
 /// renewing (killed, frozen, cut off) loses its threads to another after this long.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);

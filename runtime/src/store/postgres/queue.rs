@@ -6,17 +6,20 @@
 //! rest (ends, pauses, waits for a person): a worker that dies leaves it runnable under a
 //! lease that runs out, and the next claim takes it over.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use tokio_postgres::AsyncMessage;
 use tokio_postgres::types::Json;
 
 use crate::error::Result;
-use crate::ids::ThreadId;
+use crate::ids::{BundleHash, ThreadId};
+use crate::store::postgres::threads::PgThreads;
 use crate::store::postgres::{Postgres, hostname};
+use crate::store::queue::{
+    Activity, Claimed, ControlRequest, LiveThread, Release, RunRequest, Scope, WorkQueue, Workers,
+};
+use crate::store::records::ThreadSummary;
 
 /// The channel a new runnable thread is announced on.
 pub const QUEUE_CHANNEL: &str = "uncaged_workflow_queue";
@@ -24,86 +27,75 @@ pub const QUEUE_CHANNEL: &str = "uncaged_workflow_queue";
 /// The channel a kill or pause request is announced on.
 pub const CONTROL_CHANNEL: &str = "uncaged_workflow_control";
 
-/// How often a worker says it is alive.
-pub const HEARTBEAT: Duration = Duration::from_secs(1);
-
 /// A worker whose last heartbeat is older than this is dead: liveness comes from heartbeats,
 /// never from a process id (a zombie, or another process that reuses the pid, looks alive).
 pub const ALIVE_WITHIN: Duration = Duration::from_secs(3);
 
-/// How a queued thread is to run: the agent overrides of the command that queued it. Secrets
-/// are never queued: a worker uses its own environment.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RunRequest {
-    #[serde(default)]
-    pub agent: Option<String>,
-    #[serde(default)]
-    pub agent_for: Vec<(String, String)>,
-    #[serde(default)]
-    pub cwd: Option<PathBuf>,
-}
-
-/// A thread a worker claimed.
+/// The queue of the store `pg` is connected to.
 #[derive(Debug, Clone)]
-pub struct Claimed {
-    pub id: ThreadId,
-    /// The lease token its writes are fenced with.
-    pub token: i64,
-    pub request: RunRequest,
-    /// The process whose lease ran out, when this is a takeover.
-    pub taken_from: Option<String>,
+pub struct PgQueue {
+    pg: Postgres,
+    threads: PgThreads,
 }
 
-/// What a process asks of the worker running a thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ControlRequest {
-    Kill,
-    Pause,
-}
+impl PgQueue {
+    pub fn new(pg: &Postgres) -> Self {
+        PgQueue { pg: pg.clone(), threads: PgThreads::new(pg) }
+    }
 
-impl ControlRequest {
-    fn as_str(self) -> &'static str {
-        match self {
-            ControlRequest::Kill => "kill",
-            ControlRequest::Pause => "pause",
-        }
+    fn notify(&self, channel: &str, payload: &str) -> Result<()> {
+        let client = self.pg.client()?;
+        self.pg.wait(
+            "wake the workers",
+            client.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]),
+        )?;
+        Ok(())
+    }
+
+    /// Listens on `channels`: each notification's channel arrives on the returned receiver,
+    /// which closes if the connection is lost (callers poll as well, so nothing waits on it
+    /// alone).
+    pub fn listen(&self, channels: &[&str]) -> Result<tokio::sync::mpsc::UnboundedReceiver<()>> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (config, tls) = (self.pg.inner.config.clone(), self.pg.inner.tls.clone());
+        let statements: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
+        let target = self.pg.target().to_string();
+        let listening = self.pg.spawn(async move {
+            let (client, mut connection) = config.connect(tls).await?;
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            tokio::spawn(async move {
+                while let Some(Ok(message)) = messages.next().await {
+                    if let AsyncMessage::Notification(_) = message
+                        && sender.send(()).is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+            client.batch_execute(&statements).await?;
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        let client = futures::executor::block_on(listening)
+            .expect("the listen task is not aborted")
+            .map_err(|e| super::connect_error(&target, &e))?;
+        // The client must live as long as the listening connection.
+        self.pg.spawn(async move {
+            let client = client;
+            while !client.is_closed() {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        });
+        Ok(receiver)
     }
 }
 
-/// What a worker's thread is doing, published with its heartbeat for `ps`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Activity {
-    /// When the worker took the thread (ms since the epoch).
-    pub since: u64,
-    pub role: Option<String>,
-    pub agent: Option<String>,
-    pub working_since: Option<u64>,
-}
-
-/// A live thread as `ps` lists it.
-#[derive(Debug, Clone)]
-pub struct LiveThread {
-    pub id: String,
-    pub summary: serde_json::Value,
-    pub activity: Option<Activity>,
-    /// The worker's host and pid, when a worker holds it (else it is queued).
-    pub worker: Option<(String, u32)>,
-}
-
-/// The queue of the store `pg` is connected to.
-#[derive(Debug, Clone)]
-pub struct Queue {
-    pg: Postgres,
-}
-
-impl Queue {
-    pub fn new(pg: &Postgres) -> Self {
-        Queue { pg: pg.clone() }
+impl WorkQueue for PgQueue {
+    fn workers(&self) -> Workers {
+        Workers::Pool
     }
 
     /// Makes thread `id` runnable with `request`, and wakes the workers.
-    pub fn enqueue(&self, id: ThreadId, request: &RunRequest) -> Result<()> {
+    fn enqueue(&self, id: ThreadId, _hash: BundleHash, request: &RunRequest) -> Result<()> {
         let client = self.pg.client()?;
         self.pg.wait(
             &format!("queue thread {id}"),
@@ -121,8 +113,19 @@ impl Queue {
     /// out), oldest first, for this process — never one of `running`, the threads it runs
     /// already: their leases may have run out while the database was out of reach, and
     /// taking them again would fence off the run at work.
-    pub fn claim(&self, max: usize, running: &[ThreadId]) -> Result<Vec<Claimed>> {
+    fn claim(
+        &self,
+        scope: Scope,
+        max: usize,
+        running: &[ThreadId],
+        only: Option<ThreadId>,
+    ) -> Result<Vec<Claimed>> {
         let running: Vec<String> = running.iter().map(ThreadId::to_string).collect();
+        let bundle = match scope {
+            Scope::Any => None,
+            Scope::Bundle(hash) => Some(hash.to_string()),
+        };
+        let only = only.map(|id| id.to_string());
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             "claim threads",
@@ -133,43 +136,83 @@ impl Queue {
                  FROM (SELECT id, lease_owner AS previous FROM threads \
                        WHERE runnable AND (lease_owner IS NULL OR lease_until < now()) \
                              AND id <> ALL($4::text[]) \
+                             AND ($5::text IS NULL OR bundle = $5) \
+                             AND ($6::text IS NULL OR id = $6) \
                        ORDER BY queued_at LIMIT $3 FOR UPDATE SKIP LOCKED) c \
                  WHERE t.id = c.id \
                  RETURNING t.id, t.lease_token, t.run_request, c.previous",
-                &[&self.pg.owner(), &(self.pg.lease().as_millis() as i64), &(max as i64), &running],
+                &[
+                    &self.pg.owner(),
+                    &(self.pg.lease().as_millis() as i64),
+                    &(max as i64),
+                    &running,
+                    &bundle,
+                    &only,
+                ],
             ),
         )?;
-        Ok(rows
-            .iter()
-            .filter_map(|row| {
-                let id = row.get::<_, &str>(0).parse().ok()?;
-                let request = row
-                    .get::<_, Option<Json<RunRequest>>>(2)
-                    .map(|Json(request)| request)
-                    .unwrap_or_default();
-                Some(Claimed { id, token: row.get(1), request, taken_from: row.get(3) })
-            })
-            .collect())
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Ok(id) = row.get::<_, &str>(0).parse::<ThreadId>() else { continue };
+            let token: i64 = row.get(1);
+            let request = row
+                .get::<_, Option<Json<RunRequest>>>(2)
+                .map(|Json(request)| request)
+                .unwrap_or_default();
+            // A thread whose records cannot be read cannot run here, nor anywhere: it leaves
+            // the queue (and reads `interrupted`; `resume` tries again).
+            let record = match self.threads.read_lines(id) {
+                Ok(Some(record)) => record,
+                Ok(None) => continue,
+                Err(e) if e.is_database_unavailable() => return Err(e),
+                Err(e) => {
+                    tracing::warn!("thread {id} leaves the queue: {e}");
+                    self.release(id, token, Release::Settle)?;
+                    continue;
+                }
+            };
+            let writer = Box::new(self.threads.writer(id, token, record.clone()));
+            claimed.push(Claimed {
+                id,
+                record,
+                writer,
+                request,
+                ticket: token,
+                taken_from: row.get(3),
+            });
+        }
+        Ok(claimed)
     }
 
-    /// Thread `id` came to rest (ended, paused, waiting): it leaves the queue and its lease.
-    pub fn settle(&self, id: ThreadId, token: i64) -> Result<()> {
+    /// A thread settled (ended, paused, waiting) leaves the queue and its lease; one handed
+    /// back stays runnable, nobody holds it, and the workers are woken to take it at once.
+    fn release(&self, id: ThreadId, token: i64, how: Release) -> Result<()> {
         let client = self.pg.client()?;
-        self.pg.wait(
-            &format!("settle thread {id}"),
-            client.execute(
+        let statement = match how {
+            Release::Settle => {
                 "UPDATE threads SET runnable = false, run_request = NULL, lease_owner = NULL, \
                         lease_until = NULL, activity = NULL, control = NULL \
-                 WHERE id = $1 AND lease_token = $2",
-                &[&id.to_string(), &token],
-            ),
+                 WHERE id = $1 AND lease_token = $2"
+            }
+            Release::HandBack => {
+                "UPDATE threads SET lease_owner = NULL, lease_until = NULL, activity = NULL, \
+                        control = NULL, queued_at = now() \
+                 WHERE id = $1 AND lease_token = $2"
+            }
+        };
+        self.pg.wait(
+            &format!("release thread {id}"),
+            client.execute(statement, &[&id.to_string(), &token]),
         )?;
+        if how == Release::HandBack {
+            self.notify(QUEUE_CHANNEL, &id.to_string())?;
+        }
         Ok(())
     }
 
     /// Asks the worker holding thread `id` to kill or pause it. False if no worker holds it
     /// (it is not runnable, or still waits in the queue).
-    pub fn request(&self, id: ThreadId, request: ControlRequest) -> Result<bool> {
+    fn ask(&self, id: ThreadId, request: ControlRequest) -> Result<bool> {
         let client = self.pg.client()?;
         let asked = self.pg.wait(
             &format!("{} thread {id}", request.as_str()),
@@ -187,7 +230,7 @@ impl Queue {
     }
 
     /// The requests waiting for this process's threads, taken (cleared) as they are read.
-    pub fn take_requests(&self) -> Result<Vec<(ThreadId, ControlRequest)>> {
+    fn requests(&self, _running: &[ThreadId]) -> Result<Vec<(ThreadId, ControlRequest)>> {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             "read kill and pause requests",
@@ -202,17 +245,13 @@ impl Queue {
             .iter()
             .filter_map(|row| {
                 let id = row.get::<_, &str>(0).parse().ok()?;
-                let request = match row.get::<_, &str>(1) {
-                    "kill" => ControlRequest::Kill,
-                    _ => ControlRequest::Pause,
-                };
-                Some((id, request))
+                Some((id, ControlRequest::named(row.get::<_, &str>(1))?))
             })
             .collect())
     }
 
     /// Registers this process as a worker running up to `max_threads` threads.
-    pub fn register(&self, max_threads: usize) -> Result<()> {
+    fn register(&self, _scope: Scope, max_threads: usize) -> Result<bool> {
         let client = self.pg.client()?;
         self.pg.wait(
             "register the worker",
@@ -227,11 +266,11 @@ impl Queue {
                 ],
             ),
         )?;
-        Ok(())
+        Ok(true)
     }
 
     /// Says this worker is alive, and what its threads are doing.
-    pub fn heartbeat(&self, activities: &[(ThreadId, Activity)]) -> Result<()> {
+    fn heartbeat(&self, activities: &[(ThreadId, Activity)]) -> Result<()> {
         let client = self.pg.client()?;
         let ids: Vec<String> = activities.iter().map(|(id, _)| id.to_string()).collect();
         let states: Vec<Json<&Activity>> = activities.iter().map(|(_, a)| Json(a)).collect();
@@ -257,7 +296,7 @@ impl Queue {
     }
 
     /// Removes this worker from the list (a clean exit).
-    pub fn unregister(&self) -> Result<()> {
+    fn unregister(&self) -> Result<()> {
         let client = self.pg.client()?;
         self.pg.wait(
             "unregister the worker",
@@ -267,7 +306,7 @@ impl Queue {
     }
 
     /// How many workers are alive: those that sent a heartbeat within [`ALIVE_WITHIN`].
-    pub fn live_workers(&self) -> Result<usize> {
+    fn live_workers(&self) -> Result<usize> {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             "count live workers",
@@ -282,7 +321,7 @@ impl Queue {
 
     /// Whether a worker took thread `id` from the queue: it holds it under a live lease, or
     /// has run it already (it is no longer runnable).
-    pub fn is_taken(&self, id: ThreadId) -> Result<bool> {
+    fn is_taken(&self, id: ThreadId) -> Result<bool> {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("look whether a worker took thread {id}"),
@@ -295,24 +334,8 @@ impl Queue {
         Ok(row.is_some())
     }
 
-    /// Gives thread `id`, held under `token`, back to the queue: it stays runnable, nobody
-    /// holds it, and the workers are woken to take it at once (its worker is stopping).
-    pub fn hand_back(&self, id: ThreadId, token: i64) -> Result<()> {
-        let client = self.pg.client()?;
-        self.pg.wait(
-            &format!("hand thread {id} back to the queue"),
-            client.execute(
-                "UPDATE threads SET lease_owner = NULL, lease_until = NULL, activity = NULL, \
-                        control = NULL, queued_at = now() \
-                 WHERE id = $1 AND lease_token = $2",
-                &[&id.to_string(), &token],
-            ),
-        )?;
-        self.notify(QUEUE_CHANNEL, &id.to_string())
-    }
-
     /// Threads that are queued or held by a live lease, with their worker.
-    pub fn live_threads(&self) -> Result<Vec<LiveThread>> {
+    fn live_threads(&self) -> Result<Vec<LiveThread>> {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             "list running threads",
@@ -327,26 +350,27 @@ impl Queue {
         )?;
         Ok(rows
             .iter()
-            .map(|row| {
+            .filter_map(|row| {
                 let held: bool = row.get(5);
                 let host: Option<String> = row.get(3);
                 let pid: Option<i32> = row.get(4);
-                LiveThread {
-                    id: row.get(0),
-                    summary: row.get::<_, Json<serde_json::Value>>(1).0,
+                // A summary that does not read is left out, as listings leave it out.
+                let Json(summary) = row.try_get::<_, Json<ThreadSummary>>(1).ok()?;
+                Some(LiveThread {
+                    summary,
                     activity: row.get::<_, Option<Json<Activity>>>(2).map(|Json(a)| a),
                     worker: match (held, host, pid) {
                         (true, Some(host), Some(pid)) => Some((host, pid as u32)),
                         (true, _, _) => Some((String::from("?"), 0)),
                         _ => None,
                     },
-                }
+                })
             })
             .collect())
     }
 
     /// What thread `id` is doing, as its worker last published it.
-    pub fn activity(&self, id: ThreadId) -> Result<Option<Activity>> {
+    fn activity(&self, id: ThreadId) -> Result<Option<Activity>> {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("read what thread {id} does"),
@@ -358,51 +382,15 @@ impl Queue {
         Ok(row.and_then(|row| row.get::<_, Option<Json<Activity>>>(0)).map(|Json(a)| a))
     }
 
-    fn notify(&self, channel: &str, payload: &str) -> Result<()> {
-        let client = self.pg.client()?;
-        self.pg.wait(
-            "wake the workers",
-            client.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]),
-        )?;
-        Ok(())
+    fn wake_ups(&self) -> Result<Option<tokio::sync::mpsc::UnboundedReceiver<()>>> {
+        self.listen(&[QUEUE_CHANNEL, CONTROL_CHANNEL]).map(Some)
     }
 
-    /// Listens on `channels`: each notification's channel arrives on the returned receiver,
-    /// which closes if the connection is lost (callers poll as well, so nothing waits on it
-    /// alone).
-    pub fn listen(
-        &self,
-        channels: &[&str],
-    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<String>> {
-        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        let (config, tls) = (self.pg.inner.config.clone(), self.pg.inner.tls.clone());
-        let statements: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
-        let target = self.pg.target().to_string();
-        let listening = self.pg.spawn(async move {
-            let (client, mut connection) = config.connect(tls).await?;
-            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-            tokio::spawn(async move {
-                while let Some(Ok(message)) = messages.next().await {
-                    if let AsyncMessage::Notification(note) = message
-                        && sender.send(note.channel().to_string()).is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-            client.batch_execute(&statements).await?;
-            Ok::<_, tokio_postgres::Error>(client)
-        });
-        let client = futures::executor::block_on(listening)
-            .expect("the listen task is not aborted")
-            .map_err(|e| super::connect_error(&target, &e))?;
-        // The client must live as long as the listening connection.
-        self.pg.spawn(async move {
-            let client = client;
-            while !client.is_closed() {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-            }
-        });
-        Ok(receiver)
+    fn hold(&self) -> Option<Duration> {
+        Some(self.pg.lease())
+    }
+
+    fn owner(&self) -> String {
+        self.pg.owner().to_string()
     }
 }

@@ -22,7 +22,7 @@ use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadStatus, ThreadSummary,
 };
-use crate::store::{ThreadStore, ThreadWriter};
+use crate::store::{Changes, ThreadStore, ThreadWriter};
 
 /// The threads of a PostgreSQL store.
 #[derive(Debug, Clone)]
@@ -31,38 +31,10 @@ pub struct PgThreads {
     leases: Leases,
 }
 
-/// Records of a thread read from some point on.
-#[derive(Debug)]
-pub struct Stored {
-    /// Whether a worker holds the thread (its lease is live).
-    pub held: bool,
-    /// Whether it waits in the queue (nobody holds it).
-    pub queued: bool,
-    /// The records, with their sequence numbers.
-    pub lines: Vec<(i32, String)>,
-}
-
-impl Stored {
-    /// Adds these records to `parsed`; returns the last one's sequence number, if any.
-    pub fn add_to(self, parsed: &mut ThreadLines) -> Option<i32> {
-        let mut last = None;
-        for (seq, line) in self.lines {
-            parsed.push(seq as usize + 1, line.as_bytes());
-            last = Some(seq);
-        }
-        last
-    }
-}
-
 impl PgThreads {
     /// The threads of the store `pg` is connected to.
     pub fn new(pg: &Postgres) -> Self {
         PgThreads { pg: pg.clone(), leases: Leases::of(pg) }
-    }
-
-    /// The leases this process holds.
-    pub fn leases(&self) -> &Leases {
-        &self.leases
     }
 
     /// A writer for thread `id`, held under lease `token`, whose records are `record`.
@@ -78,28 +50,16 @@ impl PgThreads {
         let (held, queued) = (stored.held, stored.queued);
         let mut parsed = ThreadLines::default();
         stored.add_to(&mut parsed);
-        self.record(id, parsed, held, queued).map(Some)
-    }
-
-    /// Thread `id` as its parsed records make it, held by a worker or queued for one.
-    pub fn record(
-        &self,
-        id: ThreadId,
-        parsed: ThreadLines,
-        held: bool,
-        queued: bool,
-    ) -> Result<ThreadRecord> {
-        let (mut record, _) = parsed
-            .finish(held)
-            .ok_or_else(|| self.pg.bad_data(format!("thread {id} has no start record")))?;
-        record.queued = queued;
-        Ok(record)
+        parsed
+            .record(held, queued)
+            .map(Some)
+            .ok_or_else(|| self.pg.bad_data(format!("thread {id} has no start record")))
     }
 
     /// What was stored for thread `id` after record `after` (its sequence number; -1 for
     /// all), with whether a worker runs or is to run it: what a follower reads each poll,
     /// without reading the thread again. `None` if there is no such thread.
-    pub fn read_after(&self, id: ThreadId, after: i32) -> Result<Option<Stored>> {
+    pub fn read_after(&self, id: ThreadId, after: i64) -> Result<Option<Changes>> {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("read thread {id}"),
@@ -111,15 +71,15 @@ impl PgThreads {
                                  FILTER (WHERE r.seq IS NOT NULL), '{}') \
                  FROM threads t LEFT JOIN thread_records r ON r.thread = t.id AND r.seq > $2 \
                  WHERE t.id = $1 GROUP BY t.id",
-                &[&id.to_string(), &after],
+                &[&id.to_string(), &(after as i32)],
             ),
         )?;
         let Some(row) = row else { return Ok(None) };
         let seqs: Vec<i32> = row.get(2);
         let lines: Vec<String> = row.get(3);
         let (held, runnable): (bool, bool) = (row.get(0), row.get(1));
-        let lines = seqs.into_iter().zip(lines).collect();
-        Ok(Some(Stored { held, queued: runnable && !held, lines }))
+        let lines = seqs.into_iter().map(i64::from).zip(lines).collect();
+        Ok(Some(Changes { held, queued: runnable && !held, lines }))
     }
 
     /// Takes thread `id`'s lease if nobody holds it (or its holder let it expire): the new
@@ -216,6 +176,10 @@ impl ThreadStore for PgThreads {
 
     fn read(&self, id: ThreadId) -> Result<ThreadRecord> {
         self.read_lines(id)?.ok_or_else(|| Error::UnknownThread(id.to_string()))
+    }
+
+    fn changes(&self, id: ThreadId, after: i64) -> Result<Option<Changes>> {
+        self.read_after(id, after)
     }
 
     fn list(&self) -> Result<Vec<ThreadId>> {
@@ -492,11 +456,6 @@ impl Leases {
     /// The token this process holds thread `id` under.
     pub fn token(&self, id: ThreadId) -> Option<i64> {
         self.pg.inner.held.lock().get(&id).copied()
-    }
-
-    /// How many threads this process holds.
-    pub fn count(&self) -> usize {
-        self.pg.inner.held.lock().len()
     }
 
     fn hold(&self, id: ThreadId, token: i64) {

@@ -1,0 +1,87 @@
+//! A person's answer for a thread that waits on a `human` agent: whether the thread waits on
+//! one, what the answer must hold, and recording it — the first of answers sent at once, under
+//! the thread's run lock, and only one that fits the role. `answer`, the web view and a
+//! follower at a terminal all record answers here.
+
+use crate::agents::human::AnswerShape;
+use crate::error::{Error, Result};
+use crate::ids::{BundleHash, ThreadId};
+use crate::store::Storage;
+use crate::store::records::{PauseReason, Paused, PendingCall, ThreadRecord, ThreadStatus};
+
+/// Records `text` as the answer waiting thread `id` asked a person for; the thread's bundle
+/// is returned, to hand the thread over to its worker, which continues with the answer.
+///
+/// Answers sent at once are settled under the thread's run lock: the first is checked against
+/// the role's schema and journaled, and it is the one the thread goes on with; every other is
+/// refused ([`Error::ThreadBusy`] while the first holds the lock, [`Error::ThreadState`] once
+/// it is recorded) and leaves no trace. An answer that does not fit the role is refused with
+/// the reason ([`Error::InvalidAnswer`]), and the thread waits on.
+pub fn record(store: &Storage, id: ThreadId, text: String) -> Result<BundleHash> {
+    if text.trim().is_empty() {
+        return Err(Error::Usage("the answer is empty; give the text the thread waits for".into()));
+    }
+    answerable(store, id)?;
+    let (writer, record) = store.threads().open(id)?;
+    let (role, call) = waited_call(&record)?;
+    let mut journal = store.threads().journal(record.start.hash, id)?;
+    if journal.answered(call) {
+        return Err(Error::ThreadState {
+            id: id.to_string(),
+            status: "answered",
+            reason: "another answer to its question was recorded first".into(),
+        });
+    }
+    if let Some(shape) = answer_shape(store, &record)?
+        && let Some(reason) = shape.mismatch(&text)
+    {
+        return Err(Error::InvalidAnswer {
+            id: id.to_string(),
+            role: role.to_string(),
+            reason,
+            expected: shape.example(),
+        });
+    }
+    journal.record_answer(call, role, text)?;
+    drop(writer);
+    Ok(record.start.hash)
+}
+
+/// The role and the call waiting thread `record` needs answered.
+fn waited_call(record: &ThreadRecord) -> Result<(&str, &PendingCall)> {
+    match &record.paused {
+        Some(Paused { by: PauseReason::Waiting, role, call: Some(call) }) => {
+            Ok((role.as_deref().unwrap_or_default(), call))
+        }
+        _ => Err(Error::ThreadState {
+            id: record.id().to_string(),
+            status: record.status_at_rest().as_str(),
+            reason: "it is not waiting for a human answer".into(),
+        }),
+    }
+}
+
+/// What the answer thread `record` waits for must hold, if anything: the waited role's schema
+/// (see [`AnswerShape`]).
+pub fn answer_shape(store: &Storage, record: &ThreadRecord) -> Result<Option<AnswerShape>> {
+    let Some(Paused { role: Some(role), .. }) = &record.paused else { return Ok(None) };
+    let descriptor = store.bundles().descriptor(record.start.hash)?;
+    let llm_extractor = store.config()?.extractor.is_some();
+    Ok(descriptor.role(role).and_then(|spec| AnswerShape::of(role, &spec.schema, llm_extractor)))
+}
+
+/// Thread `id`, if it waits for a human answer.
+pub fn answerable(store: &Storage, id: ThreadId) -> Result<ThreadRecord> {
+    let record = store.threads().read(id)?;
+    let status = record.status();
+    let waiting =
+        status == ThreadStatus::Waiting && record.paused.as_ref().is_some_and(|p| p.call.is_some());
+    if !waiting {
+        return Err(Error::ThreadState {
+            id: id.to_string(),
+            status: status.as_str(),
+            reason: "it is not waiting for a human answer".into(),
+        });
+    }
+    Ok(record)
+}

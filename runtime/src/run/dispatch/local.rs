@@ -1,0 +1,180 @@
+//! Dispatch on a home directory: a thread is queued in `run/queue/` and handed to its bundle's
+//! worker over the worker's socket (`run/<HASH>.sock`, the worker started if none is live),
+//! with this command's secrets; the worker streams what the thread does back to a follower.
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use super::{Accepted, Dispatch, Follower, Heard, Question};
+use crate::agents::{AgentFlags, Secrets};
+use crate::error::{Error, Result};
+use crate::ids::{BundleHash, ThreadId};
+use crate::run::events::Event;
+use crate::run::ipc::{self, ClientMessage, Connection, PsEntry, Reply, Request};
+use crate::run::worker::{self, WorkerOptions, request_of};
+use crate::store::Storage;
+use crate::store::queue::Release;
+
+/// Dispatch over a home directory's per-bundle workers.
+pub struct LocalDispatch {
+    store: Storage,
+}
+
+impl LocalDispatch {
+    pub fn new(store: &Storage) -> Self {
+        LocalDispatch { store: store.clone() }
+    }
+
+    async fn take(
+        &self,
+        id: ThreadId,
+        hash: BundleHash,
+        flags: &AgentFlags,
+        follow: bool,
+    ) -> Result<(Box<dyn Follower>, Accepted)> {
+        self.store.queue().enqueue(id, hash, &request_of(flags))?;
+        let taken = self.take_queued(id, hash, follow).await;
+        if taken.is_err() {
+            // Not taken: it leaves the queue, and waits at rest for `resume`, as it was.
+            let _ = self.store.queue().release(id, 0, Release::Settle);
+        }
+        taken
+    }
+
+    /// Hands queued thread `id` to its bundle's worker (started if none is live).
+    async fn take_queued(
+        &self,
+        id: ThreadId,
+        hash: BundleHash,
+        follow: bool,
+    ) -> Result<(Box<dyn Follower>, Accepted)> {
+        let mut connection = ipc::connect_or_spawn(&self.store, hash).await?;
+        // The thread's agents use this process's secrets, not the worker's environment: the
+        // worker may have been started by another shell, before a key was exported or changed.
+        let secrets = Secrets::from_env(&self.store.config()?);
+        let request = Request::Take { thread: id, follow, interactive: follow, secrets };
+        connection.send(&request).await.map_err(|e| lost(hash, e))?;
+        match connection.receive::<Reply>().await.map_err(|e| lost(hash, e))? {
+            Some(Reply::Accepted { pid, cache_hit, steps, .. }) => {
+                let follower = LocalFollower { connection, id, hash };
+                Ok((Box::new(follower), Accepted { pid: Some(pid), cache_hit, steps }))
+            }
+            Some(Reply::Error { message, code }) => Err(Error::Remote { message, code }),
+            other => {
+                Err(Error::Host(format!("unexpected answer from the worker of {hash}: {other:?}")))
+            }
+        }
+    }
+
+    /// Sends `request` to the live worker of `hash`, if there is one, and reads its answer.
+    async fn ask(&self, hash: BundleHash, request: &Request) -> Result<Option<Reply>> {
+        let Some(mut connection) = ipc::connect(self.store.home(), hash).await? else {
+            return Ok(None);
+        };
+        connection.send(request).await.map_err(|e| lost(hash, e))?;
+        connection.receive::<Reply>().await.map_err(|e| lost(hash, e))
+    }
+}
+
+impl Dispatch for LocalDispatch {
+    fn store(&self) -> &Storage {
+        &self.store
+    }
+
+    fn hand_over<'a>(
+        &'a self,
+        id: ThreadId,
+        hash: BundleHash,
+        flags: &'a AgentFlags,
+        follow: bool,
+    ) -> BoxFuture<'a, Result<(Box<dyn Follower>, Accepted)>> {
+        self.take(id, hash, flags, follow).boxed()
+    }
+
+    fn reachable(&self, hash: BundleHash) -> BoxFuture<'_, Result<bool>> {
+        async move { Ok(ipc::connect(self.store.home(), hash).await?.is_some()) }.boxed()
+    }
+
+    fn wake(&self, hash: BundleHash) -> BoxFuture<'_, Result<()>> {
+        async move {
+            match self.ask(hash, &Request::Wake).await? {
+                None | Some(Reply::Ok) => Ok(()),
+                Some(Reply::Error { message, code }) => Err(Error::Remote { message, code }),
+                Some(other) => {
+                    Err(Error::Host(format!("unexpected answer from the worker: {other:?}")))
+                }
+            }
+        }
+        .boxed()
+    }
+
+    fn running(&self) -> BoxFuture<'_, Result<Vec<PsEntry>>> {
+        async move {
+            let mut all = Vec::new();
+            for hash in ipc::live_workers(self.store.home())? {
+                // A worker that exits between listing and asking simply has no threads.
+                if let Ok(Some(Reply::Threads { threads })) = self.ask(hash, &Request::Ps).await {
+                    all.extend(threads);
+                }
+            }
+            Ok(all)
+        }
+        .boxed()
+    }
+
+    fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>> {
+        worker::serve(self.store.clone(), options).boxed()
+    }
+}
+
+/// A thread followed through its worker's socket.
+struct LocalFollower {
+    connection: Connection,
+    id: ThreadId,
+    hash: BundleHash,
+}
+
+impl Follower for LocalFollower {
+    fn next(&mut self) -> BoxFuture<'_, Result<Option<Heard>>> {
+        async move {
+            let reply = self.connection.receive::<Reply>().await.map_err(|e| lost(self.hash, e))?;
+            let thread = self.id;
+            Ok(reply.map(|reply| match reply {
+                Reply::Working { role, agent } => {
+                    Heard::Event(Event::working(thread, &role, &agent))
+                }
+                Reply::Step { index, step } => Heard::Event(Event::Step { thread, index, step }),
+                Reply::Waiting { role } => Heard::Event(Event::Waiting { thread, role }),
+                Reply::Paused { steps } => Heard::Event(Event::Paused { thread, steps }),
+                Reply::Ended { end } => Heard::Event(Event::Ended { thread, end: end.end }),
+                Reply::Question { role, system_prompt, context, expected, error } => {
+                    Heard::Question(Question { role, system_prompt, context, expected, error })
+                }
+                Reply::Error { message, code } => Heard::Failed { message, code },
+                other => Heard::Failed {
+                    message: format!(
+                        "unexpected answer from the worker of {}: {other:?}",
+                        self.hash
+                    ),
+                    code: crate::error::exit::SOFTWARE,
+                },
+            }))
+        }
+        .boxed()
+    }
+
+    fn answer(&mut self, text: Option<String>) -> BoxFuture<'_, Result<()>> {
+        async move {
+            self.connection
+                .send(&ClientMessage::Answer { text })
+                .await
+                .map_err(|e| lost(self.hash, e))
+        }
+        .boxed()
+    }
+}
+
+/// The error for a worker connection that broke.
+fn lost(hash: BundleHash, e: std::io::Error) -> Error {
+    Error::Host(format!("lost the worker of bundle {hash}: {e}"))
+}

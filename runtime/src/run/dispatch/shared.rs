@@ -1,0 +1,386 @@
+//! Dispatch on a shared store (a database): a thread is queued for whichever worker claims it,
+//! with a worker started on this machine when none is alive anywhere (no daemon to set up for
+//! one machine), and followed from any machine by reading what the worker stores. A follower
+//! at a terminal is asked the question a `human` agent waits on: its answer is journaled and
+//! the thread queued again, as `answer` would, so no worker holds a thread (or its lease)
+//! while a person types.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use super::{Accepted, Dispatch, Follower, Heard, Question};
+use crate::agents::AgentFlags;
+use crate::agents::human::WaitingQuestion;
+use crate::error::{Error, Result};
+use crate::ids::{BundleHash, ThreadId};
+use crate::run::answer;
+use crate::run::events::Event;
+use crate::run::ipc::{self, PsEntry};
+use crate::run::worker::{self, WorkerOptions, request_of};
+use crate::store::Storage;
+use crate::store::records::{PendingCall, ThreadLines, ThreadRecord, ThreadStatus};
+
+/// How often a follower reads what was stored since it last looked (one indexed read of the
+/// new records, usually none).
+const FOLLOW_POLL: Duration = Duration::from_millis(100);
+
+/// How often a follower checks that a worker is alive to run its thread.
+const WORKER_CHECK: Duration = Duration::from_secs(2);
+
+/// How long a worker started on demand waits for work before it exits.
+pub const ON_DEMAND_IDLE: Duration = Duration::from_secs(5);
+
+/// A worker that looks alive may have just died: how long a queued thread is watched for a
+/// worker to take it before it is left to the live ones (a heartbeat's going stale).
+const TAKE_WITHIN: Duration = Duration::from_secs(4);
+
+/// Dispatch over a shared store's queue and pool workers.
+pub struct SharedDispatch {
+    store: Storage,
+}
+
+impl SharedDispatch {
+    pub fn new(store: &Storage) -> Self {
+        SharedDispatch { store: store.clone() }
+    }
+}
+
+impl Dispatch for SharedDispatch {
+    fn store(&self) -> &Storage {
+        &self.store
+    }
+
+    fn hand_over<'a>(
+        &'a self,
+        id: ThreadId,
+        hash: BundleHash,
+        flags: &'a AgentFlags,
+        follow: bool,
+    ) -> BoxFuture<'a, Result<(Box<dyn Follower>, Accepted)>> {
+        async move {
+            let record = self.store.threads().read(id)?;
+            enqueue(&self.store, id, hash, flags).await?;
+            let accepted = Accepted { pid: None, cache_hit: false, steps: record.steps.len() };
+            let follower = QueuedThread::new(&self.store, &record, flags, follow);
+            Ok((Box::new(follower) as Box<dyn Follower>, accepted))
+        }
+        .boxed()
+    }
+
+    fn reachable(&self, _hash: BundleHash) -> BoxFuture<'_, Result<bool>> {
+        async { Ok(true) }.boxed()
+    }
+
+    fn wake(&self, _hash: BundleHash) -> BoxFuture<'_, Result<()>> {
+        // The store wakes its workers when a request is made.
+        async { Ok(()) }.boxed()
+    }
+
+    fn running(&self) -> BoxFuture<'_, Result<Vec<PsEntry>>> {
+        async move {
+            let mut entries = Vec::new();
+            for live in self.store.queue().live_threads()? {
+                let (summary, activity) = (live.summary, live.activity);
+                entries.push(PsEntry {
+                    thread_id: summary.thread_id,
+                    name: summary.name,
+                    hash: summary.hash,
+                    role: activity.as_ref().and_then(|a| a.role.clone()),
+                    agent: activity.as_ref().and_then(|a| a.agent.clone()),
+                    working_since: activity.as_ref().and_then(|a| a.working_since),
+                    steps: summary.steps,
+                    since: activity.as_ref().map_or(summary.timestamp, |a| a.since),
+                    pid: live.worker.as_ref().map(|(_, pid)| *pid),
+                    host: live.worker.as_ref().map(|(host, _)| host.clone()),
+                    state: if live.worker.is_some() { "running" } else { "queued" }.into(),
+                });
+            }
+            Ok(entries)
+        }
+        .boxed()
+    }
+
+    fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>> {
+        worker::serve(self.store.clone(), options).boxed()
+    }
+}
+
+/// Queues thread `id` (its agents overridden by `flags`) and makes sure a worker takes it.
+async fn enqueue(
+    store: &Storage,
+    id: ThreadId,
+    hash: BundleHash,
+    flags: &AgentFlags,
+) -> Result<()> {
+    store.queue().enqueue(id, hash, &request_of(flags))?;
+    ensure_taken(store, Some(id)).await
+}
+
+/// Makes sure some worker takes queued thread `id` (or, with none, that some worker is alive).
+/// A worker that looks alive may have just died (its heartbeat has not aged yet): until the
+/// thread is taken, or for as long as a heartbeat takes to go stale, a worker is started here
+/// as soon as none is alive. Workers alive but busy past that take the thread when they can.
+async fn ensure_taken(store: &Storage, id: Option<ThreadId>) -> Result<()> {
+    let queue = store.queue();
+    let deadline = Instant::now() + TAKE_WITHIN;
+    loop {
+        if queue.live_workers()? == 0 {
+            return start_worker(store);
+        }
+        let taken = match id {
+            Some(id) => queue.is_taken(id)?,
+            None => true,
+        };
+        if taken || Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Starts `worker --exit-when-idle` on this machine and waits for it to say it is up.
+fn start_worker(store: &Storage) -> Result<()> {
+    let home = store.home();
+    crate::durable::create_dir(&home.run_dir())?;
+    let log_file = home.run_dir().join("pool-worker.log");
+    let stdout = ipc::start_worker_process(store, &["--exit-when-idle"], &log_file)?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+        .map_err(Error::io("wait for the worker logging to", &log_file))?;
+    if !line.starts_with("ready") {
+        return Err(Error::Host(format!(
+            "the worker started for the queue exited at once (see {})",
+            log_file.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Follows a queued thread: its steps as they are stored, the role at work, and how it comes
+/// to rest.
+struct QueuedThread {
+    store: Storage,
+    /// The agent overrides it was queued with (and is queued with again once answered).
+    flags: AgentFlags,
+    /// Whether the follower puts a `human` agent's question to its user.
+    interactive: bool,
+    /// The call a question was put for, until it is answered or declined.
+    asked: Option<PendingCall>,
+    /// The last call answered from here: a thread still reading as waiting on it is about to
+    /// be taken by a worker, not asking again.
+    answered: Option<PendingCall>,
+    /// When it was last checked that some worker is alive to run the thread.
+    checked_workers: Instant,
+    id: ThreadId,
+    /// The thread's records read so far, the last one's position, and whether a worker held
+    /// it, or it was queued, at the last read.
+    lines: ThreadLines,
+    read_to: i64,
+    live: Option<(bool, bool)>,
+    /// The thread as those records make it (rebuilt only when they change).
+    current: Option<Arc<ThreadRecord>>,
+    /// Steps already reported.
+    seen: usize,
+    last_working: Option<(String, String)>,
+    pending: VecDeque<Heard>,
+    done: bool,
+}
+
+impl QueuedThread {
+    /// Follows the thread of `record` (as it was when queued with `flags`); `interactive`
+    /// puts a `human` agent's questions to the follower.
+    fn new(store: &Storage, record: &ThreadRecord, flags: &AgentFlags, interactive: bool) -> Self {
+        QueuedThread {
+            store: store.clone(),
+            flags: flags.clone(),
+            interactive,
+            asked: None,
+            answered: None,
+            checked_workers: Instant::now(),
+            id: record.id(),
+            lines: ThreadLines::default(),
+            read_to: -1,
+            live: None,
+            current: None,
+            seen: record.steps.len(),
+            last_working: None,
+            pending: VecDeque::new(),
+            done: false,
+        }
+    }
+
+    /// The thread as it is now, reading only the records stored since the last call.
+    fn catch_up(&mut self) -> Result<Arc<ThreadRecord>> {
+        let changes = self
+            .store
+            .threads()
+            .changes(self.id, self.read_to)?
+            .ok_or_else(|| Error::UnknownThread(self.id.to_string()))?;
+        let live = (changes.held, changes.queued);
+        if let Some(current) = &self.current
+            && changes.lines.is_empty()
+            && self.live == Some(live)
+        {
+            return Ok(current.clone());
+        }
+        if let Some(last) = changes.add_to(&mut self.lines) {
+            self.read_to = last;
+        }
+        self.live = Some(live);
+        let record = self
+            .lines
+            .clone()
+            .record(live.0, live.1)
+            .ok_or_else(|| Error::Host(format!("thread {} has no start record", self.id)))?;
+        let record = Arc::new(record);
+        self.current = Some(record.clone());
+        Ok(record)
+    }
+
+    fn read(&mut self) -> Result<()> {
+        let record = self.catch_up()?;
+        let thread = self.id;
+        let working = self.working()?;
+        // Each step carries its agent and duration, as the worker stored it.
+        for (offset, step) in record.steps.iter().enumerate().skip(self.seen) {
+            let step = step.clone();
+            self.pending.push_back(Heard::Event(Event::Step { thread, index: offset + 1, step }));
+        }
+        self.seen = self.seen.max(record.steps.len());
+        if let Some((role, agent)) = working
+            && self.last_working.as_ref() != Some(&(role.clone(), agent.clone()))
+        {
+            self.pending.push_back(Heard::Event(Event::working(thread, &role, &agent)));
+            self.last_working = Some((role, agent));
+        }
+        let waits_on = record.paused.as_ref().and_then(|p| p.call.clone());
+        let rest = match record.status() {
+            ThreadStatus::Running | ThreadStatus::Queued => {
+                self.check_workers()?;
+                None
+            }
+            _ if record.end.is_some() => {
+                let end = record.end.clone().expect("an ended thread").end;
+                Some(Event::Ended { thread, end })
+            }
+            ThreadStatus::Waiting if waits_on.is_some() && waits_on == self.answered => {
+                self.check_workers()?;
+                None
+            }
+            ThreadStatus::Waiting if self.interactive && self.asked.is_none() => {
+                self.ask(&record, None)?;
+                return Ok(());
+            }
+            ThreadStatus::Waiting => Some(Event::Waiting {
+                thread,
+                role: record.paused.as_ref().and_then(|p| p.role.clone()).unwrap_or_default(),
+            }),
+            ThreadStatus::Paused => Some(Event::Paused { thread, steps: record.steps.len() }),
+            _ => {
+                self.pending.push_back(Heard::Failed {
+                    message: format!(
+                        "thread {thread} stopped without ending (its worker failed; see the \
+                         worker's log); `uncaged-workflow resume {thread}` continues it"
+                    ),
+                    code: crate::error::exit::SOFTWARE,
+                });
+                self.done = true;
+                return Ok(());
+            }
+        };
+        if let Some(rest) = rest {
+            self.pending.push_back(Heard::Event(rest));
+            self.done = true;
+        }
+        Ok(())
+    }
+
+    /// Puts the question waiting thread `record` asks to the follower (again, with `error`,
+    /// after an answer that did not fit).
+    fn ask(&mut self, record: &ThreadRecord, error: Option<String>) -> Result<()> {
+        let Some(question) = WaitingQuestion::of(record) else { return Ok(()) };
+        let expected = answer::answer_shape(&self.store, record)?.map(|s| s.example());
+        self.asked = record.paused.as_ref().and_then(|p| p.call.clone());
+        let WaitingQuestion { role, system_prompt, context } = question;
+        self.pending.push_back(Heard::Question(Question {
+            role,
+            system_prompt,
+            context,
+            expected,
+            error,
+        }));
+        Ok(())
+    }
+
+    /// Makes sure some worker is alive to run the thread, every few seconds: its worker may
+    /// have died, and with it the last worker alive, and the thread would wait forever.
+    fn check_workers(&mut self) -> Result<()> {
+        if self.checked_workers.elapsed() >= WORKER_CHECK {
+            if self.store.queue().live_workers()? == 0 {
+                start_worker(&self.store)?;
+            }
+            self.checked_workers = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// The role at work and its agent, as the worker last published it.
+    fn working(&self) -> Result<Option<(String, String)>> {
+        Ok(self.store.queue().activity(self.id)?.and_then(|a| Some((a.role?, a.agent?))))
+    }
+}
+
+impl Follower for QueuedThread {
+    fn next(&mut self) -> BoxFuture<'_, Result<Option<Heard>>> {
+        async move {
+            loop {
+                if let Some(heard) = self.pending.pop_front() {
+                    return Ok(Some(heard));
+                }
+                if self.done {
+                    return Ok(None);
+                }
+                self.read()?;
+                if self.pending.is_empty() {
+                    tokio::time::sleep(FOLLOW_POLL).await;
+                }
+            }
+        }
+        .boxed()
+    }
+
+    /// Answers the question the follower was asked: journals `text` under the call the
+    /// thread waits on and queues it again (as `answer` does); `None` declines, and the
+    /// thread is left waiting. An answer that does not fit the role is asked again.
+    fn answer(&mut self, text: Option<String>) -> BoxFuture<'_, Result<()>> {
+        async move {
+            let Some(call) = self.asked.take() else { return Ok(()) };
+            let thread = self.id;
+            let Some(text) = text else {
+                let role = self.catch_up()?.paused.as_ref().and_then(|p| p.role.clone());
+                let role = role.unwrap_or_default();
+                self.pending.push_back(Heard::Event(Event::Waiting { thread, role }));
+                self.done = true;
+                return Ok(());
+            };
+            match answer::record(&self.store, thread, text) {
+                Ok(hash) => enqueue(&self.store, thread, hash, &self.flags).await?,
+                Err(Error::InvalidAnswer { reason, .. }) => {
+                    let record = self.catch_up()?;
+                    return self.ask(&record, Some(reason));
+                }
+                // Answered meanwhile from elsewhere (`answer`, the web view), which queued it:
+                // follow on.
+                Err(Error::ThreadState { .. } | Error::ThreadBusy(_)) => {}
+                Err(e) => return Err(e),
+            }
+            self.answered = Some(call);
+            Ok(())
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,545 @@
+//! The worker: one loop that takes threads through the store's work queue and runs them, one
+//! compiled component per bundle and one sandbox per thread, all concurrent on tokio.
+//!
+//! The same loop serves both ways a store's threads are taken ([`Workers`]). On a home
+//! directory it is the worker of one bundle, started on demand by the command that hands it a
+//! thread over its socket ([`socket`]: with the command's secrets, and a follower for the
+//! thread's progress) and gone with its last thread. On a database it is a pool worker that
+//! claims queued threads of any bundle under leases, takes over those of dead workers, and on
+//! SIGTERM hands its threads back to the queue. Kill and pause requests reach it through the
+//! queue either way.
+
+mod socket;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
+
+use crate::agents::human::HumanQuestion;
+use crate::agents::{AgentFlags, Secrets};
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::ids::{BundleHash, ThreadId};
+use crate::limits::Limits;
+use crate::run::catalog::Catalog;
+use crate::run::ipc::{PsEntry, Reply};
+use crate::run::lifecycle;
+use crate::run::runner::{RunContext, RunOutcome, Until, run_thread};
+use crate::sandbox::control::{Progress, ThreadControl};
+use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
+use crate::store::Storage;
+use crate::store::queue::{
+    Activity, Claimed, ControlRequest, Release, RunRequest, Scope, WorkQueue, Workers,
+};
+use crate::store::records::{End, EndRecord, EndStatus};
+
+/// Return code recorded for a killed thread (128 + SIGINT, like an interrupted command).
+pub const KILLED_RETURN_CODE: i32 = crate::error::exit::INTERRUPTED;
+
+/// How often a worker looks at the queue and its requests when nothing woke it.
+const POLL: Duration = Duration::from_millis(500);
+
+/// How often a pool worker says it is alive (and what its threads do).
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The threads it takes: one bundle's (a home directory's worker), or any.
+    pub scope: Scope,
+    /// Most threads run at once.
+    pub max_threads: usize,
+    /// A pool worker exits after this long with nothing to run (one `run` started on demand);
+    /// `None` runs until SIGTERM or Ctrl-C. A bundle's worker exits with its last thread.
+    pub exit_when_idle: Option<Duration>,
+    /// On SIGTERM, how long threads may take to finish the step at hand before they are
+    /// handed back in the middle of it.
+    pub grace: Duration,
+}
+
+/// A thread this worker runs.
+struct Running {
+    name: String,
+    hash: BundleHash,
+    control: Arc<ThreadControl>,
+    since: u64,
+    kill: Option<oneshot::Sender<()>>,
+    /// Stops the run where it is, recording nothing, to hand the thread back.
+    drop_step: Option<oneshot::Sender<()>>,
+}
+
+/// How a run of a claimed thread ended, for what happens to its place in the queue.
+enum Finished {
+    /// It came to rest (ended, paused, waits), or failed here: it leaves the queue.
+    Rest(Result<RunOutcome>),
+    /// It stopped to be handed back (this worker is stopping): it stays queued for another.
+    HandedBack,
+}
+
+/// A thread just started, and what its follower listens to. Followers' channels are opened
+/// before the thread's task starts, so they miss nothing.
+struct Started {
+    accepted: Reply,
+    /// How the thread came to rest (or why it could not run).
+    ended: broadcast::Receiver<Reply>,
+    progress: broadcast::Receiver<Progress>,
+    /// `human` agents' questions, for an interactive follower.
+    questions: Option<mpsc::UnboundedReceiver<HumanQuestion>>,
+}
+
+/// The worker's shared state.
+struct Worker {
+    store: Storage,
+    queue: Arc<dyn WorkQueue>,
+    runtime: Runtime,
+    options: WorkerOptions,
+    bundles: Mutex<HashMap<BundleHash, Arc<LoadedBundle>>>,
+    running: Mutex<HashMap<ThreadId, Running>>,
+    /// Connections being served (a bundle's worker): one may be handing it a thread.
+    connections: AtomicUsize,
+    /// Whether it has run any thread (so an empty table means "last one ended").
+    had_threads: AtomicBool,
+    /// Woken whenever a thread or a connection ends, or a request is made.
+    changed: Notify,
+}
+
+/// Runs a worker until it is stopped or has nothing left to do. Returns at once if the scope
+/// has a live worker already (a bundle's, on a home directory).
+pub async fn serve(store: Storage, options: WorkerOptions) -> Result<()> {
+    raise_open_files_limit();
+    std::thread::spawn(crate::schema::precompile_meta_schema);
+    let queue = store.queue().clone();
+    if queue.workers() == Workers::PerBundle && options.scope == Scope::Any {
+        return Err(Error::Usage(
+            "`worker` without a bundle needs a database store (--store postgres://…)".into(),
+        ));
+    }
+    if !queue.register(options.scope, options.max_threads)? {
+        tracing::info!("another worker of this scope is live; exiting");
+        return Ok(());
+    }
+    let limits = Limits::resolve(&store.config()?.limits, &Default::default())?;
+    let worker = Arc::new(Worker {
+        runtime: Runtime::for_worker(store.home(), &limits)?,
+        queue,
+        store,
+        options: options.clone(),
+        bundles: Mutex::new(HashMap::new()),
+        running: Mutex::new(HashMap::new()),
+        connections: AtomicUsize::new(0),
+        had_threads: AtomicBool::new(false),
+        changed: Notify::new(),
+    });
+    match (worker.queue.workers(), options.scope) {
+        (Workers::PerBundle, Scope::Bundle(hash)) => socket::serve(worker, hash).await,
+        // A database's workers take any bundle's threads, or one bundle's if asked to.
+        _ => worker.pool().await,
+    }
+}
+
+impl Worker {
+    /// A pool worker's loop: claims, requests and heartbeats, until SIGTERM (or idle, with
+    /// `exit_when_idle`). A database that goes away is waited out: the threads at work go on
+    /// with their agents, and what they cannot store waits for its return.
+    async fn pool(self: Arc<Self>) -> Result<()> {
+        let mut wake = match self.queue.wake_ups() {
+            Ok(wake) => wake,
+            Err(e) => {
+                tracing::warn!("no wake-ups (polling every {POLL:?}): {e}");
+                None
+            }
+        };
+        let hold = self.queue.hold().map_or_else(|| "none".into(), |h| format!("{h:?}"));
+        tracing::info!(
+            "worker {} ({} threads at most, leases of {hold})",
+            self.queue.owner(),
+            self.options.max_threads
+        );
+        announce_ready();
+        let mut idle_since = Instant::now();
+        let mut last_heartbeat = Instant::now();
+        let stop = shutdown_signal();
+        tokio::pin!(stop);
+        // Whether the database was out of reach at the last look (said once, not every poll).
+        let mut unavailable = false;
+        loop {
+            match self.poll(&mut last_heartbeat, &mut wake) {
+                Ok(()) if unavailable => {
+                    tracing::info!("the database is back");
+                    unavailable = false;
+                }
+                Ok(()) => {}
+                Err(e) if e.is_database_unavailable() => {
+                    if !unavailable {
+                        tracing::warn!("{e}; retrying every {POLL:?}");
+                    }
+                    unavailable = true;
+                }
+                Err(e) => return Err(e),
+            }
+            if !self.running.lock().is_empty() {
+                idle_since = Instant::now();
+            } else if self.options.exit_when_idle.is_some_and(|idle| idle_since.elapsed() >= idle) {
+                tracing::info!("worker {} exiting: nothing to run", std::process::id());
+                break;
+            }
+            let woken = async {
+                match &mut wake {
+                    Some(receiver) => receiver.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                note = woken => if note.is_none() {
+                    tracing::warn!("lost the wake-up connection; polling every {POLL:?}");
+                    wake = None;
+                },
+                _ = self.changed.notified() => {}
+                _ = tokio::time::sleep(POLL) => {}
+                _ = &mut stop => {
+                    tracing::info!(
+                        "worker {} stopping: handing its threads back to the queue",
+                        std::process::id()
+                    );
+                    self.hand_back_all(self.options.grace).await;
+                    break;
+                }
+            }
+        }
+        self.queue.unregister()
+    }
+
+    /// One look at the queue: kill and pause requests for threads here, queued threads to
+    /// claim up to the limit, the heartbeat when due, and wake-ups asked for again if they
+    /// were lost.
+    fn poll(
+        self: &Arc<Self>,
+        last_heartbeat: &mut Instant,
+        wake: &mut Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+    ) -> Result<()> {
+        self.apply_requests()?;
+        let running = self.running_ids();
+        let free = self.options.max_threads.saturating_sub(running.len());
+        if free > 0 {
+            for claimed in self.queue.claim(self.options.scope, free, &running, None)? {
+                if let Some(previous) = &claimed.taken_from {
+                    tracing::info!("thread {}: taken over from {previous}", claimed.id);
+                }
+                let secrets =
+                    self.store.config().map(|c| Secrets::from_env(&c)).unwrap_or_default();
+                let flags = flags_of(claimed.request.clone(), secrets);
+                let id = claimed.id;
+                if let Err(e) = self.start(claimed, flags, false) {
+                    tracing::error!("thread {id}: {e}");
+                }
+            }
+        }
+        if last_heartbeat.elapsed() >= HEARTBEAT {
+            self.queue.heartbeat(&self.activities())?;
+            *last_heartbeat = Instant::now();
+            if wake.is_none() {
+                *wake = self.queue.wake_ups().ok().flatten();
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the kill and pause requests made for this worker's threads.
+    fn apply_requests(&self) -> Result<()> {
+        for (id, request) in self.queue.requests(&self.running_ids())? {
+            let mut running = self.running.lock();
+            let Some(thread) = running.get_mut(&id) else { continue };
+            match request {
+                ControlRequest::Pause => thread.control.request_pause(),
+                ControlRequest::Kill => {
+                    if let Some(kill) = thread.kill.take() {
+                        let _ = kill.send(());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn running_ids(&self) -> Vec<ThreadId> {
+        self.running.lock().keys().copied().collect()
+    }
+
+    /// A bundle compiled (or loaded from this machine's AOT cache) once per worker.
+    fn loaded(&self, name: &str, hash: BundleHash) -> Result<Arc<LoadedBundle>> {
+        if let Some(bundle) = self.bundles.lock().get(&hash) {
+            return Ok(bundle.clone());
+        }
+        let bundle = Arc::new(Catalog::new(&self.store).load(&self.runtime, name, hash)?);
+        self.bundles.lock().insert(hash, bundle.clone());
+        Ok(bundle)
+    }
+
+    fn activities(&self) -> Vec<(ThreadId, Activity)> {
+        self.running
+            .lock()
+            .iter()
+            .map(|(id, running)| {
+                let now = running.control.current_activity();
+                let activity = Activity {
+                    since: running.since,
+                    role: now.as_ref().map(|(a, _)| a.role.clone()),
+                    agent: now.as_ref().map(|(a, _)| a.agent.clone()),
+                    working_since: now.as_ref().map(|(_, since)| *since),
+                };
+                (*id, activity)
+            })
+            .collect()
+    }
+
+    /// What this worker runs, as `ps` lists it.
+    fn ps(&self) -> Vec<PsEntry> {
+        let mut list: Vec<PsEntry> = self
+            .running
+            .lock()
+            .iter()
+            .map(|(id, running)| {
+                let activity = running.control.current_activity();
+                PsEntry {
+                    thread_id: *id,
+                    name: running.name.clone(),
+                    hash: running.hash,
+                    role: activity.as_ref().map(|(a, _)| a.role.clone()),
+                    agent: activity.as_ref().map(|(a, _)| a.agent.clone()),
+                    working_since: activity.as_ref().map(|(_, since)| *since),
+                    steps: running.control.steps(),
+                    since: running.since,
+                    pid: Some(std::process::id()),
+                    host: None,
+                    state: "running".into(),
+                }
+            })
+            .collect();
+        list.sort_by_key(|entry| entry.thread_id);
+        list
+    }
+
+    /// SIGTERM: every thread stops after its current step and goes back to the queue; those
+    /// still in a step when `grace` runs out are stopped where they are.
+    async fn hand_back_all(&self, grace: Duration) {
+        for running in self.running.lock().values() {
+            running.control.request_hand_back();
+        }
+        if tokio::time::timeout(grace, self.all_ended()).await.is_err() {
+            let late = self.running.lock().len();
+            tracing::warn!(
+                "{late} thread(s) still in a step after {}: stopped, their steps to be asked again",
+                humantime::format_duration(grace)
+            );
+            for running in self.running.lock().values_mut() {
+                if let Some(drop_step) = running.drop_step.take() {
+                    let _ = drop_step.send(());
+                }
+            }
+            self.all_ended().await;
+        }
+    }
+
+    /// Resolves once no thread runs here.
+    async fn all_ended(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if self.running.lock().is_empty() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// Runs claimed thread `claimed` (its agents overridden by `flags`) in a task of its own;
+    /// `interactive` puts its `human` agents' questions to a follower. A thread that cannot
+    /// start here (its bundle fails to load, the worker is full) is released and the error
+    /// returned.
+    fn start(
+        self: &Arc<Self>,
+        claimed: Claimed,
+        flags: AgentFlags,
+        interactive: bool,
+    ) -> Result<Started> {
+        let Claimed { id, record, mut writer, ticket, .. } = claimed;
+        let prepared = lifecycle::check_continuable(&self.store, &record).and_then(|()| {
+            let bundle = self.loaded(&record.start.name, record.start.hash)?;
+            let agents = lifecycle::agents_for(&self.store, &record, &bundle, &flags)?;
+            let limits = lifecycle::limits_for(&self.store, &record)?;
+            let running = self.running.lock().len();
+            if running >= limits.max_threads.min(self.options.max_threads) {
+                return Err(Error::ThreadState {
+                    id: id.to_string(),
+                    status: "not started",
+                    reason: format!(
+                        "its worker already runs {running} threads, its limit \
+                         (limits.max-threads); resume it later"
+                    ),
+                });
+            }
+            Ok((bundle, agents, limits))
+        });
+        let (bundle, agents, limits) = match prepared {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                // Released under the hold, so it does not look runnable for an instant.
+                self.settle(id, ticket, Some(&e));
+                drop(writer);
+                return Err(e);
+            }
+        };
+        let control = Arc::new(ThreadControl::default());
+        let progress = control.watch();
+        let questions = interactive.then(|| control.human.attach());
+        let (ended_sender, ended) = broadcast::channel(4);
+        let (kill, killed) = oneshot::channel();
+        let (drop_step, dropped) = oneshot::channel();
+        self.running.lock().insert(
+            id,
+            Running {
+                name: record.start.name.clone(),
+                hash: record.start.hash,
+                control: control.clone(),
+                since: now_ms(),
+                kill: Some(kill),
+                drop_step: Some(drop_step),
+            },
+        );
+        self.had_threads.store(true, Ordering::SeqCst);
+        let accepted = Reply::Accepted {
+            thread: id,
+            pid: std::process::id(),
+            cache_hit: bundle.cache == CacheOutcome::Hit,
+            steps: record.steps.len(),
+        };
+        let worker = self.clone();
+        tokio::spawn(async move {
+            let ctx = RunContext {
+                runtime: &worker.runtime,
+                store: &worker.store,
+                agents,
+                limits,
+                control,
+            };
+            // When the run future is dropped (killed, or its step dropped), the guest stops
+            // wherever it was, and an agent process it waited on is killed with it.
+            let run = run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, |_| {});
+            let finished = tokio::select! {
+                outcome = run => match outcome {
+                    Ok(RunOutcome::HandedBack) => Finished::HandedBack,
+                    outcome => Finished::Rest(outcome),
+                },
+                Ok(()) = killed => {
+                    let end = EndRecord {
+                        end: End::by_host(KILLED_RETURN_CODE, "killed".into(), EndStatus::Killed),
+                        timestamp: now_ms(),
+                    };
+                    Finished::Rest(writer.append_end(&end).map(|()| RunOutcome::Ended(end)))
+                }
+                Ok(()) = dropped => Finished::HandedBack,
+            };
+            let reply = match finished {
+                Finished::HandedBack => {
+                    if let Err(e) = worker.queue.release(id, ticket, Release::HandBack) {
+                        tracing::warn!("thread {id}: {e}");
+                    }
+                    tracing::info!("thread {id}: handed back to the queue");
+                    Reply::Paused { steps: ctx.control.steps() }
+                }
+                Finished::Rest(outcome) => {
+                    worker.settle(id, ticket, outcome.as_ref().err());
+                    match outcome {
+                        Ok(RunOutcome::Ended(end)) => Reply::Ended { end },
+                        Ok(RunOutcome::Waiting { role }) => Reply::Waiting { role },
+                        Ok(_) => Reply::Paused { steps: ctx.control.steps() },
+                        Err(e) => {
+                            if !e.is_database_unavailable() {
+                                tracing::error!("thread {id}: {e}");
+                            }
+                            Reply::Error {
+                                message: format!("thread {id}: {e}"),
+                                code: e.exit_code(),
+                            }
+                        }
+                    }
+                }
+            };
+            drop(writer);
+            worker.running.lock().remove(&id);
+            let _ = ended_sender.send(reply);
+            worker.changed.notify_waiters();
+            worker.changed.notify_one();
+        });
+        Ok(Started { accepted, ended, progress, questions })
+    }
+
+    /// Takes thread `id` out of the queue, unless the run lost its hold (another worker has
+    /// it now: nothing more is written from here). A run stopped because the database went
+    /// away stays queued: once it is back, a worker (this one, or another) takes the thread
+    /// again and continues it from its journal.
+    fn settle(&self, id: ThreadId, ticket: i64, error: Option<&Error>) {
+        match error {
+            Some(Error::LeaseLost(_)) => return,
+            Some(e) if e.is_database_unavailable() => {
+                tracing::warn!("thread {id} stopped, to be taken again: {e}");
+                return;
+            }
+            _ => {}
+        }
+        if let Err(e) = self.queue.release(id, ticket, Release::Settle) {
+            tracing::warn!("thread {id}: {e}");
+        }
+    }
+}
+
+/// The flags a queued thread runs with: its queued overrides, and `secrets`.
+pub fn flags_of(request: RunRequest, secrets: Secrets) -> AgentFlags {
+    AgentFlags { default: request.agent, for_roles: request.agent_for, cwd: request.cwd, secrets }
+}
+
+/// The agent overrides of `flags` as the queue keeps them (never their secrets).
+pub fn request_of(flags: &AgentFlags) -> RunRequest {
+    RunRequest {
+        agent: flags.default.clone(),
+        agent_for: flags.for_roles.clone(),
+        cwd: flags.cwd.clone(),
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Tells whoever started this worker that it is up (its socket accepts connections, or it
+/// listens to the queue): one line on stdout, which `run` and friends read through a pipe
+/// instead of polling.
+pub fn announce_ready() {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    // The starter may be gone already; nothing else is ever written here.
+    let _ = writeln!(out, "ready {}", std::process::id()).and_then(|()| out.flush());
+}
+
+/// Raises the soft limit of open files to the hard one: each running thread holds its data
+/// file open (its lock says the thread runs), and the usual soft limit (1,024) would cap a
+/// worker below a thousand threads.
+pub fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!("cannot raise the open-files limit: {e}");
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The work queue: where a thread waits for a worker, how a worker takes it (holding the
+//! store's run lock on it: a file lock, or a lease), what is asked of the worker that holds
+//! it (kill, pause), and which workers are alive.
+//!
+//! A home directory keeps its queue in `run/queue/` and its workers are the per-bundle
+//! processes `run` starts on demand ([`queue_files::FileQueue`](super::queue_files)); a
+//! database keeps it in its `threads` and `workers` tables, and its workers are pools that take
+//! threads of any bundle, on any machine. One shape for both: the run layer takes work through
+//! this trait alone.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::ids::{BundleHash, ThreadId};
+use crate::store::ThreadWriter;
+use crate::store::records::{ThreadRecord, ThreadSummary};
+
+/// How a queued thread is to run: the agent overrides of the command that queued it. Secrets
+/// are never queued: a worker uses its own environment, or what the command hands it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    #[serde(default)]
+    pub agent: Option<String>,
+    #[serde(default)]
+    pub agent_for: Vec<(String, String)>,
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+}
+
+/// A thread a worker took. Its writer holds the thread (the run lock or the lease) until it is
+/// dropped; [`WorkQueue::release`] says what becomes of its place in the queue.
+#[derive(Debug)]
+pub struct Claimed {
+    pub id: ThreadId,
+    pub record: ThreadRecord,
+    pub writer: Box<dyn ThreadWriter>,
+    pub request: RunRequest,
+    /// What the queue needs back to release the thread (a lease's token).
+    pub ticket: i64,
+    /// The worker whose hold ran out, when this is a takeover.
+    pub taken_from: Option<String>,
+}
+
+/// What a process asks of the worker that holds a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ControlRequest {
+    Kill,
+    Pause,
+}
+
+impl ControlRequest {
+    /// Its name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControlRequest::Kill => "kill",
+            ControlRequest::Pause => "pause",
+        }
+    }
+
+    /// The request named `name`.
+    pub fn named(name: &str) -> Option<Self> {
+        match name.trim() {
+            "kill" => Some(ControlRequest::Kill),
+            "pause" => Some(ControlRequest::Pause),
+            _ => None,
+        }
+    }
+}
+
+/// What becomes of a claimed thread's place in the queue when its run stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// It came to rest (ended, paused, waits for a person), or cannot run here: it leaves
+    /// the queue.
+    Settle,
+    /// Its worker is stopping: it goes back in the queue, for another worker to take at once.
+    HandBack,
+}
+
+/// Which threads a worker takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Threads of any bundle (a pool worker).
+    Any,
+    /// Threads of one bundle (the worker a home directory starts for a bundle).
+    Bundle(BundleHash),
+}
+
+impl Scope {
+    /// Whether thread of bundle `hash` is in this scope.
+    pub fn takes(self, hash: BundleHash) -> bool {
+        match self {
+            Scope::Any => true,
+            Scope::Bundle(mine) => mine == hash,
+        }
+    }
+}
+
+/// How a store's threads are taken by workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workers {
+    /// A worker per bundle, started on demand on this machine and gone with its last thread;
+    /// handed its threads one by one by the commands that queue them.
+    PerBundle,
+    /// Pools of workers on any machine, each taking threads of any bundle from the queue.
+    Pool,
+}
+
+/// What a worker's thread is doing, published for `ps`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Activity {
+    /// When the worker took the thread (ms since the epoch).
+    pub since: u64,
+    pub role: Option<String>,
+    pub agent: Option<String>,
+    pub working_since: Option<u64>,
+}
+
+/// A thread that is queued, or held by a live worker, as `ps` lists it.
+#[derive(Debug, Clone)]
+pub struct LiveThread {
+    pub summary: ThreadSummary,
+    pub activity: Option<Activity>,
+    /// The worker's host and pid, when a worker holds it (else it is queued).
+    pub worker: Option<(String, u32)>,
+}
+
+/// The work queue of a store.
+pub trait WorkQueue: Send + Sync + fmt::Debug {
+    /// How this store's threads are taken.
+    fn workers(&self) -> Workers;
+
+    /// Queues thread `id` (of bundle `hash`) to run with `request`; wakes the workers that
+    /// listen for work.
+    fn enqueue(&self, id: ThreadId, hash: BundleHash, request: &RunRequest) -> Result<()>;
+
+    /// Takes up to `max` queued threads of `scope` (oldest first), or only thread `only`,
+    /// never one of `running` (the threads this worker runs already). A thread another
+    /// process holds is left where it is.
+    fn claim(
+        &self,
+        scope: Scope,
+        max: usize,
+        running: &[ThreadId],
+        only: Option<ThreadId>,
+    ) -> Result<Vec<Claimed>>;
+
+    /// Releases claimed thread `id` (with its ticket) as `how` says. Its writer must still be
+    /// held: a thread settled must not look runnable to another worker for an instant.
+    fn release(&self, id: ThreadId, ticket: i64, how: Release) -> Result<()>;
+
+    /// Asks the worker holding thread `id` to kill or pause it. False if no worker holds it.
+    fn ask(&self, id: ThreadId, request: ControlRequest) -> Result<bool>;
+
+    /// The requests for threads of `running` (this worker's), taken as they are read.
+    fn requests(&self, running: &[ThreadId]) -> Result<Vec<(ThreadId, ControlRequest)>>;
+
+    /// Whether a worker took thread `id` from the queue: it holds it, or has run it already.
+    fn is_taken(&self, id: ThreadId) -> Result<bool>;
+
+    /// Registers this process as a worker of `scope` running up to `max_threads`. False if
+    /// another live worker has this scope to itself (a bundle's worker on a home directory).
+    fn register(&self, scope: Scope, max_threads: usize) -> Result<bool>;
+
+    /// Says this worker is alive, and what its threads are doing.
+    fn heartbeat(&self, activities: &[(ThreadId, Activity)]) -> Result<()>;
+
+    /// Removes this worker from the live ones (a clean exit).
+    fn unregister(&self) -> Result<()>;
+
+    /// How many workers are alive.
+    fn live_workers(&self) -> Result<usize>;
+
+    /// Threads that are queued, or that live workers hold and publish.
+    fn live_threads(&self) -> Result<Vec<LiveThread>>;
+
+    /// What thread `id` is doing, as the worker holding it last published it.
+    fn activity(&self, id: ThreadId) -> Result<Option<Activity>>;
+
+    /// A wake-up for each thread queued or request made, if the store pushes them (else a
+    /// worker polls).
+    fn wake_ups(&self) -> Result<Option<tokio::sync::mpsc::UnboundedReceiver<()>>>;
+
+    /// How long a claimed thread stays held without its worker (the lease); none for a file
+    /// lock, which dies with its process.
+    fn hold(&self) -> Option<Duration>;
+
+    /// This process as the queue knows it (for messages).
+    fn owner(&self) -> String;
+}
