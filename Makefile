@@ -2,7 +2,7 @@
 #
 #   make demo    build everything and run the solve-issue example on the offline agent
 #   make test    run every test (unit, integration, guest fixtures, the web view in Chromium),
-#                and the store-independent ones again on PostgreSQL
+#                the store contract and the CLI-only tests on both stores (a real PostgreSQL)
 #   make lint    rustfmt and clippy, host and guests
 #   make fuzz    the property tests of every parser, with 20,000 cases each (make test runs 256)
 #   make test-crash  kill -9 at random points of run, fork, resume and thread rm, 100 times each
@@ -87,20 +87,6 @@ check-interpreter: $(INTERP_BUILT)
 # the web view's tests drive a real headless Chromium over WebDriver.
 test: bundles check-interpreter browser postgres install-check
 	$(CARGO) test
-	UNCAGED_TEST_STORE=postgres $(CARGO) test -p uncaged-workflow --test cli -- $(STORE_TESTS)
-
-# The CLI tests that go through the CLI only (not reading the home directory's files, not
-# asserting a local worker's pid), run again with a PostgreSQL store: each test a fresh
-# database on a server the tests start themselves. tests/cli/shared_store.rs runs in both.
-STORE_TESTS := agents:: declarative::a_ declarative::ask_user declarative::build_ declarative::each_ \
-	declarative::pause_and_kill declarative::the_002 declarative::thread_start declarative::triage \
-	declarative::yaml_and_rust human:: lifecycle::control lifecycle::crash_ lifecycle::kill_9 lifecycle::fork lifecycle::step \
-	lifecycle::pause_then_resume llm::a_client llm::a_command_agent_exiting_75 llm::a_command_agent_that_times_out llm::a_rate_limit llm::a_key_echoed \
-	llm::a_slow_server llm::openai_agent llm::server_errors llm::the_extractor llm::the_llm_extractor \
-	parallel::a_bundle_built parallel::a_component parallel::a_pause_during parallel::forking_inside \
-	parallel::kill_during parallel::review_panel parallel::three parallel::trigger_data registry::history \
-	registry::list_and_show run::max_rounds run::thread_rm sandbox::a_home_that \
-	sandbox::add_refuses schedule:: web::
 
 # The README's install command works: the same `cargo install --locked --path runtime`, as a
 # debug build into target/ (it reuses the test build instead of a seven-minute release one).

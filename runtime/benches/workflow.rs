@@ -26,7 +26,7 @@ use uncaged_workflow::store::Storage;
 use uncaged_workflow::store::config::{AgentConfig, AgentKind, Config, Seconds};
 use uncaged_workflow::store::journal::{CallKind, CallResponse, Journal, digest};
 use uncaged_workflow::store::records::StepRecord;
-use uncaged_workflow::store::thread_files::CallFile;
+use uncaged_workflow::store::thread_files::FileCalls;
 
 /// Answers like the LangGraph script's: the reviewer never approves, so a thread runs until
 /// its max rounds.
@@ -256,7 +256,7 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
         let mut data =
             AppendFile::open(&home.root().join(format!("{run}.data.jsonl")), true).unwrap();
         data.append(br#"{"start": true}"#).unwrap();
-        let calls = CallFile::open(&home.root().join(format!("{run}.calls.jsonl"))).unwrap();
+        let calls = FileCalls::open(&home.root().join(format!("{run}.calls.jsonl"))).unwrap();
         let mut journal = Journal::new(Box::new(calls)).unwrap();
         let extractor = Extractor;
         // Shared with each agent context, as the host shares its record of the thread.

@@ -17,7 +17,7 @@ use crate::error::Error;
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::store::ThreadStore;
-use crate::store::thread_files::{CallFile, FileThreads, read_thread};
+use crate::store::thread_files::{FileCalls, FileThreads, read_thread};
 
 /// The configuration of every property here.
 fn config() -> Config {
@@ -73,7 +73,7 @@ proptest! {
     fn call_journals_of_any_bytes_read(bytes in hostile_bytes()) {
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), "t.calls.jsonl", &bytes);
-        let calls = crate::store::journal::CallLog::read(&CallFile::open(&path).unwrap());
+        let calls = crate::store::journal::CallLog::read(&FileCalls::open(&path).unwrap());
         prop_assert!(calls.is_ok());
     }
 

@@ -5,42 +5,35 @@ use serde_json::json;
 
 use crate::{Env, roles, thread_id_of};
 
-#[test]
-fn scripted_answers_file_drives_the_thread() -> Result<()> {
-    let env = Env::new()?;
-    let hash = env.add_solve_issue()?;
-    let answers = env.write(
-        "answers.yaml",
-        r#"
-planner: "Plan:\n```json\n{\"steps\": [\"write it\"]}\n```"
-developer:
-  - { summary: "first try" }
-  - { summary: "second try" }
-  - { summary: "third try" }
-reviewer:
-  - "Not yet. {\"approved\": false, \"comments\": [\"more\"]}"
-  - "Still no. {\"approved\": false}"
-  - { approved: true }
-"#,
-    )?;
-    let spec = format!("scripted:{}", answers.display());
-    let out = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &spec])?;
-    let lines = env.thread_lines(&hash, &thread_id_of(&out)?)?;
-    assert_eq!(
-        roles(&lines),
-        ["planner", "developer", "reviewer", "developer", "reviewer", "developer", "reviewer"]
-    );
-    assert_eq!(lines[1]["meta"], json!({"steps": ["write it"]}));
-    assert_eq!(lines[6]["meta"], json!({"summary": "third try"}));
-    assert_eq!(lines[5]["content"], "Still no. {\"approved\": false}");
-    assert_eq!(lines.last().unwrap()["end"]["summary"], "approved after 3 development round(s)");
-    Ok(())
-}
-
 /// Writes an executable script (run directly, by its #! line, never through our shell).
 fn script(env: &Env, name: &str, body: &str) -> Result<String> {
     let path = env.write_script(name, format!("#!/bin/sh\n{body}"))?;
     Ok(path.display().to_string())
+}
+
+// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
+// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
+on_both_stores! {
+#[test]
+fn bad_bindings_are_refused_before_the_thread_starts() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    // Specs given on the command line that cannot be used are usage errors.
+    let err = env.fails(&["run", "solve-issue", "-p", "x", "--agent", "gpt-9"], 64)?;
+    assert!(err.contains("agent binding `gpt-9`: not defined under `agents:`"), "{err}");
+    let err =
+        env.fails(&["run", "solve-issue", "-p", "x", "--agent-for", "tester=scripted"], 64)?;
+    assert!(err.contains("the workflow has no role `tester`"), "{err}");
+    env.fails(&["run", "solve-issue", "-p", "x", "--agent-for", "reviewer"], 64)?;
+    assert_eq!(env.json(&["threads"])?, json!([]));
+
+    // A binding defined in config.yaml, by name.
+    std::fs::write(
+        env.home().join("config.yaml"),
+        "agents:\n  offline:\n    kind: scripted\nroles:\n  reviewer: offline\n",
+    )?;
+    env.ok(&["run", "solve-issue", "-p", "x"])?;
+    Ok(())
 }
 
 #[test]
@@ -121,23 +114,34 @@ fn failing_command_agent_fails_the_thread_with_its_stderr() -> Result<()> {
 }
 
 #[test]
-fn bad_bindings_are_refused_before_the_thread_starts() -> Result<()> {
+fn scripted_answers_file_drives_the_thread() -> Result<()> {
     let env = Env::new()?;
-    env.add_solve_issue()?;
-    // Specs given on the command line that cannot be used are usage errors.
-    let err = env.fails(&["run", "solve-issue", "-p", "x", "--agent", "gpt-9"], 64)?;
-    assert!(err.contains("agent binding `gpt-9`: not defined under `agents:`"), "{err}");
-    let err =
-        env.fails(&["run", "solve-issue", "-p", "x", "--agent-for", "tester=scripted"], 64)?;
-    assert!(err.contains("the workflow has no role `tester`"), "{err}");
-    env.fails(&["run", "solve-issue", "-p", "x", "--agent-for", "reviewer"], 64)?;
-    assert_eq!(env.json(&["threads"])?, json!([]));
-
-    // A binding defined in config.yaml, by name.
-    std::fs::write(
-        env.home().join("config.yaml"),
-        "agents:\n  offline:\n    kind: scripted\nroles:\n  reviewer: offline\n",
+    let hash = env.add_solve_issue()?;
+    let answers = env.write(
+        "answers.yaml",
+        r#"
+planner: "Plan:\n```json\n{\"steps\": [\"write it\"]}\n```"
+developer:
+  - { summary: "first try" }
+  - { summary: "second try" }
+  - { summary: "third try" }
+reviewer:
+  - "Not yet. {\"approved\": false, \"comments\": [\"more\"]}"
+  - "Still no. {\"approved\": false}"
+  - { approved: true }
+"#,
     )?;
-    env.ok(&["run", "solve-issue", "-p", "x"])?;
+    let spec = format!("scripted:{}", answers.display());
+    let out = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &spec])?;
+    let lines = env.thread_lines(&hash, &thread_id_of(&out)?)?;
+    assert_eq!(
+        roles(&lines),
+        ["planner", "developer", "reviewer", "developer", "reviewer", "developer", "reviewer"]
+    );
+    assert_eq!(lines[1]["meta"], json!({"steps": ["write it"]}));
+    assert_eq!(lines[6]["meta"], json!({"summary": "third try"}));
+    assert_eq!(lines[5]["content"], "Still no. {\"approved\": false}");
+    assert_eq!(lines.last().unwrap()["end"]["summary"], "approved after 3 development round(s)");
     Ok(())
+}
 }

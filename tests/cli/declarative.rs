@@ -39,61 +39,390 @@ fn newest_thread(env: &Env) -> Result<String> {
     Ok(last["threadId"].as_str().context("threadId")?.to_string())
 }
 
+/// A command agent for triage: logs `start|done STEP` to `agents.log` and each call's input to
+/// `inputs.jsonl`, and behaves per step as `behaviour.json` says: `fail` (always), `fail-once`,
+/// or `gate` (wait for the file `gate`).
+fn triage_agent(env: &Env, behaviour: Value) -> Result<String> {
+    env.write("behaviour.json", behaviour.to_string())?;
+    let dir = env.dir.path().display().to_string();
+    let script = env.write_script(
+        "triage-agent.py",
+        format!(
+            r#"#!/usr/bin/env python3
+import json, os, sys, time
+ctx = json.load(sys.stdin)
+step = ctx["role"]["name"]
+dir = "{dir}"
+def log(event):
+    with open(os.path.join(dir, "agents.log"), "a") as f:
+        f.write(f"{{event}} {{step}}\n")
+log("start")
+with open(os.path.join(dir, "inputs.jsonl"), "a") as f:
+    f.write(json.dumps({{"step": step, "input": ctx.get("input")}}) + "\n")
+how = json.load(open(os.path.join(dir, "behaviour.json"))).get(step)
+if how == "fail":
+    sys.exit(1)
+if how == "fail-once":
+    marker = os.path.join(dir, step + ".failed")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        sys.exit(1)
+if how == "gate":
+    while not os.path.exists(os.path.join(dir, "gate")):
+        time.sleep(0.05)
+answers = {{
+    "fetch": {{"title": "Crash on empty file", "component": "parser"}},
+    "summary": {{"priority": "P2", "reason": "contained"}},
+}}
+print(json.dumps(answers.get(step, {{"severity": "low", "finding": step + " looked"}})))
+log("done")
+"#
+        ),
+    )?;
+    Ok(format!("command:{}", script.display()))
+}
+
+/// triage.yaml with another failure policy.
+fn triage_with(env: &Env, policy: &str, retries: u32) -> Result<String> {
+    let text = std::fs::read_to_string(example("triage.yaml"))?
+        .replace("on_step_failure: skip_dependents", &format!("on_step_failure: {policy}"))
+        .replace("max_retries: 1", &format!("max_retries: {retries}"))
+        .replace("retry_delay_ms: 500", "retry_delay_ms: 50");
+    Ok(env.write(&format!("triage-{policy}.yaml"), text)?.display().to_string())
+}
+
+fn agent_log(env: &Env) -> Vec<String> {
+    std::fs::read_to_string(env.dir.path().join("agents.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// (role, status, step) of each step line: the status of a `$status` record, else succeeded.
+fn statuses(steps: &[Value]) -> Vec<(String, String)> {
+    steps
+        .iter()
+        .map(|s| match s["role"].as_str() {
+            Some("$status") => (
+                s["meta"]["step"].as_str().unwrap_or_default().to_string(),
+                s["meta"]["status"].as_str().unwrap_or_default().to_string(),
+            ),
+            Some("$user") => {
+                ("$user".into(), s["meta"]["decision"].as_str().unwrap_or_default().into())
+            }
+            role => (role.unwrap_or_default().to_string(), "succeeded".into()),
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+}
+
 #[test]
-fn yaml_and_rust_solve_issue_give_the_same_steps_and_return_codes() -> Result<()> {
+fn kill_9_during_a_parallel_stage_then_resume_loses_and_repeats_nothing() -> Result<()> {
     let env = Env::new()?;
-    let rust = hash_of(&env.json(&["add", "rust", artifacts::SOLVE_ISSUE])?)?;
-    let yaml = hash_of(&env.json(&["add", "yaml", &example("solve-issue.yaml")])?)?;
-    let demo = format!("scripted:{}", example("solve-issue/demo-answers.yaml"));
-    // A reviewer who never approves runs both into their max rounds.
-    let never = env.write("never.yaml", "reviewer:\n  - {approved: false, comments: [again]}\n")?;
-    let never = format!("scripted:{}", never.display());
-    for (agent, code) in [(demo.as_str(), 0), (never.as_str(), 2)] {
-        let mut seen = Vec::new();
-        for (name, hash) in [("rust", &rust), ("yaml", &yaml)] {
-            let run =
-                env.run(&["run", name, "-p", "Fix the empty-file crash", "--agent", agent])?;
-            ensure!(run.code == code, "{name} with {agent} exited {}: {}", run.code, run.stderr);
-            let thread = newest_thread(&env)?;
-            let steps: Vec<Value> = steps(&env, hash, &thread)?
-                .into_iter()
-                .map(|s| json!([s["role"], s["content"], s["meta"]]))
-                .collect();
-            seen.push((steps, end_of(&env, hash, &thread)?["returnCode"].clone()));
+    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
+    let agent = triage_agent(&env, json!({"docs": "gate"}))?;
+    let thread =
+        env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+    // Two analyses answered and were journaled; `docs` has started and waits at its gate.
+    wait_until("docs is at work", || Ok(agent_log(&env).iter().any(|l| l == "start docs")))?;
+    env.kill_once_journaled(&hash, &thread, 1, 2)?;
+    assert_eq!(steps(&env, &hash, &thread)?.len(), 1, "no part of the stage is recorded");
+    std::fs::write(env.dir.path().join("gate"), "")?;
+    let out = env.ok(&["resume", &thread])?;
+    assert!(out.contains("completed (0): all 5 steps succeeded"), "{out}");
+    let steps = steps(&env, &hash, &thread)?;
+    let ids: Vec<&str> = steps.iter().map(|s| s["role"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["fetch", "security", "performance", "docs", "summary"], "each step once");
+    let log = agent_log(&env);
+    let count = |line: &str| log.iter().filter(|l| *l == line).count();
+    for step in ["fetch", "security", "performance", "summary"] {
+        assert_eq!(count(&format!("start {step}")), 1, "{step} asked once: {log:?}");
+    }
+    assert_eq!(count("start docs"), 2, "the unanswered call, asked again: {log:?}");
+    assert_eq!(count("done docs"), 1, "{log:?}");
+    Ok(())
+}
+
+// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
+// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
+on_both_stores! {
+#[test]
+fn a_damaged_function_cache_is_only_a_miss() -> Result<()> {
+    let env = Env::new()?;
+    env.ok(&["add", "one", &example("plan-develop-review.yaml")])?;
+    // Every compiled function garbled, or cut to nothing: the next compile redoes them.
+    let mut damaged = 0;
+    let mut dirs = vec![env.home().join("cache/functions")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let garbage: &[u8] = if damaged % 2 == 0 { b"garbage" } else { b"" };
+                std::fs::write(&path, garbage)?;
+                damaged += 1;
+            }
         }
-        assert_eq!(seen[0], seen[1], "the same steps and return code with {agent}");
-        assert_eq!(seen[0].1, json!(code));
+    }
+    ensure!(damaged > 100, "the function cache holds the interpreter's functions ({damaged})");
+    env.ok(&["add", "two", &example("solve-issue.yaml")])?;
+    let out = env.ok(&["run", "two", "-p", "x"])?;
+    assert!(out.contains("completed (0)"), "{out}");
+    Ok(())
+}
+
+/// The middle stage's `security` fails (every attempt): each policy's statuses and return code.
+#[test]
+fn a_failing_middle_step_under_stop_and_skip_dependents() -> Result<()> {
+    let env = Env::new()?;
+    let agent = triage_agent(&env, json!({"security": "fail"}))?;
+    for (policy, code, expected) in [
+        (
+            "stop",
+            1,
+            vec![
+                ("fetch", "succeeded"),
+                ("security", "failed"),
+                ("performance", "succeeded"),
+                ("docs", "succeeded"),
+            ],
+        ),
+        (
+            "skip_dependents",
+            3,
+            vec![
+                ("fetch", "succeeded"),
+                ("security", "failed"),
+                ("performance", "succeeded"),
+                ("docs", "succeeded"),
+                ("summary", "skipped"),
+            ],
+        ),
+    ] {
+        let file = triage_with(&env, policy, 1)?;
+        let hash = hash_of(&env.json(&["add", policy, &file])?)?;
+        let run = env.run(&["run", policy, "-p", "x", "--agent", &agent])?;
+        assert_eq!(run.code, code, "{policy}: {}{}", run.stdout, run.stderr);
+        let thread = newest_thread(&env)?;
+        assert_eq!(statuses(&steps(&env, &hash, &thread)?), pairs(&expected), "{policy}");
+        let failed = &steps(&env, &hash, &thread)?[1];
+        assert_eq!(
+            failed["meta"]["error"],
+            "agent failed: `triage-agent.py` failed with exit status 1 (after 2 attempts)".replace(
+                "`triage-agent.py`",
+                &format!("`{}`", env.dir.path().join("triage-agent.py").display())
+            ),
+            "{policy}: retried once"
+        );
+    }
+    let log = agent_log(&env);
+    assert_eq!(
+        log.iter().filter(|l| *l == "start security").count(),
+        4,
+        "2 attempts × 2 threads: {log:?}"
+    );
+    Ok(())
+}
+
+/// A FIFO (or a directory) given as the workflow file is refused at once, not read: opening
+/// a FIFO would wait for a writer forever.
+#[test]
+fn a_fifo_as_the_workflow_file_is_refused_not_waited_on() -> Result<()> {
+    let env = Env::new()?;
+    let fifo = env.dir.path().join("flow.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status()?;
+    ensure!(made.success(), "mkfifo failed");
+    let fifo = fifo.to_str().context("path")?;
+    for args in [vec!["add", "f", fifo], vec!["build", fifo]] {
+        let mut child = env
+            .command()
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while child.try_wait()?.is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill()?;
+                anyhow::bail!("`{}` hangs on a FIFO", args.join(" "));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output()?;
+        let stderr = String::from_utf8(out.stderr)?;
+        assert_eq!(out.status.code(), Some(65), "{stderr}");
+        assert!(stderr.contains("not a regular file"), "{stderr}");
+    }
+    Ok(())
+}
+
+/// `condition: null` is the fallback transition of the format's source documents: taken when
+/// no condition before it holds. (A quoted `"null"` stays an expression, which never holds.)
+#[test]
+fn a_null_condition_is_the_fallback_transition() -> Result<()> {
+    let env = Env::new()?;
+    let flow = env.write(
+        "fallback.yaml",
+        "description: fallback\nroles:\n  a: {}\n  b: {}\n  c: {}\ngraph:\n  - from: $START\n    \
+         transitions:\n      - {to: a}\n  - from: a\n    transitions:\n      \
+         - {to: b, condition: \"$steps[-1].meta.go = true\"}\n      - {to: c, condition: null}\n  \
+         - from: b\n    transitions:\n      - {to: $END}\n  - from: c\n    transitions:\n      \
+         - {to: $END, condition: ~}\n",
+    )?;
+    let hash = hash_of(&env.json(&["add", "fallback", flow.to_str().context("path")?])?)?;
+    let answers = env.write("answers.yaml", "a:\n  - {go: false}\n")?;
+    let out = env.ok(&[
+        "run",
+        "fallback",
+        "-p",
+        "go?",
+        "--agent",
+        &format!("scripted:{}", answers.display()),
+    ])?;
+    assert!(out.contains("completed (0)"), "{out}");
+    let roles: Vec<Value> =
+        steps(&env, &hash, &newest_thread(&env)?)?.iter().map(|s| s["role"].clone()).collect();
+    assert_eq!(roles, ["a", "c"], "the null condition was taken when the other did not hold");
+    Ok(())
+}
+
+/// A file of several YAML documents is refused at the line where the second starts, instead
+/// of losing every document after the first.
+#[test]
+fn a_second_yaml_document_is_refused_at_its_line() -> Result<()> {
+    let env = Env::new()?;
+    let flow = env.write(
+        "two.yaml",
+        "---\ndescription: one\nroles:\n  a: {}\ngraph:\n  - from: $START\n    transitions:\n      \
+         - {to: a}\n  - from: a\n    transitions:\n      - {to: $END}\n---\ndescription: two\n",
+    )?;
+    let flow = flow.to_str().context("path")?;
+    for args in [vec!["add", "two", flow], vec!["build", flow]] {
+        let err = env.fails(&args, 65)?;
+        assert!(err.contains("two.yaml:12:1: a second YAML document starts here"), "{err}");
+    }
+    ensure!(env.json(&["list"])?.as_array().is_some_and(|l| l.is_empty()), "nothing added");
+    // One document with an explicit start and end marker is one document.
+    env.write(
+        "one.yaml",
+        "---\ndescription: one\nroles:\n  a: {}\ngraph:\n  - from: $START\n    transitions:\n      \
+         - {to: a}\n  - from: a\n    transitions:\n      - {to: $END}\n...\n",
+    )?;
+    env.ok(&["build", "one.yaml"])?;
+    Ok(())
+}
+
+/// A `$status` record has no agent: its line shows its duration alone, with no stray comma.
+#[test]
+fn a_status_record_prints_without_an_agent() -> Result<()> {
+    let env = Env::new()?;
+    let agent = triage_agent(&env, json!({"security": "fail"}))?;
+    env.json(&["add", "triage", &triage_with(&env, "stop", 0)?])?;
+    let run = env.run(&["run", "triage", "-p", "x", "--agent", &agent])?;
+    let status: Vec<&str> = run.stdout.lines().filter(|l| l.contains("] $status")).collect();
+    ensure!(!status.is_empty(), "no $status line: {}", run.stdout);
+    for line in status {
+        let after_role = line.split("$status").nth(1).context("role")?.trim_start();
+        ensure!(!after_role.starts_with(','), "stray comma: {line}");
+        ensure!(after_role.split_whitespace().nth(1) == Some("ms"), "its duration: {line}");
     }
     Ok(())
 }
 
 #[test]
-fn the_002_graph_stops_when_the_planner_needs_clarification() -> Result<()> {
+fn ask_user_waits_for_retry_skip_or_abort() -> Result<()> {
     let env = Env::new()?;
-    let hash = hash_of(&env.json(&["add", "pdr", &example("plan-develop-review.yaml")])?)?;
-    let unclear = env.write("unclear.yaml", "planner:\n  - {needsClarification: Which page?}\n")?;
-    let out = env.ok(&[
-        "run",
-        "pdr",
-        "-p",
-        "fix login",
-        "--agent",
-        &format!("scripted:{}", unclear.display()),
-    ])?;
-    assert!(out.contains("completed (0): reached $END after `planner` (1 step)"), "{out}");
-    let answers =
-        env.write("answers.yaml", "reviewer:\n  - {approved: false}\n  - {approved: true}\n")?;
-    env.ok(&[
-        "run",
-        "pdr",
-        "-p",
-        "fix login",
-        "--agent",
-        &format!("scripted:{}", answers.display()),
-    ])?;
-    let roles: Vec<Value> =
-        steps(&env, &hash, &newest_thread(&env)?)?.iter().map(|s| s["role"].clone()).collect();
-    assert_eq!(roles, ["planner", "developer", "reviewer", "developer", "reviewer"]);
+    let file = triage_with(&env, "ask_user", 0)?;
+    let hash = hash_of(&env.json(&["add", "ask", &file])?)?;
+
+    // retry: the step fails once, the person says retry, it succeeds, the DAG finishes.
+    let agent = triage_agent(&env, json!({"security": "fail-once"}))?;
+    let thread =
+        env.ok(&["run", "ask", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+    wait_until("the thread waits", || Ok(status(&env, &thread)? == "waiting"))?;
+    let shown = env.ok(&["thread", &thread])?;
+    assert!(shown.contains("waiting"), "{shown}");
+    env.ok(&["answer", &thread, "retry"])?;
+    wait_until("the thread ends", || Ok(status(&env, &thread)? == "completed"))?;
+    assert_eq!(end_of(&env, &hash, &thread)?["returnCode"], 0);
+    let expected = [
+        ("fetch", "succeeded"),
+        ("security", "failed"),
+        ("performance", "succeeded"),
+        ("docs", "succeeded"),
+        ("$user", "retry"),
+        ("security", "succeeded"),
+        ("summary", "succeeded"),
+    ];
+    assert_eq!(statuses(&steps(&env, &hash, &thread)?), pairs(&expected));
+
+    // skip: the step and its dependents are skipped; abort: the thread fails.
+    let agent = triage_agent(&env, json!({"security": "fail"}))?;
+    for (answer, code, last) in
+        [("skip", 3, ("summary", "skipped")), ("abort", 1, ("$user", "abort"))]
+    {
+        let thread =
+            env.ok(&["run", "ask", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+        wait_until("the thread waits", || Ok(status(&env, &thread)? == "waiting"))?;
+        let run = env.run(&["answer", &thread, answer])?;
+        assert_eq!(run.code, code, "{answer}: {}{}", run.stdout, run.stderr);
+        let statuses = statuses(&steps(&env, &hash, &thread)?);
+        assert_eq!(statuses.last(), Some(&(last.0.to_string(), last.1.to_string())), "{answer}");
+        assert_eq!(end_of(&env, &hash, &thread)?["returnCode"], code);
+    }
+    Ok(())
+}
+
+#[test]
+fn build_gives_the_same_bytes_as_add_and_show_prints_the_yaml_and_its_graph() -> Result<()> {
+    let env = Env::new()?;
+    let yaml = example("triage.yaml");
+    let one = env.dir.path().join("one.wasm");
+    let two = env.dir.path().join("two.wasm");
+    let built = env.json(&["build", &yaml, "-o", one.to_str().unwrap()])?;
+    env.ok(&["build", &yaml, "-o", two.to_str().unwrap()])?;
+    assert_eq!(std::fs::read(&one)?, std::fs::read(&two)?, "the same YAML, the same bytes");
+    let from_yaml = hash_of(&env.json(&["add", "triage", &yaml])?)?;
+    let from_wasm = hash_of(&env.json(&["add", "triage-built", one.to_str().unwrap()])?)?;
+    assert_eq!((hash_of(&built)?, &from_yaml), (from_wasm.clone(), &from_wasm));
+
+    let shown = env.ok(&["show", "triage-built"])?;
+    assert!(shown.contains("declarative: the YAML below"), "{shown}");
+    assert!(shown.contains(&std::fs::read_to_string(&yaml)?.trim().to_string()), "{shown}");
+    let graph = env.ok(&["show", "triage", "--graph"])?;
+    assert!(graph.starts_with("flowchart LR\n"), "{graph}");
+    for edge in ["n0 --> n1", "n0 --> n2", "n0 --> n3", "n1 --> n4", "n2 --> n4", "n3 --> n4"] {
+        assert!(graph.contains(edge), "{edge} in {graph}");
+    }
+    env.ok(&["add", "solve", &example("solve-issue.yaml")])?;
+    let graph = env.ok(&["show", "solve", "--graph"])?;
+    assert!(graph.contains(r#"n3 -->|"meta.approved = true"| n4"#), "{graph}");
+    env.ok(&["add", "code", artifacts::SOLVE_ISSUE])?;
+    let err = env.fails(&["show", "code", "--graph"], 64)?;
+    assert!(err.contains("is code, not a declarative workflow"), "{err}");
+    Ok(())
+}
+
+/// `build flow.yaml` in the file's own directory writes `flow.wasm` there, with the
+/// permissions the umask gives (it is an artifact to share), not 0600.
+#[test]
+fn build_in_the_current_directory_honours_the_umask() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new()?;
+    std::fs::copy(example("solve-issue.yaml"), env.dir.path().join("flow.yaml"))?;
+    let bin = env!("CARGO_BIN_EXE_uncaged-workflow");
+    let out = env
+        .command_of("sh")
+        .args(["-c", "umask 027 && exec \"$0\" build flow.yaml", bin])
+        .output()?;
+    ensure!(out.status.success(), "build failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mode = std::fs::metadata(env.dir.path().join("flow.wasm"))?.permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "mode {mode:o}");
     Ok(())
 }
 
@@ -190,114 +519,77 @@ fn each_validation_error_names_its_file_line_and_column() -> Result<()> {
 }
 
 #[test]
-fn build_gives_the_same_bytes_as_add_and_show_prints_the_yaml_and_its_graph() -> Result<()> {
+fn pause_and_kill_stop_a_declarative_thread_as_they_stop_any() -> Result<()> {
     let env = Env::new()?;
-    let yaml = example("triage.yaml");
-    let one = env.dir.path().join("one.wasm");
-    let two = env.dir.path().join("two.wasm");
-    let built = env.json(&["build", &yaml, "-o", one.to_str().unwrap()])?;
-    env.ok(&["build", &yaml, "-o", two.to_str().unwrap()])?;
-    assert_eq!(std::fs::read(&one)?, std::fs::read(&two)?, "the same YAML, the same bytes");
-    let from_yaml = hash_of(&env.json(&["add", "triage", &yaml])?)?;
-    let from_wasm = hash_of(&env.json(&["add", "triage-built", one.to_str().unwrap()])?)?;
-    assert_eq!((hash_of(&built)?, &from_yaml), (from_wasm.clone(), &from_wasm));
+    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
+    let agent = triage_agent(&env, json!({"docs": "gate"}))?;
+    let gate = env.dir.path().join("gate");
 
-    let shown = env.ok(&["show", "triage-built"])?;
-    assert!(shown.contains("declarative: the YAML below"), "{shown}");
-    assert!(shown.contains(&std::fs::read_to_string(&yaml)?.trim().to_string()), "{shown}");
-    let graph = env.ok(&["show", "triage", "--graph"])?;
-    assert!(graph.starts_with("flowchart LR\n"), "{graph}");
-    for edge in ["n0 --> n1", "n0 --> n2", "n0 --> n3", "n1 --> n4", "n2 --> n4", "n3 --> n4"] {
-        assert!(graph.contains(edge), "{edge} in {graph}");
-    }
-    env.ok(&["add", "solve", &example("solve-issue.yaml")])?;
-    let graph = env.ok(&["show", "solve", "--graph"])?;
-    assert!(graph.contains(r#"n3 -->|"meta.approved = true"| n4"#), "{graph}");
-    env.ok(&["add", "code", artifacts::SOLVE_ISSUE])?;
-    let err = env.fails(&["show", "code", "--graph"], 64)?;
-    assert!(err.contains("is code, not a declarative workflow"), "{err}");
+    // A pause asked during the parallel stage lands after the whole stage.
+    let thread =
+        env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+    wait_until("the stage is at work", || Ok(agent_log(&env).iter().any(|l| l == "start docs")))?;
+    env.ok(&["pause", &thread])?;
+    std::fs::write(&gate, "")?;
+    wait_until("the thread pauses", || Ok(status(&env, &thread)? == "paused"))?;
+    assert_eq!(steps(&env, &hash, &thread)?.len(), 4, "fetch and the whole stage, no summary");
+    let out = env.ok(&["resume", &thread])?;
+    assert!(out.contains("completed (0): all 5 steps succeeded"), "{out}");
+
+    // A kill during the stage ends the thread `killed`, the stage unrecorded.
+    std::fs::remove_file(&gate)?;
+    let thread =
+        env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+    wait_until("the stage is at work", || {
+        Ok(agent_log(&env).iter().filter(|l| *l == "start docs").count() == 2)
+    })?;
+    env.ok(&["kill", &thread])?;
+    wait_until("the thread is killed", || Ok(status(&env, &thread)? == "killed"))?;
+    assert_eq!(steps(&env, &hash, &thread)?.len(), 1, "only fetch");
     Ok(())
 }
 
-/// A command agent for triage: logs `start|done STEP` to `agents.log` and each call's input to
-/// `inputs.jsonl`, and behaves per step as `behaviour.json` says: `fail` (always), `fail-once`,
-/// or `gate` (wait for the file `gate`).
-fn triage_agent(env: &Env, behaviour: Value) -> Result<String> {
-    env.write("behaviour.json", behaviour.to_string())?;
-    let dir = env.dir.path().display().to_string();
-    let script = env.write_script(
-        "triage-agent.py",
-        format!(
-            r#"#!/usr/bin/env python3
-import json, os, sys, time
-ctx = json.load(sys.stdin)
-step = ctx["role"]["name"]
-dir = "{dir}"
-def log(event):
-    with open(os.path.join(dir, "agents.log"), "a") as f:
-        f.write(f"{{event}} {{step}}\n")
-log("start")
-with open(os.path.join(dir, "inputs.jsonl"), "a") as f:
-    f.write(json.dumps({{"step": step, "input": ctx.get("input")}}) + "\n")
-how = json.load(open(os.path.join(dir, "behaviour.json"))).get(step)
-if how == "fail":
-    sys.exit(1)
-if how == "fail-once":
-    marker = os.path.join(dir, step + ".failed")
-    if not os.path.exists(marker):
-        open(marker, "w").close()
-        sys.exit(1)
-if how == "gate":
-    while not os.path.exists(os.path.join(dir, "gate")):
-        time.sleep(0.05)
-answers = {{
-    "fetch": {{"title": "Crash on empty file", "component": "parser"}},
-    "summary": {{"priority": "P2", "reason": "contained"}},
-}}
-print(json.dumps(answers.get(step, {{"severity": "low", "finding": step + " looked"}})))
-log("done")
-"#
-        ),
-    )?;
-    Ok(format!("command:{}", script.display()))
+#[test]
+fn the_002_graph_stops_when_the_planner_needs_clarification() -> Result<()> {
+    let env = Env::new()?;
+    let hash = hash_of(&env.json(&["add", "pdr", &example("plan-develop-review.yaml")])?)?;
+    let unclear = env.write("unclear.yaml", "planner:\n  - {needsClarification: Which page?}\n")?;
+    let out = env.ok(&[
+        "run",
+        "pdr",
+        "-p",
+        "fix login",
+        "--agent",
+        &format!("scripted:{}", unclear.display()),
+    ])?;
+    assert!(out.contains("completed (0): reached $END after `planner` (1 step)"), "{out}");
+    let answers =
+        env.write("answers.yaml", "reviewer:\n  - {approved: false}\n  - {approved: true}\n")?;
+    env.ok(&[
+        "run",
+        "pdr",
+        "-p",
+        "fix login",
+        "--agent",
+        &format!("scripted:{}", answers.display()),
+    ])?;
+    let roles: Vec<Value> =
+        steps(&env, &hash, &newest_thread(&env)?)?.iter().map(|s| s["role"].clone()).collect();
+    assert_eq!(roles, ["planner", "developer", "reviewer", "developer", "reviewer"]);
+    Ok(())
 }
 
-/// triage.yaml with another failure policy.
-fn triage_with(env: &Env, policy: &str, retries: u32) -> Result<String> {
-    let text = std::fs::read_to_string(example("triage.yaml"))?
-        .replace("on_step_failure: skip_dependents", &format!("on_step_failure: {policy}"))
-        .replace("max_retries: 1", &format!("max_retries: {retries}"))
-        .replace("retry_delay_ms: 500", "retry_delay_ms: 50");
-    Ok(env.write(&format!("triage-{policy}.yaml"), text)?.display().to_string())
-}
-
-fn agent_log(env: &Env) -> Vec<String> {
-    std::fs::read_to_string(env.dir.path().join("agents.log"))
-        .unwrap_or_default()
-        .lines()
-        .map(String::from)
-        .collect()
-}
-
-/// (role, status, step) of each step line: the status of a `$status` record, else succeeded.
-fn statuses(steps: &[Value]) -> Vec<(String, String)> {
-    steps
-        .iter()
-        .map(|s| match s["role"].as_str() {
-            Some("$status") => (
-                s["meta"]["step"].as_str().unwrap_or_default().to_string(),
-                s["meta"]["status"].as_str().unwrap_or_default().to_string(),
-            ),
-            Some("$user") => {
-                ("$user".into(), s["meta"]["decision"].as_str().unwrap_or_default().into())
-            }
-            role => (role.unwrap_or_default().to_string(), "succeeded".into()),
-        })
-        .collect()
-}
-
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+#[test]
+fn thread_start_step_and_fork_work_on_a_declarative_bundle() -> Result<()> {
+    let env = Env::new()?;
+    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
+    let thread = env.ok(&["thread", "start", "triage", "-p", "x"])?.trim().to_string();
+    env.ok(&["step", &thread])?;
+    env.ok(&["step", &thread])?;
+    assert_eq!(steps(&env, &hash, &thread)?.len(), 4, "fetch, then the stage of three");
+    let forked = env.ok(&["fork", &thread, "--at", "1"])?;
+    ensure!(forked.contains("completed (0): all 5 steps succeeded"), "{forked}");
+    Ok(())
 }
 
 #[test]
@@ -330,319 +622,31 @@ fn triage_runs_three_analyses_at_once_on_the_fetched_issue() -> Result<()> {
     Ok(())
 }
 
-/// The middle stage's `security` fails (every attempt): each policy's statuses and return code.
 #[test]
-fn a_failing_middle_step_under_stop_and_skip_dependents() -> Result<()> {
+fn yaml_and_rust_solve_issue_give_the_same_steps_and_return_codes() -> Result<()> {
     let env = Env::new()?;
-    let agent = triage_agent(&env, json!({"security": "fail"}))?;
-    for (policy, code, expected) in [
-        (
-            "stop",
-            1,
-            vec![
-                ("fetch", "succeeded"),
-                ("security", "failed"),
-                ("performance", "succeeded"),
-                ("docs", "succeeded"),
-            ],
-        ),
-        (
-            "skip_dependents",
-            3,
-            vec![
-                ("fetch", "succeeded"),
-                ("security", "failed"),
-                ("performance", "succeeded"),
-                ("docs", "succeeded"),
-                ("summary", "skipped"),
-            ],
-        ),
-    ] {
-        let file = triage_with(&env, policy, 1)?;
-        let hash = hash_of(&env.json(&["add", policy, &file])?)?;
-        let run = env.run(&["run", policy, "-p", "x", "--agent", &agent])?;
-        assert_eq!(run.code, code, "{policy}: {}{}", run.stdout, run.stderr);
-        let thread = newest_thread(&env)?;
-        assert_eq!(statuses(&steps(&env, &hash, &thread)?), pairs(&expected), "{policy}");
-        let failed = &steps(&env, &hash, &thread)?[1];
-        assert_eq!(
-            failed["meta"]["error"],
-            "agent failed: `triage-agent.py` failed with exit status 1 (after 2 attempts)".replace(
-                "`triage-agent.py`",
-                &format!("`{}`", env.dir.path().join("triage-agent.py").display())
-            ),
-            "{policy}: retried once"
-        );
-    }
-    let log = agent_log(&env);
-    assert_eq!(
-        log.iter().filter(|l| *l == "start security").count(),
-        4,
-        "2 attempts × 2 threads: {log:?}"
-    );
-    Ok(())
-}
-
-#[test]
-fn ask_user_waits_for_retry_skip_or_abort() -> Result<()> {
-    let env = Env::new()?;
-    let file = triage_with(&env, "ask_user", 0)?;
-    let hash = hash_of(&env.json(&["add", "ask", &file])?)?;
-
-    // retry: the step fails once, the person says retry, it succeeds, the DAG finishes.
-    let agent = triage_agent(&env, json!({"security": "fail-once"}))?;
-    let thread =
-        env.ok(&["run", "ask", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
-    wait_until("the thread waits", || Ok(status(&env, &thread)? == "waiting"))?;
-    let shown = env.ok(&["thread", &thread])?;
-    assert!(shown.contains("waiting"), "{shown}");
-    env.ok(&["answer", &thread, "retry"])?;
-    wait_until("the thread ends", || Ok(status(&env, &thread)? == "completed"))?;
-    assert_eq!(end_of(&env, &hash, &thread)?["returnCode"], 0);
-    let expected = [
-        ("fetch", "succeeded"),
-        ("security", "failed"),
-        ("performance", "succeeded"),
-        ("docs", "succeeded"),
-        ("$user", "retry"),
-        ("security", "succeeded"),
-        ("summary", "succeeded"),
-    ];
-    assert_eq!(statuses(&steps(&env, &hash, &thread)?), pairs(&expected));
-
-    // skip: the step and its dependents are skipped; abort: the thread fails.
-    let agent = triage_agent(&env, json!({"security": "fail"}))?;
-    for (answer, code, last) in
-        [("skip", 3, ("summary", "skipped")), ("abort", 1, ("$user", "abort"))]
-    {
-        let thread =
-            env.ok(&["run", "ask", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
-        wait_until("the thread waits", || Ok(status(&env, &thread)? == "waiting"))?;
-        let run = env.run(&["answer", &thread, answer])?;
-        assert_eq!(run.code, code, "{answer}: {}{}", run.stdout, run.stderr);
-        let statuses = statuses(&steps(&env, &hash, &thread)?);
-        assert_eq!(statuses.last(), Some(&(last.0.to_string(), last.1.to_string())), "{answer}");
-        assert_eq!(end_of(&env, &hash, &thread)?["returnCode"], code);
-    }
-    Ok(())
-}
-
-#[test]
-fn kill_9_during_a_parallel_stage_then_resume_loses_and_repeats_nothing() -> Result<()> {
-    let env = Env::new()?;
-    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
-    let agent = triage_agent(&env, json!({"docs": "gate"}))?;
-    let thread =
-        env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
-    // Two analyses answered and were journaled; `docs` has started and waits at its gate.
-    wait_until("docs is at work", || Ok(agent_log(&env).iter().any(|l| l == "start docs")))?;
-    env.kill_once_journaled(&hash, &thread, 1, 2)?;
-    assert_eq!(steps(&env, &hash, &thread)?.len(), 1, "no part of the stage is recorded");
-    std::fs::write(env.dir.path().join("gate"), "")?;
-    let out = env.ok(&["resume", &thread])?;
-    assert!(out.contains("completed (0): all 5 steps succeeded"), "{out}");
-    let steps = steps(&env, &hash, &thread)?;
-    let ids: Vec<&str> = steps.iter().map(|s| s["role"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["fetch", "security", "performance", "docs", "summary"], "each step once");
-    let log = agent_log(&env);
-    let count = |line: &str| log.iter().filter(|l| *l == line).count();
-    for step in ["fetch", "security", "performance", "summary"] {
-        assert_eq!(count(&format!("start {step}")), 1, "{step} asked once: {log:?}");
-    }
-    assert_eq!(count("start docs"), 2, "the unanswered call, asked again: {log:?}");
-    assert_eq!(count("done docs"), 1, "{log:?}");
-    Ok(())
-}
-
-#[test]
-fn thread_start_step_and_fork_work_on_a_declarative_bundle() -> Result<()> {
-    let env = Env::new()?;
-    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
-    let thread = env.ok(&["thread", "start", "triage", "-p", "x"])?.trim().to_string();
-    env.ok(&["step", &thread])?;
-    env.ok(&["step", &thread])?;
-    assert_eq!(steps(&env, &hash, &thread)?.len(), 4, "fetch, then the stage of three");
-    let forked = env.ok(&["fork", &thread, "--at", "1"])?;
-    ensure!(forked.contains("completed (0): all 5 steps succeeded"), "{forked}");
-    Ok(())
-}
-
-#[test]
-fn a_damaged_function_cache_is_only_a_miss() -> Result<()> {
-    let env = Env::new()?;
-    env.ok(&["add", "one", &example("plan-develop-review.yaml")])?;
-    // Every compiled function garbled, or cut to nothing: the next compile redoes them.
-    let mut damaged = 0;
-    let mut dirs = vec![env.home().join("cache/functions")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else {
-                let garbage: &[u8] = if damaged % 2 == 0 { b"garbage" } else { b"" };
-                std::fs::write(&path, garbage)?;
-                damaged += 1;
-            }
+    let rust = hash_of(&env.json(&["add", "rust", artifacts::SOLVE_ISSUE])?)?;
+    let yaml = hash_of(&env.json(&["add", "yaml", &example("solve-issue.yaml")])?)?;
+    let demo = format!("scripted:{}", example("solve-issue/demo-answers.yaml"));
+    // A reviewer who never approves runs both into their max rounds.
+    let never = env.write("never.yaml", "reviewer:\n  - {approved: false, comments: [again]}\n")?;
+    let never = format!("scripted:{}", never.display());
+    for (agent, code) in [(demo.as_str(), 0), (never.as_str(), 2)] {
+        let mut seen = Vec::new();
+        for (name, hash) in [("rust", &rust), ("yaml", &yaml)] {
+            let run =
+                env.run(&["run", name, "-p", "Fix the empty-file crash", "--agent", agent])?;
+            ensure!(run.code == code, "{name} with {agent} exited {}: {}", run.code, run.stderr);
+            let thread = newest_thread(&env)?;
+            let steps: Vec<Value> = steps(&env, hash, &thread)?
+                .into_iter()
+                .map(|s| json!([s["role"], s["content"], s["meta"]]))
+                .collect();
+            seen.push((steps, end_of(&env, hash, &thread)?["returnCode"].clone()));
         }
-    }
-    ensure!(damaged > 100, "the function cache holds the interpreter's functions ({damaged})");
-    env.ok(&["add", "two", &example("solve-issue.yaml")])?;
-    let out = env.ok(&["run", "two", "-p", "x"])?;
-    assert!(out.contains("completed (0)"), "{out}");
-    Ok(())
-}
-
-#[test]
-fn pause_and_kill_stop_a_declarative_thread_as_they_stop_any() -> Result<()> {
-    let env = Env::new()?;
-    let hash = hash_of(&env.json(&["add", "triage", &example("triage.yaml")])?)?;
-    let agent = triage_agent(&env, json!({"docs": "gate"}))?;
-    let gate = env.dir.path().join("gate");
-
-    // A pause asked during the parallel stage lands after the whole stage.
-    let thread =
-        env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
-    wait_until("the stage is at work", || Ok(agent_log(&env).iter().any(|l| l == "start docs")))?;
-    env.ok(&["pause", &thread])?;
-    std::fs::write(&gate, "")?;
-    wait_until("the thread pauses", || Ok(status(&env, &thread)? == "paused"))?;
-    assert_eq!(steps(&env, &hash, &thread)?.len(), 4, "fetch and the whole stage, no summary");
-    let out = env.ok(&["resume", &thread])?;
-    assert!(out.contains("completed (0): all 5 steps succeeded"), "{out}");
-
-    // A kill during the stage ends the thread `killed`, the stage unrecorded.
-    std::fs::remove_file(&gate)?;
-    let thread =
-        env.ok(&["run", "triage", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
-    wait_until("the stage is at work", || {
-        Ok(agent_log(&env).iter().filter(|l| *l == "start docs").count() == 2)
-    })?;
-    env.ok(&["kill", &thread])?;
-    wait_until("the thread is killed", || Ok(status(&env, &thread)? == "killed"))?;
-    assert_eq!(steps(&env, &hash, &thread)?.len(), 1, "only fetch");
-    Ok(())
-}
-
-/// `condition: null` is the fallback transition of the format's source documents: taken when
-/// no condition before it holds. (A quoted `"null"` stays an expression, which never holds.)
-#[test]
-fn a_null_condition_is_the_fallback_transition() -> Result<()> {
-    let env = Env::new()?;
-    let flow = env.write(
-        "fallback.yaml",
-        "description: fallback\nroles:\n  a: {}\n  b: {}\n  c: {}\ngraph:\n  - from: $START\n    \
-         transitions:\n      - {to: a}\n  - from: a\n    transitions:\n      \
-         - {to: b, condition: \"$steps[-1].meta.go = true\"}\n      - {to: c, condition: null}\n  \
-         - from: b\n    transitions:\n      - {to: $END}\n  - from: c\n    transitions:\n      \
-         - {to: $END, condition: ~}\n",
-    )?;
-    let hash = hash_of(&env.json(&["add", "fallback", flow.to_str().context("path")?])?)?;
-    let answers = env.write("answers.yaml", "a:\n  - {go: false}\n")?;
-    let out = env.ok(&[
-        "run",
-        "fallback",
-        "-p",
-        "go?",
-        "--agent",
-        &format!("scripted:{}", answers.display()),
-    ])?;
-    assert!(out.contains("completed (0)"), "{out}");
-    let roles: Vec<Value> =
-        steps(&env, &hash, &newest_thread(&env)?)?.iter().map(|s| s["role"].clone()).collect();
-    assert_eq!(roles, ["a", "c"], "the null condition was taken when the other did not hold");
-    Ok(())
-}
-
-/// A FIFO (or a directory) given as the workflow file is refused at once, not read: opening
-/// a FIFO would wait for a writer forever.
-#[test]
-fn a_fifo_as_the_workflow_file_is_refused_not_waited_on() -> Result<()> {
-    let env = Env::new()?;
-    let fifo = env.dir.path().join("flow.yaml");
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status()?;
-    ensure!(made.success(), "mkfifo failed");
-    let fifo = fifo.to_str().context("path")?;
-    for args in [vec!["add", "f", fifo], vec!["build", fifo]] {
-        let mut child = env
-            .command()
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while child.try_wait()?.is_none() {
-            if std::time::Instant::now() > deadline {
-                child.kill()?;
-                anyhow::bail!("`{}` hangs on a FIFO", args.join(" "));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let out = child.wait_with_output()?;
-        let stderr = String::from_utf8(out.stderr)?;
-        assert_eq!(out.status.code(), Some(65), "{stderr}");
-        assert!(stderr.contains("not a regular file"), "{stderr}");
+        assert_eq!(seen[0], seen[1], "the same steps and return code with {agent}");
+        assert_eq!(seen[0].1, json!(code));
     }
     Ok(())
 }
-
-/// A file of several YAML documents is refused at the line where the second starts, instead
-/// of losing every document after the first.
-#[test]
-fn a_second_yaml_document_is_refused_at_its_line() -> Result<()> {
-    let env = Env::new()?;
-    let flow = env.write(
-        "two.yaml",
-        "---\ndescription: one\nroles:\n  a: {}\ngraph:\n  - from: $START\n    transitions:\n      \
-         - {to: a}\n  - from: a\n    transitions:\n      - {to: $END}\n---\ndescription: two\n",
-    )?;
-    let flow = flow.to_str().context("path")?;
-    for args in [vec!["add", "two", flow], vec!["build", flow]] {
-        let err = env.fails(&args, 65)?;
-        assert!(err.contains("two.yaml:12:1: a second YAML document starts here"), "{err}");
-    }
-    ensure!(env.json(&["list"])?.as_array().is_some_and(|l| l.is_empty()), "nothing added");
-    // One document with an explicit start and end marker is one document.
-    env.write(
-        "one.yaml",
-        "---\ndescription: one\nroles:\n  a: {}\ngraph:\n  - from: $START\n    transitions:\n      \
-         - {to: a}\n  - from: a\n    transitions:\n      - {to: $END}\n...\n",
-    )?;
-    env.ok(&["build", "one.yaml"])?;
-    Ok(())
-}
-
-/// `build flow.yaml` in the file's own directory writes `flow.wasm` there, with the
-/// permissions the umask gives (it is an artifact to share), not 0600.
-#[test]
-fn build_in_the_current_directory_honours_the_umask() -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let env = Env::new()?;
-    std::fs::copy(example("solve-issue.yaml"), env.dir.path().join("flow.yaml"))?;
-    let bin = env!("CARGO_BIN_EXE_uncaged-workflow");
-    let out = env
-        .command_of("sh")
-        .args(["-c", "umask 027 && exec \"$0\" build flow.yaml", bin])
-        .output()?;
-    ensure!(out.status.success(), "build failed: {}", String::from_utf8_lossy(&out.stderr));
-    let mode = std::fs::metadata(env.dir.path().join("flow.wasm"))?.permissions().mode() & 0o777;
-    assert_eq!(mode, 0o640, "mode {mode:o}");
-    Ok(())
-}
-
-/// A `$status` record has no agent: its line shows its duration alone, with no stray comma.
-#[test]
-fn a_status_record_prints_without_an_agent() -> Result<()> {
-    let env = Env::new()?;
-    let agent = triage_agent(&env, json!({"security": "fail"}))?;
-    env.json(&["add", "triage", &triage_with(&env, "stop", 0)?])?;
-    let run = env.run(&["run", "triage", "-p", "x", "--agent", &agent])?;
-    let status: Vec<&str> = run.stdout.lines().filter(|l| l.contains("] $status")).collect();
-    ensure!(!status.is_empty(), "no $status line: {}", run.stdout);
-    for line in status {
-        let after_role = line.split("$status").nth(1).context("role")?.trim_start();
-        ensure!(!after_role.starts_with(','), "stray comma: {line}");
-        ensure!(after_role.split_whitespace().nth(1) == Some("ms"), "its duration: {line}");
-    }
-    Ok(())
 }

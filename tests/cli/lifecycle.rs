@@ -187,142 +187,6 @@ fn a_waiting_thread_holds_only_its_data_file_open() -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn pause_then_resume_in_a_new_worker() -> Result<()> {
-    let env = Env::new()?;
-    let hash = env.add_solve_issue()?;
-    let agent = slow_agent(&env, "0.3")?;
-    let thread = detach(&env, &["run", "solve-issue", "-p", "p", "--agent", &agent])?;
-    wait_until("the first agent call starts", || Ok(!calls_log(&env)?.is_empty()))?;
-    let pid = ps(&env)?[0]["pid"].as_u64().unwrap();
-    assert_eq!(
-        env.ok(&["pause", &thread])?.trim(),
-        format!("thread {thread} pauses after its current step")
-    );
-    wait_until("the thread pauses", || Ok(status(&env, &thread)? == "paused"))?;
-    wait_until("its worker exits", || Ok(!alive(pid)))?;
-    let paused_steps = env.json(&["thread", &thread])?["steps"].as_array().unwrap().len();
-    assert!((1..5).contains(&paused_steps), "paused after {paused_steps} steps");
-    let err = env.fails(&["pause", &thread], 75)?;
-    assert!(err.contains("is paused: it is not running"), "{err}");
-
-    let out = env.ok(&["resume", &thread])?;
-    assert!(out.contains(&format!("continuing after step {paused_steps}")), "{out}");
-    assert!(
-        out.trim_end().ends_with("completed (0): approved after 2 development round(s)"),
-        "{out}"
-    );
-    let lines = env.thread_lines(&hash, &thread)?;
-    assert_eq!(roles(&lines), ["planner", "developer", "reviewer", "developer", "reviewer"]);
-    // Every agent call happened once.
-    let done: Vec<_> = calls_log(&env)?.into_iter().filter(|l| l.starts_with("done")).collect();
-    assert_eq!(done, ["done 0", "done 1", "done 2", "done 3", "done 4"]);
-    let err = env.fails(&["resume", &thread], 75)?;
-    assert!(err.contains("is completed: it has ended"), "{err}");
-    Ok(())
-}
-
-#[test]
-fn control_commands_refuse_unknown_finished_and_malformed_ids() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
-    let done = crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "x"])?)?;
-    for command in ["kill", "pause", "resume", "step", "fork"] {
-        let err = env.fails(&[command, "not-a-thread"], 64)?;
-        assert!(err.contains("invalid thread id `not-a-thread`"), "{command}: {err}");
-        let err = env.fails(&[command, "01KQXKW18CT8G75T53R8F4G7YG"], 66)?;
-        assert!(err.contains("no thread `01KQXKW18CT8G75T53R8F4G7YG`"), "{command}: {err}");
-    }
-    for command in ["kill", "pause", "resume", "step"] {
-        let err = env.fails(&[command, &done], 75)?;
-        assert!(err.contains(&format!("thread `{done}` is completed")), "{command}: {err}");
-    }
-    Ok(())
-}
-
-#[test]
-fn fork_keeps_a_prefix_and_leaves_the_original_untouched() -> Result<()> {
-    let env = Env::new()?;
-    let hash = env.add_solve_issue()?;
-    let original = crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "orig"])?)?;
-    let before = env.thread_lines(&hash, &original)?;
-    let original_steps = steps_of(&env, &hash, &original)?;
-
-    let fork_of = |args: &[&str]| -> Result<(String, Vec<Value>)> {
-        let out = env.ok(args)?;
-        let id = out
-            .lines()
-            .next()
-            .and_then(|l| l.split(" into ").nth(1))
-            .context("fork id")?
-            .to_string();
-        let lines = env.thread_lines(&hash, &id)?;
-        Ok((id, lines))
-    };
-    let (at2, lines) = fork_of(&["fork", &original, "--at", "2"])?;
-    assert_ne!(at2, original);
-    assert_eq!(lines[0]["forkedFrom"], json!({"threadId": original, "step": 2}));
-    assert_eq!(lines[0]["parameters"]["prompt"], "orig");
-    let steps = steps_of(&env, &hash, &at2)?;
-    assert_eq!(steps[..2], original_steps[..2]);
-    assert_eq!(
-        steps, original_steps,
-        "the scripted agent answers a fork as it answered the original"
-    );
-
-    let (before_reviewer, lines) = fork_of(&["fork", &original, "--from-role", "reviewer"])?;
-    // The last reviewer step is step 5: the fork keeps 4 and runs the reviewer again.
-    assert_eq!(lines[0]["forkedFrom"]["step"], 4);
-    assert_eq!(steps_of(&env, &hash, &before_reviewer)?[..4], original_steps[..4]);
-    assert_eq!(lines.last().unwrap()["end"]["status"], "completed");
-
-    assert_eq!(env.thread_lines(&hash, &original)?, before, "the original is untouched");
-    let err = env.fails(&["fork", &original, "--at", "9"], 64)?;
-    assert!(err.contains("there is no step 9 to fork at"), "{err}");
-    let err = env.fails(&["fork", &original, "--from-role", "tester"], 64)?;
-    assert!(err.contains("no step of role `tester`"), "{err}");
-    Ok(())
-}
-
-#[test]
-fn step_drives_a_thread_to_the_same_end_as_run() -> Result<()> {
-    let env = Env::new()?;
-    let hash = env.add_solve_issue()?;
-    let answers = "bundles/solve-issue/demo-answers.yaml";
-    let answers = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(answers);
-    let agent = format!("scripted:{}", answers.display());
-    let by_run =
-        crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "same", "--agent", &agent])?)?;
-
-    let thread = env
-        .ok(&["thread", "start", "solve-issue", "-p", "same", "--agent", &agent])?
-        .trim()
-        .to_string();
-    assert_eq!(status(&env, &thread)?, "paused");
-    let mut printed = Vec::new();
-    loop {
-        let out: Value = serde_json::from_str(&env.ok(&["step", &thread])?)?;
-        assert_eq!(out["thread"], thread.as_str());
-        if out["type"] == "ended" {
-            assert_eq!(out["status"], "completed");
-            break;
-        }
-        assert_eq!(out["type"], "step");
-        assert_eq!(out["index"], printed.len() + 1);
-        printed.push(out["step"]["role"].as_str().unwrap().to_string());
-        // Between steps the thread is at rest, and says so.
-        assert_eq!(status(&env, &thread)?, "paused");
-        if printed.len() > 10 {
-            bail!("step never ends");
-        }
-    }
-    assert_eq!(printed, ["planner", "developer", "reviewer", "developer", "reviewer"]);
-    assert_eq!(steps_of(&env, &hash, &thread)?, steps_of(&env, &hash, &by_run)?);
-    let err = env.fails(&["step", &thread], 75)?;
-    assert!(err.contains("is completed"), "{err}");
-    Ok(())
-}
-
 /// Runs solve-issue with the slow agent and a crash injected at `crash`, resumes it, and
 /// checks the result against an uncrashed run: same steps, none lost or doubled, and no agent
 /// call that completed was made again. On a shared store nobody resumes it: the crashed
@@ -385,26 +249,6 @@ fn crash_and_resume(crash: Option<&str>, kill_during_call: Option<usize>) -> Res
         "crash {crash:?}: a completed call was repeated"
     );
     Ok(())
-}
-
-#[test]
-fn crash_before_an_agent_call_then_resume() -> Result<()> {
-    crash_and_resume(Some("agent-call:3"), None)
-}
-
-#[test]
-fn crash_after_an_agent_call_was_journaled_then_resume() -> Result<()> {
-    crash_and_resume(Some("agent-recorded:2"), None)
-}
-
-#[test]
-fn crash_after_a_step_was_persisted_then_resume() -> Result<()> {
-    crash_and_resume(Some("step-persisted:3"), None)
-}
-
-#[test]
-fn kill_9_during_an_agent_call_then_resume() -> Result<()> {
-    crash_and_resume(None, Some(2))
 }
 
 #[test]
@@ -484,4 +328,164 @@ fn kill_ends_paused_waiting_and_interrupted_threads_and_prune_removes_them() -> 
     let pruned = env.ok(&["threads", "prune", "--older-than", "0s", "--status", "killed"])?;
     assert!(pruned.contains("removed 3 thread(s)"), "{pruned}");
     Ok(())
+}
+
+// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
+// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
+on_both_stores! {
+#[test]
+fn control_commands_refuse_unknown_finished_and_malformed_ids() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let done = crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "x"])?)?;
+    for command in ["kill", "pause", "resume", "step", "fork"] {
+        let err = env.fails(&[command, "not-a-thread"], 64)?;
+        assert!(err.contains("invalid thread id `not-a-thread`"), "{command}: {err}");
+        let err = env.fails(&[command, "01KQXKW18CT8G75T53R8F4G7YG"], 66)?;
+        assert!(err.contains("no thread `01KQXKW18CT8G75T53R8F4G7YG`"), "{command}: {err}");
+    }
+    for command in ["kill", "pause", "resume", "step"] {
+        let err = env.fails(&[command, &done], 75)?;
+        assert!(err.contains(&format!("thread `{done}` is completed")), "{command}: {err}");
+    }
+    Ok(())
+}
+
+#[test]
+fn crash_after_a_step_was_persisted_then_resume() -> Result<()> {
+    crash_and_resume(Some("step-persisted:3"), None)
+}
+
+#[test]
+fn crash_after_an_agent_call_was_journaled_then_resume() -> Result<()> {
+    crash_and_resume(Some("agent-recorded:2"), None)
+}
+
+#[test]
+fn crash_before_an_agent_call_then_resume() -> Result<()> {
+    crash_and_resume(Some("agent-call:3"), None)
+}
+
+#[test]
+fn fork_keeps_a_prefix_and_leaves_the_original_untouched() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let original = crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "orig"])?)?;
+    let before = env.thread_lines(&hash, &original)?;
+    let original_steps = steps_of(&env, &hash, &original)?;
+
+    let fork_of = |args: &[&str]| -> Result<(String, Vec<Value>)> {
+        let out = env.ok(args)?;
+        let id = out
+            .lines()
+            .next()
+            .and_then(|l| l.split(" into ").nth(1))
+            .context("fork id")?
+            .to_string();
+        let lines = env.thread_lines(&hash, &id)?;
+        Ok((id, lines))
+    };
+    let (at2, lines) = fork_of(&["fork", &original, "--at", "2"])?;
+    assert_ne!(at2, original);
+    assert_eq!(lines[0]["forkedFrom"], json!({"threadId": original, "step": 2}));
+    assert_eq!(lines[0]["parameters"]["prompt"], "orig");
+    let steps = steps_of(&env, &hash, &at2)?;
+    assert_eq!(steps[..2], original_steps[..2]);
+    assert_eq!(
+        steps, original_steps,
+        "the scripted agent answers a fork as it answered the original"
+    );
+
+    let (before_reviewer, lines) = fork_of(&["fork", &original, "--from-role", "reviewer"])?;
+    // The last reviewer step is step 5: the fork keeps 4 and runs the reviewer again.
+    assert_eq!(lines[0]["forkedFrom"]["step"], 4);
+    assert_eq!(steps_of(&env, &hash, &before_reviewer)?[..4], original_steps[..4]);
+    assert_eq!(lines.last().unwrap()["end"]["status"], "completed");
+
+    assert_eq!(env.thread_lines(&hash, &original)?, before, "the original is untouched");
+    let err = env.fails(&["fork", &original, "--at", "9"], 64)?;
+    assert!(err.contains("there is no step 9 to fork at"), "{err}");
+    let err = env.fails(&["fork", &original, "--from-role", "tester"], 64)?;
+    assert!(err.contains("no step of role `tester`"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn kill_9_during_an_agent_call_then_resume() -> Result<()> {
+    crash_and_resume(None, Some(2))
+}
+
+#[test]
+fn pause_then_resume_in_a_new_worker() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let agent = slow_agent(&env, "0.3")?;
+    let thread = detach(&env, &["run", "solve-issue", "-p", "p", "--agent", &agent])?;
+    wait_until("the first agent call starts", || Ok(!calls_log(&env)?.is_empty()))?;
+    let pid = ps(&env)?[0]["pid"].as_u64().unwrap();
+    assert_eq!(
+        env.ok(&["pause", &thread])?.trim(),
+        format!("thread {thread} pauses after its current step")
+    );
+    wait_until("the thread pauses", || Ok(status(&env, &thread)? == "paused"))?;
+    wait_until("its worker exits", || Ok(!alive(pid)))?;
+    let paused_steps = env.json(&["thread", &thread])?["steps"].as_array().unwrap().len();
+    assert!((1..5).contains(&paused_steps), "paused after {paused_steps} steps");
+    let err = env.fails(&["pause", &thread], 75)?;
+    assert!(err.contains("is paused: it is not running"), "{err}");
+
+    let out = env.ok(&["resume", &thread])?;
+    assert!(out.contains(&format!("continuing after step {paused_steps}")), "{out}");
+    assert!(
+        out.trim_end().ends_with("completed (0): approved after 2 development round(s)"),
+        "{out}"
+    );
+    let lines = env.thread_lines(&hash, &thread)?;
+    assert_eq!(roles(&lines), ["planner", "developer", "reviewer", "developer", "reviewer"]);
+    // Every agent call happened once.
+    let done: Vec<_> = calls_log(&env)?.into_iter().filter(|l| l.starts_with("done")).collect();
+    assert_eq!(done, ["done 0", "done 1", "done 2", "done 3", "done 4"]);
+    let err = env.fails(&["resume", &thread], 75)?;
+    assert!(err.contains("is completed: it has ended"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn step_drives_a_thread_to_the_same_end_as_run() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let answers = "bundles/solve-issue/demo-answers.yaml";
+    let answers = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(answers);
+    let agent = format!("scripted:{}", answers.display());
+    let by_run =
+        crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "same", "--agent", &agent])?)?;
+
+    let thread = env
+        .ok(&["thread", "start", "solve-issue", "-p", "same", "--agent", &agent])?
+        .trim()
+        .to_string();
+    assert_eq!(status(&env, &thread)?, "paused");
+    let mut printed = Vec::new();
+    loop {
+        let out: Value = serde_json::from_str(&env.ok(&["step", &thread])?)?;
+        assert_eq!(out["thread"], thread.as_str());
+        if out["type"] == "ended" {
+            assert_eq!(out["status"], "completed");
+            break;
+        }
+        assert_eq!(out["type"], "step");
+        assert_eq!(out["index"], printed.len() + 1);
+        printed.push(out["step"]["role"].as_str().unwrap().to_string());
+        // Between steps the thread is at rest, and says so.
+        assert_eq!(status(&env, &thread)?, "paused");
+        if printed.len() > 10 {
+            bail!("step never ends");
+        }
+    }
+    assert_eq!(printed, ["planner", "developer", "reviewer", "developer", "reviewer"]);
+    assert_eq!(steps_of(&env, &hash, &thread)?, steps_of(&env, &hash, &by_run)?);
+    let err = env.fails(&["step", &thread], 75)?;
+    assert!(err.contains("is completed"), "{err}");
+    Ok(())
+}
 }

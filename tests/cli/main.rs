@@ -1,8 +1,50 @@
 //! Integration tests: the real `uncaged-workflow` binary, each test in a fresh temporary home.
 //!
-//! With `UNCAGED_TEST_STORE=postgres`, every test's store is a fresh database on a real
-//! PostgreSQL server the tests start themselves (`../support/postgres.rs`) instead of the
-//! home directory: `make test` runs the store-independent tests that way too.
+//! The tests that go through the CLI only are written once, inside [`on_both_stores!`], and
+//! run on both stores: a home directory, and a fresh database on a real PostgreSQL server the
+//! tests start themselves (`../support/postgres.rs`). The others read the home directory's
+//! files, or a local worker's process, and run on a home directory (or, in `shared_store`,
+//! on a database by design). `UNCAGED_TEST_STORE=postgres` puts those on a database too.
+
+/// Declares each test twice, as `<name>::files` and `<name>::postgres`: the same body, with
+/// [`Env::new`] giving it a home directory or a fresh database.
+macro_rules! on_both_stores {
+    () => {};
+    ($(#[$attr:meta])* fn $name:ident() -> $ret:ty $body:block $($rest:tt)*) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $(#[$attr])*
+            fn files() -> $ret {
+                $crate::use_store($crate::TestStore::Files);
+                $body
+            }
+            $(#[$attr])*
+            fn postgres() -> $ret {
+                $crate::use_store($crate::TestStore::Postgres);
+                $body
+            }
+        }
+        on_both_stores!($($rest)*);
+    };
+    ($(#[$attr:meta])* async fn $name:ident() -> $ret:ty $body:block $($rest:tt)*) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $(#[$attr])*
+            async fn files() -> $ret {
+                $crate::use_store($crate::TestStore::Files);
+                $body
+            }
+            $(#[$attr])*
+            async fn postgres() -> $ret {
+                $crate::use_store($crate::TestStore::Postgres);
+                $body
+            }
+        }
+        on_both_stores!($($rest)*);
+    };
+}
 
 mod agents;
 mod bad_input;
@@ -63,9 +105,30 @@ pub fn pg() -> Result<&'static postgres::PgServer> {
         .map_err(|e| anyhow::anyhow!("starting PostgreSQL: {e}"))
 }
 
-/// Whether this run's tests use a PostgreSQL store.
+/// The store a test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestStore {
+    Files,
+    Postgres,
+}
+
+thread_local! {
+    /// The store [`on_both_stores!`] chose for the test on this thread.
+    static TEST_STORE: std::cell::Cell<Option<TestStore>> = const { std::cell::Cell::new(None) };
+}
+
+/// Puts the test on this thread on `store` (each test runs on a thread of its own, and its
+/// environments are made on it).
+pub fn use_store(store: TestStore) {
+    TEST_STORE.with(|chosen| chosen.set(Some(store)));
+}
+
+/// Whether this test uses a PostgreSQL store.
 pub fn on_postgres() -> bool {
-    std::env::var("UNCAGED_TEST_STORE").is_ok_and(|store| store == "postgres")
+    match TEST_STORE.with(|chosen| chosen.get()) {
+        Some(store) => store == TestStore::Postgres,
+        None => std::env::var("UNCAGED_TEST_STORE").is_ok_and(|store| store == "postgres"),
+    }
 }
 
 /// What a finished command left.

@@ -48,33 +48,27 @@ fn add_prints_the_xxh64_id_and_stores_the_bundle() -> Result<()> {
 }
 
 #[test]
-fn list_and_show_describe_registered_workflows() -> Result<()> {
+fn remove_unregisters_but_keeps_files() -> Result<()> {
     let env = Env::new()?;
-    assert!(env.ok(&["list"])?.contains("no workflows registered"));
     let hash = env.add_solve_issue()?;
-    env.ok(&["add", "develop", artifacts::DEVELOP])?;
-
-    let list = env.json(&["list"])?;
-    let names: Vec<_> =
-        list.as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["develop", "solve-issue"]);
-    let table = env.ok(&["list"])?;
-    assert!(table.lines().next().unwrap().starts_with("NAME"), "{table}");
-    assert!(table.contains(&hash), "{table}");
-
-    let show = env.json(&["show", "solve-issue"])?;
-    assert_eq!(show["hash"], hash.as_str());
-    assert_eq!(show["maxRounds"], 10);
-    let roles: Vec<_> =
-        show["roles"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["planner", "developer", "reviewer"]);
-    assert_eq!(show["roles"][2]["schema"]["required"], serde_json::json!(["approved"]));
-    let human = env.ok(&["show", "solve-issue"])?;
-    assert!(human.contains("role reviewer: Reviews the change"), "{human}");
-    assert!(human.contains("\"approved\""), "{human}");
+    let run = env.ok(&["run", "solve-issue", "-p", "x"])?;
+    let thread = crate::thread_id_of(&run)?;
+    let out = env.ok(&["remove", "solve-issue"])?;
+    assert!(out.contains(&format!("removed solve-issue (was {hash}")), "{out}");
+    assert_eq!(env.json(&["list"])?, serde_json::json!([]));
+    assert!(env.home().join(format!("bundles/{hash}.wasm")).exists());
+    // Its threads are still there to read.
+    assert_eq!(env.json(&["thread", &thread])?["status"], "completed");
+    let err = env.fails(&["remove", "solve-issue"], 66)?;
+    assert!(err.contains("no workflow named `solve-issue`"), "{err}");
+    let err = env.fails(&["run", "solve-issue", "-p", "x"], 66)?;
+    assert!(err.contains("no workflow named `solve-issue`"), "{err}");
     Ok(())
 }
 
+// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
+// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
+on_both_stores! {
 #[test]
 fn history_and_rollback_move_between_versions() -> Result<()> {
     let env = Env::new()?;
@@ -118,20 +112,30 @@ fn history_and_rollback_move_between_versions() -> Result<()> {
 }
 
 #[test]
-fn remove_unregisters_but_keeps_files() -> Result<()> {
+fn list_and_show_describe_registered_workflows() -> Result<()> {
     let env = Env::new()?;
+    assert!(env.ok(&["list"])?.contains("no workflows registered"));
     let hash = env.add_solve_issue()?;
-    let run = env.ok(&["run", "solve-issue", "-p", "x"])?;
-    let thread = crate::thread_id_of(&run)?;
-    let out = env.ok(&["remove", "solve-issue"])?;
-    assert!(out.contains(&format!("removed solve-issue (was {hash}")), "{out}");
-    assert_eq!(env.json(&["list"])?, serde_json::json!([]));
-    assert!(env.home().join(format!("bundles/{hash}.wasm")).exists());
-    // Its threads are still there to read.
-    assert_eq!(env.json(&["thread", &thread])?["status"], "completed");
-    let err = env.fails(&["remove", "solve-issue"], 66)?;
-    assert!(err.contains("no workflow named `solve-issue`"), "{err}");
-    let err = env.fails(&["run", "solve-issue", "-p", "x"], 66)?;
-    assert!(err.contains("no workflow named `solve-issue`"), "{err}");
+    env.ok(&["add", "develop", artifacts::DEVELOP])?;
+
+    let list = env.json(&["list"])?;
+    let names: Vec<_> =
+        list.as_array().unwrap().iter().map(|w| w["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["develop", "solve-issue"]);
+    let table = env.ok(&["list"])?;
+    assert!(table.lines().next().unwrap().starts_with("NAME"), "{table}");
+    assert!(table.contains(&hash), "{table}");
+
+    let show = env.json(&["show", "solve-issue"])?;
+    assert_eq!(show["hash"], hash.as_str());
+    assert_eq!(show["maxRounds"], 10);
+    let roles: Vec<_> =
+        show["roles"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["planner", "developer", "reviewer"]);
+    assert_eq!(show["roles"][2]["schema"]["required"], serde_json::json!(["approved"]));
+    let human = env.ok(&["show", "solve-issue"])?;
+    assert!(human.contains("role reviewer: Reviews the change"), "{human}");
+    assert!(human.contains("\"approved\""), "{human}");
     Ok(())
+}
 }

@@ -106,24 +106,6 @@ fn second_run_loads_precompiled_code() -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn max_rounds_ends_the_thread_with_code_2() -> Result<()> {
-    let env = Env::new()?;
-    let hash = env.add_solve_issue()?;
-    let run = env.run(&["run", "solve-issue", "-p", "x", "--max-rounds", "3"])?;
-    assert_eq!(run.code, 2, "{run:?}");
-    let thread = thread_id_of(&run.stdout)?;
-    let lines = env.thread_lines(&hash, &thread)?;
-    assert_eq!(roles(&lines), ["planner", "developer", "reviewer"]);
-    let end = &lines.last().unwrap()["end"];
-    assert_eq!(end["status"], "failed");
-    assert_eq!(end["returnCode"], 2);
-    assert!(end["summary"].as_str().unwrap().contains("max rounds (3)"), "{end}");
-    assert_eq!(lines[0]["parameters"]["options"]["maxRounds"], 3);
-    env.fails(&["run", "solve-issue", "-p", "x", "--max-rounds", "0"], 64)?;
-    Ok(())
-}
-
 /// `--json` prints one event per line, each naming its `type` (docs/json.md): started,
 /// working, step (the step with its agent and duration), ended.
 #[test]
@@ -162,6 +144,27 @@ fn run_json_prints_one_typed_event_per_line() -> Result<()> {
     Ok(())
 }
 
+// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
+// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
+on_both_stores! {
+#[test]
+fn max_rounds_ends_the_thread_with_code_2() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let run = env.run(&["run", "solve-issue", "-p", "x", "--max-rounds", "3"])?;
+    assert_eq!(run.code, 2, "{run:?}");
+    let thread = thread_id_of(&run.stdout)?;
+    let lines = env.thread_lines(&hash, &thread)?;
+    assert_eq!(roles(&lines), ["planner", "developer", "reviewer"]);
+    let end = &lines.last().unwrap()["end"];
+    assert_eq!(end["status"], "failed");
+    assert_eq!(end["returnCode"], 2);
+    assert!(end["summary"].as_str().unwrap().contains("max rounds (3)"), "{end}");
+    assert_eq!(lines[0]["parameters"]["options"]["maxRounds"], 3);
+    env.fails(&["run", "solve-issue", "-p", "x", "--max-rounds", "0"], 64)?;
+    Ok(())
+}
+
 #[test]
 fn thread_rm_deletes_a_thread() -> Result<()> {
     let env = Env::new()?;
@@ -174,4 +177,5 @@ fn thread_rm_deletes_a_thread() -> Result<()> {
     assert!(err.contains(&format!("no thread `{thread}`")), "{err}");
     env.fails(&["thread", "rm", &thread], 66)?;
     Ok(())
+}
 }

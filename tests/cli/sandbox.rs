@@ -202,29 +202,6 @@ fn a_flood_of_stdout_is_capped() -> Result<()> {
 }
 
 #[test]
-fn add_refuses_an_invalid_schema_and_random_bytes() -> Result<()> {
-    let env = Env::new()?;
-    let err = env.fails(&["add", "w", artifacts::BAD_SCHEMA], 65)?;
-    assert!(err.contains("role `judge` has an invalid JSON Schema"), "{err}");
-    // Random bytes after a valid magic and version: not a component.
-    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
-    let mut x: u32 = 2463534242;
-    for _ in 0..4096 {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        bytes.push(x as u8);
-    }
-    let random = env.write("random.wasm", &bytes)?;
-    let err = env.fails(&["add", "w", random.to_str().unwrap()], 65)?;
-    assert!(err.contains("not a valid WebAssembly component"), "{err}");
-    let noise = env.write("noise.wasm", &bytes[8..])?;
-    let err = env.fails(&["add", "w", noise.to_str().unwrap()], 65)?;
-    assert!(err.contains("not a WebAssembly file"), "{err}");
-    Ok(())
-}
-
-#[test]
 fn an_xxh64_collision_is_refused() -> Result<()> {
     let env = Env::new()?;
     let hash = env.add_solve_issue()?;
@@ -304,6 +281,9 @@ fn worker_refuses_threads_over_its_limit_and_rounds_over_the_cap() -> Result<()>
     Ok(())
 }
 
+// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
+// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
+on_both_stores! {
 #[test]
 fn a_home_that_cannot_be_written_is_reported() -> Result<()> {
     let env = Env::new()?;
@@ -317,4 +297,28 @@ fn a_home_that_cannot_be_written_is_reported() -> Result<()> {
     assert!(err.contains("not-a-dir/home") && err.contains("Not a directory"), "{err}");
     assert_eq!(err.trim().lines().count(), 1);
     Ok(())
+}
+
+#[test]
+fn add_refuses_an_invalid_schema_and_random_bytes() -> Result<()> {
+    let env = Env::new()?;
+    let err = env.fails(&["add", "w", artifacts::BAD_SCHEMA], 65)?;
+    assert!(err.contains("role `judge` has an invalid JSON Schema"), "{err}");
+    // Random bytes after a valid magic and version: not a component.
+    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+    let mut x: u32 = 2463534242;
+    for _ in 0..4096 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        bytes.push(x as u8);
+    }
+    let random = env.write("random.wasm", &bytes)?;
+    let err = env.fails(&["add", "w", random.to_str().unwrap()], 65)?;
+    assert!(err.contains("not a valid WebAssembly component"), "{err}");
+    let noise = env.write("noise.wasm", &bytes[8..])?;
+    let err = env.fails(&["add", "w", noise.to_str().unwrap()], 65)?;
+    assert!(err.contains("not a WebAssembly file"), "{err}");
+    Ok(())
+}
 }

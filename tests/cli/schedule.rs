@@ -97,62 +97,6 @@ fn chrono_like_seconds(time: &str) -> Result<u64> {
     Ok(String::from_utf8(out.stdout)?.trim().parse()?)
 }
 
-#[test]
-fn repeated_ticks_fire_exactly_the_due_cron_instants() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
-    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "Every second"])?;
-    let mut previous = 0;
-    for _ in 0..4 {
-        std::thread::sleep(Duration::from_millis(1100));
-        let before = now_ms();
-        let pass = env.json(&["schedule", "tick"])?;
-        let after = now_ms();
-        let started = pass["started"].as_array().context("started")?;
-        ensure!(started.len() == 1, "one instant is due at each tick: {pass}");
-        // The latest instant at the tick, after the last one fired.
-        let at = instant(started[0]["firing"].as_str().unwrap())?;
-        ensure!(
-            at > previous && at <= after && at + 1000 > before,
-            "instant {at} for a tick at {before}..{after}"
-        );
-        previous = at;
-    }
-    // Off for three seconds: one firing, not three.
-    std::thread::sleep(Duration::from_millis(3100));
-    let pass = env.json(&["schedule", "tick"])?;
-    ensure!(pass["started"].as_array().unwrap().len() == 1, "missed instants fire once: {pass}");
-    assert_eq!(exactly_once(&env, "solve-issue")?, 5);
-    // The scheduled threads show their schedule; each has its instant as trigger data.
-    let listing = env.ok(&["threads"])?;
-    assert!(listing.lines().next().unwrap().contains("SCHEDULE"), "{listing}");
-    let thread = &scheduled_threads(&env, "solve-issue")?[0];
-    let record = env.json(&["thread", thread["threadId"].as_str().unwrap()])?;
-    assert_eq!(record["start"]["triggerData"]["schedule"], "solve-issue");
-    assert_eq!(record["start"]["parameters"]["prompt"], "Every second");
-    let shown = env.ok(&["thread", thread["threadId"].as_str().unwrap()])?;
-    assert!(shown.contains("started by schedule solve-issue (cron:"), "{shown}");
-    Ok(())
-}
-
-#[test]
-fn serve_fires_a_cron_once_per_second() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
-    let serve = Serve::start(&env, &[], &[])?;
-    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "s"])?;
-    std::thread::sleep(Duration::from_millis(5300));
-    serve.stop()?;
-    let keys = fired_keys(&env, "s")?;
-    let instants: Vec<u64> = keys.iter().map(|k| instant(k)).collect::<Result<_>>()?;
-    // One thread per second: distinct whole seconds, as many as seconds passed (a loaded
-    // machine may coalesce one late instant into the next, never fire one twice).
-    ensure!((4..=6).contains(&instants.len()), "{} firings in 5.3 s: {keys:?}", instants.len());
-    ensure!(instants.windows(2).all(|w| w[1] > w[0]), "instants not increasing: {keys:?}");
-    exactly_once(&env, "s")?;
-    Ok(())
-}
-
 /// `schedule add solve-issue --poll SCRIPT --every 1s --diff DIFF --name NAME EXTRA…`.
 fn add_poll(env: &Env, script: &str, diff: &str, name: &str, extra: &[&str]) -> Result<String> {
     let mut args = vec!["schedule", "add", "solve-issue", "--poll", script, "--every", "1s"];
@@ -181,6 +125,32 @@ printf ']\n'
         ),
     )?;
     Ok(script.display().to_string())
+}
+
+// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
+// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
+on_both_stores! {
+#[test]
+fn a_firing_process_killed_at_any_point_starts_no_duplicate() -> Result<()> {
+    for point in ["schedule-fired", "schedule-created"] {
+        let env = Env::new()?;
+        env.add_solve_issue()?;
+        let script = growing_poll(&env)?;
+        add_poll(&env, &script, "new-items", "p", &[])?;
+        env.ok(&["schedule", "tick"])?; // baseline
+        std::thread::sleep(Duration::from_millis(1050));
+        let crash = format!("{point}:1");
+        let run = env.run_with(&["schedule", "tick"], &[("UNCAGED_WORKFLOW_CRASH_AT", &crash)])?;
+        ensure!(run.code != 0 && run.stderr.contains("crashing at"), "{point}: {run:?}");
+        let pending = fired_keys(&env, "p")?;
+        assert_eq!(pending, ["item:issue-2"], "{point}: the firing was recorded first");
+        // The next tick finishes that firing (and fires the item the new run shows).
+        std::thread::sleep(Duration::from_millis(1050));
+        env.ok(&["schedule", "tick"])?;
+        assert_eq!(fired_keys(&env, "p")?, ["item:issue-2", "item:issue-3"], "{point}");
+        assert_eq!(exactly_once(&env, "p")?, 2, "{point}");
+    }
+    Ok(())
 }
 
 #[test]
@@ -221,6 +191,110 @@ fn a_poll_starts_one_thread_per_new_item_with_the_item() -> Result<()> {
         .map(|s| s["firing"].as_str().unwrap())
         .collect();
     assert_eq!(started, ["item:issue-1"]);
+    Ok(())
+}
+
+#[test]
+fn a_slow_poll_command_does_not_hold_up_the_other_schedules_or_schedule_add() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let (started, gate) = (env.dir.path().join("started"), env.dir.path().join("gate"));
+    let script = env.write_script(
+        "slow.sh",
+        format!(
+            "#!/bin/sh\ntouch {}\nwhile [ ! -e {} ]; do sleep 0.05; done\necho '[]'\n",
+            started.display(),
+            gate.display()
+        ),
+    )?;
+    let script = script.display().to_string();
+    add_poll(&env, &script, "new-items", "slow", &[])?;
+    env.ok(&[
+        "schedule",
+        "add",
+        "solve-issue",
+        "--cron",
+        "* * * * * *",
+        "-p",
+        "x",
+        "--name",
+        "fast",
+    ])?;
+    let serve = Serve::start(&env, &[], &[])?;
+    wait_until("the poll command runs", || Ok(started.exists()))?;
+    // While it runs (it waits for the gate): schedules change, and the cron fires on.
+    env.ok(&[
+        "schedule",
+        "add",
+        "solve-issue",
+        "--cron",
+        "0 0 * * *",
+        "-p",
+        "x",
+        "--name",
+        "other",
+    ])?;
+    env.ok(&["schedule", "pause", "other"])?;
+    wait_until("the cron fires during the check", || Ok(fired_keys(&env, "fast")?.len() >= 2))?;
+    // …and the check is still the first one, at work (not timed out, nothing recorded).
+    ensure!(!poll_checked(&env, "slow")? && firings(&env, "slow")?.is_empty(), "the check ended");
+    std::fs::write(&gate, "")?;
+    wait_until("the check is recorded", || Ok(!firings(&env, "slow")?.is_empty()))?;
+    assert_eq!(firings(&env, "slow")?[0]["baseline"]["keys"], json!(null), "an empty baseline");
+    serve.stop()?;
+    exactly_once(&env, "fast")?;
+    Ok(())
+}
+
+#[test]
+fn a_workflow_trigger_registers_its_schedule_and_follows_its_versions() -> Result<()> {
+    let env = Env::new()?;
+    let flow = |trigger: &str| {
+        format!(
+            "description: Nightly triage\n{trigger}roles:\n  a:\n    description: A\nsteps:\n  - id: a\n    role: a\n"
+        )
+    };
+    let with = env.write(
+        "nightly.yaml",
+        flow("trigger:\n  type: cron\n  expression: \"0 3 * * *\"\n  timezone: Europe/Paris\n"),
+    )?;
+    let out = env.ok(&["add", "nightly", with.to_str().unwrap()])?;
+    assert!(
+        out.contains("its trigger is schedule nightly (cron 0 3 * * * (Europe/Paris))"),
+        "{out}"
+    );
+    let list = env.json(&["schedule", "list"])?;
+    assert_eq!(list[0]["name"], "nightly");
+    assert_eq!(list[0]["source"], "workflow");
+    assert_eq!(list[0]["prompt"], "Nightly triage");
+    ensure!(list[0]["next"].as_u64().is_some(), "{list}");
+    // A version without a trigger removes it; `manual` is no trigger.
+    let without = env.write("manual.yaml", flow("trigger:\n  type: manual\n"))?;
+    env.ok(&["add", "nightly", without.to_str().unwrap()])?;
+    assert_eq!(env.json(&["schedule", "list"])?, json!([]));
+    // Rolling back brings the trigger back.
+    env.ok(&["rollback", "nightly"])?;
+    assert_eq!(env.json(&["schedule", "list"])?[0]["name"], "nightly");
+    env.ok(&["remove", "nightly"])?;
+    assert_eq!(env.json(&["schedule", "list"])?, json!([]));
+
+    // Mistakes are located in the file.
+    let bad =
+        env.write("bad.yaml", flow("trigger:\n  type: cron\n  expression: \"61 * * * *\"\n"))?;
+    let e = env.fails(&["add", "bad", bad.to_str().unwrap()], 65)?;
+    assert!(
+        e.contains("bad.yaml:4:15: cron expression `61 * * * *`: the minute field `61`: 61 is outside its range 0-59"),
+        "{e}"
+    );
+    let bad = env.write(
+        "bad2.yaml",
+        flow("trigger:\n  type: poll\n  interval_seconds: 60\n  check_script: ./x.sh\n  diff_mode: some\n"),
+    )?;
+    let e = env.fails(&["add", "bad", bad.to_str().unwrap()], 65)?;
+    assert!(
+        e.contains("bad2.yaml:6:14: `diff_mode` is `new_items` or `any_change`, not `some`"),
+        "{e}"
+    );
     Ok(())
 }
 
@@ -275,123 +349,40 @@ fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()
 }
 
 #[test]
-fn a_firing_process_killed_at_any_point_starts_no_duplicate() -> Result<()> {
-    for point in ["schedule-fired", "schedule-created"] {
-        let env = Env::new()?;
-        env.add_solve_issue()?;
-        let script = growing_poll(&env)?;
-        add_poll(&env, &script, "new-items", "p", &[])?;
-        env.ok(&["schedule", "tick"])?; // baseline
-        std::thread::sleep(Duration::from_millis(1050));
-        let crash = format!("{point}:1");
-        let run = env.run_with(&["schedule", "tick"], &[("UNCAGED_WORKFLOW_CRASH_AT", &crash)])?;
-        ensure!(run.code != 0 && run.stderr.contains("crashing at"), "{point}: {run:?}");
-        let pending = fired_keys(&env, "p")?;
-        assert_eq!(pending, ["item:issue-2"], "{point}: the firing was recorded first");
-        // The next tick finishes that firing (and fires the item the new run shows).
-        std::thread::sleep(Duration::from_millis(1050));
-        env.ok(&["schedule", "tick"])?;
-        assert_eq!(fired_keys(&env, "p")?, ["item:issue-2", "item:issue-3"], "{point}");
-        assert_eq!(exactly_once(&env, "p")?, 2, "{point}");
-    }
-    Ok(())
-}
-
-#[test]
-fn serve_killed_mid_firing_and_restarted_starts_no_duplicate() -> Result<()> {
+fn repeated_ticks_fire_exactly_the_due_cron_instants() -> Result<()> {
     let env = Env::new()?;
     env.add_solve_issue()?;
-    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
-    // `serve` dies like `kill -9` between recording its third firing and creating the thread.
-    let mut serve = Serve::start(&env, &[], &[("UNCAGED_WORKFLOW_CRASH_AT", "schedule-fired:3")])?;
-    let status = serve.child.wait()?;
-    ensure!(!status.success(), "serve crashed as told");
-    let keys = fired_keys(&env, "c")?;
-    assert_eq!(keys.len(), 3);
-    // And killed with SIGKILL at an arbitrary moment.
-    let serve = Serve::start(&env, &[], &[])?;
-    std::thread::sleep(Duration::from_millis(1500));
-    std::process::Command::new("kill").args(["-9", &serve.child.id().to_string()]).status()?;
-    drop(serve);
-    let serve = Serve::start(&env, &[], &[])?;
-    std::thread::sleep(Duration::from_millis(1500));
-    serve.stop()?;
-    let total = exactly_once(&env, "c")?;
-    ensure!(total >= 5, "the restarted processes fired on: {total}");
-    Ok(())
-}
-
-#[test]
-fn two_firing_processes_never_double_fire() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
-    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
-    let serve = Serve::start(&env, &[], &[])?;
-    for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(700));
-        let ticks: Vec<_> = (0..2)
-            .map(|_| {
-                env.command().args(["schedule", "tick"]).stdout(std::process::Stdio::null()).spawn()
-            })
-            .collect::<std::io::Result<_>>()?;
-        for mut tick in ticks {
-            tick.wait()?;
-        }
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "Every second"])?;
+    let mut previous = 0;
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(1100));
+        let before = now_ms();
+        let pass = env.json(&["schedule", "tick"])?;
+        let after = now_ms();
+        let started = pass["started"].as_array().context("started")?;
+        ensure!(started.len() == 1, "one instant is due at each tick: {pass}");
+        // The latest instant at the tick, after the last one fired.
+        let at = instant(started[0]["firing"].as_str().unwrap())?;
+        ensure!(
+            at > previous && at <= after && at + 1000 > before,
+            "instant {at} for a tick at {before}..{after}"
+        );
+        previous = at;
     }
-    serve.stop()?;
-    exactly_once(&env, "c")?;
-    Ok(())
-}
-
-#[test]
-fn a_workflow_trigger_registers_its_schedule_and_follows_its_versions() -> Result<()> {
-    let env = Env::new()?;
-    let flow = |trigger: &str| {
-        format!(
-            "description: Nightly triage\n{trigger}roles:\n  a:\n    description: A\nsteps:\n  - id: a\n    role: a\n"
-        )
-    };
-    let with = env.write(
-        "nightly.yaml",
-        flow("trigger:\n  type: cron\n  expression: \"0 3 * * *\"\n  timezone: Europe/Paris\n"),
-    )?;
-    let out = env.ok(&["add", "nightly", with.to_str().unwrap()])?;
-    assert!(
-        out.contains("its trigger is schedule nightly (cron 0 3 * * * (Europe/Paris))"),
-        "{out}"
-    );
-    let list = env.json(&["schedule", "list"])?;
-    assert_eq!(list[0]["name"], "nightly");
-    assert_eq!(list[0]["source"], "workflow");
-    assert_eq!(list[0]["prompt"], "Nightly triage");
-    ensure!(list[0]["next"].as_u64().is_some(), "{list}");
-    // A version without a trigger removes it; `manual` is no trigger.
-    let without = env.write("manual.yaml", flow("trigger:\n  type: manual\n"))?;
-    env.ok(&["add", "nightly", without.to_str().unwrap()])?;
-    assert_eq!(env.json(&["schedule", "list"])?, json!([]));
-    // Rolling back brings the trigger back.
-    env.ok(&["rollback", "nightly"])?;
-    assert_eq!(env.json(&["schedule", "list"])?[0]["name"], "nightly");
-    env.ok(&["remove", "nightly"])?;
-    assert_eq!(env.json(&["schedule", "list"])?, json!([]));
-
-    // Mistakes are located in the file.
-    let bad =
-        env.write("bad.yaml", flow("trigger:\n  type: cron\n  expression: \"61 * * * *\"\n"))?;
-    let e = env.fails(&["add", "bad", bad.to_str().unwrap()], 65)?;
-    assert!(
-        e.contains("bad.yaml:4:15: cron expression `61 * * * *`: the minute field `61`: 61 is outside its range 0-59"),
-        "{e}"
-    );
-    let bad = env.write(
-        "bad2.yaml",
-        flow("trigger:\n  type: poll\n  interval_seconds: 60\n  check_script: ./x.sh\n  diff_mode: some\n"),
-    )?;
-    let e = env.fails(&["add", "bad", bad.to_str().unwrap()], 65)?;
-    assert!(
-        e.contains("bad2.yaml:6:14: `diff_mode` is `new_items` or `any_change`, not `some`"),
-        "{e}"
-    );
+    // Off for three seconds: one firing, not three.
+    std::thread::sleep(Duration::from_millis(3100));
+    let pass = env.json(&["schedule", "tick"])?;
+    ensure!(pass["started"].as_array().unwrap().len() == 1, "missed instants fire once: {pass}");
+    assert_eq!(exactly_once(&env, "solve-issue")?, 5);
+    // The scheduled threads show their schedule; each has its instant as trigger data.
+    let listing = env.ok(&["threads"])?;
+    assert!(listing.lines().next().unwrap().contains("SCHEDULE"), "{listing}");
+    let thread = &scheduled_threads(&env, "solve-issue")?[0];
+    let record = env.json(&["thread", thread["threadId"].as_str().unwrap()])?;
+    assert_eq!(record["start"]["triggerData"]["schedule"], "solve-issue");
+    assert_eq!(record["start"]["parameters"]["prompt"], "Every second");
+    let shown = env.ok(&["thread", thread["threadId"].as_str().unwrap()])?;
+    assert!(shown.contains("started by schedule solve-issue (cron:"), "{shown}");
     Ok(())
 }
 
@@ -472,53 +463,66 @@ fn schedule_mistakes_are_one_clear_line() -> Result<()> {
 }
 
 #[test]
-fn a_slow_poll_command_does_not_hold_up_the_other_schedules_or_schedule_add() -> Result<()> {
+fn serve_fires_a_cron_once_per_second() -> Result<()> {
     let env = Env::new()?;
     env.add_solve_issue()?;
-    let (started, gate) = (env.dir.path().join("started"), env.dir.path().join("gate"));
-    let script = env.write_script(
-        "slow.sh",
-        format!(
-            "#!/bin/sh\ntouch {}\nwhile [ ! -e {} ]; do sleep 0.05; done\necho '[]'\n",
-            started.display(),
-            gate.display()
-        ),
-    )?;
-    let script = script.display().to_string();
-    add_poll(&env, &script, "new-items", "slow", &[])?;
-    env.ok(&[
-        "schedule",
-        "add",
-        "solve-issue",
-        "--cron",
-        "* * * * * *",
-        "-p",
-        "x",
-        "--name",
-        "fast",
-    ])?;
     let serve = Serve::start(&env, &[], &[])?;
-    wait_until("the poll command runs", || Ok(started.exists()))?;
-    // While it runs (it waits for the gate): schedules change, and the cron fires on.
-    env.ok(&[
-        "schedule",
-        "add",
-        "solve-issue",
-        "--cron",
-        "0 0 * * *",
-        "-p",
-        "x",
-        "--name",
-        "other",
-    ])?;
-    env.ok(&["schedule", "pause", "other"])?;
-    wait_until("the cron fires during the check", || Ok(fired_keys(&env, "fast")?.len() >= 2))?;
-    // …and the check is still the first one, at work (not timed out, nothing recorded).
-    ensure!(!poll_checked(&env, "slow")? && firings(&env, "slow")?.is_empty(), "the check ended");
-    std::fs::write(&gate, "")?;
-    wait_until("the check is recorded", || Ok(!firings(&env, "slow")?.is_empty()))?;
-    assert_eq!(firings(&env, "slow")?[0]["baseline"]["keys"], json!(null), "an empty baseline");
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "s"])?;
+    std::thread::sleep(Duration::from_millis(5300));
     serve.stop()?;
-    exactly_once(&env, "fast")?;
+    let keys = fired_keys(&env, "s")?;
+    let instants: Vec<u64> = keys.iter().map(|k| instant(k)).collect::<Result<_>>()?;
+    // One thread per second: distinct whole seconds, as many as seconds passed (a loaded
+    // machine may coalesce one late instant into the next, never fire one twice).
+    ensure!((4..=6).contains(&instants.len()), "{} firings in 5.3 s: {keys:?}", instants.len());
+    ensure!(instants.windows(2).all(|w| w[1] > w[0]), "instants not increasing: {keys:?}");
+    exactly_once(&env, "s")?;
     Ok(())
+}
+
+#[test]
+fn serve_killed_mid_firing_and_restarted_starts_no_duplicate() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
+    // `serve` dies like `kill -9` between recording its third firing and creating the thread.
+    let mut serve = Serve::start(&env, &[], &[("UNCAGED_WORKFLOW_CRASH_AT", "schedule-fired:3")])?;
+    let status = serve.child.wait()?;
+    ensure!(!status.success(), "serve crashed as told");
+    let keys = fired_keys(&env, "c")?;
+    assert_eq!(keys.len(), 3);
+    // And killed with SIGKILL at an arbitrary moment.
+    let serve = Serve::start(&env, &[], &[])?;
+    std::thread::sleep(Duration::from_millis(1500));
+    std::process::Command::new("kill").args(["-9", &serve.child.id().to_string()]).status()?;
+    drop(serve);
+    let serve = Serve::start(&env, &[], &[])?;
+    std::thread::sleep(Duration::from_millis(1500));
+    serve.stop()?;
+    let total = exactly_once(&env, "c")?;
+    ensure!(total >= 5, "the restarted processes fired on: {total}");
+    Ok(())
+}
+
+#[test]
+fn two_firing_processes_never_double_fire() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
+    let serve = Serve::start(&env, &[], &[])?;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(700));
+        let ticks: Vec<_> = (0..2)
+            .map(|_| {
+                env.command().args(["schedule", "tick"]).stdout(std::process::Stdio::null()).spawn()
+            })
+            .collect::<std::io::Result<_>>()?;
+        for mut tick in ticks {
+            tick.wait()?;
+        }
+    }
+    serve.stop()?;
+    exactly_once(&env, "c")?;
+    Ok(())
+}
 }

@@ -133,132 +133,9 @@ esac
 /// Text meant to run if a page ever treated it as markup.
 const HOSTILE: &str = r#"<script>window.__pwned = 'script'</script><img src=x onerror="window.__pwned = 'img'"> <a href="javascript:window.__pwned = 'link'">click me</a> <svg onload="window.__pwned = 'svg'"></svg>"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile_text_as_text()
--> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
-    // A workflow whose descriptor is hostile, run by an agent whose answers are.
-    let flow = env.write(
-        "hostile.yaml",
-        format!(
-            "description: {desc}\nroles:\n  writer:\n    description: {desc}\nsteps:\n  - id: writer\n    role: writer\n    description: {desc}\n",
-            desc = serde_json::to_string(HOSTILE)?
-        ),
-    )?;
-    env.ok(&["add", "hostile", flow.to_str().unwrap()])?;
-    let long_line = "x".repeat(100_000);
-    // And a right-to-left override, which would reverse what follows it on screen.
-    let answer = json!({"content": format!("{HOSTILE}\u{202e}desrever\n{long_line}"), "meta": {"html": HOSTILE, "link": "javascript:alert(1)"}});
-    let agent = env.write_script(
-        "hostile.sh",
-        format!("#!/bin/sh\ncat > /dev/null\ncat <<'EOF'\n{answer}\nEOF\n"),
-    )?;
-    let out = env.ok(&[
-        "run",
-        "hostile",
-        "-p",
-        HOSTILE,
-        "--agent",
-        &format!("command:{}", agent.display()),
-    ])?;
-    let hostile = super::thread_id_of(&out)?;
-
-    let serve = Serve::start(&env, &["--no-schedules"], &[])?;
-    let base = format!("http://{}", serve.addr);
-    let driver = Driver::start()?;
-    let browser = driver.browser().await?;
-    let result = async {
-        // A thread running live: its steps appear as they land, without a reload.
-        let gated = gated_agent(&env)?;
-        let id = env.ok(&["run", "solve-issue", "-p", "Fix the crash", "--agent", &gated, "--detach"])?;
-        let id = id.trim().to_string();
-        browser.goto(&format!("{base}/#/thread/{id}")).await?;
-        wait_for(&browser, "the thread page", &format!("return document.querySelector('#view h1')?.textContent.includes('{id}') === true")).await?;
-        let steps = "return document.querySelectorAll('#view details.step').length";
-        assert_eq!(eval(&browser, steps).await?, json!(0));
-        wait_for(&browser, "the planner at work", "return document.getElementById('working')?.textContent.includes('planner is working') === true").await?;
-        for n in 1..=2 {
-            std::fs::write(env.dir.path().join("go"), "")?;
-            wait_for(&browser, &format!("step {n} on the page"), &format!("{steps} === {n}")).await?;
-        }
-        wait_for(&browser, "the running node", "return document.querySelector('svg.graph g.node.running') !== null").await?;
-        // The screenshot kept for the README: a thread at work.
-        let png = browser.screenshot().await?;
-        let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
-        std::fs::create_dir_all(&target)?;
-        std::fs::write(target.join("web-view-thread.png"), png)?;
-
-        // Kill from the page; the CLI sees it killed.
-        interact(&browser, "kill", None).await?;
-        wait_until("the thread is killed", || Ok(status(&env, &id)? == "killed"))?;
-        wait_for(&browser, "the page shows the end", "return document.getElementById('end')?.textContent.includes('killed') === true").await?;
-
-        // Hostile text is text: nothing ran, no element came from it, all of it is shown.
-        browser.goto(&format!("{base}/#/thread/{hostile}")).await?;
-        wait_for(&browser, "the hostile thread's steps", "return document.querySelectorAll('#view details.step').length === 1").await?;
-        eval(&browser, "document.querySelectorAll('details').forEach(d => d.open = true); return true").await?;
-        browser.goto(&format!("{base}/#/workflows")).await?;
-        wait_for(&browser, "the workflows", "return document.querySelectorAll('#view .panel').length === 2").await?;
-        for page in [format!("#/thread/{hostile}"), "#/workflows".into(), "#/".into()] {
-            browser.goto(&format!("{base}/{page}")).await?;
-            let shown = format!("return document.getElementById('view').dataset.route === '{page}'");
-            wait_for(&browser, &page, &shown).await?;
-            let checks = eval(
-                &browser,
-                r#"document.querySelectorAll('details').forEach(d => d.open = true);
-                const view = document.getElementById('view');
-                return {
-                  pwned: window.__pwned ?? null,
-                  markup: view.querySelectorAll('script, img, iframe, object, embed, [onerror], [onload]').length,
-                  links: [...view.querySelectorAll('a')].map(a => a.getAttribute('href')).filter(h => !h.startsWith('#/')),
-                  shown: view.textContent.includes("<script>window.__pwned = 'script'</script>"),
-                  wide: document.documentElement.scrollWidth > window.innerWidth + 1,
-                };"#,
-            )
-            .await?;
-            assert_eq!(
-                checks,
-                json!({"pwned": null, "markup": 0, "links": [], "shown": true, "wide": false}),
-                "{page}"
-            );
-        }
-        // Characters that reorder or hide text are shown escaped, as the CLI shows them.
-        browser.goto(&format!("{base}/#/thread/{hostile}")).await?;
-        wait_for(&browser, "the hostile thread again", "return document.querySelectorAll('#view details.step').length === 1").await?;
-        let bidi = eval(&browser, r#"document.querySelectorAll('details').forEach(d => d.open = true);
-            const text = document.getElementById('view').textContent;
-            return [text.includes(String.fromCodePoint(0x202e)), text.includes('\\u{202e}desrever')];"#).await?;
-        assert_eq!(bidi, json!([false, true]));
-        browser.goto(&format!("{base}/#/")).await?;
-        wait_for(&browser, "the list", "return document.querySelectorAll('#threads tbody tr').length === 2").await?;
-        // The list: both threads, newest first.
-        let ids = eval(&browser, "return [...document.querySelectorAll('#threads tbody tr')].map(r => r.dataset.thread)").await?;
-        assert_eq!(ids, json!([id, hostile]));
-
-        // A person answers a waiting thread on its page, while other threads change.
-        let waiting = env.ok(&["run", "solve-issue", "-p", "w", "--agent-for", "reviewer=human", "--detach"])?;
-        let waiting = waiting.trim().to_string();
-        wait_until("the thread waits", || Ok(status(&env, &waiting)? == "waiting"))?;
-        browser.goto(&format!("{base}/#/thread/{waiting}")).await?;
-        interact(&browser, "answer-text", Some("LGTM {\"approved\": true}")).await?;
-        env.ok(&["run", "solve-issue", "-p", "meanwhile"])?;
-        let typed = "return document.getElementById('answer-text').value";
-        assert_eq!(eval(&browser, typed).await?, json!("LGTM {\"approved\": true}"));
-        interact(&browser, "answer", None).await?;
-        wait_until("the answered thread ends", || Ok(status(&env, &waiting)? == "completed"))?;
-        let record = env.json(&["thread", &waiting])?;
-        let answered = record["steps"].as_array().unwrap().iter().any(|s| s["content"] == "LGTM {\"approved\": true}");
-        assert!(answered, "{record}");
-        Ok::<_, anyhow::Error>(())
-    }
-    .await;
-    // Stopped while the page is still open on its live view: it exits, not waits for it.
-    let stopped = serve.stop();
-    browser.close().await?;
-    result.and(stopped)
-}
-
+// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
+// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
+on_both_stores! {
 #[tokio::test]
 async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_request() -> Result<()>
 {
@@ -414,4 +291,131 @@ async fn the_actions_answer_fork_pause_and_resume_threads() -> Result<()> {
     let (code, body) = post(id.clone(), "explode", json!({})).await?;
     assert_eq!(code, 400, "{body}");
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile_text_as_text()
+-> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    // A workflow whose descriptor is hostile, run by an agent whose answers are.
+    let flow = env.write(
+        "hostile.yaml",
+        format!(
+            "description: {desc}\nroles:\n  writer:\n    description: {desc}\nsteps:\n  - id: writer\n    role: writer\n    description: {desc}\n",
+            desc = serde_json::to_string(HOSTILE)?
+        ),
+    )?;
+    env.ok(&["add", "hostile", flow.to_str().unwrap()])?;
+    let long_line = "x".repeat(100_000);
+    // And a right-to-left override, which would reverse what follows it on screen.
+    let answer = json!({"content": format!("{HOSTILE}\u{202e}desrever\n{long_line}"), "meta": {"html": HOSTILE, "link": "javascript:alert(1)"}});
+    let agent = env.write_script(
+        "hostile.sh",
+        format!("#!/bin/sh\ncat > /dev/null\ncat <<'EOF'\n{answer}\nEOF\n"),
+    )?;
+    let out = env.ok(&[
+        "run",
+        "hostile",
+        "-p",
+        HOSTILE,
+        "--agent",
+        &format!("command:{}", agent.display()),
+    ])?;
+    let hostile = crate::thread_id_of(&out)?;
+
+    let serve = Serve::start(&env, &["--no-schedules"], &[])?;
+    let base = format!("http://{}", serve.addr);
+    let driver = Driver::start()?;
+    let browser = driver.browser().await?;
+    let result = async {
+        // A thread running live: its steps appear as they land, without a reload.
+        let gated = gated_agent(&env)?;
+        let id = env.ok(&["run", "solve-issue", "-p", "Fix the crash", "--agent", &gated, "--detach"])?;
+        let id = id.trim().to_string();
+        browser.goto(&format!("{base}/#/thread/{id}")).await?;
+        wait_for(&browser, "the thread page", &format!("return document.querySelector('#view h1')?.textContent.includes('{id}') === true")).await?;
+        let steps = "return document.querySelectorAll('#view details.step').length";
+        assert_eq!(eval(&browser, steps).await?, json!(0));
+        wait_for(&browser, "the planner at work", "return document.getElementById('working')?.textContent.includes('planner is working') === true").await?;
+        for n in 1..=2 {
+            std::fs::write(env.dir.path().join("go"), "")?;
+            wait_for(&browser, &format!("step {n} on the page"), &format!("{steps} === {n}")).await?;
+        }
+        wait_for(&browser, "the running node", "return document.querySelector('svg.graph g.node.running') !== null").await?;
+        // The screenshot kept for the README: a thread at work.
+        let png = browser.screenshot().await?;
+        let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        std::fs::create_dir_all(&target)?;
+        std::fs::write(target.join("web-view-thread.png"), png)?;
+
+        // Kill from the page; the CLI sees it killed.
+        interact(&browser, "kill", None).await?;
+        wait_until("the thread is killed", || Ok(status(&env, &id)? == "killed"))?;
+        wait_for(&browser, "the page shows the end", "return document.getElementById('end')?.textContent.includes('killed') === true").await?;
+
+        // Hostile text is text: nothing ran, no element came from it, all of it is shown.
+        browser.goto(&format!("{base}/#/thread/{hostile}")).await?;
+        wait_for(&browser, "the hostile thread's steps", "return document.querySelectorAll('#view details.step').length === 1").await?;
+        eval(&browser, "document.querySelectorAll('details').forEach(d => d.open = true); return true").await?;
+        browser.goto(&format!("{base}/#/workflows")).await?;
+        wait_for(&browser, "the workflows", "return document.querySelectorAll('#view .panel').length === 2").await?;
+        for page in [format!("#/thread/{hostile}"), "#/workflows".into(), "#/".into()] {
+            browser.goto(&format!("{base}/{page}")).await?;
+            let shown = format!("return document.getElementById('view').dataset.route === '{page}'");
+            wait_for(&browser, &page, &shown).await?;
+            let checks = eval(
+                &browser,
+                r#"document.querySelectorAll('details').forEach(d => d.open = true);
+                const view = document.getElementById('view');
+                return {
+                  pwned: window.__pwned ?? null,
+                  markup: view.querySelectorAll('script, img, iframe, object, embed, [onerror], [onload]').length,
+                  links: [...view.querySelectorAll('a')].map(a => a.getAttribute('href')).filter(h => !h.startsWith('#/')),
+                  shown: view.textContent.includes("<script>window.__pwned = 'script'</script>"),
+                  wide: document.documentElement.scrollWidth > window.innerWidth + 1,
+                };"#,
+            )
+            .await?;
+            assert_eq!(
+                checks,
+                json!({"pwned": null, "markup": 0, "links": [], "shown": true, "wide": false}),
+                "{page}"
+            );
+        }
+        // Characters that reorder or hide text are shown escaped, as the CLI shows them.
+        browser.goto(&format!("{base}/#/thread/{hostile}")).await?;
+        wait_for(&browser, "the hostile thread again", "return document.querySelectorAll('#view details.step').length === 1").await?;
+        let bidi = eval(&browser, r#"document.querySelectorAll('details').forEach(d => d.open = true);
+            const text = document.getElementById('view').textContent;
+            return [text.includes(String.fromCodePoint(0x202e)), text.includes('\\u{202e}desrever')];"#).await?;
+        assert_eq!(bidi, json!([false, true]));
+        browser.goto(&format!("{base}/#/")).await?;
+        wait_for(&browser, "the list", "return document.querySelectorAll('#threads tbody tr').length === 2").await?;
+        // The list: both threads, newest first.
+        let ids = eval(&browser, "return [...document.querySelectorAll('#threads tbody tr')].map(r => r.dataset.thread)").await?;
+        assert_eq!(ids, json!([id, hostile]));
+
+        // A person answers a waiting thread on its page, while other threads change.
+        let waiting = env.ok(&["run", "solve-issue", "-p", "w", "--agent-for", "reviewer=human", "--detach"])?;
+        let waiting = waiting.trim().to_string();
+        wait_until("the thread waits", || Ok(status(&env, &waiting)? == "waiting"))?;
+        browser.goto(&format!("{base}/#/thread/{waiting}")).await?;
+        interact(&browser, "answer-text", Some("LGTM {\"approved\": true}")).await?;
+        env.ok(&["run", "solve-issue", "-p", "meanwhile"])?;
+        let typed = "return document.getElementById('answer-text').value";
+        assert_eq!(eval(&browser, typed).await?, json!("LGTM {\"approved\": true}"));
+        interact(&browser, "answer", None).await?;
+        wait_until("the answered thread ends", || Ok(status(&env, &waiting)? == "completed"))?;
+        let record = env.json(&["thread", &waiting])?;
+        let answered = record["steps"].as_array().unwrap().iter().any(|s| s["content"] == "LGTM {\"approved\": true}");
+        assert!(answered, "{record}");
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    // Stopped while the page is still open on its live view: it exits, not waits for it.
+    let stopped = serve.stop();
+    browser.close().await?;
+    result.and(stopped)
+}
 }

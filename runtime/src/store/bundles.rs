@@ -59,7 +59,7 @@ pub struct StoredBundle {
 impl BundleStore {
     /// The bundles under `home`.
     pub fn new(home: &Home) -> Self {
-        BundleStore::with(Arc::new(BundleFiles { home: home.clone() }))
+        BundleStore::with(Arc::new(FileBundles { home: home.clone() }))
     }
 
     /// The bundles `backend` keeps.
@@ -165,11 +165,11 @@ impl BundleStore {
 
 /// `bundles/<HASH>.wasm` and `bundles/<HASH>.yaml` under a home.
 #[derive(Debug)]
-struct BundleFiles {
+struct FileBundles {
     home: Home,
 }
 
-impl BundleBackend for BundleFiles {
+impl BundleBackend for FileBundles {
     fn prepare(&self) -> Result<()> {
         durable::create_dir(&self.home.bundles_dir())
     }

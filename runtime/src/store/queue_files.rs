@@ -30,6 +30,11 @@ use crate::store::thread_files::FileThreads;
 /// How long a new worker tries to take its bundle's worker lock.
 const LOCK_WAIT: Duration = Duration::from_secs(1);
 
+/// `run/queue/<ULID>.json`: thread `id` waiting in `home`'s queue.
+pub(crate) fn entry_path(home: &Home, id: ThreadId) -> PathBuf {
+    home.run_dir().join("queue").join(format!("{id}.json"))
+}
+
 /// A queued thread's file.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -63,7 +68,7 @@ impl FileQueue {
     }
 
     fn entry(&self, id: ThreadId) -> PathBuf {
-        self.dir().join(format!("{id}.json"))
+        entry_path(&self.home, id)
     }
 
     fn taken(&self, id: ThreadId) -> PathBuf {
@@ -114,7 +119,7 @@ impl FileQueue {
         if !scope.takes(entry.hash) {
             return Ok(None);
         }
-        let (writer, record) = match self.threads.open(id) {
+        let (writer, record) = match self.threads.hold(id) {
             Ok(open) => open,
             Err(Error::ThreadBusy(_)) => return Ok(None),
             Err(Error::UnknownThread(_)) => {
@@ -128,7 +133,7 @@ impl FileQueue {
         Ok(Some(Claimed {
             id,
             record,
-            writer,
+            writer: Box::new(writer),
             request: entry.request,
             ticket: 0,
             taken_from: None,

@@ -108,7 +108,7 @@ pub struct Registry {
 impl Registry {
     /// The registry of `home` (`workflow.yaml`).
     pub fn new(home: &Home) -> Self {
-        Registry::with(Arc::new(RegistryYaml { home: home.clone() }))
+        Registry::with(Arc::new(FileRegistry { home: home.clone() }))
     }
 
     /// The registry kept by `backend`.
@@ -143,11 +143,11 @@ impl Registry {
 
 /// `workflow.yaml` under a home.
 #[derive(Debug)]
-struct RegistryYaml {
+struct FileRegistry {
     home: Home,
 }
 
-impl RegistryBackend for RegistryYaml {
+impl RegistryBackend for FileRegistry {
     fn load(&self) -> Result<RegistryFile> {
         let path = self.home.registry_file();
         let Some(text) = durable::read_text(&path, "read registry")? else {

@@ -1,6 +1,6 @@
 //! Schedules as a store keeps them: each schedule's definition, the log of its firings (the
 //! record that makes firing exactly-once), a poll schedule's last check, and the lock that
-//! lets one process fire at a time — in the home directory ([`ScheduleFiles`]) or in the
+//! lets one process fire at a time — in the home directory ([`FileSchedules`]) or in the
 //! database ([`PgSchedules`](crate::store::postgres::schedules::PgSchedules)), behind
 //! [`ScheduleBackend`].
 //!
@@ -368,16 +368,16 @@ pub type Schedules = Arc<dyn ScheduleBackend>;
 
 /// The schedules of `home`.
 pub fn in_home(home: &Home) -> Schedules {
-    Arc::new(ScheduleFiles { dir: home.schedules_dir() })
+    Arc::new(FileSchedules { dir: home.schedules_dir() })
 }
 
 /// Schedules in a home: `schedules/<NAME>/{schedule.json, firings.jsonl, poll.json}`.
 #[derive(Debug)]
-struct ScheduleFiles {
+struct FileSchedules {
     dir: PathBuf,
 }
 
-impl ScheduleFiles {
+impl FileSchedules {
     fn schedule_dir(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -395,7 +395,7 @@ impl ScheduleFiles {
     }
 }
 
-impl ScheduleBackend for ScheduleFiles {
+impl ScheduleBackend for FileSchedules {
     /// An `flock`: a process that dies holding it releases it.
     fn lock(&self) -> Result<FireLock> {
         durable::create_dir(&self.dir)?;

@@ -23,7 +23,7 @@ use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadSummary,
 };
-use crate::store::{Changes, ThreadStore, ThreadWriter, thread_index};
+use crate::store::{Changes, ThreadStore, ThreadWriter, queue_files, thread_index};
 
 /// The threads of a home directory.
 #[derive(Debug, Clone)]
@@ -50,6 +50,15 @@ impl FileThreads {
     }
 }
 
+impl FileThreads {
+    /// Takes thread `id`'s run lock and reads it, leaving its place in the queue to the
+    /// caller (the queue itself, taking it for a worker).
+    pub(crate) fn hold(&self, id: ThreadId) -> Result<(FileWriter, ThreadRecord)> {
+        let (_, path) = self.find(id)?;
+        FileWriter::open(&path)
+    }
+}
+
 impl ThreadStore for FileThreads {
     fn create(
         &self,
@@ -70,7 +79,7 @@ impl ThreadStore for FileThreads {
             crate::faults::crash_point("thread-create");
             file.lock()
         })?;
-        let writer = ThreadFile { data: AppendFile::from_file(file, true), path };
+        let writer = FileWriter { data: AppendFile::from_file(file, true), path };
         // A fork's copy of the calls its kept steps made: history only (the fork continues
         // after those steps, so none is replayed), put in place atomically once the thread is.
         if !calls.is_empty() {
@@ -80,9 +89,16 @@ impl ThreadStore for FileThreads {
         Ok((Box::new(writer), record))
     }
 
+    /// Taking a thread takes it out of the queue, as on every store: whoever holds it now
+    /// decides what becomes of it (a `kill` of a thread still queued, a `step`).
     fn open(&self, id: ThreadId) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
-        let (_, path) = self.find(id)?;
-        let (writer, record) = ThreadFile::open(&path)?;
+        let (writer, record) = self.hold(id)?;
+        let entry = queue_files::entry_path(&self.home, id);
+        if let Err(e) = std::fs::remove_file(&entry)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err(Error::io("take thread out of the queue", &entry)(e));
+        }
         Ok((Box::new(writer), record))
     }
 
@@ -107,7 +123,7 @@ impl ThreadStore for FileThreads {
             .filter(|(_, line)| !line.is_empty())
             .map(|(i, line)| (i as i64, String::from_utf8_lossy(line).into_owned()))
             .collect();
-        let queued = self.home.run_dir().join("queue").join(format!("{id}.json")).exists();
+        let queued = queue_files::entry_path(&self.home, id).exists();
         Ok(Some(Changes { held: is_locked(&path), queued, lines }))
     }
 
@@ -170,13 +186,13 @@ impl ThreadStore for FileThreads {
     }
 
     fn journal(&self, hash: BundleHash, id: ThreadId) -> Result<Journal> {
-        Journal::new(Box::new(CallFile::open(&self.home.thread_calls_file(hash, id))?))
+        Journal::new(Box::new(FileCalls::open(&self.home.thread_calls_file(hash, id))?))
     }
 
     fn info_log(&self, hash: BundleHash, id: ThreadId) -> Result<InfoLog> {
         durable::create_dir(&self.home.thread_dir(hash))?;
         let path = self.home.thread_info_file(hash, id);
-        Ok(InfoLog::new(Box::new(LogFile { path, file: None })))
+        Ok(InfoLog::new(Box::new(FileLog { path, file: None })))
     }
 
     fn info_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<InfoLine>> {
@@ -225,12 +241,12 @@ impl FileThreads {
 /// A thread's data file, open for appending under its run lock (an exclusive lock on the
 /// file, held for as long as this lives: one process at a time runs a thread).
 #[derive(Debug)]
-pub struct ThreadFile {
+pub struct FileWriter {
     data: AppendFile,
     path: PathBuf,
 }
 
-impl ThreadFile {
+impl FileWriter {
     /// Opens an existing thread to continue it, taking its run lock and reading it back
     /// (after the lock, so nothing appends between the read and the continuation). A torn
     /// last line is terminated so the next record starts cleanly.
@@ -247,7 +263,7 @@ impl ThreadFile {
             data.cut_to(offset).map_err(Error::io("undo a cut-short group in", path))?;
         }
         record.running = true;
-        Ok((ThreadFile { data, path: path.to_path_buf() }, record))
+        Ok((FileWriter { data, path: path.to_path_buf() }, record))
     }
 
     fn append(&mut self, record: &impl Serialize) -> Result<()> {
@@ -256,7 +272,7 @@ impl ThreadFile {
     }
 }
 
-impl ThreadWriter for ThreadFile {
+impl ThreadWriter for FileWriter {
     fn append_steps(&mut self, steps: &[StepRecord]) -> Result<()> {
         // One write: lines joined, the last newline added by `append`.
         let mut lines = Vec::new();
@@ -281,21 +297,21 @@ impl ThreadWriter for ThreadFile {
 /// A thread's call journal file: kept open from one record to the next while the thread runs,
 /// and closed before it waits ([`CallLog::release`]).
 #[derive(Debug)]
-pub struct CallFile {
+pub struct FileCalls {
     path: PathBuf,
     file: Option<AppendFile>,
 }
 
-impl CallFile {
+impl FileCalls {
     /// Opens (creating) the journal at `path`; opening repairs a torn last line before
     /// anything is appended.
     pub fn open(path: &Path) -> Result<Self> {
         AppendFile::open(path, true)?;
-        Ok(CallFile { path: path.to_path_buf(), file: None })
+        Ok(FileCalls { path: path.to_path_buf(), file: None })
     }
 }
 
-impl CallLog for CallFile {
+impl CallLog for FileCalls {
     fn read(&self) -> Result<Vec<CallRecord>> {
         let bytes = match std::fs::read(&self.path) {
             Ok(bytes) => bytes,
@@ -327,12 +343,12 @@ impl CallLog for CallFile {
 /// A thread's debug log file, created at the first write, open between flushes while the
 /// thread runs and closed while it waits.
 #[derive(Debug)]
-struct LogFile {
+struct FileLog {
     path: PathBuf,
     file: Option<std::fs::File>,
 }
 
-impl LogSink for LogFile {
+impl LogSink for FileLog {
     fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
         let mut file = match self.file.take() {
             Some(file) => file,

@@ -1,0 +1,370 @@
+//! The store contract: what every store promises the layers above it, tested through the
+//! store's traits alone, and run on both stores — a home directory, and a fresh database on a
+//! real PostgreSQL server the tests start themselves (`../support/postgres.rs`). Each test is
+//! written once, in [`contract!`]; a store that keeps the contract passes them all.
+//!
+//! What goes through a worker (dispatch: run, resume, answer, fork, kill, pause, ps) is
+//! tested through the CLI on both stores too, in `tests/cli` (its `on_both_stores!` blocks).
+
+// Shared with the CLI tests, which use all of it.
+#[allow(dead_code)]
+#[path = "../support/postgres.rs"]
+mod postgres;
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result, ensure};
+use uncaged_workflow::Error;
+use uncaged_workflow::home::Home;
+use uncaged_workflow::ids::{BundleHash, ThreadId};
+use uncaged_workflow::store::Storage;
+use uncaged_workflow::store::journal::{CallKind, CallRecord, CallResponse};
+use uncaged_workflow::store::queue::{ControlRequest, Release, RunRequest, Scope};
+use uncaged_workflow::store::records::{
+    End, EndRecord, EndStatus, Parameters, PauseReason, Paused, RunParameters, StartRecord,
+    StepRecord, ThreadStatus,
+};
+use uncaged_workflow::store::schedules::{
+    FiringEvent, PollState, Schedule, ScheduleSource, Trigger,
+};
+
+/// The PostgreSQL server of this test process, started at first use.
+fn pg() -> Result<&'static postgres::PgServer> {
+    static SERVER: std::sync::OnceLock<std::result::Result<postgres::PgServer, String>> =
+        std::sync::OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            postgres::PgServer::start(&["fsync=off", "synchronous_commit=off"])
+                .map_err(|e| format!("{e:#}"))
+        })
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("starting PostgreSQL: {e}"))
+}
+
+/// A fresh store of one kind, and the directory that holds its home.
+struct Fixture {
+    store: Storage,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn files() -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let store = Storage::open(&Home::new(dir.path().join("home")));
+        Ok(Fixture { store, _dir: dir })
+    }
+
+    fn postgres() -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let url = pg()?.new_database()?;
+        let store = Storage::connect(&Home::new(dir.path().join("home")), Some(&url))?;
+        Ok(Fixture { store, _dir: dir })
+    }
+}
+
+/// Declares each contract test for both stores: `<name>::files` and `<name>::postgres`.
+macro_rules! contract {
+    ($( $(#[$attr:meta])* fn $name:ident($store:ident: &Storage) -> Result<()> $body:block )*) => {
+        $(
+            $(#[$attr])*
+            fn $name($store: &Storage) -> Result<()> $body
+
+            mod $name {
+                #[test]
+                fn files() -> anyhow::Result<()> {
+                    super::$name(&super::Fixture::files()?.store)
+                }
+
+                #[test]
+                fn postgres() -> anyhow::Result<()> {
+                    let fixture = super::Fixture::postgres()?;
+                    super::$name(&fixture.store)
+                }
+            }
+        )*
+    };
+}
+
+/// A bundle hash no stored bundle has (threads keep the hash they were started with).
+fn hash(n: u8) -> BundleHash {
+    BundleHash::of(&[n])
+}
+
+fn start_record(hash: BundleHash) -> StartRecord {
+    StartRecord {
+        name: "contract".into(),
+        hash,
+        thread_id: ThreadId::new(),
+        parameters: Parameters {
+            prompt: "keep the contract".into(),
+            options: RunParameters {
+                max_rounds: 7,
+                agent: Some("scripted".into()),
+                agent_for: BTreeMap::new(),
+                cwd: None,
+                limits: BTreeMap::new(),
+            },
+        },
+        timestamp: 1,
+        forked_from: None,
+        trigger_data: Some(serde_json::json!({"item": "<b>&"})),
+        schedule: None,
+    }
+}
+
+fn step(role: &str, content: &str) -> StepRecord {
+    StepRecord {
+        role: role.into(),
+        content: content.into(),
+        meta: serde_json::json!({"ok": true}),
+        timestamp: 2,
+        group: None,
+        agent: Some("scripted".into()),
+        duration_ms: Some(3),
+    }
+}
+
+fn call(step: usize, value: &str) -> CallRecord {
+    CallRecord {
+        step,
+        seq: 0,
+        kind: CallKind::Agent,
+        role: "planner".into(),
+        digest: "d1g3st".into(),
+        response: CallResponse::Ok { value: value.into(), meta: None },
+        timestamp: 4,
+    }
+}
+
+/// A new thread, at rest (its writer dropped).
+fn new_thread(store: &Storage, hash: BundleHash) -> Result<ThreadId> {
+    let (writer, record) = store.threads().create(&start_record(hash), &[], &[])?;
+    drop(writer);
+    Ok(record.id())
+}
+
+contract! {
+    /// A thread is stored as written: its start, steps (one at a time or a group), pause and
+    /// end, read back the same; it is listed, named by a prefix, and its status follows.
+    fn a_thread_reads_back_as_it_was_written(store: &Storage) -> Result<()> {
+        let threads = store.threads();
+        let start = start_record(hash(1));
+        let (mut writer, record) = threads.create(&start, &[step("planner", "plan")], &[])?;
+        let id = record.id();
+        ensure!(record.start == start, "{:?}", record.start);
+        ensure!(threads.read(id)?.status() == ThreadStatus::Running, "held: running");
+        writer.append_steps(&[step("developer", "code ✓ <&>")])?;
+        writer.append_pause(Paused::by(PauseReason::Pause))?;
+        drop(writer);
+        let read = threads.read(id)?;
+        ensure!(read.steps.len() == 2 && read.steps[1].content == "code ✓ <&>", "{read:?}");
+        ensure!(read.steps[1].agent.as_deref() == Some("scripted"));
+        ensure!(read.steps[1].duration_ms == Some(3));
+        ensure!(read.status() == ThreadStatus::Paused, "{:?}", read.status());
+
+        let (mut writer, reopened) = threads.open(id)?;
+        ensure!(reopened.steps.len() == 2);
+        let end = End::by_host(0, "done".into(), EndStatus::Completed);
+        writer.append_end(&EndRecord { end, timestamp: 5 })?;
+        drop(writer);
+        let ended = threads.read(id)?;
+        ensure!(ended.status() == ThreadStatus::Completed, "{:?}", ended.status());
+
+        ensure!(threads.list()? == vec![id]);
+        let text = id.to_string();
+        ensure!(threads.resolve(&text[..8])? == id);
+        let summaries = threads.summaries()?;
+        ensure!(summaries.len() == 1 && summaries[0].steps == 2, "{summaries:?}");
+        Ok(())
+    }
+
+    /// One process at a time holds a thread: a second `open` is refused while the first
+    /// holds it, and succeeds once it is let go.
+    fn a_held_thread_is_refused_to_a_second_holder(store: &Storage) -> Result<()> {
+        let id = new_thread(store, hash(1))?;
+        let (first, _) = store.threads().open(id)?;
+        match store.threads().open(id) {
+            Err(Error::ThreadBusy(busy)) => ensure!(busy == id.to_string()),
+            other => anyhow::bail!("a second holder got {other:?}"),
+        }
+        drop(first);
+        store.threads().open(id).context("open once let go")?;
+        Ok(())
+    }
+
+    /// What a follower reads: only the records after the last it saw, and whether the thread
+    /// is held.
+    fn changes_hold_only_what_came_after(store: &Storage) -> Result<()> {
+        let threads = store.threads();
+        let (mut writer, record) = threads.create(&start_record(hash(1)), &[], &[])?;
+        let id = record.id();
+        let all = threads.changes(id, -1)?.context("the thread")?;
+        ensure!(all.held && all.lines.len() == 1, "{all:?}");
+        let last = all.lines[0].0;
+        writer.append_steps(&[step("planner", "plan")])?;
+        let after = threads.changes(id, last)?.context("the thread")?;
+        ensure!(after.lines.len() == 1 && after.lines[0].1.contains("plan"), "{after:?}");
+        let none = threads.changes(id, after.lines[0].0)?.context("the thread")?;
+        ensure!(none.lines.is_empty(), "{none:?}");
+        drop(writer);
+        ensure!(!threads.changes(id, -1)?.context("the thread")?.held);
+        ensure!(threads.changes(ThreadId::new(), -1)?.is_none());
+        Ok(())
+    }
+
+    /// A fork's prefix keeps the calls its steps made: the journal hands them back.
+    fn the_journal_keeps_the_calls_a_thread_was_created_with(store: &Storage) -> Result<()> {
+        let calls = [call(0, "first answer")];
+        let (writer, record) =
+            store.threads().create(&start_record(hash(1)), &[step("planner", "p")], &calls)?;
+        drop(writer);
+        let journal = store.threads().journal(hash(1), record.id())?;
+        ensure!(journal.calls_before(1) == calls, "{:?}", journal.calls_before(1));
+        ensure!(journal.calls_before(0).is_empty());
+        Ok(())
+    }
+
+    /// A removed thread is gone: not read, not listed, not resolved.
+    fn a_removed_thread_is_gone(store: &Storage) -> Result<()> {
+        let id = new_thread(store, hash(1))?;
+        let kept = new_thread(store, hash(1))?;
+        store.threads().remove(id)?;
+        ensure!(matches!(store.threads().read(id), Err(Error::UnknownThread(_))));
+        ensure!(store.threads().list()? == vec![kept]);
+        ensure!(store.threads().resolve(&id.to_string()).is_ok(), "a whole id parses");
+        store.threads().finish_removals()?;
+        Ok(())
+    }
+
+    /// The queue: a thread queued is claimed once, by a worker of its scope, with its run
+    /// request; kill and pause reach the worker holding it, once each; settled, it leaves
+    /// the queue; handed back, it is claimed again.
+    fn the_queue_hands_each_thread_to_one_worker(store: &Storage) -> Result<()> {
+        let queue = store.queue();
+        ensure!(queue.register(Scope::Bundle(hash(1)), 4)?);
+        let id = new_thread(store, hash(1))?;
+        let request = RunRequest { agent: Some("scripted".into()), ..Default::default() };
+        queue.enqueue(id, hash(1), &request)?;
+        ensure!(!queue.is_taken(id)?, "queued, not taken");
+        ensure!(!queue.ask(id, ControlRequest::Kill)?, "no worker holds a queued thread");
+        ensure!(queue.claim(Scope::Bundle(hash(2)), 4, &[], None)?.is_empty(), "another bundle's");
+
+        let mut claimed = queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?;
+        ensure!(claimed.len() == 1, "{claimed:?}");
+        let first = claimed.remove(0);
+        ensure!(first.id == id && first.request == request, "{first:?}");
+        ensure!(queue.is_taken(id)?);
+        ensure!(queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?.is_empty(), "claimed twice");
+        ensure!(store.threads().read(id)?.status() == ThreadStatus::Running);
+
+        ensure!(queue.ask(id, ControlRequest::Pause)?, "its worker holds it");
+        ensure!(queue.requests(&[id])? == vec![(id, ControlRequest::Pause)]);
+        ensure!(queue.requests(&[id])?.is_empty(), "a request is taken once");
+
+        queue.release(id, first.ticket, Release::HandBack)?;
+        drop(first.writer);
+        let again = queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?;
+        ensure!(again.len() == 1 && again[0].id == id, "handed back: {again:?}");
+        let again = again.into_iter().next().unwrap();
+        queue.release(id, again.ticket, Release::Settle)?;
+        drop(again.writer);
+        ensure!(queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?.is_empty(), "settled");
+        ensure!(queue.is_taken(id)?, "run already");
+        queue.unregister()?;
+        Ok(())
+    }
+
+    /// Claims are oldest first, at most as many as asked, never a thread the worker runs, and
+    /// never one another process holds: taking a queued thread (to kill it, to step it) takes
+    /// it out of the queue.
+    fn claims_are_oldest_first_and_skip_held_threads(store: &Storage) -> Result<()> {
+        let queue = store.queue();
+        queue.register(Scope::Bundle(hash(1)), 4)?;
+        let ids: Vec<ThreadId> = (0..3).map(|_| new_thread(store, hash(1))).collect::<Result<_>>()?;
+        for &id in &ids {
+            queue.enqueue(id, hash(1), &RunRequest::default())?;
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let (held, _) = store.threads().open(ids[0])?;
+        let claimed = queue.claim(Scope::Bundle(hash(1)), 1, &[ids[1]], None)?;
+        let claimed_ids: Vec<ThreadId> = claimed.iter().map(|c| c.id).collect();
+        ensure!(claimed_ids == vec![ids[2]], "{claimed_ids:?} of {ids:?}");
+        drop(held);
+        let only = queue.claim(Scope::Bundle(hash(1)), 4, &[], Some(ids[0]))?;
+        ensure!(only.is_empty(), "taken out of the queue by its holder: {only:?}");
+        let only = queue.claim(Scope::Bundle(hash(1)), 4, &[], Some(ids[1]))?;
+        ensure!(only.len() == 1 && only[0].id == ids[1], "{only:?}");
+        Ok(())
+    }
+
+    /// Schedules: written, read back, listed; their firing log appended and read again
+    /// (whole, or caught up from where it was read); their poll state kept; removed whole.
+    fn a_schedule_and_its_firings_are_kept(store: &Storage) -> Result<()> {
+        let schedules = store.schedules();
+        let schedule = Schedule {
+            name: "nightly".into(),
+            workflow: "solve-issue".into(),
+            trigger: Trigger::Cron { expression: "0 3 * * *".into(), timezone: None },
+            prompt: "tidy up".into(),
+            max_rounds: Some(4),
+            agent: None,
+            agent_for: BTreeMap::new(),
+            cwd: None,
+            limits: BTreeMap::new(),
+            paused: false,
+            created: 10,
+            since: 10,
+            source: ScheduleSource::Cli,
+        };
+        let lock = schedules.lock()?;
+        schedules.put(&schedule, &lock)?;
+        ensure!(schedules.get("nightly")?.as_ref() == Some(&schedule));
+        ensure!(schedules.list()?.len() == 1);
+
+        let thread = ThreadId::new();
+        let fired = FiringEvent::Fired {
+            key: "cron:20".into(),
+            thread_id: thread,
+            at: 20,
+            trigger_data: None,
+            instant: Some(20),
+            output: None,
+        };
+        schedules.record("nightly", &fired, &lock)?;
+        let mut history = schedules.history("nightly")?;
+        ensure!(history.firings.len() == 1 && history.pending().count() == 1);
+        ensure!(history.last_instant == Some(20));
+        schedules.record("nightly", &FiringEvent::Started { thread_id: thread, at: 21 }, &lock)?;
+        schedules.catch_up("nightly", &mut history)?;
+        ensure!(history.firings.len() == 1 && history.pending().count() == 0, "{history:?}");
+
+        let state = PollState { last_check: Some(30), last_error: Some("exit 1".into()), failures: 2 };
+        schedules.set_poll_state("nightly", &state)?;
+        ensure!(schedules.poll_state("nightly")? == state);
+
+        ensure!(schedules.remove("nightly", &lock)?);
+        ensure!(schedules.get("nightly")?.is_none() && schedules.list()?.is_empty());
+        ensure!(schedules.history("nightly")?.firings.is_empty(), "its log went with it");
+        ensure!(!schedules.remove("nightly", &lock)?);
+        Ok(())
+    }
+
+    /// The registry: a name registered points at its bundle, its earlier versions kept newest
+    /// first.
+    fn the_registry_keeps_each_names_versions(store: &Storage) -> Result<()> {
+        let registry = store.registry();
+        registry.update(|file| {
+            file.register("flow", hash(1), 100);
+            Ok(())
+        })?;
+        registry.update(|file| {
+            file.register("flow", hash(2), 200);
+            Ok(())
+        })?;
+        let entry = registry.get("flow")?;
+        ensure!(entry.hash == hash(2) && entry.timestamp == 200, "{entry:?}");
+        ensure!(entry.history.len() == 1 && entry.history[0].hash == hash(1), "{entry:?}");
+        ensure!(matches!(registry.get("flows"), Err(Error::UnknownWorkflow { .. })));
+        Ok(())
+    }
+}
