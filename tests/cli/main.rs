@@ -142,12 +142,41 @@ pub struct Run {
 impl Env {
     pub fn new() -> Result<Self> {
         let store = if on_postgres() { Some(pg()?.new_database()?) } else { None };
-        Ok(Env { dir: tempfile::tempdir()?, store })
+        Env::with_store(store)
     }
 
     /// A fresh home on a fresh database of the test server, whatever the run's store.
     pub fn on_postgres() -> Result<Self> {
-        Ok(Env { dir: tempfile::tempdir()?, store: Some(pg()?.new_database()?) })
+        Env::with_store(Some(pg()?.new_database()?))
+    }
+
+    /// A fresh home on `store`, sharing the compiled functions of every test's home.
+    fn with_store(store: Option<String>) -> Result<Self> {
+        let env = Env { dir: tempfile::tempdir()?, store };
+        env.share_compiled_functions()?;
+        Ok(env)
+    }
+
+    /// Points the home's function cache (`cache/functions/`: compiled code by the hash of
+    /// its function, written by rename, safe to share) at one shared by all the tests: the
+    /// interpreter of YAML workflows is compiled once, not once per test.
+    /// [`Env::own_compiled_functions`] undoes it for a test that damages the cache.
+    fn share_compiled_functions(&self) -> Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let shared = Path::new(env!("CARGO_TARGET_TMPDIR")).join("function-cache");
+        std::fs::create_dir_all(&shared)?;
+        let cache = self.home().join("cache");
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&cache)?;
+        std::os::unix::fs::symlink(shared, cache.join("functions"))?;
+        Ok(())
+    }
+
+    /// Gives this home a function cache of its own (empty).
+    pub fn own_compiled_functions(&self) -> Result<()> {
+        let functions = self.home().join("cache/functions");
+        std::fs::remove_file(&functions)?;
+        std::fs::create_dir(&functions)?;
+        Ok(())
     }
 
     /// Runs SQL on this test's database (tables are in schema `uncaged_workflow`).
@@ -166,9 +195,40 @@ impl Env {
         self.command_of(env!("CARGO_BIN_EXE_uncaged-workflow"))
     }
 
+    /// Gives this test's processes a clock of their own, reading `ms` (since the epoch) until
+    /// moved with [`Env::advance`]: what they decide on the time of day (due cron instants,
+    /// due polls) follows it, and the test waits for no real time to pass.
+    pub fn set_clock(&self, ms: u64) -> Result<()> {
+        let path = self.clock_file();
+        let next = self.dir.path().join("clock.next");
+        std::fs::write(&next, ms.to_string())?;
+        // In place at once: a process reading the clock never sees it half written.
+        std::fs::rename(next, path)?;
+        Ok(())
+    }
+
+    /// Moves this test's clock forward by `by`.
+    pub fn advance(&self, by: std::time::Duration) -> Result<()> {
+        self.set_clock(self.clock_ms()? + by.as_millis() as u64)
+    }
+
+    /// The time on this test's clock.
+    pub fn clock_ms(&self) -> Result<u64> {
+        let text = std::fs::read_to_string(self.clock_file()).context("the test's clock is set")?;
+        Ok(text.trim().parse()?)
+    }
+
+    fn clock_file(&self) -> PathBuf {
+        self.dir.path().join("clock")
+    }
+
     /// `program` (a shell that starts the binary, say) with the binary's environment.
     pub fn command_of(&self, program: &str) -> Command {
         let mut command = Command::new(program);
+        match self.clock_file().exists() {
+            true => command.env("UNCAGED_WORKFLOW_CLOCK", self.clock_file()),
+            false => command.env_remove("UNCAGED_WORKFLOW_CLOCK"),
+        };
         match &self.store {
             Some(url) => command.env("UNCAGED_WORKFLOW_STORE", url),
             None => command.env_remove("UNCAGED_WORKFLOW_STORE"),

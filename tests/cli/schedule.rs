@@ -1,16 +1,35 @@
 //! Schedules: cron and poll triggers fired by `schedule tick` and `serve`, exactly once per
 //! cron instant and poll item, through crashes and concurrent firing processes.
+//!
+//! Time here is the test's own clock ([`Env::set_clock`]): it starts at [`T0`] and moves only
+//! when a test moves it, so no test waits for time to pass, and the instants fired are known
+//! exactly.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
 use super::{Env, Serve, read_jsonl, wait_until};
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+/// Where each test's clock starts: half a second past 2030-01-01T00:00:00Z.
+const T0: u64 = 1_893_456_000_500;
+
+/// The whole second `n` seconds after 2030-01-01T00:00:00Z, in ms: the `n`th instant a
+/// schedule firing every second, added at [`T0`], fires.
+fn second(n: u64) -> u64 {
+    T0 - 500 + n * 1000
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// A fresh environment with its clock at [`T0`], and solve-issue added.
+fn scheduling() -> Result<Env> {
+    let env = Env::new()?;
+    env.set_clock(T0)?;
+    env.add_solve_issue()?;
+    Ok(env)
 }
 
 /// The events of a schedule's firing log.
@@ -133,19 +152,18 @@ on_both_stores! {
 #[test]
 fn a_firing_process_killed_at_any_point_starts_no_duplicate() -> Result<()> {
     for point in ["schedule-fired", "schedule-created"] {
-        let env = Env::new()?;
-        env.add_solve_issue()?;
+        let env = scheduling()?;
         let script = growing_poll(&env)?;
         add_poll(&env, &script, "new-items", "p", &[])?;
         env.ok(&["schedule", "tick"])?; // baseline
-        std::thread::sleep(Duration::from_millis(1050));
+        env.advance(SECOND)?;
         let crash = format!("{point}:1");
         let run = env.run_with(&["schedule", "tick"], &[("UNCAGED_WORKFLOW_CRASH_AT", &crash)])?;
         ensure!(run.code != 0 && run.stderr.contains("crashing at"), "{point}: {run:?}");
         let pending = fired_keys(&env, "p")?;
         assert_eq!(pending, ["item:issue-2"], "{point}: the firing was recorded first");
         // The next tick finishes that firing (and fires the item the new run shows).
-        std::thread::sleep(Duration::from_millis(1050));
+        env.advance(SECOND)?;
         env.ok(&["schedule", "tick"])?;
         assert_eq!(fired_keys(&env, "p")?, ["item:issue-2", "item:issue-3"], "{point}");
         assert_eq!(exactly_once(&env, "p")?, 2, "{point}");
@@ -155,8 +173,7 @@ fn a_firing_process_killed_at_any_point_starts_no_duplicate() -> Result<()> {
 
 #[test]
 fn a_poll_starts_one_thread_per_new_item_with_the_item() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
+    let env = scheduling()?;
     let script = growing_poll(&env)?;
     add_poll(&env, &script, "new-items", "issues", &[])?;
     // The first check is the baseline: issue-1 was there before the schedule.
@@ -166,7 +183,7 @@ fn a_poll_starts_one_thread_per_new_item_with_the_item() -> Result<()> {
     env.json(&["schedule", "tick"])?;
     assert_eq!(std::fs::read_to_string(env.dir.path().join("runs"))?.trim(), "1");
     for n in 2..=4 {
-        std::thread::sleep(Duration::from_millis(1050));
+        env.advance(SECOND)?;
         let pass = env.json(&["schedule", "tick"])?;
         let started = pass["started"].as_array().unwrap();
         ensure!(started.len() == 1, "one new item at run {n}: {pass}");
@@ -196,8 +213,7 @@ fn a_poll_starts_one_thread_per_new_item_with_the_item() -> Result<()> {
 
 #[test]
 fn a_slow_poll_command_does_not_hold_up_the_other_schedules_or_schedule_add() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
+    let env = scheduling()?;
     let (started, gate) = (env.dir.path().join("started"), env.dir.path().join("gate"));
     let script = env.write_script(
         "slow.sh",
@@ -235,7 +251,10 @@ fn a_slow_poll_command_does_not_hold_up_the_other_schedules_or_schedule_add() ->
         "other",
     ])?;
     env.ok(&["schedule", "pause", "other"])?;
-    wait_until("the cron fires during the check", || Ok(fired_keys(&env, "fast")?.len() >= 2))?;
+    for n in 1..=2 {
+        env.advance(SECOND)?;
+        wait_until("the cron fires during the check", || Ok(fired_keys(&env, "fast")?.len() == n))?;
+    }
     // …and the check is still the first one, at work (not timed out, nothing recorded).
     ensure!(!poll_checked(&env, "slow")? && firings(&env, "slow")?.is_empty(), "the check ended");
     std::fs::write(&gate, "")?;
@@ -300,8 +319,7 @@ fn a_workflow_trigger_registers_its_schedule_and_follows_its_versions() -> Resul
 
 #[test]
 fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
+    let env = scheduling()?;
     let state = env.write("state.txt", "v1")?;
     let script = env.write_script(
         "check.sh",
@@ -313,11 +331,11 @@ fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()
     let script = script.display().to_string();
     add_poll(&env, &script, "any-change", "solve-issue", &[])?;
     env.json(&["schedule", "tick"])?; // the baseline
-    std::thread::sleep(Duration::from_millis(1050));
+    env.advance(SECOND)?;
     let pass = env.json(&["schedule", "tick"])?;
     ensure!(pass["started"].as_array().unwrap().is_empty(), "unchanged output: {pass}");
     std::fs::write(&state, "v2")?;
-    std::thread::sleep(Duration::from_millis(1050));
+    env.advance(SECOND)?;
     let pass = env.json(&["schedule", "tick"])?;
     let started = pass["started"].as_array().unwrap();
     ensure!(started.len() == 1, "changed output: {pass}");
@@ -325,7 +343,7 @@ fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()
     assert_eq!(record["start"]["triggerData"], "v2");
     // A failing command: the tick says which schedule and why (the stderr's tail), exits 70.
     std::fs::write(&state, "fail")?;
-    std::thread::sleep(Duration::from_millis(1050));
+    env.advance(SECOND)?;
     let run = env.run(&["schedule", "tick"])?;
     assert_eq!(run.code, 70, "{run:?}");
     assert!(
@@ -336,7 +354,10 @@ fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()
     );
     // With --json: one JSON document on one line, the failure in it, nothing on stderr. (A
     // failed check waits twice its interval before the next.)
-    std::thread::sleep(Duration::from_millis(2100));
+    env.advance(SECOND)?;
+    let pass = env.json(&["schedule", "tick"])?;
+    ensure!(pass["errors"].as_array().is_none_or(|e| e.is_empty()), "backed off: {pass}");
+    env.advance(SECOND)?;
     let run = env.run(&["schedule", "tick", "--json"])?;
     assert_eq!((run.code, run.stderr.as_str()), (70, ""), "{run:?}");
     assert_eq!(run.stdout.trim().lines().count(), 1, "{}", run.stdout);
@@ -350,29 +371,24 @@ fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()
 
 #[test]
 fn repeated_ticks_fire_exactly_the_due_cron_instants() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
+    let env = scheduling()?;
     env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "Every second"])?;
-    let mut previous = 0;
-    for _ in 0..4 {
-        std::thread::sleep(Duration::from_millis(1100));
-        let before = now_ms();
+    // Nothing is due before the first instant after the schedule was added.
+    let pass = env.json(&["schedule", "tick"])?;
+    ensure!(pass["started"].as_array().unwrap().is_empty(), "{pass}");
+    for n in 1..=4 {
+        env.advance(SECOND)?;
         let pass = env.json(&["schedule", "tick"])?;
-        let after = now_ms();
         let started = pass["started"].as_array().context("started")?;
         ensure!(started.len() == 1, "one instant is due at each tick: {pass}");
-        // The latest instant at the tick, after the last one fired.
-        let at = instant(started[0]["firing"].as_str().unwrap())?;
-        ensure!(
-            at > previous && at <= after && at + 1000 > before,
-            "instant {at} for a tick at {before}..{after}"
-        );
-        previous = at;
+        assert_eq!(instant(started[0]["firing"].as_str().unwrap())?, second(n));
     }
-    // Off for three seconds: one firing, not three.
-    std::thread::sleep(Duration::from_millis(3100));
+    // Off for three seconds: one firing (the latest instant), not three.
+    env.advance(3 * SECOND)?;
     let pass = env.json(&["schedule", "tick"])?;
-    ensure!(pass["started"].as_array().unwrap().len() == 1, "missed instants fire once: {pass}");
+    let started = pass["started"].as_array().unwrap();
+    ensure!(started.len() == 1, "missed instants fire once: {pass}");
+    assert_eq!(instant(started[0]["firing"].as_str().unwrap())?, second(7));
     assert_eq!(exactly_once(&env, "solve-issue")?, 5);
     // The scheduled threads show their schedule; each has its instant as trigger data.
     let listing = env.ok(&["threads"])?;
@@ -388,8 +404,7 @@ fn repeated_ticks_fire_exactly_the_due_cron_instants() -> Result<()> {
 
 #[test]
 fn schedule_mistakes_are_one_clear_line() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
+    let env = scheduling()?;
     let e = env.fails(&["schedule", "add", "nope", "--cron", "* * * * *", "-p", "x"], 66)?;
     assert!(e.contains("no workflow named `nope`"), "{e}");
     let e = env.fails(&["schedule", "add", "solve-issue", "--cron", "* * *", "-p", "x"], 64)?;
@@ -433,7 +448,7 @@ fn schedule_mistakes_are_one_clear_line() -> Result<()> {
     // A schedule whose workflow was removed: its firing fails, is said so, and is not retried.
     env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "--name", "gone"])?;
     env.ok(&["remove", "solve-issue"])?;
-    std::thread::sleep(Duration::from_millis(1100));
+    env.advance(SECOND)?;
     let run = env.run(&["schedule", "tick"])?;
     assert_eq!(run.code, 70, "{run:?}");
     assert!(
@@ -464,54 +479,58 @@ fn schedule_mistakes_are_one_clear_line() -> Result<()> {
 
 #[test]
 fn serve_fires_a_cron_once_per_second() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
+    let env = scheduling()?;
     let serve = Serve::start(&env, &[], &[])?;
     env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "s"])?;
-    std::thread::sleep(Duration::from_millis(5300));
+    // Each second that passes fires its instant, once.
+    for n in 1..=5 {
+        env.advance(SECOND)?;
+        wait_until("the second fires", || Ok(fired_keys(&env, "s")?.len() as u64 == n))?;
+    }
     serve.stop()?;
     let keys = fired_keys(&env, "s")?;
     let instants: Vec<u64> = keys.iter().map(|k| instant(k)).collect::<Result<_>>()?;
-    // One thread per second: distinct whole seconds, as many as seconds passed (a loaded
-    // machine may coalesce one late instant into the next, never fire one twice).
-    ensure!((4..=6).contains(&instants.len()), "{} firings in 5.3 s: {keys:?}", instants.len());
-    ensure!(instants.windows(2).all(|w| w[1] > w[0]), "instants not increasing: {keys:?}");
+    assert_eq!(instants, (1..=5).map(second).collect::<Vec<_>>());
     exactly_once(&env, "s")?;
     Ok(())
 }
 
 #[test]
 fn serve_killed_mid_firing_and_restarted_starts_no_duplicate() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
+    let env = scheduling()?;
     env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
     // `serve` dies like `kill -9` between recording its third firing and creating the thread.
     let mut serve = Serve::start(&env, &[], &[("UNCAGED_WORKFLOW_CRASH_AT", "schedule-fired:3")])?;
+    for n in 1..=2 {
+        env.advance(SECOND)?;
+        wait_until("the second fires", || Ok(fired_keys(&env, "c")?.len() == n))?;
+    }
+    env.advance(SECOND)?;
     let status = serve.child.wait()?;
     ensure!(!status.success(), "serve crashed as told");
     let keys = fired_keys(&env, "c")?;
     assert_eq!(keys.len(), 3);
-    // And killed with SIGKILL at an arbitrary moment.
+    // And killed with SIGKILL while it fires: just after it recorded a firing.
     let serve = Serve::start(&env, &[], &[])?;
-    std::thread::sleep(Duration::from_millis(1500));
+    env.advance(SECOND)?;
+    wait_until("the fourth second fires", || Ok(fired_keys(&env, "c")?.len() == 4))?;
     std::process::Command::new("kill").args(["-9", &serve.child.id().to_string()]).status()?;
     drop(serve);
     let serve = Serve::start(&env, &[], &[])?;
-    std::thread::sleep(Duration::from_millis(1500));
+    env.advance(SECOND)?;
+    wait_until("the fifth second fires", || Ok(fired_keys(&env, "c")?.len() == 5))?;
     serve.stop()?;
-    let total = exactly_once(&env, "c")?;
-    ensure!(total >= 5, "the restarted processes fired on: {total}");
+    assert_eq!(exactly_once(&env, "c")?, 5, "the restarted processes finished every firing");
     Ok(())
 }
 
 #[test]
 fn two_firing_processes_never_double_fire() -> Result<()> {
-    let env = Env::new()?;
-    env.add_solve_issue()?;
+    let env = scheduling()?;
     env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
     let serve = Serve::start(&env, &[], &[])?;
     for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(700));
+        env.advance(SECOND)?;
         let ticks: Vec<_> = (0..2)
             .map(|_| {
                 env.command().args(["schedule", "tick"]).stdout(std::process::Stdio::null()).spawn()
@@ -522,7 +541,8 @@ fn two_firing_processes_never_double_fire() -> Result<()> {
         }
     }
     serve.stop()?;
-    exactly_once(&env, "c")?;
+    // Each second fired once, by whichever process came first.
+    assert_eq!(exactly_once(&env, "c")?, 3);
     Ok(())
 }
 }

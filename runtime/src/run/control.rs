@@ -52,6 +52,8 @@ pub async fn pause(store: &Storage, id: ThreadId) -> Result<()> {
 /// dead worker left it are stopped first.
 fn end_at_rest(store: &Storage, id: ThreadId, request: ControlRequest) -> Result<()> {
     let (mut writer, record) = store.threads().open(id)?;
+    // Held here, it is ours to end or pause: no worker is to take it after.
+    store.queue().withdraw(id)?;
     crate::run::lifecycle::stop_leftover_agents(store, id)?;
     if let Some(end) = &record.end {
         return Err(Error::ended(id, end.end.status.as_str()));

@@ -178,11 +178,9 @@ async fn fire_forever(store: Storage, mut stopping: tokio::sync::watch::Receiver
                 None
             }
         };
-        let wait = next
-            .map_or(MAX_SLEEP, |at| Duration::from_millis(at.saturating_sub(now_ms())))
-            .min(MAX_SLEEP);
+        let next = next.unwrap_or_else(|| now_ms() + MAX_SLEEP.as_millis() as u64);
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = crate::clock::sleep_until(next, MAX_SLEEP) => {}
             _ = stopping.changed() => {}
         }
     }

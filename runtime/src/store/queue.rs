@@ -155,6 +155,12 @@ pub trait WorkQueue: Send + Sync + fmt::Debug {
     /// held: a thread settled must not look runnable to another worker for an instant.
     fn release(&self, id: ThreadId, ticket: i64, how: Release) -> Result<()>;
 
+    /// Takes thread `id` out of the queue if it waits there, taken by no worker: the caller
+    /// holds it (its writer), and decides what becomes of it (a kill, a pause), or could not
+    /// hand it to a worker. Holding a thread does not take it out of the queue by itself: an
+    /// answer refused under the run lock must leave the answered thread queued.
+    fn withdraw(&self, id: ThreadId) -> Result<()>;
+
     /// Asks the worker holding thread `id` to kill or pause it. False if no worker holds it.
     fn ask(&self, id: ThreadId, request: ControlRequest) -> Result<bool>;
 

@@ -35,6 +35,14 @@ pub(crate) fn entry_path(home: &Home, id: ThreadId) -> PathBuf {
     home.run_dir().join("queue").join(format!("{id}.json"))
 }
 
+/// Removes `path`; one already gone is fine.
+fn remove_if_present(path: &Path, what: &'static str) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(what, path)(e)),
+        _ => Ok(()),
+    }
+}
+
 /// A queued thread's file.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -183,21 +191,14 @@ impl WorkQueue for FileQueue {
         let taken = self.taken(id);
         let _ = std::fs::remove_file(self.control(id));
         match how {
-            // Settled, or withdrawn before a worker took it: gone from the queue either way.
-            Release::Settle => {
-                for path in [taken, self.entry(id)] {
-                    match std::fs::remove_file(&path) {
-                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                            return Err(Error::io("settle queued thread", &path)(e));
-                        }
-                        _ => {}
-                    }
-                }
-                Ok(())
-            }
+            Release::Settle => remove_if_present(&taken, "settle queued thread"),
             Release::HandBack => std::fs::rename(&taken, self.entry(id))
                 .map_err(Error::io("hand back queued thread", &taken)),
         }
+    }
+
+    fn withdraw(&self, id: ThreadId) -> Result<()> {
+        remove_if_present(&self.entry(id), "withdraw queued thread")
     }
 
     fn ask(&self, id: ThreadId, request: ControlRequest) -> Result<bool> {

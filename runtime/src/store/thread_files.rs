@@ -51,8 +51,7 @@ impl FileThreads {
 }
 
 impl FileThreads {
-    /// Takes thread `id`'s run lock and reads it, leaving its place in the queue to the
-    /// caller (the queue itself, taking it for a worker).
+    /// Takes thread `id`'s run lock and reads it.
     pub(crate) fn hold(&self, id: ThreadId) -> Result<(FileWriter, ThreadRecord)> {
         let (_, path) = self.find(id)?;
         FileWriter::open(&path)
@@ -89,16 +88,8 @@ impl ThreadStore for FileThreads {
         Ok((Box::new(writer), record))
     }
 
-    /// Taking a thread takes it out of the queue, as on every store: whoever holds it now
-    /// decides what becomes of it (a `kill` of a thread still queued, a `step`).
     fn open(&self, id: ThreadId) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
         let (writer, record) = self.hold(id)?;
-        let entry = queue_files::entry_path(&self.home, id);
-        if let Err(e) = std::fs::remove_file(&entry)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            return Err(Error::io("take thread out of the queue", &entry)(e));
-        }
         Ok((Box::new(writer), record))
     }
 

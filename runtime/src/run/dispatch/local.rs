@@ -13,7 +13,6 @@ use crate::run::events::Event;
 use crate::run::ipc::{self, ClientMessage, Connection, PsEntry, Reply, Request};
 use crate::run::worker::{self, WorkerOptions, request_of};
 use crate::store::Storage;
-use crate::store::queue::Release;
 
 /// Dispatch over a home directory's per-bundle workers.
 pub struct LocalDispatch {
@@ -36,7 +35,7 @@ impl LocalDispatch {
         let taken = self.take_queued(id, hash, follow).await;
         if taken.is_err() {
             // Not taken: it leaves the queue, and waits at rest for `resume`, as it was.
-            let _ = self.store.queue().release(id, 0, Release::Settle);
+            let _ = self.store.queue().withdraw(id);
         }
         taken
     }

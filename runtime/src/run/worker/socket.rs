@@ -18,6 +18,9 @@ use crate::run::ipc::{self, ClientMessage, Connection, Reply, Request};
 use crate::sandbox::control::{Activity, Progress};
 use crate::store::queue::Scope;
 
+/// How long a thread handed over may be held by another process before it is busy.
+const TAKE_WAIT: Duration = Duration::from_secs(1);
+
 /// How long a worker with no threads waits for one before it exits.
 const IDLE_EXIT: Duration = Duration::from_secs(5);
 
@@ -105,7 +108,7 @@ async fn handle(worker: Arc<Worker>, hash: BundleHash, mut connection: Connectio
             Err(e) => Reply::Error { message: e.to_string(), code: e.exit_code() },
         },
         Request::Take { thread, follow, interactive, secrets } => {
-            match take(&worker, hash, thread, secrets, follow && interactive) {
+            match take(&worker, hash, thread, secrets, follow && interactive).await {
                 Err(e) => Reply::Error { message: e.to_string(), code: e.exit_code() },
                 Ok(started) => {
                     if connection.send(&started.accepted).await.is_ok() && follow {
@@ -119,17 +122,28 @@ async fn handle(worker: Arc<Worker>, hash: BundleHash, mut connection: Connectio
     let _ = connection.send(&reply).await;
 }
 
-/// Claims queued thread `id` of this worker's bundle and starts it with `secrets`.
-fn take(
+/// Claims queued thread `id` of this worker's bundle and starts it with `secrets`. Another
+/// process may hold the thread for an instant (an answer refused under its run lock): that
+/// is waited out, for [`TAKE_WAIT`] at most; a thread held longer (a `step` at work) is busy.
+async fn take(
     worker: &Arc<Worker>,
     hash: BundleHash,
     id: ThreadId,
     secrets: crate::agents::Secrets,
     interactive: bool,
 ) -> Result<Started> {
-    let running = worker.running_ids();
-    let claimed = worker.queue.claim(Scope::Bundle(hash), 1, &running, Some(id))?;
-    let claimed = claimed.into_iter().next().ok_or_else(|| Error::ThreadBusy(id.to_string()))?;
+    let deadline = Instant::now() + TAKE_WAIT;
+    let claimed = loop {
+        let running = worker.running_ids();
+        let claimed = worker.queue.claim(Scope::Bundle(hash), 1, &running, Some(id))?;
+        if let Some(claimed) = claimed.into_iter().next() {
+            break claimed;
+        }
+        if worker.queue.is_taken(id)? || Instant::now() >= deadline {
+            return Err(Error::ThreadBusy(id.to_string()));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
     let flags = flags_of(claimed.request.clone(), secrets);
     worker.start(claimed, flags, interactive)
 }

@@ -210,6 +210,21 @@ impl WorkQueue for PgQueue {
         Ok(())
     }
 
+    /// Clears `runnable` unless a worker (other than this process) holds the thread.
+    fn withdraw(&self, id: ThreadId) -> Result<()> {
+        let client = self.pg.client()?;
+        self.pg.wait(
+            &format!("withdraw thread {id} from the queue"),
+            client.execute(
+                "UPDATE threads SET runnable = false, run_request = NULL \
+                 WHERE id = $1 AND (lease_owner IS NULL OR lease_owner = $2 \
+                                    OR lease_until < now())",
+                &[&id.to_string(), &self.pg.owner()],
+            ),
+        )?;
+        Ok(())
+    }
+
     /// Asks the worker holding thread `id` to kill or pause it. False if no worker holds it
     /// (it is not runnable, or still waits in the queue).
     fn ask(&self, id: ThreadId, request: ControlRequest) -> Result<bool> {

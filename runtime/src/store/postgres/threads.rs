@@ -83,7 +83,8 @@ impl PgThreads {
     }
 
     /// Takes thread `id`'s lease if nobody holds it (or its holder let it expire): the new
-    /// token, or `None` if it is held. The thread stops being queued.
+    /// token, or `None` if it is held. Its place in the queue is left as it is (see
+    /// [`WorkQueue::withdraw`](crate::store::queue::WorkQueue::withdraw)).
     pub fn take(&self, id: ThreadId) -> Result<Option<i64>> {
         let client = self.pg.client()?;
         let row = self.pg.wait(
@@ -91,7 +92,7 @@ impl PgThreads {
             client.query_opt(
                 "UPDATE threads SET lease_owner = $2, \
                         lease_until = now() + $3::bigint * interval '1 millisecond', \
-                        lease_token = lease_token + 1, runnable = false, control = NULL \
+                        lease_token = lease_token + 1, control = NULL \
                  WHERE id = $1 AND (lease_owner IS NULL OR lease_until < now()) \
                  RETURNING lease_token",
                 &[&id.to_string(), &self.pg.owner(), &lease_ms(&self.pg)],
