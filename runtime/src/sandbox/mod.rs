@@ -6,6 +6,7 @@
 //! What a guest may do is decided here and nowhere else: it may call the imports in
 //! [`host`](self) (`agents`, `extract`, `log`, `now`) and the bare minimum of WASI p2.
 
+mod agent_calls;
 pub mod bindings;
 pub mod control;
 pub mod engine;

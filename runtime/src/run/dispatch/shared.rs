@@ -138,7 +138,7 @@ async fn ensure_taken(store: &Storage, id: Option<ThreadId>) -> Result<()> {
         if taken || Instant::now() >= deadline {
             return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

@@ -1,0 +1,390 @@
+//! The routing of a declarative workflow, checked: a `graph` of nodes and transitions, or
+//! `steps` forming a DAG (their order, inputs and failure policy).
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use marked_yaml::{Node, Span, Spanned};
+use serde_json::{Value, json};
+use uncaged_workflow_declarative::{
+    DagStep, END, FailurePolicy, Node as GraphNode, OnStepFailure, Role, START, Transition, expr,
+    reference,
+};
+
+use super::yaml::{child, is_null, to_json};
+use super::{Checker, NodeSpec, PolicySpec, StepSpec, prefix};
+use crate::error::{Error, Result};
+use indexmap::IndexMap;
+
+impl Checker<'_> {
+    pub(super) fn graph(
+        &self,
+        root: &Node,
+        graph: &Spanned<Vec<NodeSpec>>,
+        roles: &IndexMap<String, (Role, Span)>,
+    ) -> Result<Vec<GraphNode>> {
+        let known = |name: &str| roles.contains_key(name);
+        let mut nodes: Vec<GraphNode> = Vec::new();
+        let mut edges: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (n, node) in graph.iter().enumerate() {
+            if node.from.as_str() != START && !known(&node.from) {
+                return Err(self.undeclared(&node.from, roles, "`from`"));
+            }
+            if nodes.iter().any(|n| n.from == *node.from) {
+                return Err(self.at(
+                    node.from.span(),
+                    format!(
+                        "`{}` has two `from` entries; list all its transitions in one",
+                        *node.from
+                    ),
+                ));
+            }
+            let mut transitions = Vec::new();
+            for (t, transition) in node.transitions.iter().enumerate() {
+                if transition.to.as_str() != END && !known(&transition.to) {
+                    return Err(self.undeclared(&transition.to, roles, "a transition to"));
+                }
+                // `condition: null` (or `~`, or nothing) is the unconditional fallback of the
+                // format's source documents, as if the key were absent; `"null"` quoted is
+                // an expression.
+                let path = ["graph", &n.to_string(), "transitions", &t.to_string(), "condition"];
+                let condition =
+                    transition.condition.as_ref().filter(|_| !is_null(child(root, &path)));
+                if let Some(condition) = condition {
+                    expr::check(condition).map_err(|e| {
+                        let mut span = *condition.span();
+                        if let Some(start) = span.start_mut() {
+                            *start = marked_yaml::Marker::new(
+                                start.source(),
+                                start.character() + e.offset,
+                                start.line(),
+                                start.column() + e.offset,
+                            );
+                        }
+                        self.at(&span, format!("condition `{}`: {}", **condition, e.message))
+                    })?;
+                }
+                edges.entry(node.from.as_str()).or_default().push(transition.to.as_str());
+                transitions.push(Transition {
+                    to: transition.to.to_string(),
+                    condition: condition.map(|c| c.to_string()),
+                });
+            }
+            if transitions.is_empty() {
+                return Err(
+                    self.at(node.from.span(), format!("`{}` has no transitions", *node.from))
+                );
+            }
+            nodes.push(GraphNode { from: node.from.to_string(), transitions });
+        }
+        if !nodes.iter().any(|n| n.from == START) {
+            return Err(self.at(graph.span(), "the graph has no `from: $START` entry"));
+        }
+        let reached = reachable(&edges, START);
+        for (name, (_, span)) in roles {
+            if !reached.contains(name.as_str()) {
+                return Err(self.at(span, format!("role `{name}` is not reached from $START")));
+            }
+            if !edges.contains_key(name.as_str()) {
+                return Err(self.at(
+                    span,
+                    format!("role `{name}` has no transitions (add `- from: {name}` to the graph)"),
+                ));
+            }
+        }
+        if !reached.contains(END) {
+            return Err(self.at(graph.span(), "the graph has no path from $START to $END"));
+        }
+        for node in graph.iter().filter(|n| n.from.as_str() != START) {
+            if !reachable(&edges, &node.from).contains(END) {
+                return Err(self.at(
+                    node.from.span(),
+                    format!("there is no path from `{}` to $END", *node.from),
+                ));
+            }
+        }
+        Ok(nodes)
+    }
+
+    fn undeclared(
+        &self,
+        name: &Spanned<String>,
+        roles: &IndexMap<String, (Role, Span)>,
+        what: &str,
+    ) -> Error {
+        let names: Vec<&str> = roles.keys().map(String::as_str).collect();
+        let hint = crate::error::closest(name, &names)
+            .map(|c| format!(" (did you mean `{c}`?)"))
+            .unwrap_or_default();
+        self.at(name.span(), format!("{what} undeclared role `{}`{hint}", name.as_str()))
+    }
+
+    /// The steps in topological order, and one role per step.
+    pub(super) fn steps(
+        &self,
+        root: &Node,
+        steps: &Spanned<Vec<StepSpec>>,
+        roles: &IndexMap<String, (Role, Span)>,
+    ) -> Result<(Vec<DagStep>, Vec<Role>)> {
+        if steps.is_empty() {
+            return Err(self.at(steps.span(), "`steps` is empty"));
+        }
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (i, step) in steps.iter().enumerate() {
+            self.name(&step.id, "step id")?;
+            if index.insert(step.id.as_str(), i).is_some() {
+                return Err(
+                    self.at(step.id.span(), format!("two steps have the id `{}`", *step.id))
+                );
+            }
+        }
+        for step in steps.iter() {
+            for dep in &step.depends_on {
+                if !index.contains_key(dep.as_str()) {
+                    let ids: Vec<&str> = index.keys().copied().collect();
+                    let hint = crate::error::closest(dep, &ids)
+                        .map(|c| format!(" (did you mean `{c}`?)"))
+                        .unwrap_or_default();
+                    return Err(self.at(
+                        dep.span(),
+                        format!("`depends_on`: no step `{}`{hint}", dep.as_str()),
+                    ));
+                }
+            }
+        }
+        let order = self.topological(steps, &index)?;
+        let upstream = upstream_sets(steps, &index);
+        let used: BTreeSet<&str> =
+            steps.iter().filter_map(|s| s.role.as_ref().map(|r| r.as_str())).collect();
+        for (name, (_, span)) in roles {
+            if !used.contains(name.as_str()) {
+                return Err(self.at(span, format!("role `{name}` is not used by any step")));
+            }
+        }
+        let mut dag = Vec::new();
+        let mut step_roles = Vec::new();
+        for i in order {
+            let step = &steps[i];
+            let id = step.id.as_str();
+            let base = match &step.role {
+                Some(role) => Some(
+                    &roles
+                        .get(role.as_str())
+                        .ok_or_else(|| self.undeclared(role, roles, "`role`:"))?
+                        .0,
+                ),
+                None => None,
+            };
+            if base.is_none() && step.description.is_none() {
+                return Err(self
+                    .at(step.id.span(), format!("step `{id}` needs a `role` or a `description`")));
+            }
+            let schema = self
+                .schema(child(root, &["steps", &i.to_string(), "schema"]))
+                .map_err(|e| prefix(e, &format!("step `{id}`: ")))?;
+            step_roles.push(step_role(step, base, schema));
+            let inputs = self.inputs(root, i, step, &upstream[i], &index)?;
+            dag.push(DagStep {
+                id: id.to_string(),
+                depends_on: step.depends_on.iter().map(|d| d.to_string()).collect(),
+                inputs,
+            });
+        }
+        Ok((dag, step_roles))
+    }
+
+    /// Kahn's algorithm, taking ready steps in file order; a cycle is an error at one of its
+    /// steps.
+    fn topological(&self, steps: &[StepSpec], index: &HashMap<&str, usize>) -> Result<Vec<usize>> {
+        let mut waiting: Vec<usize> = steps.iter().map(|s| s.depends_on.len()).collect();
+        let mut ready: VecDeque<usize> = (0..steps.len()).filter(|&i| waiting[i] == 0).collect();
+        let mut order = Vec::new();
+        while let Some(i) = ready.pop_front() {
+            order.push(i);
+            for (j, step) in steps.iter().enumerate() {
+                let edges = step.depends_on.iter().filter(|d| index[d.as_str()] == i).count();
+                if edges > 0 {
+                    waiting[j] -= edges;
+                    if waiting[j] == 0 {
+                        ready.push_back(j);
+                    }
+                }
+            }
+        }
+        if let Some(stuck) = (0..steps.len()).find(|i| !order.contains(i)) {
+            // Follow dependencies among the stuck steps until one repeats: that is the cycle.
+            let mut path = vec![stuck];
+            let dep = loop {
+                let step = &steps[*path.last().expect("not empty")];
+                let next = step
+                    .depends_on
+                    .iter()
+                    .find(|d| !order.contains(&index[d.as_str()]))
+                    .expect("a stuck step waits on a stuck step");
+                let j = index[next.as_str()];
+                if let Some(at) = path.iter().position(|&p| p == j) {
+                    path.drain(..at);
+                    break next;
+                }
+                path.push(j);
+            };
+            let mut names: Vec<&str> = path.iter().map(|&p| steps[p].id.as_str()).collect();
+            names.push(names[0]);
+            return Err(self.at(
+                dep.span(),
+                format!("the steps form a dependency cycle: {}", names.join(" → ")),
+            ));
+        }
+        Ok(order)
+    }
+
+    fn inputs(
+        &self,
+        root: &Node,
+        i: usize,
+        step: &StepSpec,
+        upstream: &BTreeSet<usize>,
+        index: &HashMap<&str, usize>,
+    ) -> Result<serde_json::Map<String, Value>> {
+        let Some(node) = child(root, &["steps", &i.to_string(), "inputs"]) else {
+            return Ok(Default::default());
+        };
+        let Some(mapping) = node.as_mapping() else {
+            return Err(self.at(node.span(), "`inputs` must be a mapping of names to values"));
+        };
+        let mut inputs = serde_json::Map::new();
+        for (key, value) in mapping.iter() {
+            if let Some(text) = value.as_scalar().map(|s| s.as_str()) {
+                match reference::parse(text) {
+                    Ok(None)
+                    | Ok(Some(reference::Reference::Prompt | reference::Reference::TriggerData)) => {
+                    }
+                    Ok(Some(reference::Reference::Step { id, .. })) => match index.get(id) {
+                        None => {
+                            return Err(
+                                self.at(value.span(), format!("`{text}`: there is no step `{id}`"))
+                            );
+                        }
+                        Some(j) if !upstream.contains(j) => {
+                            return Err(self.at(
+                                value.span(),
+                                format!(
+                                    "`{text}`: step `{id}` is not upstream of `{}` (add it to `depends_on`)",
+                                    *step.id
+                                ),
+                            ));
+                        }
+                        Some(_) => {}
+                    },
+                    Err(e) => return Err(self.at(value.span(), e)),
+                }
+            }
+            inputs.insert(key.as_str().to_string(), to_json(value));
+        }
+        Ok(inputs)
+    }
+
+    pub(super) fn policy(&self, policy: Option<&Spanned<PolicySpec>>) -> Result<FailurePolicy> {
+        let Some(policy) = policy else { return Ok(FailurePolicy::default()) };
+        let on_step_failure = match policy.on_step_failure.as_str() {
+            "stop" => OnStepFailure::Stop,
+            "skip_dependents" => OnStepFailure::SkipDependents,
+            "ask_user" => OnStepFailure::AskUser,
+            other => {
+                let options = ["stop", "skip_dependents", "ask_user"];
+                let hint = crate::error::closest(other, &options)
+                    .map(|c| format!(" (did you mean `{c}`?)"))
+                    .unwrap_or_default();
+                return Err(self.at(
+                    policy.on_step_failure.span(),
+                    format!("`on_step_failure` is `stop`, `skip_dependents` or `ask_user`, not `{other}`{hint}"),
+                ));
+            }
+        };
+        let defaults = FailurePolicy::default();
+        Ok(FailurePolicy {
+            on_step_failure,
+            max_retries: policy.max_retries.unwrap_or(defaults.max_retries),
+            retry_delay_ms: policy.retry_delay_ms.unwrap_or(defaults.retry_delay_ms),
+        })
+    }
+}
+
+/// Rounds a DAG may take when the file does not say: every step, a record for each, and room
+/// for retries decided by a person.
+pub(super) fn default_dag_rounds(steps: usize) -> u32 {
+    u32::try_from(steps * 3 + 10).unwrap_or(u32::MAX)
+}
+
+/// The role a DAG step runs as: named by its id, from its `role` if it names one, with its own
+/// `description` and `expected_output` added to the prompts.
+pub(super) fn step_role(step: &StepSpec, base: Option<&Role>, schema: Option<Value>) -> Role {
+    let mut system_prompt = base.map(|r| r.system_prompt.clone()).unwrap_or_default();
+    let mut add = |text: String| {
+        if !system_prompt.is_empty() {
+            system_prompt.push_str("\n\n");
+        }
+        system_prompt.push_str(&text);
+    };
+    if let Some(description) = &step.description {
+        add(if base.is_some() { format!("This step: {description}") } else { description.clone() });
+    }
+    if let Some(expected) = &step.expected_output {
+        add(format!("Expected output: {expected}"));
+    }
+    let extract_prompt = match (base.map(|r| r.extract_prompt.as_str()), &step.expected_output) {
+        (Some(prompt), _) if !prompt.is_empty() => prompt.to_string(),
+        (_, Some(expected)) => expected.clone(),
+        _ => String::new(),
+    };
+    Role {
+        name: step.id.to_string(),
+        description: step
+            .description
+            .clone()
+            .or_else(|| base.map(|r| r.description.clone()))
+            .unwrap_or_default(),
+        system_prompt,
+        extract_prompt,
+        schema: schema
+            .or_else(|| base.map(|r| r.schema.clone()))
+            .unwrap_or_else(|| json!({ "type": "object" })),
+    }
+}
+
+/// For each step, the steps it depends on, transitively.
+pub(super) fn upstream_sets(
+    steps: &[StepSpec],
+    index: &HashMap<&str, usize>,
+) -> Vec<BTreeSet<usize>> {
+    (0..steps.len())
+        .map(|i| {
+            let mut seen = BTreeSet::new();
+            let mut stack = vec![i];
+            while let Some(j) = stack.pop() {
+                for dep in &steps[j].depends_on {
+                    let k = index[dep.as_str()];
+                    if seen.insert(k) {
+                        stack.push(k);
+                    }
+                }
+            }
+            seen
+        })
+        .collect()
+}
+
+pub(super) fn reachable<'a>(
+    edges: &HashMap<&'a str, Vec<&'a str>>,
+    from: &'a str,
+) -> BTreeSet<&'a str> {
+    let mut seen = BTreeSet::from([from]);
+    let mut stack = vec![from];
+    while let Some(node) = stack.pop() {
+        for &next in edges.get(node).into_iter().flatten() {
+            if seen.insert(next) {
+                stack.push(next);
+            }
+        }
+    }
+    seen
+}

@@ -1,0 +1,363 @@
+//! A bundle's agent calls on the host's side, one implementation for both contract
+//! versions: a batch answered from the call journal where it holds the answer, the others
+//! asked of their agents concurrently, each journaled as it answers; and the digests the
+//! journal knows each request by.
+
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use super::bindings::v0_1;
+use super::control::Activity;
+use super::state::{AnsweredCall, ThreadState};
+use crate::agents::human::AnswerShape;
+use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, Bound, RoleRef};
+use crate::faults::crash_point;
+use crate::ids::ThreadId;
+use crate::limits::Size;
+use crate::store::info_log::LogLevel;
+use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay};
+use crate::store::records::PendingCall;
+
+/// Log tag of this module's call sites.
+const TAG_AGENT: &str = "AGM7Q2XW";
+
+/// The most calls one `agents` batch may hold (the WIT says so): each may start a process or
+/// hold a connection, and a bundle is untrusted.
+pub const MAX_BATCH: usize = 64;
+
+/// One agent call, as either version of the contract asks it.
+pub(super) struct Call {
+    pub role: String,
+    pub input: Option<String>,
+    /// 0.1 bundles send a system prompt with each request; 0.2 bundles use the descriptor's.
+    pub system_prompt: Option<String>,
+    /// What the call journal knows the request by.
+    pub digest: String,
+}
+
+/// A call to make now (the journal has no answer for it), with what it needs.
+struct Fresh {
+    index: usize,
+    seq: usize,
+    bound: Bound,
+    digest: String,
+    context: AgentContext,
+}
+
+impl ThreadState {
+    /// Makes a batch of agent calls: each answered from the call journal if it holds the
+    /// answer, the others asked of their agents concurrently, each journaled as it answers.
+    /// One response per call, in order.
+    pub(super) async fn ask_agents(
+        &mut self,
+        calls: Vec<Call>,
+    ) -> wasmtime::Result<Vec<CallResponse>> {
+        // Until this returns, the time is the host's, not the guest's.
+        let _in_host = self.clock.host_call();
+        if calls.len() > MAX_BATCH {
+            return Err(self.exceed(format!(
+                "limit exceeded: the bundle asked {} agents at once, over the limit of {MAX_BATCH} \
+                 calls per batch",
+                calls.len()
+            )));
+        }
+        for call in &calls {
+            self.check_string("the role of an agent call", &call.role)?;
+            if let Some(input) = &call.input {
+                self.check_string("the input of an agent call", input)?;
+            }
+        }
+        let (Some(agents), Some(thread_id)) = (&self.host.agents, self.host.thread_id) else {
+            let refused = CallResponse::Error {
+                kind: CallErrorKind::Unavailable,
+                message: "no agent may be asked outside a thread".into(),
+            };
+            return Ok(vec![refused; calls.len()]);
+        };
+        // The host binds agents to the roles a bundle declares, and to nothing else.
+        let bindings: Vec<_> = calls.iter().map(|c| agents.for_role(&c.role).cloned()).collect();
+        let mut responses: Vec<Option<CallResponse>> = vec![None; calls.len()];
+        let mut fresh = Vec::new();
+        for ((index, call), bound) in calls.into_iter().enumerate().zip(bindings) {
+            let Some(bound) = bound else {
+                let shown: String = call.role.chars().take(64).collect();
+                self.host.info.write(
+                    LogLevel::Warn,
+                    TAG_AGENT,
+                    &format!("refused an agent request for undeclared role `{shown}`"),
+                );
+                responses[index] = Some(CallResponse::Error {
+                    kind: CallErrorKind::Unavailable,
+                    message: format!(
+                        "the bundle declares no role `{shown}`: agents answer only declared roles"
+                    ),
+                });
+                continue;
+            };
+            let (seq, replay) =
+                self.host.journal.next_call(CallKind::Agent, &call.role, &call.digest)?;
+            match replay {
+                Replay::Recorded(response) => {
+                    self.host.info.write(
+                        LogLevel::Info,
+                        TAG_AGENT,
+                        &format!("role `{}`: answer replayed from the call journal", call.role),
+                    );
+                    self.host.answered.push(AnsweredCall {
+                        role: call.role.clone(),
+                        agent: bound.label.clone(),
+                        elapsed: Duration::ZERO,
+                    });
+                    responses[index] = Some(response);
+                }
+                Replay::Fresh => {
+                    let context = self.agent_context(thread_id, &call);
+                    fresh.push(Fresh { index, seq, bound, digest: call.digest, context });
+                }
+            }
+        }
+        if !fresh.is_empty() {
+            self.ask_fresh(fresh, &mut responses).await?;
+        }
+        let responses: Vec<CallResponse> =
+            responses.into_iter().map(|r| r.expect("every call has a response")).collect();
+        self.host.agent_meta = responses
+            .iter()
+            .filter_map(|r| match r {
+                CallResponse::Ok { value, meta: Some(meta) } => Some((value.clone(), meta.clone())),
+                _ => None,
+            })
+            .collect();
+        Ok(responses)
+    }
+
+    /// Asks the agents of `fresh` calls concurrently and journals each answer as it comes.
+    async fn ask_fresh(
+        &mut self,
+        fresh: Vec<Fresh>,
+        responses: &mut [Option<CallResponse>],
+    ) -> wasmtime::Result<()> {
+        let roles: Vec<&str> = fresh.iter().map(|f| f.context.role.name.as_str()).collect();
+        let mut labels: Vec<&str> = fresh.iter().map(|f| f.bound.label.as_str()).collect();
+        labels.dedup();
+        self.host
+            .control
+            .set_activity(Some(Activity { role: roles.join(", "), agent: labels.join(", ") }));
+        for f in &fresh {
+            self.host.info.write(
+                LogLevel::Info,
+                TAG_AGENT,
+                &format!("role `{}`: asking agent `{}`", f.context.role.name, f.bound.label),
+            );
+            crash_point("agent-call");
+        }
+        self.host.before_wait();
+        let info = self.host.info.clone();
+        let human = self.host.control.human.clone();
+        let schemas = self.host.thread.role_schemas.clone();
+        let llm_extractor = self.host.agents.as_ref().is_some_and(|a| a.extractor().is_some());
+        let ask = |f: Fresh| {
+            let (info, human, schemas) = (info.clone(), human.clone(), schemas.clone());
+            async move {
+                let started = Instant::now();
+                let role = &f.context.role.name;
+                let shape = schemas.get(role).and_then(|s| AnswerShape::of(role, s, llm_extractor));
+                let answer = match &*f.bound.agent {
+                    Agent::Human => match human.ask(&f.context, shape.as_ref()).await {
+                        Some(text) => Ok(AgentAnswer { content: text, meta: None }),
+                        None => Err(AgentFailure::Waiting),
+                    },
+                    _ => f.bound.answer(&f.context, &info).await,
+                };
+                (f, answer, started.elapsed())
+            }
+        };
+        let mut waiting = None;
+        let mut store_failure = None;
+        if fresh.len() == 1 {
+            // One call (every step of a workflow without groups): awaited as it is. A worker
+            // holds thousands of threads waiting here, and the set below would cost each a
+            // task allocation and deeper polling on its fiber stack.
+            let f = fresh.into_iter().next().expect("one call");
+            let (f, answer, elapsed) = ask(f).await;
+            if let Err(e) = self.answered(f, answer, elapsed, responses, &mut waiting) {
+                store_failure = Some(e);
+            }
+        } else {
+            // Polled here, not spawned: when the thread is killed this future is dropped, and
+            // with it every call in flight (and the process group of each command agent).
+            let mut running: FuturesUnordered<_> = fresh.into_iter().map(ask).collect();
+            while let Some((f, answer, elapsed)) = running.next().await {
+                if let Err(e) = self.answered(f, answer, elapsed, responses, &mut waiting) {
+                    // The calls still in flight are dropped (stopped) when this returns.
+                    store_failure = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(error) = store_failure {
+            return Err(self.host.store_failed(error));
+        }
+        if let Some((role, call)) = waiting {
+            self.host.waiting = Some((role.clone(), call));
+            return Err(wasmtime::Error::msg(format!(
+                "waiting for a human answer for role `{role}`"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Journals an answered call and keeps its response for the bundle; a call a person must
+    /// answer, with nobody there, is kept in `waiting` instead (the first one).
+    fn answered(
+        &mut self,
+        f: Fresh,
+        answer: Result<AgentAnswer, AgentFailure>,
+        elapsed: Duration,
+        responses: &mut [Option<CallResponse>],
+        waiting: &mut Option<(String, PendingCall)>,
+    ) -> crate::Result<()> {
+        let role = f.context.role.name.clone();
+        let Some(response) = self.settle(&f, answer, elapsed) else {
+            // Nobody to ask: the thread stops once the others have answered; `answer`
+            // journals this call's answer and the resumed thread replays it.
+            let system_prompt =
+                Some(f.context.role.system_prompt.clone()).filter(|p| !p.is_empty());
+            let call = PendingCall {
+                step: self.host.journal.step(),
+                seq: f.seq,
+                digest: f.digest,
+                system_prompt,
+                input: f.context.input.clone(),
+            };
+            waiting.get_or_insert((role, call));
+            return Ok(());
+        };
+        self.host.answered.push(AnsweredCall {
+            role: role.clone(),
+            agent: f.bound.label.clone(),
+            elapsed,
+        });
+        let durable = !matches!(&*f.bound.agent, Agent::Scripted(_));
+        self.host.journal.record(
+            f.seq,
+            CallKind::Agent,
+            &role,
+            f.digest,
+            response.clone(),
+            durable,
+        )?;
+        crash_point("agent-recorded");
+        responses[f.index] = Some(response);
+        Ok(())
+    }
+
+    /// An agent's answer as the response the bundle gets (and the journal keeps), logged;
+    /// `None` if a person must answer and nobody is there.
+    fn settle(
+        &mut self,
+        call: &Fresh,
+        answer: Result<AgentAnswer, AgentFailure>,
+        elapsed: Duration,
+    ) -> Option<CallResponse> {
+        let (role, label, ms) = (&call.context.role.name, &call.bound.label, elapsed.as_millis());
+        let max = self.limits().string_bytes;
+        let answer = answer.and_then(|answer| match answer.content.len() > max {
+            true => Err(AgentFailure::failed(format!(
+                "the answer is {}, over the string limit ({}; limits.string)",
+                Size(answer.content.len()),
+                Size(max)
+            ))),
+            false => Ok(answer),
+        });
+        Some(match answer {
+            Ok(answer) => {
+                self.host.info.write(
+                    LogLevel::Info,
+                    TAG_AGENT,
+                    &format!(
+                        "role `{role}`: agent `{label}` answered in {ms} ms ({} bytes)",
+                        answer.content.len()
+                    ),
+                );
+                CallResponse::Ok { value: answer.content, meta: answer.meta }
+            }
+            Err(AgentFailure::Waiting) => return None,
+            Err(failure) => {
+                self.host.info.write(
+                    LogLevel::Error,
+                    TAG_AGENT,
+                    &format!("role `{role}`: agent `{label}` failed after {ms} ms: {failure}"),
+                );
+                let kind = match failure {
+                    AgentFailure::Unavailable(_) => CallErrorKind::Unavailable,
+                    AgentFailure::Timeout(_) => CallErrorKind::Timeout,
+                    AgentFailure::Failed { .. }
+                    | AgentFailure::RateLimited { .. }
+                    | AgentFailure::Waiting => CallErrorKind::Failed,
+                };
+                CallResponse::Error { kind, message: failure.to_string() }
+            }
+        })
+    }
+
+    /// The context an agent is given for `call`: the thread as the host recorded it. The
+    /// thread id is the host's own: nothing a bundle sends reaches an agent program's
+    /// arguments.
+    fn agent_context(&self, thread_id: ThreadId, call: &Call) -> AgentContext {
+        let view = &self.host.thread;
+        let system_prompt = call
+            .system_prompt
+            .clone()
+            .or_else(|| view.system_prompts.get(&call.role).cloned())
+            .unwrap_or_default();
+        AgentContext {
+            thread_id: thread_id.to_string(),
+            prompt: view.prompt.clone(),
+            steps: view.steps.clone(),
+            role: RoleRef { name: call.role.clone(), system_prompt },
+            input: call.input.clone(),
+        }
+    }
+}
+
+/// The journal key of a 0.2 agent call: the role and the input. The thread it is asked in is
+/// the host's own record, the same whenever the call is made again at the same step.
+pub(super) fn call_digest(role: &str, input: Option<&str>) -> String {
+    use std::hash::Hasher;
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    hasher.write_u64(role.len() as u64);
+    hasher.write(role.as_bytes());
+    match input {
+        Some(input) => {
+            hasher.write_u8(1);
+            hasher.write(input.as_bytes());
+        }
+        None => hasher.write_u8(0),
+    }
+    crate::ids::Digest::from_value(hasher.finish()).to_string()
+}
+
+/// XXH64 of an agent request, hashed field by field: the same request gives the same digest
+/// without serializing the whole thread context on every call. The thread id is the host's;
+/// steps' timestamps are left out, since the host stamps stored steps with its own clock and a
+/// resumed bundle gets those back, not the ones it had in memory.
+pub(super) fn agent_request_digest(thread_id: ThreadId, request: &v0_1::AgentRequest) -> String {
+    use std::hash::Hasher;
+    let mut hasher = twox_hash::XxHash64::with_seed(0);
+    let mut field = |bytes: &[u8]| {
+        hasher.write_u64(bytes.len() as u64);
+        hasher.write(bytes);
+    };
+    field(request.role.as_bytes());
+    field(request.system_prompt.as_bytes());
+    field(thread_id.to_string().as_bytes());
+    field(request.context.prompt.as_bytes());
+    for step in &request.context.steps {
+        field(step.role.as_bytes());
+        field(step.content.as_bytes());
+        field(step.meta.as_bytes());
+    }
+    crate::ids::Digest::from_value(hasher.finish()).to_string()
+}
