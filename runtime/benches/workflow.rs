@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use uncaged_workflow::agent_spec::AgentSpec;
 
 use serde_json::{Value, json};
 use uncaged_test_artifacts as artifacts;
@@ -175,18 +176,17 @@ async fn queue_threads(store: &Storage, n: usize) {
     let answers =
         PathBuf::from(std::env::var("UNCAGED_BENCH_ANSWERS").expect("UNCAGED_BENCH_ANSWERS"));
     std::fs::write(&answers, ANSWERS).unwrap();
-    let request =
-        RunRequest { agent: Some(format!("scripted:{}", answers.display())), ..Default::default() };
+    let request = RunRequest {
+        agent: Some(AgentSpec::Scripted { answers: Some(answers.clone()) }),
+        ..Default::default()
+    };
     for i in 0..n {
         let (writer, record) = lifecycle::start_new(
             store,
             lifecycle::StartRequest {
                 name: "solve-issue".into(),
                 prompt: format!("thread {i}"),
-                max_rounds: Some(10),
-                agents: AgentFlags::default(),
-                limits: Default::default(),
-                trigger_data: None,
+                options: lifecycle::RunOptions { max_rounds: Some(10), ..Default::default() },
                 origin: Default::default(),
             },
         )
@@ -211,7 +211,8 @@ async fn ours_in(
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = catalog.load(&runtime, "solve-issue", hash).unwrap();
     let config = answers_config(dir.path(), None);
-    let flags = AgentFlags { default: Some("bench".into()), ..Default::default() };
+    let flags =
+        AgentFlags { default: Some(AgentSpec::Named("bench".into())), ..Default::default() };
     let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
     let mut results = Vec::new();
     for _ in 0..repeat + 1 {
@@ -329,7 +330,8 @@ async fn parallel_round(repeat: usize) -> Vec<f64> {
     // solve-issue's developer answer fits review-panel's developer; the reviewers, which the
     // answers do not name, answer from their schemas' examples.
     let config = answers_config(dir.path(), Some(Duration::from_millis(100)));
-    let flags = AgentFlags { default: Some("bench".into()), ..Default::default() };
+    let flags =
+        AgentFlags { default: Some(AgentSpec::Named("bench".into())), ..Default::default() };
     let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
     let mut results = Vec::new();
     for _ in 0..repeat + 1 {
@@ -391,7 +393,8 @@ async fn concurrency(n: usize) -> Value {
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = Arc::new(catalog.load(&runtime, "solve-issue", hash).unwrap());
     let config = answers_config(dir.path(), Some(Duration::from_secs(600)));
-    let flags = AgentFlags { default: Some("bench".into()), ..Default::default() };
+    let flags =
+        AgentFlags { default: Some(AgentSpec::Named("bench".into())), ..Default::default() };
     let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
     let rss_before = rss_kib();
     let maps_before = memory_maps();

@@ -10,8 +10,18 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "base",
         &[
-            "error", "ids", "clock", "cron", "home", "durable", "schema", "limits", "faults",
-            "scaffold", "terminal",
+            "error",
+            "ids",
+            "clock",
+            "cron",
+            "home",
+            "durable",
+            "schema",
+            "limits",
+            "faults",
+            "agent_spec",
+            "scaffold",
+            "terminal",
         ],
     ),
     // Declarative workflows: YAML validated and assembled into a bundle; bytes in, bytes out.

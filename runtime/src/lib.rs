@@ -18,6 +18,7 @@
 //! 8. [`serve`] — the opt-in long-lived process: the schedule loop and the web view.
 //! 9. [`cli`] — one thin file per subcommand.
 
+pub mod agent_spec;
 pub mod agents;
 pub mod cli;
 pub mod clock;

@@ -99,7 +99,7 @@ impl Limits {
     /// Defaults, then `config.yaml`'s `limits:`, then `overrides` in order.
     pub fn resolve(
         config: &BTreeMap<String, serde_yaml::Value>,
-        overrides: &BTreeMap<String, String>,
+        overrides: &LimitOverrides,
     ) -> Result<Self> {
         let mut limits = Limits::default();
         for (key, value) in config {
@@ -117,7 +117,7 @@ impl Limits {
                 .set(key, &text)
                 .map_err(|reason| Error::InvalidLimit { key: key.clone(), reason })?;
         }
-        for (key, value) in overrides {
+        for (key, value) in &overrides.0 {
             limits
                 .set(key, value)
                 .map_err(|reason| Error::InvalidLimit { key: key.clone(), reason })?;
@@ -141,6 +141,43 @@ pub fn yaml_kind(value: &serde_yaml::Value) -> &'static str {
 
 fn parse_size(text: &str) -> Option<usize> {
     text.trim().parse::<bytesize::ByteSize>().ok().and_then(|b| usize::try_from(b.as_u64()).ok())
+}
+
+/// The limits one thread sets for itself (`--limit KEY=VALUE`, a schedule's, an HTTP
+/// request's), over the configured ones: each checked when it is set. Threads and schedules
+/// record them as a map of the text given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct LimitOverrides(BTreeMap<String, String>);
+
+impl LimitOverrides {
+    /// Sets limit `key` to `value`, a later one winning; refused if `key` is not a limit or
+    /// `value` not a value of it.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        Limits::default().set(key, value)?;
+        self.0.insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+
+    /// Overrides from `KEY=VALUE` pairs, later ones winning.
+    pub fn from_pairs<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self, String> {
+        let mut overrides = LimitOverrides::default();
+        for (key, value) in pairs {
+            overrides.set(key, value)?;
+        }
+        Ok(overrides)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The overrides, by key, as given.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
 }
 
 /// Parses `KEY=VALUE` from `--limit`, checking it against a default set of limits.
@@ -168,7 +205,7 @@ mod tests {
     fn limits_parse_from_flags_and_config() {
         let config: BTreeMap<String, serde_yaml::Value> =
             serde_yaml::from_str("memory: 64MiB\ncpu-per-step: 2s\nmax-threads: 10\n").unwrap();
-        let overrides = BTreeMap::from([("cpu-per-step".to_string(), "500ms".to_string())]);
+        let overrides = LimitOverrides::from_pairs([("cpu-per-step", "500ms")]).unwrap();
         let limits = Limits::resolve(&config, &overrides).unwrap();
         assert_eq!(limits.memory_bytes, 64 << 20);
         assert_eq!(limits.cpu_per_step, Duration::from_millis(500));

@@ -15,8 +15,10 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, ensure};
 use uncaged_workflow::Error;
+use uncaged_workflow::agent_spec::AgentSpec;
 use uncaged_workflow::home::Home;
 use uncaged_workflow::ids::{BundleHash, ThreadId};
+use uncaged_workflow::limits::LimitOverrides;
 use uncaged_workflow::store::Storage;
 use uncaged_workflow::store::journal::{CallKind, CallRecord, CallResponse};
 use uncaged_workflow::store::queue::{ControlRequest, Release, RunRequest, Scope};
@@ -99,10 +101,10 @@ fn start_record(hash: BundleHash) -> StartRecord {
             prompt: "keep the contract".into(),
             options: RunParameters {
                 max_rounds: 7,
-                agent: Some("scripted".into()),
+                agent: Some("command:./review.sh --strict 'two words'".parse().unwrap()),
                 agent_for: BTreeMap::new(),
                 cwd: None,
-                limits: BTreeMap::new(),
+                limits: LimitOverrides::from_pairs([("memory", "64MiB")]).unwrap(),
             },
         },
         timestamp: 1,
@@ -243,7 +245,11 @@ contract! {
         let queue = store.queue();
         ensure!(queue.register(Scope::Bundle(hash(1)), 4)?);
         let id = new_thread(store, hash(1))?;
-        let request = RunRequest { agent: Some("scripted".into()), ..Default::default() };
+        let request = RunRequest {
+            agent: Some(AgentSpec::Scripted { answers: Some("answers.yaml".into()) }),
+            agent_for: vec![("reviewer".into(), AgentSpec::Human)],
+            cwd: Some("/work".into()),
+        };
         queue.enqueue(id, hash(1), &request)?;
         ensure!(!queue.is_taken(id)?, "queued, not taken");
         ensure!(!queue.ask(id, ControlRequest::Kill)?, "no worker holds a queued thread");
@@ -313,7 +319,7 @@ contract! {
             agent: None,
             agent_for: BTreeMap::new(),
             cwd: None,
-            limits: BTreeMap::new(),
+            limits: LimitOverrides::default(),
             paused: false,
             created: 10,
             since: 10,

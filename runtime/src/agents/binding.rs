@@ -9,6 +9,7 @@ use uncaged_workflow_declarative::{STATUS_ROLE, USER_ROLE};
 
 use super::extract::LlmExtractor;
 use super::{Agent, AgentProcesses, Bound, CommandAgent, OpenAiAgent, RetryPolicy, ScriptedAgent};
+use crate::agent_spec::AgentSpec;
 use crate::error::{Error, Result};
 use crate::store::config::{AgentConfig, AgentKind, Config};
 use crate::store::descriptor::Descriptor;
@@ -19,9 +20,9 @@ use crate::store::records::RunParameters;
 #[derive(Debug, Clone, Default)]
 pub struct AgentFlags {
     /// `--agent`: the binding for every role not bound more specifically.
-    pub default: Option<String>,
+    pub default: Option<AgentSpec>,
     /// `--agent-for role=A`, in order; a later one for the same role wins.
-    pub for_roles: Vec<(String, String)>,
+    pub for_roles: Vec<(String, AgentSpec)>,
     /// Where command agents run, and what relative paths in specs are relative to.
     pub cwd: Option<std::path::PathBuf>,
     /// The secrets the bindings name (API key variables), as the command that started or
@@ -81,13 +82,9 @@ impl AgentFlags {
     /// Makes relative paths in `scripted:FILE` and `command:./PROGRAM` specs absolute against
     /// `cwd`, so the specs mean the same in a worker started elsewhere.
     pub fn absolutize(mut self, cwd: &Path) -> Self {
-        let fix = |spec: &mut String| *spec = absolutize_spec(spec, cwd);
-        if let Some(spec) = &mut self.default {
-            fix(spec);
-        }
-        for (_, spec) in &mut self.for_roles {
-            fix(spec);
-        }
+        self.default = self.default.map(|spec| spec.absolutize(cwd));
+        self.for_roles =
+            self.for_roles.into_iter().map(|(role, spec)| (role, spec.absolutize(cwd))).collect();
         self.cwd = Some(cwd.to_path_buf());
         self
     }
@@ -104,23 +101,6 @@ impl AgentFlags {
             secrets: self.secrets.clone(),
         }
     }
-}
-
-fn absolutize_spec(spec: &str, cwd: &Path) -> String {
-    if let Some(path) = spec.strip_prefix("scripted:") {
-        return format!("scripted:{}", cwd.join(path).display());
-    }
-    if let Some(command_line) = spec.strip_prefix("command:")
-        && let Some(mut words) = shlex::split(command_line)
-        && let Some(program) = words.first_mut()
-        && program.contains('/')
-        && !program.starts_with('/')
-    {
-        *program = cwd.join(&*program).display().to_string();
-        let quoted = shlex::try_join(words.iter().map(String::as_str)).unwrap_or_default();
-        return format!("command:{quoted}");
-    }
-    spec.to_string()
 }
 
 /// The agents of one thread, by role, and the LLM extractor if one is configured.
@@ -145,12 +125,12 @@ impl AgentSet {
         let binder = Binder { config, descriptor, cwd: flags.cwd.as_deref(), secrets: &secrets };
         let default = match (&flags.default, &config.agent) {
             (Some(spec), _) => binder.bind(spec, false)?,
-            (None, Some(spec)) => binder.bind(spec, true)?,
-            (None, None) => binder.bind("scripted", false)?,
+            (None, Some(text)) => binder.bind(&configured(text)?, true)?,
+            (None, None) => binder.bind(&AgentSpec::Scripted { answers: None }, false)?,
         };
         let mut by_role = BTreeMap::new();
-        for (role, spec) in &config.roles {
-            by_role.insert(role.clone(), binder.bind(spec, true)?);
+        for (role, text) in &config.roles {
+            by_role.insert(role.clone(), binder.bind(&configured(text)?, true)?);
         }
         for (role, spec) in &flags.for_roles {
             if descriptor.role(role).is_none() {
@@ -169,12 +149,12 @@ impl AgentSet {
         // A declarative DAG with the `ask_user` policy asks a person what to do about a failed
         // step: the role a person answers unless bound otherwise.
         if descriptor.role(USER_ROLE).is_some() && !by_role.contains_key(USER_ROLE) {
-            by_role.insert(USER_ROLE.to_string(), binder.bind("human", false)?);
+            by_role.insert(USER_ROLE.to_string(), binder.bind(&AgentSpec::Human, false)?);
         }
         let extractor = match &config.extractor {
             None => None,
             Some(extractor) => {
-                let bound = binder.bind(&extractor.agent, true)?;
+                let bound = binder.bind(&configured(&extractor.agent)?, true)?;
                 let Agent::OpenAi(agent) = &*bound.agent else {
                     return Err(Error::InvalidAgent {
                         binding: extractor.agent.clone(),
@@ -225,41 +205,36 @@ struct Binder<'a> {
 }
 
 impl Binder<'_> {
-    /// Parses an agent spec: a name from `agents:` in the config, `scripted`, `scripted:FILE`,
-    /// `human`, or `command:PROGRAM [ARGS]` (split like a shell would, but never run by one).
-    /// `in_config` says where the spec was written, for the error if it is wrong.
-    fn bind(&self, spec: &str, in_config: bool) -> Result<Bound> {
+    /// Binds an agent spec: a name from `agents:` in the config (which may name a binding
+    /// `human`, say, over the built-in one), `scripted`, `scripted:FILE`, `human`, or
+    /// `command:PROGRAM [ARGS]` (never run by a shell). `in_config` says where the spec was
+    /// written, for the error if it is wrong.
+    fn bind(&self, spec: &AgentSpec, in_config: bool) -> Result<Bound> {
+        let label = spec.to_string();
         let invalid =
-            |reason: String| Error::InvalidAgent { binding: spec.to_string(), reason, in_config };
+            |reason: String| Error::InvalidAgent { binding: label.clone(), reason, in_config };
         let cwd = self.cwd.map(Path::to_path_buf);
-        if let Some(config) = self.config.agents.get(spec) {
-            return self.bind_config(spec, config);
+        if let Some(config) = self.config.agents.get(&label) {
+            return self.bind_config(&label, config);
         }
-        let agent = if spec == "scripted" {
-            Agent::Scripted(ScriptedAgent::new(None, self.descriptor)?)
-        } else if let Some(path) = spec.strip_prefix("scripted:") {
-            Agent::Scripted(ScriptedAgent::new(Some(Path::new(path)), self.descriptor)?)
-        } else if spec == "human" {
-            Agent::Human
-        } else if let Some(command_line) = spec.strip_prefix("command:") {
-            let mut words =
-                shlex::split(command_line).filter(|w| !w.is_empty()).ok_or_else(|| {
-                    invalid("cannot split the command line (unbalanced quotes?)".into())
-                })?;
-            if words.is_empty() {
-                return Err(invalid("no program given after `command:`".into()));
+        let agent = match spec {
+            AgentSpec::Scripted { answers } => {
+                Agent::Scripted(ScriptedAgent::new(answers.as_deref(), self.descriptor)?)
             }
-            let program = words.remove(0);
-            Agent::Command(CommandAgent::new(program, words, None, cwd).map_err(invalid)?)
-        } else {
-            return Err(invalid(
-                "not defined under `agents:` in config.yaml, and not `scripted`, `scripted:FILE`, \
-                 `human` or `command:PROGRAM [ARGS]`"
-                    .into(),
-            ));
+            AgentSpec::Human => Agent::Human,
+            AgentSpec::Command { program, args } => Agent::Command(
+                CommandAgent::new(program.clone(), args.clone(), None, cwd).map_err(invalid)?,
+            ),
+            AgentSpec::Named(_) => {
+                return Err(invalid(
+                    "not defined under `agents:` in config.yaml, and not `scripted`, \
+                     `scripted:FILE`, `human` or `command:PROGRAM [ARGS]`"
+                        .into(),
+                ));
+            }
         };
         Ok(Bound {
-            label: spec.to_string(),
+            label,
             agent: Arc::new(agent),
             policy: RetryPolicy::default(),
             secrets: self.secrets.clone(),
@@ -309,26 +284,32 @@ impl Binder<'_> {
     }
 }
 
-/// Parses `role=AGENT` from `--agent-for` (the agent checked as by [`parse_agent_spec`]).
-pub fn parse_role_binding(text: &str) -> std::result::Result<(String, String), String> {
+/// An agent spec written in config.yaml (`agent:`, `roles:`, the extractor's `agent:`).
+fn configured(text: &str) -> Result<AgentSpec> {
+    text.parse().map_err(|reason| Error::InvalidAgent {
+        binding: text.to_string(),
+        reason,
+        in_config: true,
+    })
+}
+
+/// Parses an agent spec given on the command line, and checks what can be checked where it
+/// was given: the program of a `command:` spec exists (relative to the current directory) and
+/// is executable. Names of config bindings are checked when the config is read.
+pub fn parse_agent_spec(text: &str) -> std::result::Result<AgentSpec, String> {
+    let spec: AgentSpec = text.parse()?;
+    if let AgentSpec::Command { program, .. } = &spec {
+        super::command::find_program(program, None)?;
+    }
+    Ok(spec)
+}
+
+/// Parses `ROLE=AGENT` from `--agent-for` (the agent checked as by [`parse_agent_spec`]).
+pub fn parse_role_binding(text: &str) -> std::result::Result<(String, AgentSpec), String> {
     match text.split_once('=') {
         Some((role, agent)) if !role.is_empty() && !agent.is_empty() => {
             Ok((role.to_string(), parse_agent_spec(agent)?))
         }
         _ => Err(format!("expected ROLE=AGENT, got `{text}`")),
     }
-}
-
-/// Checks an agent spec given on the command line as far as it can be checked alone: the
-/// program of a `command:` spec must exist (relative to the current directory) and be
-/// executable. Names of config bindings are checked when the config is read.
-pub fn parse_agent_spec(text: &str) -> std::result::Result<String, String> {
-    if let Some(command_line) = text.strip_prefix("command:") {
-        let words = shlex::split(command_line)
-            .ok_or("cannot split the command line (unbalanced quotes?)")?;
-        let program =
-            words.first().filter(|w| !w.is_empty()).ok_or("no program after `command:`")?;
-        super::command::find_program(program, None)?;
-    }
-    Ok(text.to_string())
 }

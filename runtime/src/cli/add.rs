@@ -8,8 +8,8 @@ use serde_json::json;
 use super::GlobalOptions;
 use super::output::print_json;
 use crate::limits::Limits;
-use crate::run::catalog::Catalog;
 use crate::sandbox::engine::Runtime;
+use crate::schedule::workflows::{self, AddedWorkflow};
 use crate::store::registry::Registered;
 use crate::terminal;
 
@@ -37,17 +37,8 @@ impl AddCommand {
         let store = global.store()?;
         let runtime = Runtime::new(store.home())?;
         let limits = Limits::resolve(&store.config()?.limits, &Default::default())?;
-        let added = Catalog::new(&store).add(&runtime, &self.name, &self.file, &limits).await?;
-        // A declarative workflow's `trigger:` follows its current version.
-        let schedule =
-            crate::schedule::sync_workflow_trigger(&store, &added.name).map_err(|e| {
-                crate::error::Error::Usage(format!(
-                    "workflow `{}` was added ({}), but its `trigger:` was not registered: {}",
-                    added.name,
-                    added.hash,
-                    crate::error::chain_line(&e)
-                ))
-            })?;
+        let AddedWorkflow { added, schedule } =
+            workflows::add(&store, &runtime, &self.name, &self.file, &limits).await?;
         let (status, previous) = match added.registered {
             Registered::New => ("new", None),
             Registered::Updated { previous } => ("updated", Some(previous.to_string())),

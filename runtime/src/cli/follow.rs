@@ -10,13 +10,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use super::output::truncate;
+use crate::agent_spec::AgentSpec;
 use crate::agents::AgentFlags;
 use crate::agents::binding::{parse_agent_spec, parse_role_binding};
 use crate::error::{Error, Result, exit};
+use crate::limits::LimitOverrides;
 use crate::run::actions::{Hand, Handed};
 use crate::run::control;
 use crate::run::dispatch::{Accepted, Heard, Question};
 use crate::run::events::Event;
+use crate::run::lifecycle::RunOptions;
 use crate::store::Storage;
 use crate::store::records::{End, StepRecord};
 use crate::terminal;
@@ -102,10 +105,10 @@ impl TriggerArgs {
 pub struct AgentArgs {
     /// Agent for every role not bound more specifically (see `run --help`)
     #[arg(long, value_name = "AGENT", value_parser = parse_agent_spec)]
-    pub agent: Option<String>,
+    pub agent: Option<AgentSpec>,
     /// Agent for one role (repeatable)
     #[arg(long, value_name = "ROLE=AGENT", value_parser = parse_role_binding)]
-    pub agent_for: Vec<(String, String)>,
+    pub agent_for: Vec<(String, AgentSpec)>,
 }
 
 impl AgentArgs {
@@ -140,8 +143,35 @@ pub struct LimitArgs {
 
 impl LimitArgs {
     /// The overrides, later ones winning.
-    pub fn overrides(&self) -> std::collections::BTreeMap<String, String> {
-        self.limits.iter().cloned().collect()
+    pub fn overrides(&self) -> Result<LimitOverrides> {
+        LimitOverrides::from_pairs(self.limits.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map_err(|reason| Error::Usage(format!("--limit: {reason}")))
+    }
+}
+
+/// How a new thread is to run: its rounds, agents, limits and trigger data.
+#[derive(Debug, Clone, Args)]
+pub struct RunOptionArgs {
+    /// Most role executions the thread may take [default: the bundle's own]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_rounds: Option<u32>,
+    #[command(flatten)]
+    pub agents: AgentArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub trigger: TriggerArgs,
+}
+
+impl RunOptionArgs {
+    /// The run options these flags ask for, parsed once here.
+    pub fn options(&self) -> Result<RunOptions> {
+        Ok(RunOptions {
+            max_rounds: self.max_rounds,
+            agents: self.agents.flags()?,
+            limits: self.limits.overrides()?,
+            trigger_data: self.trigger.value()?,
+        })
     }
 }
 

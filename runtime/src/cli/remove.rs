@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use crate::run::catalog::Catalog;
+use crate::schedule::workflows;
 
 /// Unregister a workflow. Its bundle files and threads stay on disk.
 #[derive(Debug, Parser)]
@@ -16,9 +16,8 @@ pub struct RemoveCommand {
 impl RemoveCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        let entry = Catalog::new(&store).remove(&self.name)?;
         // The schedule its `trigger:` registered goes with it.
-        crate::schedule::sync_workflow_trigger(&store, &self.name)?;
+        let entry = workflows::remove(&store, &self.name)?;
         outln!(
             "removed {} (was {}; its bundle files and threads stay on disk)",
             self.name,

@@ -3,9 +3,8 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use crate::clock::now_ms;
 use crate::ids::BundleHash;
-use crate::run::catalog::Catalog;
+use crate::schedule::workflows;
 
 /// Switch a workflow to an earlier version (default: the one before the current).
 ///
@@ -24,11 +23,9 @@ impl RollbackCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let target = self.hash.as_deref().map(str::parse::<BundleHash>).transpose()?;
         let store = global.store()?;
-        let catalog = Catalog::new(&store);
-        let (from, to) = catalog.registry().update(|r| r.rollback(&self.name, target, now_ms()))?;
-        outln!("rolled {} back from {from} to {to}", self.name)?;
         // The schedule of a `trigger:` follows the version now current.
-        crate::schedule::sync_workflow_trigger(&store, &self.name)?;
+        let (from, to) = workflows::rollback(&store, &self.name, target)?;
+        outln!("rolled {} back from {from} to {to}", self.name)?;
         Ok(0)
     }
 }

@@ -3,7 +3,7 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, LimitArgs, PromptArgs, TriggerArgs, follow};
+use super::follow::{FollowArgs, PromptArgs, RunOptionArgs, follow};
 use crate::run::actions;
 use crate::run::lifecycle::StartRequest;
 
@@ -38,15 +38,8 @@ pub struct RunCommand {
     pub name: String,
     #[command(flatten)]
     pub prompt: PromptArgs,
-    /// Most role executions the thread may take [default: the bundle's own]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_rounds: Option<u32>,
     #[command(flatten)]
-    pub agents: AgentArgs,
-    #[command(flatten)]
-    pub limits: LimitArgs,
-    #[command(flatten)]
-    pub trigger: TriggerArgs,
+    pub options: RunOptionArgs,
     #[command(flatten)]
     pub follow: FollowArgs,
 }
@@ -57,10 +50,7 @@ impl RunCommand {
         let request = StartRequest {
             name: self.name,
             prompt: self.prompt.text()?,
-            max_rounds: self.max_rounds,
-            agents: self.agents.flags()?,
-            limits: self.limits.overrides(),
-            trigger_data: self.trigger.value()?,
+            options: self.options.options()?,
             origin: Default::default(),
         };
         let how = self.follow.how();

@@ -164,7 +164,7 @@ impl ScheduleCommand {
                         prompt,
                         max_rounds: args.max_rounds,
                         agents: args.agents.flags()?,
-                        limits: args.limits.overrides(),
+                        limits: args.limits.overrides()?,
                     },
                 )?;
                 if args.json {

@@ -40,15 +40,8 @@ pub enum ThreadAction {
         name: String,
         #[command(flatten)]
         prompt: super::follow::PromptArgs,
-        /// Most role executions the thread may take [default: the bundle's own]
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-        max_rounds: Option<u32>,
         #[command(flatten)]
-        agents: super::follow::AgentArgs,
-        #[command(flatten)]
-        limits: super::follow::LimitArgs,
-        #[command(flatten)]
-        trigger: super::follow::TriggerArgs,
+        options: super::follow::RunOptionArgs,
     },
 }
 
@@ -56,16 +49,13 @@ impl ThreadCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         match self.action {
-            Some(ThreadAction::Start { name, prompt, max_rounds, agents, limits, trigger }) => {
+            Some(ThreadAction::Start { name, prompt, options }) => {
                 let (mut writer, record) = lifecycle::start_new(
                     &store,
                     lifecycle::StartRequest {
                         name,
                         prompt: prompt.text()?,
-                        max_rounds,
-                        agents: agents.flags()?,
-                        limits: limits.overrides(),
-                        trigger_data: trigger.value()?,
+                        options: options.options()?,
                         origin: Default::default(),
                     },
                 )?;

@@ -2,7 +2,6 @@
 //! it exists), opening one to continue it, forking one, and what it runs with — the agents
 //! and limits it recorded, carried from process to process.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -11,7 +10,7 @@ use crate::agents::{AgentFlags, AgentSet, Secrets};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
-use crate::limits::Limits;
+use crate::limits::{LimitOverrides, Limits};
 use crate::run::catalog::Catalog;
 use crate::sandbox::engine::LoadedBundle;
 use crate::store::records::{
@@ -33,8 +32,23 @@ pub struct NewThread {
     /// Agent choices, already made absolute (see [`AgentFlags::absolutize`]).
     pub agents: AgentFlags,
     /// `--limit` overrides.
-    pub limits: BTreeMap<String, String>,
+    pub limits: LimitOverrides,
     /// What a trigger passed to the thread (`--trigger-data`).
+    pub trigger_data: Option<serde_json::Value>,
+}
+
+/// How a thread is to run, as the person, schedule or request that starts it asks: built
+/// once, where it comes in (the command line, an HTTP request, a schedule's firing), with its
+/// agent specs and limits parsed and checked; recorded in the thread's start record.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The bundle's own if absent (never over `limits.max-rounds`).
+    pub max_rounds: Option<u32>,
+    /// Agent choices, already made absolute (see [`AgentFlags::absolutize`]).
+    pub agents: AgentFlags,
+    /// Limits over the configured ones.
+    pub limits: LimitOverrides,
+    /// What a trigger passed to the thread (`--trigger-data`, a poll's item).
     pub trigger_data: Option<serde_json::Value>,
 }
 
@@ -89,13 +103,7 @@ pub struct StartRequest {
     /// The workflow: its current version runs.
     pub name: String,
     pub prompt: String,
-    /// The bundle's own if absent.
-    pub max_rounds: Option<u32>,
-    /// Agent choices, already made absolute.
-    pub agents: AgentFlags,
-    /// `--limit` overrides.
-    pub limits: BTreeMap<String, String>,
-    pub trigger_data: Option<serde_json::Value>,
+    pub options: RunOptions,
     pub origin: Origin,
 }
 
@@ -104,7 +112,8 @@ pub struct StartRequest {
 /// hard cap — so that a mistake is reported without leaving a thread behind.
 pub fn start_new(store: &Storage, request: StartRequest) -> Result<OpenThread> {
     let (hash, max_rounds) = check_start(store, &request)?;
-    let StartRequest { name, prompt, agents, limits, trigger_data, origin, .. } = request;
+    let StartRequest { name, prompt, options, origin } = request;
+    let RunOptions { agents, limits, trigger_data, .. } = options;
     create_with(
         store,
         NewThread { name, hash, prompt, max_rounds, agents, limits, trigger_data },
@@ -127,10 +136,11 @@ pub fn check_start(store: &Storage, request: &StartRequest) -> Result<(BundleHas
     let descriptor = catalog.bundles().descriptor(entry.hash)?;
     let config = store.config()?;
     // Checked with this command's secrets: the ones its worker will be handed.
-    let checked = AgentFlags { secrets: Secrets::from_env(&config), ..request.agents.clone() };
+    let options = &request.options;
+    let checked = AgentFlags { secrets: Secrets::from_env(&config), ..options.agents.clone() };
     AgentSet::resolve(&config, &checked, &descriptor)?;
-    let cap = Limits::resolve(&config.limits, &request.limits)?.max_rounds;
-    let max_rounds = match request.max_rounds {
+    let cap = Limits::resolve(&config.limits, &options.limits)?.max_rounds;
+    let max_rounds = match options.max_rounds {
         Some(asked) if asked > cap => return Err(Error::RoundsOverCap { asked, cap }),
         Some(asked) => asked,
         None => descriptor.max_rounds.min(cap),

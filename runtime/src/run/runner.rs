@@ -444,7 +444,10 @@ mod tests {
                 hash: self.bundle.hash,
                 prompt: "Fix the crash".into(),
                 max_rounds: 10,
-                agents: AgentFlags { default: agent, ..Default::default() },
+                agents: AgentFlags {
+                    default: agent.map(|a| a.parse().expect("an agent spec")),
+                    ..Default::default()
+                },
                 limits: Default::default(),
                 trigger_data: None,
             };

@@ -373,7 +373,7 @@ impl Firer {
             }
             Err(Error::UnknownThread(_)) => {
                 let mut request = super::thread_request(schedule);
-                request.trigger_data = firing.trigger_data.clone();
+                request.options.trigger_data = firing.trigger_data.clone();
                 request.origin = Origin {
                     thread_id: Some(id),
                     schedule: Some(ScheduledBy {

@@ -8,8 +8,8 @@
 
 pub mod firing;
 pub mod poll;
+pub mod workflows;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::agents::AgentFlags;
@@ -18,7 +18,8 @@ use crate::clock::now_ms;
 use crate::cron::CronTrigger;
 use crate::declarative::source::TriggerSpec;
 use crate::error::{Error, Result};
-use crate::run::lifecycle::{self, StartRequest};
+use crate::limits::LimitOverrides;
+use crate::run::lifecycle::{self, RunOptions, StartRequest};
 use crate::store::Storage;
 use crate::store::schedules::{
     DiffMode, FiringState, Schedule, ScheduleSource, Trigger, validate_name,
@@ -40,7 +41,7 @@ pub struct NewSchedule {
     pub max_rounds: Option<u32>,
     /// Agent choices, already made absolute (their `cwd` is where the poll command runs).
     pub agents: AgentFlags,
-    pub limits: BTreeMap<String, String>,
+    pub limits: LimitOverrides,
 }
 
 /// Adds a schedule after checking everything a firing will need: the trigger, the poll
@@ -126,15 +127,17 @@ pub fn thread_request(schedule: &Schedule) -> StartRequest {
     StartRequest {
         name: schedule.workflow.clone(),
         prompt: schedule.prompt.clone(),
-        max_rounds: schedule.max_rounds,
-        agents: AgentFlags {
-            default: schedule.agent.clone(),
-            for_roles: schedule.agent_for.iter().map(|(r, a)| (r.clone(), a.clone())).collect(),
-            cwd: schedule.cwd.clone(),
-            ..Default::default()
+        options: RunOptions {
+            max_rounds: schedule.max_rounds,
+            agents: AgentFlags {
+                default: schedule.agent.clone(),
+                for_roles: schedule.agent_for.iter().map(|(r, a)| (r.clone(), a.clone())).collect(),
+                cwd: schedule.cwd.clone(),
+                ..Default::default()
+            },
+            limits: schedule.limits.clone(),
+            trigger_data: None,
         },
-        limits: schedule.limits.clone(),
-        trigger_data: None,
         origin: Default::default(),
     }
 }
@@ -288,7 +291,7 @@ pub fn sync_workflow_trigger(store: &Storage, workflow: &str) -> Result<Option<S
         prompt,
         max_rounds: None,
         agents: AgentFlags::default().absolutize(&cwd),
-        limits: BTreeMap::new(),
+        limits: LimitOverrides::default(),
     };
     add_from(store, new, ScheduleSource::Workflow).map(Some)
 }

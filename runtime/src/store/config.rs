@@ -268,10 +268,12 @@ impl Config {
             })?
         };
         // Limits are checked here too, so that a mistake names the file and the key.
-        crate::limits::Limits::resolve(&config.limits, &BTreeMap::new()).map_err(|e| match e {
-            Error::InvalidLimit { key, reason } => corrupt(format!("limits.{key}: {reason}")),
-            other => other,
-        })?;
+        crate::limits::Limits::resolve(&config.limits, &Default::default()).map_err(
+            |e| match e {
+                Error::InvalidLimit { key, reason } => corrupt(format!("limits.{key}: {reason}")),
+                other => other,
+            },
+        )?;
         config.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(config)
     }

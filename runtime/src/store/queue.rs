@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::agent_spec::AgentSpec;
 use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
 use crate::store::ThreadWriter;
@@ -24,9 +25,9 @@ use crate::store::records::{ThreadRecord, ThreadSummary};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunRequest {
     #[serde(default)]
-    pub agent: Option<String>,
+    pub agent: Option<AgentSpec>,
     #[serde(default)]
-    pub agent_for: Vec<(String, String)>,
+    pub agent_for: Vec<(String, AgentSpec)>,
     #[serde(default)]
     pub cwd: Option<PathBuf>,
 }

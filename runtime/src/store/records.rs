@@ -2,6 +2,8 @@
 //! markers and its end record, and the thread as read back with its status. The JSON of these
 //! types is the line format of `.data.jsonl` and of `thread --json`.
 
+use crate::agent_spec::AgentSpec;
+use crate::limits::LimitOverrides;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -56,16 +58,16 @@ pub struct RunParameters {
     pub max_rounds: u32,
     /// `--agent`, with relative paths made absolute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
+    pub agent: Option<AgentSpec>,
     /// `--agent-for`, role → agent.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub agent_for: BTreeMap<String, String>,
+    pub agent_for: BTreeMap<String, AgentSpec>,
     /// Where command agents run: the directory the thread was started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
     /// `--limit` overrides, key → value.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub limits: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "LimitOverrides::is_empty")]
+    pub limits: LimitOverrides,
 }
 
 /// Where a fork came from.

@@ -10,6 +10,8 @@
 //! the id the firing names, so a process killed anywhere in between leaves a firing that the
 //! next pass finishes, never a second thread.
 
+use crate::agent_spec::AgentSpec;
+use crate::limits::LimitOverrides;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::File;
@@ -38,16 +40,16 @@ pub struct Schedule {
     pub max_rounds: Option<u32>,
     /// `--agent`, made absolute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
+    pub agent: Option<AgentSpec>,
     /// `--agent-for`, role → agent.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub agent_for: BTreeMap<String, String>,
+    pub agent_for: BTreeMap<String, AgentSpec>,
     /// Where command agents and the poll command run: the directory it was added from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
     /// `--limit` overrides for its threads.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub limits: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "LimitOverrides::is_empty")]
+    pub limits: LimitOverrides,
     #[serde(default)]
     pub paused: bool,
     /// When it was added.

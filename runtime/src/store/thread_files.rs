@@ -477,7 +477,7 @@ mod tests {
                     agent: None,
                     agent_for: BTreeMap::new(),
                     cwd: None,
-                    limits: BTreeMap::new(),
+                    limits: Default::default(),
                 },
             },
             timestamp: 1,
