@@ -515,7 +515,7 @@ fn each_validation_error_names_its_file_line_and_column() -> Result<()> {
             assert_eq!(err.trim(), format!("uncaged-workflow: {file}:{expected}"), "case {name}");
         }
     }
-    assert!(!env.home().exists(), "a failed add wrote to the home");
+    assert_eq!(env.written()?, Vec::<std::path::PathBuf>::new(), "a failed add wrote to the home");
     Ok(())
 }
 

@@ -171,6 +171,30 @@ impl Env {
         Ok(())
     }
 
+    /// What the product wrote in the home: every file and folder in it, but the shared
+    /// function cache this test put there.
+    pub fn written(&self) -> Result<Vec<PathBuf>> {
+        let home = self.home();
+        let mut found = Vec::new();
+        let mut dirs = vec![home.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir)? {
+                let path = entry?.path();
+                if path == home.join("cache/functions") {
+                    continue;
+                }
+                if path.is_dir() {
+                    dirs.push(path.clone());
+                    if path == home.join("cache") {
+                        continue;
+                    }
+                }
+                found.push(path.strip_prefix(&home)?.to_path_buf());
+            }
+        }
+        Ok(found)
+    }
+
     /// Gives this home a function cache of its own (empty).
     pub fn own_compiled_functions(&self) -> Result<()> {
         let functions = self.home().join("cache/functions");
