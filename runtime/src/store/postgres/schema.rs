@@ -36,6 +36,11 @@ enum Found {
 
 /// Makes sure the database holds the store at [`LATEST`], creating or migrating it.
 pub fn prepare(postgres: &Postgres) -> Result<()> {
+    // Every command connects: a store already at this version is seen in one read on the
+    // connection it will use anyway, without a connection of its own and a lock.
+    if postgres.wait("read the store's schema version", is_current(&*postgres.client()?))? {
+        return Ok(());
+    }
     let mut client = postgres.dedicated()?;
     let found = postgres.wait("prepare the store's schema", migrate(&mut client))?;
     let target = postgres.target().to_string();
@@ -57,6 +62,28 @@ pub fn prepare(postgres: &Postgres) -> Result<()> {
                  this one knows versions up to {LATEST} (upgrade it)"
             ),
         }),
+    }
+}
+
+/// Whether the database holds this program's store at [`LATEST`] (false when it holds no
+/// store, another program's, or another version: [`migrate`] tells which).
+async fn is_current(client: &Client) -> std::result::Result<bool, tokio_postgres::Error> {
+    let read = client
+        .query_opt(
+            &format!(
+                "SELECT a.value, v.value FROM {SCHEMA}.meta a, {SCHEMA}.meta v \
+                 WHERE a.key = 'application' AND v.key = 'schema_version'"
+            ),
+            &[],
+        )
+        .await;
+    match read {
+        Ok(Some(row)) => Ok(row.get::<_, &str>(0) == APPLICATION
+            && row.get::<_, &str>(1).parse::<i32>().ok() == Some(LATEST)),
+        Ok(None) => Ok(false),
+        // No such table (or no such schema): not a store yet.
+        Err(e) if e.as_db_error().is_some() => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
