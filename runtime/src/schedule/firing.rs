@@ -79,7 +79,12 @@ pub struct Firer {
     checks: tokio::task::JoinSet<(Schedule, Check)>,
     /// The schedules those are for: one check at a time per schedule.
     checking: std::collections::HashSet<String>,
+    /// Checks that finished between passes, to record at the next.
+    finished: Vec<CheckDone>,
 }
+
+/// A poll check's task, finished.
+type CheckDone = std::result::Result<(Schedule, Check), tokio::task::JoinError>;
 
 /// What a poll command printed, or why it failed.
 type Check = std::result::Result<String, String>;
@@ -117,6 +122,7 @@ impl Firer {
             histories: Histories::default(),
             checks: tokio::task::JoinSet::new(),
             checking: Default::default(),
+            finished: Vec::new(),
         }
     }
 
@@ -132,7 +138,11 @@ impl Firer {
         let schedules = self.store.schedules();
         let mut pass = Pass::default();
         let lock = self.lock().await?;
+        let mut finished = std::mem::take(&mut self.finished);
         while let Some(done) = self.checks.try_join_next() {
+            finished.push(done);
+        }
+        for done in finished {
             self.record_done(done, &lock, &mut pass).await?;
         }
         let list = schedules.list()?;
@@ -156,6 +166,15 @@ impl Firer {
         Ok(pass)
     }
 
+    /// Resolves when a poll check at work finishes (never while none is): what it printed is
+    /// for the next pass to record, which a long-lived process need not wait for.
+    pub async fn check_finished(&mut self) {
+        match self.checks.join_next().await {
+            Some(done) => self.finished.push(done),
+            None => std::future::pending().await,
+        }
+    }
+
     /// A pass, then the poll checks it started, waited for and recorded: what `schedule
     /// tick` does.
     pub async fn pass_to_end(&mut self) -> Result<Pass> {
@@ -171,7 +190,7 @@ impl Firer {
     /// paused while the command ran.
     async fn record_done(
         &mut self,
-        done: std::result::Result<(Schedule, Check), tokio::task::JoinError>,
+        done: CheckDone,
         lock: &FireLock,
         pass: &mut Pass,
     ) -> Result<()> {

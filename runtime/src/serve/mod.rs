@@ -181,6 +181,8 @@ async fn fire_forever(store: Storage, mut stopping: tokio::sync::watch::Receiver
         let next = next.unwrap_or_else(|| now_ms() + MAX_SLEEP.as_millis() as u64);
         tokio::select! {
             _ = crate::clock::sleep_until(next, MAX_SLEEP) => {}
+            // What a poll printed is recorded (and fired on) at once, not at the next tick.
+            _ = firer.check_finished() => {}
             _ = stopping.changed() => {}
         }
     }
