@@ -130,7 +130,7 @@ fn exit_77_the_database_refuses_the_credentials() -> Result<()> {
 #[test]
 fn exit_78_the_database_belongs_to_another_application() -> Result<()> {
     let env = Env::on_postgres()?;
-    let other = pg()?.new_database()?;
+    let other = pg()?.new_empty_database()?;
     pg()?.sql(other.rsplit('/').next().context("name")?, "CREATE TABLE invoices (id integer)")?;
     env.fails(&["--store", &other, "list"], 78)?;
     Ok(())

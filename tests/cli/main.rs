@@ -92,14 +92,28 @@ pub fn pg() -> Result<&'static postgres::PgServer> {
         std::sync::OnceLock::new();
     SERVER
         .get_or_init(|| {
-            postgres::PgServer::start(&[
+            let server = postgres::PgServer::start(&[
                 // Test data need not survive a power cut; the server is killed with its tests.
                 "fsync=off",
                 "synchronous_commit=off",
                 "full_page_writes=off",
                 "max_connections=400",
             ])
-            .map_err(|e| format!("{e:#}"))
+            .map_err(|e| format!("{e:#}"))?;
+            // Every test's database starts as a copy of one the binary migrated.
+            server
+                .prepare_template(|url| {
+                    let home = tempfile::tempdir()?;
+                    let out = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
+                        .arg("threads")
+                        .env("UNCAGED_WORKFLOW_HOME", home.path())
+                        .env("UNCAGED_WORKFLOW_STORE", url)
+                        .output()?;
+                    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                    Ok(())
+                })
+                .map_err(|e| format!("migrating the template database: {e:#}"))?;
+            Ok(server)
         })
         .as_ref()
         .map_err(|e| anyhow::anyhow!("starting PostgreSQL: {e}"))

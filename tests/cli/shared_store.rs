@@ -78,7 +78,7 @@ fn bad_stores_and_bundles_give_one_line_each() -> Result<()> {
     let refused = run(store(stranger), 77)?;
     ensure!(refused.contains("refused the credentials"), "{refused}");
 
-    let other = server.new_database()?;
+    let other = server.new_empty_database()?;
     let other_name = other.rsplit('/').next().context("name")?;
     server.sql(other_name, "CREATE TABLE invoices (id integer)")?;
     let foreign = run(store(other.clone()), 78)?;

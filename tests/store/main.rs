@@ -36,8 +36,17 @@ fn pg() -> Result<&'static postgres::PgServer> {
         std::sync::OnceLock::new();
     SERVER
         .get_or_init(|| {
-            postgres::PgServer::start(&["fsync=off", "synchronous_commit=off"])
-                .map_err(|e| format!("{e:#}"))
+            let server = postgres::PgServer::start(&["fsync=off", "synchronous_commit=off"])
+                .map_err(|e| format!("{e:#}"))?;
+            // Every test's database starts as a copy of one the store migrated.
+            server
+                .prepare_template(|url| {
+                    let dir = tempfile::tempdir()?;
+                    Storage::connect(&Home::new(dir.path().join("home")), Some(url))?;
+                    Ok(())
+                })
+                .map_err(|e| format!("migrating the template database: {e:#}"))?;
+            Ok(server)
         })
         .as_ref()
         .map_err(|e| anyhow::anyhow!("starting PostgreSQL: {e}"))
