@@ -33,6 +33,7 @@ mod show;
 mod step;
 mod thread;
 mod threads;
+mod token;
 mod worker;
 
 use std::path::PathBuf;
@@ -154,6 +155,8 @@ pub enum Command {
     Schedule(schedule::ScheduleCommand),
     /// Fire schedules continuously and serve the web view (opt-in; nothing else needs it)
     Serve(serve::ServeCommand),
+    /// Manage the tokens that let other systems call the HTTP API
+    Token(token::TokenCommand),
     /// Scaffold a buildable bundle project in Rust, Python or JavaScript
     New(new::NewCommand),
     /// Print shell completions (commands, flags, thread ids, workflow names)
@@ -188,6 +191,7 @@ impl Cli {
             Command::Answer(c) => c.execute(global).await,
             Command::Schedule(c) => c.execute(global).await,
             Command::Serve(c) => c.execute(global).await,
+            Command::Token(c) => c.execute(global),
             Command::New(c) => c.execute(global),
             Command::Completions(c) => c.execute(global),
             Command::Man(c) => c.execute(global),

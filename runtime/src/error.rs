@@ -143,6 +143,14 @@ pub enum Error {
     #[error("no schedule named `{0}` (see `uncaged-workflow schedule list`)")]
     UnknownSchedule(String),
 
+    /// A request key (`Idempotency-Key`) came back with another request.
+    #[error("idempotency key `{0}` was used for another request; use a new key for a new request")]
+    KeyReused(String),
+
+    /// No API token has this name.
+    #[error("no token named `{0}` (see `uncaged-workflow token list`)")]
+    UnknownToken(String),
+
     /// No thread with this id exists.
     #[error("no thread `{0}` (see `uncaged-workflow threads`)")]
     UnknownThread(String),
@@ -253,10 +261,11 @@ impl Error {
     /// The process exit code this error maps to.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::InvalidId { .. } | Error::Usage(_) => exit::USAGE,
+            Error::InvalidId { .. } | Error::Usage(_) | Error::KeyReused(_) => exit::USAGE,
             Error::UnknownWorkflow { .. }
             | Error::UnknownThread(_)
             | Error::UnknownSchedule(_)
+            | Error::UnknownToken(_)
             | Error::MissingBundle { .. }
             | Error::MissingFile { .. }
             | Error::UnknownVersion { .. } => exit::NOT_FOUND,

@@ -53,6 +53,11 @@ impl Home {
         self.root.join("workflow.lock")
     }
 
+    /// `api/`: the HTTP API's tokens (their hashes) and request keys.
+    pub fn api_dir(&self) -> PathBuf {
+        self.root.join("api")
+    }
+
     /// `config.yaml`: agent bindings and limits.
     pub fn config_file(&self) -> PathBuf {
         self.root.join("config.yaml")

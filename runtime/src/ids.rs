@@ -251,6 +251,24 @@ pub fn validate_name(kind: &'static str, name: &str) -> crate::Result<()> {
     }
 }
 
+/// `bytes` random bytes from the operating system, as hex: secrets (API tokens, the web page's
+/// CSRF token) and ids no one may guess.
+pub fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    // /dev/urandom is there on every system this runs on; if it were not, ULIDs' random bits
+    // (from the same source, through `rand`) still make a value no one guesses.
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
+        .is_err()
+    {
+        for chunk in buf.chunks_mut(16) {
+            let random = ulid::Ulid::new().random().to_le_bytes();
+            chunk.copy_from_slice(&random[..chunk.len()]);
+        }
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,6 +47,7 @@ macro_rules! on_both_stores {
 }
 
 mod agents;
+mod api;
 mod bad_input;
 mod command_line;
 mod crash;

@@ -73,12 +73,12 @@ fn stalled_connections_neither_starve_requests_nor_stay_open() -> Result<()> {
     let mut stalled: Vec<TcpStream> = (0..1100)
         .map(|_| {
             let mut stream = TcpStream::connect(&addr)?;
-            write!(stream, "GET /api/threads HTTP/1.1\r\nHost: {addr}\r\nX-Slow: ")?;
+            write!(stream, "GET /api/v1/health HTTP/1.1\r\nHost: {addr}\r\nX-Slow: ")?;
             Ok(stream)
         })
         .collect::<Result<_>>()?;
     let started = Instant::now();
-    let (code, _) = get(&addr, "/api/threads")?;
+    let (code, _) = get(&addr, "/api/v1/health")?;
     let latency = started.elapsed();
     assert_eq!(code, 200);
     eprintln!("serve figure: a request under 1,100 stalled connections took {latency:?}");
@@ -105,7 +105,7 @@ fn stalled_connections_neither_starve_requests_nor_stay_open() -> Result<()> {
         })
         .collect::<Result<_>>()?;
     std::thread::sleep(Duration::from_millis(200));
-    let (code, answer) = get(&addr, "/api/threads")?;
+    let (code, answer) = get(&addr, "/api/v1/health")?;
     assert_eq!(code, 503, "{answer}");
     ensure!(
         answer.contains("limit of 20 connections") && answer.contains("application/json"),
@@ -191,7 +191,7 @@ async fn hundreds_of_concurrent_answers_accept_exactly_one() -> Result<()> {
     wait_until("it waits", || Ok(status(&env, &thread)? == "waiting"))?;
     let answers = (0..200).map(|i| {
         let request = http
-            .post(format!("{base}/api/threads/{thread}/answer"))
+            .post(format!("{base}/api/v1/threads/{thread}/answer"))
             .header("x-uncaged-csrf", &csrf)
             .json(&json!({"text": format!("answer {i} {{\"approved\": true}}")}));
         async move {
@@ -276,7 +276,7 @@ async fn its_own_address_json_errors_and_a_cookie_per_port() -> Result<()> {
     let env = Env::new()?;
     env.add_solve_issue()?;
     let serve = Serve::start_on(&env, "127.0.0.2:0", &["--no-schedules"], &[])?;
-    let (code, _) = get(&serve.addr, "/api/threads")?;
+    let (code, _) = get(&serve.addr, "/api/v1/health")?;
     assert_eq!(code, 200, "answers at its own address");
     drop(serve);
     let serve = Serve::start_on(&env, "localhost:0", &["--no-schedules"], &[])?;
@@ -284,7 +284,7 @@ async fn its_own_address_json_errors_and_a_cookie_per_port() -> Result<()> {
     let mut stream = TcpStream::connect(&serve.addr)?;
     write!(
         stream,
-        "GET /api/threads HTTP/1.1\r\nHost: localhost:{port}\r\nConnection: close\r\n\r\n"
+        "GET /api/v1/health HTTP/1.1\r\nHost: localhost:{port}\r\nConnection: close\r\n\r\n"
     )?;
     let mut answer = String::new();
     stream.read_to_string(&mut answer)?;
@@ -302,7 +302,7 @@ async fn its_own_address_json_errors_and_a_cookie_per_port() -> Result<()> {
     let html = http.get(format!("{base}/")).bearer_auth(token).send().await?.text().await?;
     let csrf = crate::web::csrf_of(&html)?;
     let thread = env.ok(&["thread", "start", "solve-issue", "-p", "x"])?.trim().to_string();
-    let url = format!("{base}/api/threads/{thread}/fork");
+    let url = format!("{base}/api/v1/threads/{thread}/fork");
     for (body, content_type, want) in [
         ("{not json", "application/json", 400),
         ("{\"at\": 1}", "text/plain", 415),
@@ -320,7 +320,10 @@ async fn its_own_address_json_errors_and_a_cookie_per_port() -> Result<()> {
         let kind = response.headers()["content-type"].to_str()?.to_string();
         ensure!(kind.starts_with("application/json"), "{body}: {kind}");
         let error: Value = response.json().await?;
-        ensure!(error["error"].is_string(), "{error}");
+        ensure!(
+            error["error"]["code"].is_string() && error["error"]["message"].is_string(),
+            "{error}"
+        );
     }
     Ok(())
 }

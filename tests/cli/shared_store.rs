@@ -121,9 +121,10 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     env.add_solve_issue()?;
     env.ok(&["run", "solve-issue", "-p", "x"])?;
     let before = env.json(&["threads"])?;
-    // The store as the first release left it: schema version 1, without the schedules.
+    // The store as the first release left it: schema version 1, without the schedules and
+    // the API's tables.
     env.sql(
-        "DROP TABLE schedule_firings, schedules; \
+        "DROP TABLE schedule_firings, schedules, api_tokens, request_keys; \
          ALTER TABLE threads ADD COLUMN removing boolean NOT NULL DEFAULT false; \
          DELETE FROM migrations WHERE version > 1; \
          UPDATE meta SET value = '1' WHERE key = 'schema_version'",
@@ -133,9 +134,9 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     let applied = env.sql(
         "SELECT string_agg(version::text || ':' || name, ' ' ORDER BY version) FROM migrations",
     )?;
-    assert_eq!(applied.trim(), "1:store 2:schedules");
+    assert_eq!(applied.trim(), "1:store 2:schedules 3:api");
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
-    assert_eq!(version.trim(), "2");
+    assert_eq!(version.trim(), "3");
     let removing = env.sql(
         "SELECT count(*) FROM information_schema.columns \
          WHERE table_name = 'threads' AND column_name = 'removing'",

@@ -150,12 +150,12 @@ async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_re
     let html = page.text().await?;
     let csrf = csrf_of(&html)?;
     let id = "01KQXKW18CT8G75T53R8F4G7YG";
-    let kill = format!("{base}/api/threads/{id}/kill");
+    let kill = format!("{base}/api/v1/threads/{id}/kill");
     // No token, a wrong one, another origin, another site: refused before anything runs.
-    assert_eq!(http.post(&kill).send().await?.status(), 403);
+    assert_eq!(http.post(&kill).send().await?.status(), 401);
     assert_eq!(
         http.post(&kill).header("x-uncaged-csrf", "0".repeat(32)).send().await?.status(),
-        403
+        401
     );
     let foreign = http
         .post(&kill)
@@ -163,22 +163,26 @@ async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_re
         .header("origin", "http://evil.example")
         .send()
         .await?;
-    assert_eq!(foreign.status(), 403);
+    assert_eq!(foreign.status(), 401);
     let cross = http
         .post(&kill)
         .header("x-uncaged-csrf", &csrf)
         .header("sec-fetch-site", "cross-site")
         .send()
         .await?;
-    assert_eq!(cross.status(), 403);
+    assert_eq!(cross.status(), 401);
     // With it, the action reaches the library, which says the thread does not exist.
     let allowed = http.post(&kill).header("x-uncaged-csrf", &csrf).send().await?;
     assert_eq!(allowed.status(), 404);
     let body: Value = allowed.json().await?;
-    assert_eq!(body["error"], format!("no thread `{id}` (see `uncaged-workflow threads`)"));
+    assert_eq!(body["error"]["code"], "not_found");
+    assert_eq!(
+        body["error"]["message"],
+        format!("no thread `{id}` (see `uncaged-workflow threads`)")
+    );
     // A page of another site that rebinds its name to 127.0.0.1 is not answered.
     let rebound =
-        http.get(format!("{base}/api/threads")).header("host", "evil.example").send().await?;
+        http.get(format!("{base}/api/v1/threads")).header("host", "evil.example").send().await?;
     assert_eq!(rebound.status(), 421);
     drop(serve);
 
@@ -187,8 +191,8 @@ async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_re
     let token = "abcdefghijklmnop0123";
     let serve = Serve::start(&env, &["--no-schedules", "--token", token], &[])?;
     let base = format!("http://{}", serve.addr);
-    assert_eq!(http.get(format!("{base}/api/threads")).send().await?.status(), 401);
-    let bearer = http.get(format!("{base}/api/threads")).bearer_auth(token).send().await?;
+    assert_eq!(http.get(format!("{base}/api/v1/threads")).send().await?.status(), 401);
+    let bearer = http.get(format!("{base}/api/v1/threads")).bearer_auth(token).send().await?;
     assert_eq!(bearer.status(), 200);
     let visit = http.get(format!("{base}/?token={token}")).send().await?;
     assert_eq!(visit.status(), 303);
@@ -196,7 +200,7 @@ async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_re
     let cookie = visit.headers()["set-cookie"].to_str()?.to_string();
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
     let with_cookie = http
-        .get(format!("{base}/api/threads"))
+        .get(format!("{base}/"))
         .header("cookie", cookie.split(';').next().unwrap())
         .send()
         .await?;
@@ -211,8 +215,8 @@ async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_re
     assert!(e.contains("serve.token_env names `WEB_TOKEN`, which is not set"), "{e}");
     let serve = Serve::start(&env, &["--no-schedules"], &[("WEB_TOKEN", token)])?;
     let base = format!("http://{}", serve.addr);
-    assert_eq!(http.get(format!("{base}/api/threads")).send().await?.status(), 401);
-    let bearer = http.get(format!("{base}/api/threads")).bearer_auth(token).send().await?;
+    assert_eq!(http.get(format!("{base}/api/v1/threads")).send().await?.status(), 401);
+    let bearer = http.get(format!("{base}/api/v1/threads")).bearer_auth(token).send().await?;
     assert_eq!(bearer.status(), 200);
     Ok(())
 }
@@ -228,7 +232,7 @@ async fn the_actions_answer_fork_pause_and_resume_threads() -> Result<()> {
     let csrf = csrf_of(&html)?;
     let post = |id: String, action: &'static str, body: Value| {
         let request = http
-            .post(format!("{base}/api/threads/{id}/{action}"))
+            .post(format!("{base}/api/v1/threads/{id}/{action}"))
             .header("x-uncaged-csrf", &csrf)
             .json(&body);
         async move {
@@ -245,7 +249,7 @@ async fn the_actions_answer_fork_pause_and_resume_threads() -> Result<()> {
     wait_until("the thread waits", || Ok(status(&env, &waiting)? == "waiting"))?;
     let (code, body) =
         post(waiting.clone(), "answer", json!({"text": "LGTM {\"approved\": true}"})).await?;
-    assert_eq!((code, &body["ok"]), (200, &json!(true)), "{body}");
+    assert_eq!((code, &body["thread"]), (200, &json!(waiting)), "{body}");
     wait_until("the answered thread goes on", || Ok(status(&env, &waiting)? != "waiting"))?;
     let record = env.json(&["thread", &waiting])?;
     let answered = record["steps"]
@@ -259,7 +263,7 @@ async fn the_actions_answer_fork_pause_and_resume_threads() -> Result<()> {
     let (code, body) = post(waiting.clone(), "answer", json!({"text": "again"})).await?;
     assert_eq!(code, 409, "{body}");
     assert!(
-        body["error"].as_str().unwrap().contains("it is not waiting for a human answer"),
+        body["error"]["message"].as_str().unwrap().contains("it is not waiting for a human answer"),
         "{body}"
     );
 
@@ -289,7 +293,7 @@ async fn the_actions_answer_fork_pause_and_resume_threads() -> Result<()> {
     assert_eq!(code, 200);
     wait_until("it is killed", || Ok(status(&env, &id)? == "killed"))?;
     let (code, body) = post(id.clone(), "explode", json!({})).await?;
-    assert_eq!(code, 400, "{body}");
+    assert_eq!(code, 404, "{body}");
     Ok(())
 }
 
@@ -359,7 +363,7 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
         wait_for(&browser, "the hostile thread's steps", "return document.querySelectorAll('#view details.step').length === 1").await?;
         eval(&browser, "document.querySelectorAll('details').forEach(d => d.open = true); return true").await?;
         browser.goto(&format!("{base}/#/workflows")).await?;
-        wait_for(&browser, "the workflows", "return document.querySelectorAll('#view .panel').length === 2").await?;
+        wait_for(&browser, "the workflows", "return document.querySelectorAll('#view .panel:not(.start)').length === 2").await?;
         for page in [format!("#/thread/{hostile}"), "#/workflows".into(), "#/".into()] {
             browser.goto(&format!("{base}/{page}")).await?;
             let shown = format!("return document.getElementById('view').dataset.route === '{page}'");
@@ -410,6 +414,17 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
         let record = env.json(&["thread", &waiting])?;
         let answered = record["steps"].as_array().unwrap().iter().any(|s| s["content"] == "LGTM {\"approved\": true}");
         assert!(answered, "{record}");
+
+        // A thread started from the page, through the API: the page opens it, and it runs.
+        browser.goto(&format!("{base}/#/workflows")).await?;
+        interact(&browser, "start-prompt", Some("Started from the page")).await?;
+        interact(&browser, "start", None).await?;
+        wait_for(&browser, "the started thread's page", "return location.hash.startsWith('#/thread/')").await?;
+        let started = eval(&browser, "return location.hash.slice('#/thread/'.length)").await?;
+        let started = started.as_str().context("an id")?.to_string();
+        wait_until("the started thread ends", || Ok(status(&env, &started)? == "completed"))?;
+        let record = env.json(&["thread", &started])?;
+        assert_eq!(record["start"]["parameters"]["prompt"], "Started from the page");
         Ok::<_, anyhow::Error>(())
     }
     .await;

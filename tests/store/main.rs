@@ -385,4 +385,43 @@ contract! {
         ensure!(matches!(registry.get("flows"), Err(Error::UnknownWorkflow { .. })));
         Ok(())
     }
+
+    /// API tokens: kept as hashes, found by the token, refused twice under one name, gone
+    /// once revoked.
+    fn tokens_are_kept_as_hashes_and_revoked(store: &Storage) -> Result<()> {
+        use uncaged_workflow::store::tokens;
+        let ci = tokens::issue(store.tokens(), "ci", false)?;
+        let viewer = tokens::issue(store.tokens(), "viewer", true)?;
+        ensure!(ci.token.hash != ci.secret && !ci.token.hash.contains(&ci.secret[4..]));
+        let found = tokens::authenticate(store.tokens(), &viewer.secret)?;
+        ensure!(found.as_ref().is_some_and(|t| t.name == "viewer" && t.read_only), "{found:?}");
+        ensure!(tokens::authenticate(store.tokens(), "uwt_nothing")?.is_none());
+        ensure!(matches!(tokens::issue(store.tokens(), "ci", true), Err(Error::Usage(_))));
+        let names: Vec<String> = store.tokens().list()?.into_iter().map(|t| t.name).collect();
+        ensure!(names == ["ci", "viewer"], "{names:?}");
+        ensure!(store.tokens().revoke("ci")? && !store.tokens().revoke("ci")?);
+        ensure!(tokens::authenticate(store.tokens(), &ci.secret)?.is_none());
+        Ok(())
+    }
+
+    /// Request keys: the first claim wins, a second gets what the first claimed, and scopes
+    /// keep clients apart.
+    fn a_request_key_is_claimed_once(store: &Storage) -> Result<()> {
+        use uncaged_workflow::store::request_keys::{Claim, RequestKey};
+        let key = |scope: &str, fingerprint: &str| RequestKey {
+            scope: scope.into(),
+            key: "retry-me".into(),
+            fingerprint: fingerprint.into(),
+            thread: ThreadId::new(),
+            created: 5,
+        };
+        let first = key("token:ci", "a");
+        ensure!(store.request_keys().claim(&first)? == Claim::New);
+        match store.request_keys().claim(&key("token:ci", "b"))? {
+            Claim::Taken(taken) => ensure!(taken == first, "{taken:?}"),
+            Claim::New => anyhow::bail!("claimed twice"),
+        }
+        ensure!(store.request_keys().claim(&key("token:other", "a"))? == Claim::New);
+        Ok(())
+    }
 }

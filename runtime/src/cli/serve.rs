@@ -57,7 +57,9 @@ impl ServeCommand {
             idle_timeout: config.idle_timeout.map_or(defaults.idle_timeout, |t| t.0),
             max_connections: config.max_connections.unwrap_or(defaults.max_connections),
         };
-        let options = Options { addr, host, token, schedules: !self.no_schedules, limits };
+        let max_body = config.max_body_bytes.unwrap_or(serve::DEFAULT_MAX_BODY);
+        let options =
+            Options { addr, host, token, schedules: !self.no_schedules, limits, max_body };
         let firing = options.schedules;
         let shutdown = async {
             let mut term =

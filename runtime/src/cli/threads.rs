@@ -9,7 +9,8 @@ use super::GlobalOptions;
 use super::output::{Age, Table, print_json};
 use crate::clock::now_ms;
 use crate::run::lifecycle::{self, PruneFilter};
-use crate::store::records::{EndStatus, ThreadStatus, ThreadSummary};
+use crate::run::query::{self, ThreadQuery};
+use crate::store::records::{EndStatus, ThreadStatus};
 
 /// List threads, oldest first, with status, step count and age; or prune ended ones.
 #[derive(Debug, Parser)]
@@ -120,18 +121,17 @@ impl ThreadsCommand {
             }
             return Ok(0);
         }
-        let summaries = store.threads().summaries()?;
-        let workflow = self.name.as_ref().or(self.workflow.as_ref());
-        let started_after = self.since.map(|d| now_ms().saturating_sub(d.as_millis() as u64));
-        let matching: Vec<&ThreadSummary> = summaries
-            .iter()
-            .filter(|t| workflow.is_none_or(|w| *w == t.name))
-            .filter(|t| self.status.is_empty() || self.status.contains(&t.status))
-            .filter(|t| started_after.is_none_or(|after| t.timestamp >= after))
-            .collect();
-        // The newest N, still listed oldest first.
-        let skip = self.limit.map_or(0, |limit| matching.len().saturating_sub(limit));
-        let selected = matching.into_iter().skip(skip);
+        let workflow = self.name.or(self.workflow);
+        let query = ThreadQuery {
+            workflow,
+            statuses: self.status,
+            started_after: self.since.map(|d| now_ms().saturating_sub(d.as_millis() as u64)),
+            before: None,
+            limit: self.limit,
+        };
+        // The newest N, listed oldest first.
+        let page = query::threads(&store, &query)?;
+        let selected = page.threads.iter().rev();
         if self.json {
             let list: Vec<_> = selected
                 .map(|thread| {
@@ -147,14 +147,14 @@ impl ThreadsCommand {
             return Ok(0);
         }
         // Which schedule started a thread, in a column shown when a schedule started any.
-        let scheduled = summaries.iter().any(|t| t.schedule.is_some());
+        let scheduled = page.threads.iter().any(|t| t.schedule.is_some());
         let header: &[&str] = if scheduled {
             &["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "SCHEDULE", "PROMPT"]
         } else {
             &["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"]
         };
         let mut table = Table::new(header);
-        table.reserve(summaries.len());
+        table.reserve(page.threads.len());
         table.status_column(2);
         let now_ms = now_ms();
         for thread in selected {

@@ -4,12 +4,13 @@
 //! to leave running. (Stopping one — kill, pause — is [`control`](super::control).)
 
 use crate::agents::AgentFlags;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::dispatch::{self, Accepted, Follower};
 use crate::run::lifecycle::{self, ForkAt, StartRequest};
 use crate::run::{answer, control};
 use crate::store::Storage;
+use crate::store::request_keys::{Claim, RequestKey};
 
 /// A thread handed to a worker.
 pub struct Handed {
@@ -47,6 +48,96 @@ pub async fn start(store: &Storage, request: StartRequest, hand: Hand) -> Result
     let (writer, record) = lifecycle::start_new(store, request)?;
     drop(writer);
     hand_over(store, record.id(), record.start.hash, &AgentFlags::default(), hand).await
+}
+
+/// A key that makes a retried request start one thread: whose it is, the key, and a digest
+/// of what the request asked.
+#[derive(Debug, Clone)]
+pub struct OnceKey {
+    pub scope: String,
+    pub key: String,
+    pub fingerprint: String,
+}
+
+/// A thread started for a keyed request, or the one an earlier request with the key started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Once {
+    Started(ThreadId),
+    Replayed(ThreadId),
+}
+
+/// Starts a thread as [`start`] does (detached), once per `key`: a request that comes again
+/// with the key gets the thread the first one started, and nothing starts twice — also when
+/// the requests reach two processes at once, or the first died between claiming the key and
+/// creating its thread (the thread is then created with the id the key holds). The key is
+/// claimed only after the request is checked, so a bad request holds no key.
+pub async fn start_once(
+    store: &Storage,
+    request: StartRequest,
+    key: Option<OnceKey>,
+) -> Result<Once> {
+    lifecycle::check_start(store, &request)?;
+    let Some(key) = key else {
+        return Ok(Once::Started(start(store, request, Hand::Detach).await?.id));
+    };
+    let claim = RequestKey {
+        scope: key.scope,
+        key: key.key,
+        fingerprint: key.fingerprint,
+        thread: ThreadId::new(),
+        created: crate::clock::now_ms(),
+    };
+    match store.request_keys().claim(&claim)? {
+        Claim::New => {
+            create_and_hand(store, request, claim.thread).await?;
+            Ok(Once::Started(claim.thread))
+        }
+        Claim::Taken(taken) if taken.fingerprint != claim.fingerprint => {
+            Err(Error::KeyReused(crate::terminal::line(&claim.key).into_owned()))
+        }
+        Claim::Taken(taken) => {
+            // The request that claimed the key creates its thread a moment later; if it died
+            // first, the thread is created here, with the id the key holds.
+            let deadline = tokio::time::Instant::now() + CLAIMER_WAIT;
+            while !exists(store, taken.thread)? {
+                if tokio::time::Instant::now() >= deadline {
+                    create_and_hand(store, request, taken.thread).await?;
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Ok(Once::Replayed(taken.thread))
+        }
+    }
+}
+
+/// How long a request that finds its key taken waits for the claimer to create the thread.
+const CLAIMER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn exists(store: &Storage, id: ThreadId) -> Result<bool> {
+    match store.threads().read(id) {
+        Ok(_) => Ok(true),
+        Err(Error::UnknownThread(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates thread `id` for `request` and hands it over, unless another request created it
+/// meanwhile (then whoever created it hands it over).
+async fn create_and_hand(store: &Storage, mut request: StartRequest, id: ThreadId) -> Result<()> {
+    request.origin.thread_id = Some(id);
+    match lifecycle::start_new(store, request) {
+        Ok((writer, record)) => {
+            drop(writer);
+            hand_over(store, id, record.start.hash, &AgentFlags::default(), Hand::Detach).await?;
+            Ok(())
+        }
+        Err(e) if exists(store, id)? => {
+            tracing::debug!("thread {id} was created by another request with its key ({e})");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Continues thread `id` where it stopped (paused, interrupted, taken by a crash); `flags`

@@ -77,6 +77,21 @@ impl Catalog {
         Ok(Added { name: name.to_string(), hash, registered, descriptor })
     }
 
+    /// The workflow `text` names: a registered name, or the hash of a workflow's current
+    /// version (what an API client that pinned a version sends).
+    pub fn name_of(&self, text: &str) -> Result<String> {
+        let registry = self.registry.load()?;
+        if registry.workflows.contains_key(text) {
+            return Ok(text.to_string());
+        }
+        if let Ok(hash) = text.parse::<BundleHash>()
+            && let Some((name, _)) = registry.workflows.iter().find(|(_, e)| e.hash == hash)
+        {
+            return Ok(name.clone());
+        }
+        Err(registry.unknown(text))
+    }
+
     /// The entry of `name`.
     pub fn entry(&self, name: &str) -> Result<WorkflowEntry> {
         self.registry.get(name)

@@ -11,5 +11,7 @@ pub mod dispatch;
 pub mod events;
 pub mod ipc;
 pub mod lifecycle;
+pub mod query;
 pub mod runner;
+pub mod watch;
 pub mod worker;

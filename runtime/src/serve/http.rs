@@ -1,33 +1,31 @@
-//! The web view's HTTP side: routes, the guards every request passes, and the actions, each
-//! calling the same library code as the CLI command of the same name.
+//! `serve`'s HTTP side: the page, its live feed, the API (`/api/v1`, [`super::api`]), and the
+//! guards every request passes.
 //!
 //! Guards: a request to a loopback listener must name it in `Host` (a page on another site
-//! cannot reach it by rebinding a domain to 127.0.0.1); with a token, every request carries it
-//! (a cookie set by visiting `/?token=…`, or `Authorization: Bearer`); every POST carries the
-//! page's CSRF token in a header and, if the browser says where it comes from, comes from this
-//! origin — a form or script on another site can do neither. Responses forbid framing and
-//! inline script (a Content-Security-Policy), so text that slipped into markup could not run.
+//! cannot reach it by rebinding a domain to 127.0.0.1). The page is open on a loopback
+//! listener without `--token`; otherwise every request carries a token (a cookie set by
+//! visiting `/?token=…`, or `Authorization: Bearer`): the server's, or one `token create`
+//! made. The API always wants one, or the page's session: its CSRF token in a header and, if
+//! the browser says where it comes from, this origin — a form or script on another site can
+//! do neither. A read-only token only reads. Responses forbid framing and inline script (a
+//! Content-Security-Policy), so text that slipped into markup could not run.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use serde::Deserialize;
-use serde_json::{Value, json};
 
-use super::{assets, views};
-use crate::agents::AgentFlags;
-use crate::error::{Error, exit};
+use super::api::{self, Caller};
+use super::assets;
 use crate::ids::ThreadId;
-use crate::run::actions::{self, Hand};
-use crate::run::{control, lifecycle};
-use crate::store::Storage;
+use crate::store::{Storage, tokens};
 
 /// The cookie holding the access token, named per port (`uncaged_workflow_token_8420`):
 /// cookies are not kept apart by port, and two servers on one host must not read each
@@ -42,8 +40,10 @@ pub const CSRF_HEADER: &str = "x-uncaged-csrf";
 #[derive(Debug)]
 pub struct App {
     pub store: Storage,
-    /// Required on every request when set.
+    /// The server's own token (`--token`): it may do anything.
     pub token: Option<String>,
+    /// Whether the page needs no token: a loopback listener without `--token`.
+    pub open: bool,
     /// The page's token for actions.
     pub csrf: String,
     /// `Host` values a loopback listener answers to; empty: any.
@@ -58,6 +58,8 @@ pub struct App {
     pub live: super::live::LiveViews,
     /// The name of the token's cookie (see [`token_cookie`]).
     pub cookie: String,
+    /// The largest request body the API takes.
+    pub max_body: usize,
 }
 
 type Shared = State<Arc<App>>;
@@ -68,37 +70,49 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/", get(index))
         .route("/assets/app.js", get(|| async { asset("text/javascript", assets::APP_JS) }))
         .route("/assets/app.css", get(|| async { asset("text/css", assets::APP_CSS) }))
-        .route("/api/workflows", get(workflows))
-        .route("/api/schedules", get(schedules))
-        .route("/api/threads", get(threads))
-        .route("/api/threads/{id}", get(thread))
         .route("/api/events", get(events))
-        .route("/api/threads/{id}/{action}", post(act))
+        .nest("/api/v1", api::routes(app.max_body))
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)
 }
 
 /// The guards (see the module documentation), and the security headers on every response.
-async fn guard(State(app): Shared, request: Request, next: Next) -> Response {
+async fn guard(State(app): Shared, mut request: Request, next: Next) -> Response {
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     if !app.hosts.is_empty() && !app.hosts.iter().any(|h| h == host) {
         return refuse(StatusCode::MISDIRECTED_REQUEST, "this server does not answer to that host");
     }
-    if let Some(token) = &app.token {
-        let given_cookie = cookie(headers, &app.cookie);
-        let given_bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "));
+    let path = request.uri().path();
+    if path == "/api/v1/health" {
+        return secure(next.run(request).await);
+    }
+    if path == "/api/v1" || path.starts_with("/api/v1/") {
+        let caller = match api_caller(&app, &request) {
+            Ok(caller) => caller,
+            Err(refusal) => return secure(refusal.into_response()),
+        };
+        if request.method() != Method::GET && request.method() != Method::HEAD && !caller.may_act {
+            return secure(api::error(
+                StatusCode::FORBIDDEN,
+                "read_only",
+                "this token may read, not act (make one without --read-only)",
+            ));
+        }
+        request.extensions_mut().insert(caller);
+        return secure(next.run(request).await);
+    }
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        return refuse(StatusCode::METHOD_NOT_ALLOWED, "the page only reads; act through /api/v1");
+    }
+    if !app.open {
         let given_query = request
             .uri()
             .query()
             .and_then(|q| form_urlencoded(q).find(|(k, _)| k == "token").map(|(_, v)| v));
         if let Some(given) = &given_query
-            && request.method() == Method::GET
-            && request.uri().path() == "/"
-            && same(given, token)
+            && path == "/"
+            && matches!(token_caller(&app, given), Ok(Some(_)))
         {
             // The token leaves the address bar (and history) at once, for a cookie scripts
             // cannot read and other sites do not send.
@@ -109,32 +123,91 @@ async fn guard(State(app): Shared, request: Request, next: Next) -> Response {
             }
             return secure(response);
         }
-        let ok = given_cookie.as_deref().or(given_bearer).is_some_and(|g| same(g, token));
+        let given = cookie(headers, &app.cookie).or_else(|| bearer(headers).map(str::to_string));
+        let ok = given.is_some_and(|g| matches!(token_caller(&app, &g), Ok(Some(_))));
         if !ok {
             return refuse(
                 StatusCode::UNAUTHORIZED,
-                "a token is required: open /?token=TOKEN (the token `serve` was given)",
+                "a token is required: open /?token=TOKEN (the token `serve` was given, or one \
+                 `uncaged-workflow token create` made)",
             );
         }
     }
-    if request.method() == Method::POST {
-        let csrf_ok = headers
-            .get(CSRF_HEADER)
-            .and_then(|h| h.to_str().ok())
-            .is_some_and(|given| same(given, &app.csrf));
-        let origin_ok = headers
-            .get(header::ORIGIN)
-            .and_then(|h| h.to_str().ok())
-            .is_none_or(|origin| origin.strip_prefix("http://").is_some_and(|o| o == host));
-        let site_ok = headers
-            .get("sec-fetch-site")
-            .and_then(|h| h.to_str().ok())
-            .is_none_or(|site| site == "same-origin");
-        if !(csrf_ok && origin_ok && site_ok) {
-            return refuse(StatusCode::FORBIDDEN, "cross-site request refused");
-        }
-    }
     secure(next.run(request).await)
+}
+
+/// Who calls the API: the holder of a bearer token, or the page (its session).
+fn api_caller(app: &App, request: &Request) -> Result<Caller, api::ApiError> {
+    let headers = request.headers();
+    if headers.contains_key(header::AUTHORIZATION) {
+        let Some(given) = bearer(headers) else {
+            return Err(unauthorized("the Authorization header must be `Bearer TOKEN`"));
+        };
+        return match token_caller(app, given)? {
+            Some(caller) => Ok(caller),
+            None => Err(unauthorized("the token is not valid (revoked, or never made)")),
+        };
+    }
+    if let Some(caller) = page_session(app, headers) {
+        return Ok(caller);
+    }
+    Err(unauthorized(
+        "a token is required: send `Authorization: Bearer TOKEN` (make one with \
+         `uncaged-workflow token create --name NAME`)",
+    ))
+}
+
+fn unauthorized(message: &str) -> api::ApiError {
+    api::ApiError {
+        status: StatusCode::UNAUTHORIZED,
+        code: "unauthorized",
+        message: message.into(),
+    }
+}
+
+/// The page, calling the API from this server's own origin with its CSRF token: a form or a
+/// script on another site can send neither. It acts as its token does (or freely where the
+/// page is open).
+fn page_session(app: &App, headers: &HeaderMap) -> Option<Caller> {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    let csrf_ok = headers
+        .get(CSRF_HEADER)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|given| same(given, &app.csrf));
+    let origin_ok = headers
+        .get(header::ORIGIN)
+        .and_then(|h| h.to_str().ok())
+        .is_none_or(|origin| origin.strip_prefix("http://").is_some_and(|o| o == host));
+    let site_ok = headers
+        .get("sec-fetch-site")
+        .and_then(|h| h.to_str().ok())
+        .is_none_or(|site| site == "same-origin");
+    if !(csrf_ok && origin_ok && site_ok) {
+        return None;
+    }
+    if app.open {
+        return Some(Caller { name: "page".into(), may_act: true });
+    }
+    let given = cookie(headers, &app.cookie)?;
+    token_caller(app, &given).ok().flatten()
+}
+
+/// The caller a token stands for: the server's own (`--token`), one `token create` made, or
+/// none. A stored token is looked up by its hash, never compared as it was given.
+fn token_caller(app: &App, given: &str) -> crate::error::Result<Option<Caller>> {
+    if app.token.as_deref().is_some_and(|token| same(given, token)) {
+        return Ok(Some(Caller { name: "server".into(), may_act: true }));
+    }
+    Ok(tokens::authenticate(app.store.tokens(), given)?
+        .map(|t| Caller { name: format!("token:{}", t.name), may_act: !t.read_only }))
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
 }
 
 fn secure(mut response: Response) -> Response {
@@ -156,7 +229,12 @@ fn secure(mut response: Response) -> Response {
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
-    secure((status, axum::Json(json!({"error": message}))).into_response())
+    let code = match status {
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::MISDIRECTED_REQUEST => "wrong_host",
+        _ => "refused",
+    };
+    secure(api::error(status, code, message))
 }
 
 /// Compares two secrets in time independent of where they differ.
@@ -188,97 +266,6 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 async fn index(State(app): Shared) -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], app.index.clone()).into_response()
-}
-
-/// A library error as an HTTP answer: its one line, and a status from its exit code.
-struct ApiError(Error);
-
-impl From<Error> for ApiError {
-    fn from(e: Error) -> Self {
-        ApiError(e)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = match self.0.exit_code() {
-            exit::USAGE | exit::DATA => StatusCode::BAD_REQUEST,
-            exit::NOT_FOUND => StatusCode::NOT_FOUND,
-            exit::STATE => StatusCode::CONFLICT,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        let message = crate::error::chain_line(&self.0);
-        (status, axum::Json(json!({"error": message}))).into_response()
-    }
-}
-
-type ApiResult = Result<axum::Json<Value>, ApiError>;
-
-/// A JSON request body, refused (400 malformed, 415 not JSON, 422 the wrong shape) with the
-/// same JSON error every answer of the API gives, not axum's plain text.
-pub struct JsonBody<T>(pub T);
-
-impl<T, S> axum::extract::FromRequest<S> for JsonBody<T>
-where
-    T: serde::de::DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = Response;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(request, state).await {
-            Ok(axum::Json(value)) => Ok(JsonBody(value)),
-            Err(rejection) => {
-                let message = rejection.body_text();
-                Err((rejection.status(), axum::Json(json!({"error": message}))).into_response())
-            }
-        }
-    }
-}
-
-impl<T, S> axum::extract::OptionalFromRequest<S> for JsonBody<T>
-where
-    T: serde::de::DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = Response;
-
-    /// No body (no content type) is no value; a body that is there must be good JSON.
-    async fn from_request(request: Request, state: &S) -> Result<Option<Self>, Self::Rejection> {
-        if !request.headers().contains_key(header::CONTENT_TYPE) {
-            return Ok(None);
-        }
-        <Self as axum::extract::FromRequest<S>>::from_request(request, state).await.map(Some)
-    }
-}
-
-fn to_json(value: impl serde::Serialize) -> ApiResult {
-    Ok(axum::Json(serde_json::to_value(value).expect("views serialize")))
-}
-
-async fn workflows(State(app): Shared) -> ApiResult {
-    to_json(views::workflows(&app.store)?)
-}
-
-async fn schedules(State(app): Shared) -> ApiResult {
-    to_json(views::schedules(&app.store, &app.histories)?)
-}
-
-#[derive(Debug, Deserialize)]
-struct ThreadFilter {
-    workflow: Option<String>,
-    status: Option<String>,
-}
-
-async fn threads(State(app): Shared, Query(filter): Query<ThreadFilter>) -> ApiResult {
-    let workflow = filter.workflow.as_deref().filter(|w| !w.is_empty());
-    let status = filter.status.as_deref().filter(|s| !s.is_empty());
-    to_json(views::threads(&app.store, workflow, status)?)
-}
-
-async fn thread(State(app): Shared, Path(id): Path<String>) -> ApiResult {
-    let id: ThreadId = id.parse()?;
-    Ok(axum::Json(views::thread(&app.store, id).await?))
 }
 
 #[derive(Debug, Deserialize)]
@@ -313,42 +300,4 @@ async fn events(
         Some((Ok(event), (changes, stopping, false)))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct ActionBody {
-    /// `fork`: how many steps the fork keeps.
-    at: Option<usize>,
-    /// `answer`: the answer.
-    text: Option<String>,
-}
-
-/// `pause`, `resume`, `kill`, `fork` (`{"at": N}`) and `answer` (`{"text": …}`).
-async fn act(
-    State(app): Shared,
-    Path((id, action)): Path<(String, String)>,
-    body: Option<JsonBody<ActionBody>>,
-) -> ApiResult {
-    let store = &app.store;
-    let id: ThreadId = id.parse()?;
-    let body = body.map(|b| b.0).unwrap_or_default();
-    match action.as_str() {
-        "kill" => control::kill(store, id).await?,
-        "pause" => control::pause(store, id).await?,
-        "resume" => {
-            actions::resume(store, id, &AgentFlags::default(), Hand::Detach).await?;
-        }
-        "answer" => {
-            let text =
-                body.text.ok_or_else(|| Error::Usage("the answer's `text` is missing".into()))?;
-            actions::answer(store, id, text, Hand::Detach).await?;
-        }
-        "fork" => {
-            let at = body.at.map_or(lifecycle::ForkAt::All, lifecycle::ForkAt::Steps);
-            let forked = actions::fork(store, id, &at, AgentFlags::default(), Hand::Detach).await?;
-            return to_json(json!({"ok": true, "thread": forked.handed.id}));
-        }
-        other => return Err(Error::Usage(format!("no action `{other}` on a thread")).into()),
-    }
-    to_json(json!({"ok": true, "thread": id}))
 }

@@ -4,6 +4,7 @@
 //! Nothing else needs it: threads run in their bundles' worker processes whether or not it
 //! runs, and the web view reads the same store the CLI does, through the library.
 
+pub mod api;
 mod assets;
 pub mod connections;
 pub mod http;
@@ -38,7 +39,12 @@ pub struct Options {
     pub schedules: bool,
     /// The bounds of every connection.
     pub limits: connections::ConnectionLimits,
+    /// The largest request body the API takes.
+    pub max_body: usize,
 }
+
+/// The largest request body the API takes unless `serve.max_body_bytes` says.
+pub const DEFAULT_MAX_BODY: usize = 1 << 20;
 
 /// Listens on `options.addr` and serves until `shutdown` completes; `ready` is told the
 /// address bound (the port, when 0 was asked for).
@@ -51,11 +57,11 @@ pub async fn serve(
     let addr = options.addr;
     // Each connection holds a descriptor: the soft limit (often 1,024) would cap them low.
     crate::run::worker::raise_open_files_limit();
-    if !addr.ip().is_loopback() && options.token.is_none() {
+    if !addr.ip().is_loopback() && options.token.is_none() && store.tokens().list()?.is_empty() {
         return Err(Error::Usage(format!(
             "refusing to listen on {addr} without a token: anyone who can reach it could read \
-             every thread and kill, fork or answer them; give --token (or \
-             UNCAGED_WORKFLOW_TOKEN), or listen on 127.0.0.1"
+             every thread and start, kill or answer them; create one with `uncaged-workflow \
+             token create --name NAME`, or listen on 127.0.0.1"
         )));
     }
     if let Some(token) = &options.token
@@ -91,6 +97,8 @@ pub async fn serve(
     let app = Arc::new(http::App {
         store: store.clone(),
         token: options.token.clone(),
+        open: bound.ip().is_loopback() && options.token.is_none(),
+        max_body: options.max_body,
         index: assets::INDEX_HTML.replace("{{CSRF}}", &csrf),
         csrf,
         hosts,
@@ -197,14 +205,5 @@ fn say(line: std::fmt::Arguments<'_>) {
 
 /// 128 random bits as hex, from the operating system.
 fn random_token() -> String {
-    let mut bytes = [0u8; 16];
-    // /dev/urandom is there on every system this runs on; if it were not, a ULID's 80
-    // random bits (from the same source, through `rand`) still make a token no page guesses.
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .is_err()
-    {
-        bytes = ulid::Ulid::new().0.to_le_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::ids::random_hex(16)
 }

@@ -16,6 +16,7 @@ use crate::error::Result;
 use crate::ids::ThreadId;
 use crate::run::control;
 use crate::run::ipc::PsEntry;
+use crate::run::query::{self, ThreadQuery};
 use crate::schedule::{self, ScheduleStatus};
 use crate::store::Storage;
 use crate::store::info_log::InfoLine;
@@ -91,18 +92,15 @@ pub fn schedules(store: &Storage, histories: &SharedHistories) -> Result<Vec<Sch
 pub fn threads(
     store: &Storage,
     workflow: Option<&str>,
-    status: Option<&str>,
+    status: Option<ThreadStatus>,
 ) -> Result<Vec<ThreadSummary>> {
-    let mut list: Vec<ThreadSummary> = store
-        .threads()
-        .summaries()?
-        .into_iter()
-        .filter(|t| workflow.is_none_or(|w| t.name == w))
-        .filter(|t| status.is_none_or(|s| t.status.as_str() == s))
-        .collect();
-    list.reverse();
-    list.truncate(MAX_THREADS);
-    Ok(list)
+    let query = ThreadQuery {
+        workflow: workflow.map(str::to_string),
+        statuses: status.into_iter().collect(),
+        limit: Some(MAX_THREADS),
+        ..ThreadQuery::default()
+    };
+    Ok(query::threads(store, &query)?.threads)
 }
 
 /// One thread, whole.

@@ -99,6 +99,10 @@ pub struct ServeConfig {
     /// How long a connection may be quiet before it is closed [default: 60s].
     #[serde(default)]
     pub idle_timeout: Option<Seconds>,
+    /// The largest request body the HTTP API takes, in bytes [default: 1 MiB]; larger ones
+    /// are refused with 413.
+    #[serde(default)]
+    pub max_body_bytes: Option<usize>,
 }
 
 /// One named agent binding: its kind and the failure policy of its calls. (Read by hand,
@@ -282,7 +286,7 @@ impl Config {
 /// Keys of the top level.
 const TOP_KEYS: &[&str] = &["agent", "agents", "roles", "extractor", "limits", "serve"];
 const SERVE_KEYS: &[&str] =
-    &["listen", "token_env", "max_connections", "header_timeout", "idle_timeout"];
+    &["listen", "token_env", "max_connections", "header_timeout", "idle_timeout", "max_body_bytes"];
 /// Keys every agent binding may have, and those of each kind.
 const BINDING_KEYS: &[&str] = &["kind", "timeout", "retries", "retry_delay"];
 const KIND_KEYS: &[(&str, &[&str])] = &[

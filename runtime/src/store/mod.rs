@@ -5,8 +5,9 @@
 //! machines (the private `postgres` module). Every concept has one trait and an implementation
 //! for each, named alike: threads ([`ThreadStore`]: `FileThreads`, `PgThreads`), their call
 //! journals ([`journal::CallLog`]), the registry and bundles ([`registry::RegistryBackend`],
-//! [`bundles::BundleBackend`]), schedules ([`schedules::ScheduleBackend`]) and the work queue
-//! ([`queue::WorkQueue`]: `FileQueue`, `PgQueue`). Nothing above this module asks which store
+//! [`bundles::BundleBackend`]), schedules ([`schedules::ScheduleBackend`]), the work queue
+//! ([`queue::WorkQueue`]: `FileQueue`, `PgQueue`), the HTTP API's tokens
+//! ([`tokens::TokenBackend`]) and request keys ([`request_keys::RequestKeys`]). Nothing above this module asks which store
 //! it is on. The interface is synchronous: each call is one short read or append, made
 //! between guest steps. The home directory stays local either way: the configuration, the
 //! AOT cache and the worker sockets of this machine.
@@ -21,9 +22,11 @@ pub mod queue;
 pub mod queue_files;
 pub mod records;
 pub mod registry;
+pub mod request_keys;
 pub mod schedules;
 pub mod thread_files;
 pub mod thread_index;
+pub mod tokens;
 
 use std::fmt;
 use std::sync::Arc;
@@ -168,6 +171,8 @@ pub struct Storage {
     schedules: Schedules,
     threads: Arc<dyn ThreadStore>,
     queue: Arc<dyn WorkQueue>,
+    tokens: tokens::Tokens,
+    request_keys: request_keys::SharedRequestKeys,
     /// The connection string of a database store, handed to the worker processes this one
     /// starts (in their environment, never on their command line).
     url: Option<String>,
@@ -186,6 +191,8 @@ impl Storage {
             schedules: schedules::in_home(home),
             threads: Arc::new(thread_files::FileThreads::new(home)),
             queue: Arc::new(queue_files::FileQueue::new(home)),
+            tokens: Arc::new(tokens::FileTokens::new(home)),
+            request_keys: Arc::new(request_keys::FileRequestKeys::new(home)),
             url: None,
         }
     }
@@ -209,6 +216,8 @@ impl Storage {
             schedules: Arc::new(postgres::schedules::PgSchedules::new(&pg)),
             threads: Arc::new(postgres::threads::PgThreads::new(&pg)),
             queue: Arc::new(postgres::queue::PgQueue::new(&pg)),
+            tokens: Arc::new(postgres::tokens::PgTokens::new(&pg)),
+            request_keys: Arc::new(postgres::request_keys::PgRequestKeys::new(&pg)),
             url: Some(url.to_string()),
         })
     }
@@ -246,6 +255,16 @@ impl Storage {
     /// The schedules that start threads by themselves.
     pub fn schedules(&self) -> Schedules {
         self.schedules.clone()
+    }
+
+    /// The HTTP API's tokens.
+    pub fn tokens(&self) -> &dyn tokens::TokenBackend {
+        &*self.tokens
+    }
+
+    /// The keys that make a retried request start one thread.
+    pub fn request_keys(&self) -> &dyn request_keys::RequestKeys {
+        &*self.request_keys
     }
 
     /// `config.yaml`: agent bindings and limits.

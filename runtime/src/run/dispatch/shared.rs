@@ -6,7 +6,6 @@
 //! while a person types.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -20,9 +19,10 @@ use crate::ids::{BundleHash, ThreadId};
 use crate::run::answer;
 use crate::run::events::Event;
 use crate::run::ipc::{self, PsEntry};
+use crate::run::watch::ThreadReader;
 use crate::run::worker::{self, WorkerOptions, request_of};
 use crate::store::Storage;
-use crate::store::records::{PendingCall, ThreadLines, ThreadRecord, ThreadStatus};
+use crate::store::records::{PendingCall, ThreadRecord, ThreadStatus};
 
 /// How often a follower reads what was stored since it last looked (one indexed read of the
 /// new records, usually none).
@@ -176,13 +176,8 @@ struct QueuedThread {
     /// When it was last checked that some worker is alive to run the thread.
     checked_workers: Instant,
     id: ThreadId,
-    /// The thread's records read so far, the last one's position, and whether a worker held
-    /// it, or it was queued, at the last read.
-    lines: ThreadLines,
-    read_to: i64,
-    live: Option<(bool, bool)>,
-    /// The thread as those records make it (rebuilt only when they change).
-    current: Option<Arc<ThreadRecord>>,
+    /// The thread's records read so far.
+    reader: ThreadReader,
     /// Steps already reported.
     seen: usize,
     last_working: Option<(String, String)>,
@@ -202,10 +197,7 @@ impl QueuedThread {
             answered: None,
             checked_workers: Instant::now(),
             id: record.id(),
-            lines: ThreadLines::default(),
-            read_to: -1,
-            live: None,
-            current: None,
+            reader: ThreadReader::new(store, record.id()),
             seen: record.steps.len(),
             last_working: None,
             pending: VecDeque::new(),
@@ -213,36 +205,8 @@ impl QueuedThread {
         }
     }
 
-    /// The thread as it is now, reading only the records stored since the last call.
-    fn catch_up(&mut self) -> Result<Arc<ThreadRecord>> {
-        let changes = self
-            .store
-            .threads()
-            .changes(self.id, self.read_to)?
-            .ok_or_else(|| Error::UnknownThread(self.id.to_string()))?;
-        let live = (changes.held, changes.queued);
-        if let Some(current) = &self.current
-            && changes.lines.is_empty()
-            && self.live == Some(live)
-        {
-            return Ok(current.clone());
-        }
-        if let Some(last) = changes.add_to(&mut self.lines) {
-            self.read_to = last;
-        }
-        self.live = Some(live);
-        let record = self
-            .lines
-            .clone()
-            .record(live.0, live.1)
-            .ok_or_else(|| Error::Host(format!("thread {} has no start record", self.id)))?;
-        let record = Arc::new(record);
-        self.current = Some(record.clone());
-        Ok(record)
-    }
-
     fn read(&mut self) -> Result<()> {
-        let record = self.catch_up()?;
+        let record = self.reader.catch_up()?;
         let thread = self.id;
         let working = self.working()?;
         // Each step carries its agent and duration, as the worker stored it.
@@ -361,7 +325,7 @@ impl Follower for QueuedThread {
             let Some(call) = self.asked.take() else { return Ok(()) };
             let thread = self.id;
             let Some(text) = text else {
-                let role = self.catch_up()?.paused.as_ref().and_then(|p| p.role.clone());
+                let role = self.reader.catch_up()?.paused.as_ref().and_then(|p| p.role.clone());
                 let role = role.unwrap_or_default();
                 self.pending.push_back(Heard::Event(Event::Waiting { thread, role }));
                 self.done = true;
@@ -370,7 +334,7 @@ impl Follower for QueuedThread {
             match answer::record(&self.store, thread, text) {
                 Ok(hash) => enqueue(&self.store, thread, hash, &self.flags).await?,
                 Err(Error::InvalidAnswer { reason, .. }) => {
-                    let record = self.catch_up()?;
+                    let record = self.reader.catch_up()?;
                     return self.ask(&record, Some(reason));
                 }
                 // Answered meanwhile from elsewhere (`answer`, the web view), which queued it:

@@ -1,5 +1,6 @@
-// The web view of uncaged-workflow: a page per hash route, fetched from /api and refreshed
-// when /api/events says what it shows has changed.
+// The web view of uncaged-workflow: a page per hash route, fetched from the HTTP API
+// (/api/v1, the one other systems call, with this page's CSRF token as its session) and
+// refreshed when /api/events says what it shows has changed.
 //
 // Everything shown comes from bundles, agents and poll commands: untrusted text. It is only
 // ever put in the page as text (textContent, text nodes, SVG <text>), never parsed as HTML,
@@ -91,22 +92,28 @@ function notice(text, error) {
 
 // ---------------------------------------------------------------- talking to the server
 
+const API = "/api/v1";
+
 async function get(path) {
-  const response = await fetch(path, { headers: { accept: "application/json" } });
+  const response = await fetch(API + path, { headers: { accept: "application/json", "x-uncaged-csrf": CSRF } });
   const body = await response.json();
-  if (!response.ok) throw new Error(body.error || response.statusText);
+  if (!response.ok) throw new Error(body.error?.message || response.statusText);
   return body;
 }
 
-async function act(id, action, body) {
-  const response = await fetch(`/api/threads/${id}/${action}`, {
+async function post(path, body) {
+  const response = await fetch(API + path, {
     method: "POST",
     headers: { "content-type": "application/json", "x-uncaged-csrf": CSRF },
     body: JSON.stringify(body || {}),
   });
   const answer = await response.json().catch(() => ({}));
-  if (!response.ok) throw new Error(answer.error || response.statusText);
+  if (!response.ok) throw new Error(answer.error?.message || response.statusText);
   return answer;
+}
+
+function act(id, action, body) {
+  return post(`/threads/${id}/${action}`, body);
 }
 
 // ---------------------------------------------------------------- routes
@@ -176,7 +183,8 @@ async function threadsView() {
   const query = new URLSearchParams();
   if (filters.workflow) query.set("workflow", filters.workflow);
   if (filters.status) query.set("status", filters.status);
-  const [threads, workflows] = await Promise.all([get("/api/threads?" + query), get("/api/workflows")]);
+  const [page, workflows] = await Promise.all([get("/threads?" + query), get("/workflows")]);
+  const threads = page.threads;
   const select = (name, options) => el("select", {
     "aria-label": name,
     on: { change: (e) => { filters[name] = e.target.value; render(); } },
@@ -206,9 +214,10 @@ async function threadsView() {
 // ---------------------------------------------------------------- workflows and schedules
 
 async function workflowsView() {
-  const workflows = await get("/api/workflows");
+  const workflows = await get("/workflows");
   return el("div", {},
     el("h1", {}, "Workflows"),
+    workflows.length === 0 ? null : startForm(workflows),
     workflows.length === 0 ? el("p", { class: "muted" }, "No workflows: `uncaged-workflow add NAME FILE`.") :
       workflows.map((w) => el("div", { class: "panel" },
         el("h2", {}, w.name, " ", el("span", { class: "mono muted" }, w.hash), w.declarative ? " · YAML" : ""),
@@ -220,8 +229,34 @@ async function workflowsView() {
           w.history.length ? ` · earlier versions: ${w.history.map((v) => v[0]).join(", ")}` : " · no earlier versions"))));
 }
 
+// Starts a thread through the API, as any other system would, and opens it.
+function startForm(workflows) {
+  const workflow = el("select", { id: "start-workflow", "aria-label": "workflow" },
+    workflows.map((w) => el("option", { value: w.name }, w.name)));
+  const prompt = el("textarea", { id: "start-prompt", rows: 3, placeholder: "What the thread should do", "aria-label": "prompt" });
+  const button = el("button", {
+    id: "start",
+    on: {
+      click: async () => {
+        button.disabled = true;
+        try {
+          const started = await post("/threads", { workflow: workflow.value, prompt: prompt.value });
+          notice("Started thread " + started.id);
+          location.hash = "#/thread/" + started.id;
+        } catch (e) {
+          notice(e.message, true);
+        } finally {
+          button.disabled = false;
+        }
+      },
+    },
+  }, "Start a thread");
+  return el("div", { class: "panel start" }, el("h2", {}, "Start a thread"),
+    el("label", {}, "Workflow ", workflow), prompt, button);
+}
+
 async function schedulesView() {
-  const schedules = await get("/api/schedules");
+  const schedules = await get("/schedules");
   const trigger = (t) => t.type === "cron"
     ? `cron ${t.expression} (${t.timezone || "UTC"})`
     : `poll ${t.command.join(" ")} every ${duration(t.everyMs)} (${t.diff})`;
@@ -244,7 +279,7 @@ async function schedulesView() {
 // ---------------------------------------------------------------- one thread
 
 async function threadView(id) {
-  const t = await get("/api/threads/" + id);
+  const t = await get("/threads/" + id);
   const start = t.start;
   const now = t.now;
   const head = el("div", {},

@@ -10,10 +10,12 @@
 
 pub mod queue;
 pub mod registry;
+pub mod request_keys;
 pub mod schedules;
 mod schema;
 pub mod threads;
 mod tls;
+pub mod tokens;
 
 use std::collections::HashMap;
 use std::fmt;

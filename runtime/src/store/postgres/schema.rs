@@ -19,6 +19,7 @@ const APPLICATION: &str = "uncaged-workflow";
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "store", include_str!("migrations/0001_store.sql")),
     (2, "schedules", include_str!("migrations/0002_schedules.sql")),
+    (3, "api", include_str!("migrations/0003_api.sql")),
 ];
 
 /// The schema version this binary writes.

@@ -1,0 +1,53 @@
+//! Which threads a listing shows: by workflow, status and age, newest first, a page at a time.
+//! The CLI's `threads`, the web view and the HTTP API all ask this one question.
+
+use crate::error::Result;
+use crate::ids::ThreadId;
+use crate::store::Storage;
+use crate::store::records::{ThreadStatus, ThreadSummary};
+
+/// What a listing asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadQuery {
+    /// Only threads of this workflow.
+    pub workflow: Option<String>,
+    /// Only threads in one of these statuses (any, if empty).
+    pub statuses: Vec<ThreadStatus>,
+    /// Only threads started at or after this instant (ms since the epoch).
+    pub started_after: Option<u64>,
+    /// Only threads older than this one: the cursor of the page before.
+    pub before: Option<ThreadId>,
+    /// At most this many (the newest).
+    pub limit: Option<usize>,
+}
+
+/// A page of threads, newest first, and where the next page starts (if there are more).
+#[derive(Debug)]
+pub struct ThreadPage {
+    pub threads: Vec<ThreadSummary>,
+    pub next: Option<ThreadId>,
+}
+
+/// The threads `query` asks for.
+pub fn threads(store: &Storage, query: &ThreadQuery) -> Result<ThreadPage> {
+    let mut summaries = store.threads().summaries()?;
+    // A thread id orders by its creation: newest first is the reverse of id order, and "older
+    // than the cursor" an id comparison.
+    summaries.sort_unstable_by_key(|t| t.thread_id);
+    let mut matching = summaries
+        .into_iter()
+        .rev()
+        .filter(|t| query.before.is_none_or(|before| t.thread_id < before))
+        .filter(|t| query.workflow.as_ref().is_none_or(|w| *w == t.name))
+        .filter(|t| query.statuses.is_empty() || query.statuses.contains(&t.status))
+        .filter(|t| query.started_after.is_none_or(|after| t.timestamp >= after));
+    let threads: Vec<ThreadSummary> = match query.limit {
+        Some(limit) => matching.by_ref().take(limit).collect(),
+        None => matching.by_ref().collect(),
+    };
+    let next = match matching.next() {
+        Some(_) => threads.last().map(|t| t.thread_id),
+        None => None,
+    };
+    Ok(ThreadPage { threads, next })
+}

@@ -1,0 +1,197 @@
+//! The HTTP API, v1 (`/api/v1`): what another system — a CI job, a chat bot, a service —
+//! calls to start threads, follow them and act on them. Every handler calls the library
+//! functions the CLI calls ([`crate::run::actions`], [`crate::run::control`],
+//! [`crate::run::query`]), on either store; the OpenAPI document at `/api/v1/openapi.json`
+//! is generated from the handlers' types ([`ApiDoc`]).
+//!
+//! Who may call: a bearer token (`token create`; a read-only one may not act), the token
+//! `serve` was given, or the web page itself (its session, with its CSRF token in a header).
+//! Every error is `{"error": {"code", "message"}}` with a 4xx or 5xx status, and changes
+//! nothing.
+
+pub mod threads;
+pub mod types;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use utoipa::OpenApi;
+
+use super::http::App;
+use super::views;
+use crate::error::{Error, exit};
+use types::{ErrorBody, ErrorDetail, Health};
+
+/// What a caller may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// Whose requests these are: a token's name (`token:ci`), the server's token, the page.
+    pub name: String,
+    pub may_act: bool,
+}
+
+/// The routes under `/api/v1`, with the body limit.
+pub fn routes(max_body: usize) -> Router<Arc<App>> {
+    Router::new()
+        .route("/health", get(health))
+        .route("/openapi.json", get(openapi))
+        .route("/threads", post(threads::start).get(threads::list))
+        .route("/threads/{id}", get(threads::one))
+        .route("/threads/{id}/events", get(threads::events))
+        .route("/threads/{id}/{action}", post(threads::act))
+        .route("/workflows", get(workflows))
+        .route("/schedules", get(schedules))
+        .fallback(|| async {
+            error(StatusCode::NOT_FOUND, "not_found", "no such route (see /api/v1/openapi.json)")
+        })
+        .layer(DefaultBodyLimit::max(max_body))
+}
+
+/// The OpenAPI 3.1 document of the API.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "uncaged-workflow",
+        description = "Start, follow and act on threads of sandboxed multi-role agent workflows."
+    ),
+    paths(
+        health, openapi, workflows, schedules, threads::start, threads::list, threads::one,
+        threads::events, threads::act
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = []))
+)]
+pub struct ApiDoc;
+
+/// Declares the bearer scheme every route but `/health` asks for.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components
+            .add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// An API error: a status, a stable code a program can test, and one line for a person.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// The JSON error answer.
+pub fn error(status: StatusCode, code: &'static str, message: &str) -> Response {
+    let body = ErrorBody { error: ErrorDetail { code: code.into(), message: message.into() } };
+    (status, axum::Json(body)).into_response()
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let (status, code) = match &e {
+            Error::KeyReused(_) => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
+            Error::InvalidAnswer { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer"),
+            Error::ThreadBusy(_) => (StatusCode::CONFLICT, "thread_busy"),
+            _ if e.is_database_unavailable() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            _ => match e.exit_code() {
+                exit::USAGE | exit::DATA => (StatusCode::BAD_REQUEST, "invalid"),
+                exit::NOT_FOUND => (StatusCode::NOT_FOUND, "not_found"),
+                exit::STATE => (StatusCode::CONFLICT, "conflict"),
+                _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            },
+        };
+        ApiError { status, code, message: crate::error::chain_line(&e) }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error(self.status, self.code, &self.message)
+    }
+}
+
+/// A JSON request body, refused with the API's JSON error: 400 malformed, 413 over the limit,
+/// 415 not JSON, 422 the wrong shape.
+pub struct JsonBody<T>(pub T);
+
+impl<T, S> axum::extract::FromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(request, state).await {
+            Ok(axum::Json(value)) => Ok(JsonBody(value)),
+            Err(rejection) => {
+                let status = rejection.status();
+                let code = match status {
+                    StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+                    StatusCode::UNPROCESSABLE_ENTITY => "invalid_body",
+                    _ => "malformed_json",
+                };
+                Err(error(status, code, &rejection.body_text()))
+            }
+        }
+    }
+}
+
+impl<T, S> axum::extract::OptionalFromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    /// No body (no content type) is no value; a body that is there must be good JSON.
+    async fn from_request(request: Request, state: &S) -> Result<Option<Self>, Self::Rejection> {
+        if !request.headers().contains_key(header::CONTENT_TYPE) {
+            return Ok(None);
+        }
+        <Self as axum::extract::FromRequest<S>>::from_request(request, state).await.map(Some)
+    }
+}
+
+type Shared = State<Arc<App>>;
+
+/// Whether the server answers (no token needed: for load balancers and probes).
+#[utoipa::path(get, path = "/api/v1/health", security(()),
+    responses((status = 200, description = "The server answers", body = Health)))]
+async fn health() -> axum::Json<Health> {
+    axum::Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
+}
+
+/// This document.
+#[utoipa::path(get, path = "/api/v1/openapi.json",
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object),
+        (status = 401, description = "No valid token", body = ErrorBody)))]
+async fn openapi() -> Response {
+    axum::Json(ApiDoc::openapi()).into_response()
+}
+
+/// The registered workflows, with their versions and roles.
+#[utoipa::path(get, path = "/api/v1/workflows",
+    responses((status = 200, description = "Every registered workflow", body = Vec<Object>),
+        (status = 401, description = "No valid token", body = ErrorBody)))]
+async fn workflows(State(app): Shared) -> Result<Response, ApiError> {
+    Ok(axum::Json(views::workflows(&app.store)?).into_response())
+}
+
+/// The schedules, with their next firing and last firings.
+#[utoipa::path(get, path = "/api/v1/schedules",
+    responses((status = 200, description = "Every schedule", body = Vec<Object>),
+        (status = 401, description = "No valid token", body = ErrorBody)))]
+async fn schedules(State(app): Shared) -> Result<Response, ApiError> {
+    let list = views::schedules(&app.store, &app.histories)?;
+    Ok(axum::Json(json!(list)).into_response())
+}

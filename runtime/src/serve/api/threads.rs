@@ -1,0 +1,287 @@
+//! `/api/v1/threads`: start a thread (once per `Idempotency-Key`), list them a page at a time,
+//! read one, follow its events (server-sent, resumable with `Last-Event-ID`), and act on it.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+
+use super::types::{
+    ActionBody, ActionDone, ErrorBody, ListQuery, StartThread, Started, ThreadItem, ThreadList,
+};
+use super::{ApiError, Caller, JsonBody, Shared};
+use crate::agents::AgentFlags;
+use crate::clock::now_ms;
+use crate::error::Error;
+use crate::ids::ThreadId;
+use crate::run::actions::{self, Hand, Once, OnceKey};
+use crate::run::catalog::Catalog;
+use crate::run::control;
+use crate::run::events::Event;
+use crate::run::lifecycle::{ForkAt, Origin, RunOptions, StartRequest};
+use crate::run::query::{self, ThreadQuery};
+use crate::run::watch::ThreadEvents;
+use crate::serve::views;
+use crate::store::records::ThreadStatus;
+use crate::store::request_keys::MAX_KEY_LEN;
+
+/// The header that makes a retried start return the thread the first one started.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// How often an event stream looks for what a thread stored.
+const EVENTS_POLL: Duration = Duration::from_millis(200);
+
+/// The most threads a page holds, and how many unless asked.
+const MAX_PAGE: usize = 1000;
+const DEFAULT_PAGE: usize = 100;
+
+/// Starts a thread of a registered workflow, detached: the answer comes once the thread is
+/// recorded and handed to a worker, not when it ends.
+#[utoipa::path(post, path = "/api/v1/threads", request_body = StartThread,
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "A retry with the same key returns the same thread (200), not a second one")),
+    responses(
+        (status = 201, description = "Started", body = Started),
+        (status = 200, description = "Started before, by a request with this key", body = Started),
+        (status = 400, description = "Bad request (a body that is not JSON, say)", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "A read-only token", body = ErrorBody),
+        (status = 404, description = "No such workflow", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 415, description = "Not JSON", body = ErrorBody),
+        (status = 422, description = "The wrong shape, or a key used for another request",
+            body = ErrorBody)))]
+pub async fn start(
+    State(app): Shared,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<StartThread>,
+) -> Result<Response, ApiError> {
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(value) => {
+            let key = value
+                .to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= MAX_KEY_LEN)
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "the Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters"
+                    ))
+                })?;
+            Some(OnceKey {
+                scope: caller.name.clone(),
+                key: key.to_string(),
+                fingerprint: fingerprint(&body),
+            })
+        }
+    };
+    let name = Catalog::new(&app.store).name_of(&body.workflow)?;
+    let request = StartRequest {
+        name,
+        prompt: body.prompt,
+        options: RunOptions { trigger_data: body.data, ..RunOptions::default() },
+        origin: Origin::default(),
+    };
+    let (status, id) = match actions::start_once(&app.store, request, key).await? {
+        Once::Started(id) => (StatusCode::CREATED, id),
+        Once::Replayed(id) => (StatusCode::OK, id),
+    };
+    Ok((status, axum::Json(Started { id: id.to_string() })).into_response())
+}
+
+/// What a start request asked, as a digest: a key sent again with another request is refused.
+fn fingerprint(body: &StartThread) -> String {
+    let asked = serde_json::to_vec(body).expect("a request serializes");
+    Sha256::digest(&asked).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Threads, newest first, a page at a time.
+#[utoipa::path(get, path = "/api/v1/threads", params(ListQuery),
+    responses((status = 200, description = "A page of threads", body = ThreadList),
+        (status = 400, description = "A filter that does not parse", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody)))]
+pub async fn list(
+    State(app): Shared,
+    Query(asked): Query<ListQuery>,
+) -> Result<axum::Json<ThreadList>, ApiError> {
+    let bad = |what: String| ApiError::from(Error::Usage(what));
+    let statuses = match asked.status.as_deref().filter(|s| !s.is_empty()) {
+        None => vec![],
+        Some(name) => vec![ThreadStatus::named(name).ok_or_else(|| {
+            bad(format!("status `{}`: not a thread status", crate::terminal::line(name)))
+        })?],
+    };
+    let started_after = match asked.since.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(since) => {
+            let ago = humantime::parse_duration(since).map_err(|e| {
+                bad(format!("since `{}`: {e} (e.g. 30m, 12h, 7d)", crate::terminal::line(since)))
+            })?;
+            Some(now_ms().saturating_sub(ago.as_millis() as u64))
+        }
+    };
+    let before = match asked.cursor.as_deref().filter(|c| !c.is_empty()) {
+        None => None,
+        Some(cursor) => Some(cursor.parse::<ThreadId>().map_err(|_| bad("not a cursor".into()))?),
+    };
+    let limit = asked.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(bad(format!("limit {limit}: from 1 to {MAX_PAGE}")));
+    }
+    let query = ThreadQuery {
+        workflow: asked.workflow.filter(|w| !w.is_empty()),
+        statuses,
+        started_after,
+        before,
+        limit: Some(limit),
+    };
+    let page = query::threads(&app.store, &query)?;
+    Ok(axum::Json(ThreadList {
+        threads: page.threads.into_iter().map(ThreadItem::from).collect(),
+        next_cursor: page.next.map(|id| id.to_string()),
+    }))
+}
+
+/// One thread: its start, status, steps (each with its agent and duration), routing, the
+/// agent at work, its end, and the tail of its debug log.
+#[utoipa::path(get, path = "/api/v1/threads/{id}",
+    params(("id" = String, Path, description = "A thread id, or a unique prefix of one")),
+    responses((status = 200, description = "The thread", body = Object),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "No such thread", body = ErrorBody)))]
+pub async fn one(State(app): Shared, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = app.store.threads().resolve(&id)?;
+    Ok(axum::Json(views::thread(&app.store, id).await?).into_response())
+}
+
+/// What happens to a thread, as server-sent events: `step` (id: the step's index), then
+/// `waiting`, `paused` or `ended` as it comes to rest; the stream ends with `ended`. A client
+/// that reconnects with `Last-Event-ID` (or `?after=N`) hears the steps after it.
+#[utoipa::path(get, path = "/api/v1/threads/{id}/events",
+    params(("id" = String, Path, description = "A thread id, or a unique prefix of one"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this step"),
+        ("after" = Option<usize>, Query, description = "Start after this step")),
+    responses((status = 200, description = "A stream of events (text/event-stream); each \
+            `data` is a JSON event whose `type` names it, as `run --json` prints them",
+            content_type = "text/event-stream", body = String),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "No such thread", body = ErrorBody)))]
+pub async fn events(
+    State(app): Shared,
+    Path(id): Path<String>,
+    Query(after): Query<AfterQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let id = app.store.threads().resolve(&id)?;
+    let resumed = headers
+        .get("last-event-id")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.trim().parse::<usize>().ok());
+    let after = resumed.or(after.after).unwrap_or(0);
+    let mut watch = ThreadEvents::new(&app.store, id, after);
+    // What is there now is known before the answer: a thread that does not read is a 4xx/5xx,
+    // not a stream that ends at once.
+    let first = watch.poll()?;
+    let stopping = app.stopping.subscribe();
+    let state = (watch, stopping, std::collections::VecDeque::from(first), after, false);
+    let stream = futures::stream::unfold(
+        state,
+        |(mut watch, mut stopping, mut queue, mut told, done)| async move {
+            loop {
+                if let Some(event) = queue.pop_front() {
+                    if let Event::Step { index, .. } = &event {
+                        told = *index;
+                    }
+                    let last = matches!(event, Event::Ended { .. });
+                    let sse = to_sse(&event, told);
+                    return Some((Ok::<_, Infallible>(sse), (watch, stopping, queue, told, last)));
+                }
+                if done || *stopping.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(EVENTS_POLL) => {}
+                    _ = stopping.changed() => return None,
+                }
+                match watch.poll() {
+                    Ok(events) => queue.extend(events),
+                    // A thread removed while watched, a store gone: the stream ends; a client
+                    // reconnects and is told why.
+                    Err(_) => return None,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// `?after=N`.
+#[derive(Debug, serde::Deserialize)]
+pub struct AfterQuery {
+    after: Option<usize>,
+}
+
+/// An event as SSE: named by its type, with the last step told as its id.
+fn to_sse(event: &Event, told: usize) -> SseEvent {
+    let json = serde_json::to_value(event).expect("events serialize");
+    let name = json["type"].as_str().unwrap_or("event").to_string();
+    SseEvent::default().event(name).id(told.to_string()).data(json.to_string())
+}
+
+/// `kill`, `pause`, `resume`, `answer` (`{"text": …}`) or `fork` (`{"at": N}`): what the CLI
+/// command of the same name does, detached.
+#[utoipa::path(post, path = "/api/v1/threads/{id}/{action}", request_body = Option<ActionBody>,
+    params(("id" = String, Path, description = "A thread id, or a unique prefix of one"),
+        ("action" = String, Path, description = "kill, pause, resume, answer or fork")),
+    responses((status = 200, description = "Done: the thread (for fork, the new one)",
+            body = ActionDone),
+        (status = 400, description = "What the action needs is missing", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "A read-only token", body = ErrorBody),
+        (status = 404, description = "No such thread, or no such action", body = ErrorBody),
+        (status = 409, description = "Not in a state for it (kill an ended thread, say)",
+            body = ErrorBody),
+        (status = 422, description = "An answer of the wrong shape", body = ErrorBody)))]
+pub async fn act(
+    State(app): Shared,
+    Path((id, action)): Path<(String, String)>,
+    body: Option<JsonBody<ActionBody>>,
+) -> Result<axum::Json<ActionDone>, ApiError> {
+    let store = &app.store;
+    let id = store.threads().resolve(&id)?;
+    let body = body.map(|b| b.0).unwrap_or_default();
+    let done = |thread: ThreadId| Ok(axum::Json(ActionDone { thread: thread.to_string() }));
+    match action.as_str() {
+        "kill" => control::kill(store, id).await?,
+        "pause" => control::pause(store, id).await?,
+        "resume" => {
+            actions::resume(store, id, &AgentFlags::default(), Hand::Detach).await?;
+        }
+        "answer" => {
+            let text =
+                body.text.ok_or_else(|| Error::Usage("the answer's `text` is missing".into()))?;
+            actions::answer(store, id, text, Hand::Detach).await?;
+        }
+        "fork" => {
+            let at = body.at.map_or(ForkAt::All, ForkAt::Steps);
+            let forked = actions::fork(store, id, &at, AgentFlags::default(), Hand::Detach).await?;
+            return done(forked.handed.id);
+        }
+        other => {
+            return Err(ApiError {
+                status: StatusCode::NOT_FOUND,
+                code: "not_found",
+                message: format!(
+                    "no action `{}` on a thread (kill, pause, resume, answer, fork)",
+                    crate::terminal::line(other)
+                ),
+            });
+        }
+    }
+    done(id)
+}

@@ -1,0 +1,131 @@
+//! The API's request and answer bodies, as the OpenAPI document describes them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+/// Every error: a code a program can test, and one line for a person.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// `unauthorized`, `read_only`, `not_found`, `invalid`, `invalid_body`, `malformed_json`,
+    /// `too_large`, `unsupported_media_type`, `idempotency_key_reused`, `conflict`, …
+    pub code: String,
+    pub message: String,
+}
+
+/// The server answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+}
+
+/// A thread to start.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartThread {
+    /// A registered workflow's name, or the hash of its current version.
+    pub workflow: String,
+    /// The thread's prompt.
+    pub prompt: String,
+    /// Passed to the thread as `$trigger_data`.
+    #[serde(default)]
+    pub data: Option<Value>,
+}
+
+/// A thread started (201), or the one an earlier request with the same `Idempotency-Key`
+/// started (200).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Started {
+    /// The thread's id.
+    pub id: String,
+}
+
+/// Which threads to list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only threads in this status (`running`, `waiting`, `paused`, `interrupted`, `queued`,
+    /// `completed`, `failed`, `killed`).
+    pub status: Option<String>,
+    /// Only threads of this workflow.
+    pub workflow: Option<String>,
+    /// Only threads started within this long, e.g. `30m`, `12h`, `7d`.
+    pub since: Option<String>,
+    /// At most this many (1–1000) [default: 100].
+    pub limit: Option<usize>,
+    /// The `nextCursor` of the page before.
+    pub cursor: Option<String>,
+}
+
+/// A page of threads, newest first.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadList {
+    pub threads: Vec<ThreadItem>,
+    /// Where the next page starts (`?cursor=`); absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// A thread as a listing shows it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadItem {
+    pub thread_id: String,
+    /// The workflow.
+    pub name: String,
+    /// The version (bundle hash) it runs.
+    pub hash: String,
+    pub status: String,
+    pub steps: usize,
+    /// When it started (ms since the epoch).
+    pub timestamp: u64,
+    /// The start of its prompt.
+    pub prompt: String,
+    /// When it ended (ms since the epoch).
+    pub ended: Option<u64>,
+    /// The role a person must answer for, when it waits for one.
+    pub waiting_role: Option<String>,
+    /// The schedule that started it.
+    pub schedule: Option<String>,
+}
+
+impl From<crate::store::records::ThreadSummary> for ThreadItem {
+    fn from(t: crate::store::records::ThreadSummary) -> Self {
+        ThreadItem {
+            thread_id: t.thread_id.to_string(),
+            name: t.name,
+            hash: t.hash.to_string(),
+            status: t.status.as_str().to_string(),
+            steps: t.steps,
+            timestamp: t.timestamp,
+            prompt: t.prompt,
+            ended: t.ended,
+            waiting_role: t.waiting_role,
+            schedule: t.schedule,
+        }
+    }
+}
+
+/// What an action takes: `answer` its `text`, `fork` the steps to keep (`at`; all if absent).
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActionBody {
+    /// `answer`: the answer (JSON text, when the role's output has a schema).
+    pub text: Option<String>,
+    /// `fork`: how many steps the fork keeps.
+    pub at: Option<usize>,
+}
+
+/// An action done: the thread it was done to, or for `fork` the new thread.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ActionDone {
+    pub thread: String,
+}

@@ -1,0 +1,56 @@
+//! Request keys in PostgreSQL: the `request_keys` table, whose primary key lets one request
+//! of many — from any process, on any machine — claim a key.
+
+use crate::error::Result;
+use crate::store::postgres::Postgres;
+use crate::store::request_keys::{Claim, RequestKey, RequestKeys};
+
+/// The request keys in the database.
+#[derive(Debug)]
+pub struct PgRequestKeys {
+    pg: Postgres,
+}
+
+impl PgRequestKeys {
+    pub fn new(pg: &Postgres) -> Self {
+        PgRequestKeys { pg: pg.clone() }
+    }
+}
+
+impl RequestKeys for PgRequestKeys {
+    fn claim(&self, key: &RequestKey) -> Result<Claim> {
+        let client = self.pg.client()?;
+        let created = i64::try_from(key.created).unwrap_or(i64::MAX);
+        let thread = key.thread.to_string();
+        let claimed = self.pg.wait(
+            "claim a request key",
+            client.execute(
+                "INSERT INTO request_keys (scope, key, fingerprint, thread_id, created_ms)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[&key.scope, &key.key, &key.fingerprint, &thread, &created],
+            ),
+        )?;
+        if claimed == 1 {
+            return Ok(Claim::New);
+        }
+        let row = self.pg.wait(
+            "read a request key",
+            client.query_one(
+                "SELECT fingerprint, thread_id, created_ms FROM request_keys
+                 WHERE scope = $1 AND key = $2",
+                &[&key.scope, &key.key],
+            ),
+        )?;
+        let thread: String = row.get(1);
+        let thread = thread
+            .parse()
+            .map_err(|e| self.pg.bad_data(format!("request key's thread `{thread}`: {e}")))?;
+        Ok(Claim::Taken(RequestKey {
+            scope: key.scope.clone(),
+            key: key.key.clone(),
+            fingerprint: row.get(0),
+            thread,
+            created: row.get::<_, i64>(2).max(0) as u64,
+        }))
+    }
+}

@@ -1,0 +1,335 @@
+//! The HTTP API (`/api/v1`) as another system calls it: `serve` on loopback with an ephemeral
+//! port, tokens made with `token create`, real HTTP. Each test runs on both stores.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+use crate::{Env, Serve, wait_until};
+
+/// A client of one server, with a token.
+struct Api {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    fn new(serve: &Serve, token: &str) -> Result<Self> {
+        Ok(Api {
+            base: format!("http://{}/api/v1", serve.addr),
+            token: token.to_string(),
+            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?,
+        })
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.token)
+    }
+
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.http.post(format!("{}{path}", self.base)).bearer_auth(&self.token)
+    }
+
+    /// Sends `request`; its status and JSON body (null if none).
+    async fn send(request: reqwest::RequestBuilder) -> Result<(u16, Value)> {
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text)? };
+        Ok((status, body))
+    }
+
+    /// Starts a thread of `workflow`; its id.
+    async fn start(&self, workflow: &str, prompt: &str) -> Result<String> {
+        let (status, body) =
+            Api::send(self.post("/threads").json(&json!({"workflow": workflow, "prompt": prompt})))
+                .await?;
+        ensure!(status == 201, "{status} {body}");
+        Ok(body["id"].as_str().context("an id")?.to_string())
+    }
+
+    /// The events of thread `id` from `after` (as `Last-Event-ID`) until the stream ends.
+    async fn events(&self, id: &str, after: Option<usize>) -> Result<Vec<(String, String, Value)>> {
+        let mut request = self.get(&format!("/threads/{id}/events"));
+        if let Some(after) = after {
+            request = request.header("last-event-id", after.to_string());
+        }
+        let mut response = request.send().await?;
+        ensure!(response.status() == 200, "{}", response.status());
+        let kind = response.headers()["content-type"].to_str()?.to_string();
+        ensure!(kind.starts_with("text/event-stream"), "{kind}");
+        let mut text = String::new();
+        while let Some(chunk) = response.chunk().await? {
+            text.push_str(std::str::from_utf8(&chunk)?);
+        }
+        let mut events = Vec::new();
+        for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                    .map(|v| v.trim().to_string())
+            };
+            let (Some(name), Some(data)) = (field("event"), field("data")) else { continue };
+            events.push((name, field("id").unwrap_or_default(), serde_json::from_str(&data)?));
+        }
+        Ok(events)
+    }
+}
+
+/// A home with solve-issue, a token that may act, and `serve` on it.
+fn serving(env: &Env) -> Result<(Serve, String)> {
+    env.add_solve_issue()?;
+    let token = env.ok(&["token", "create", "--name", "ci"])?.trim().to_string();
+    let serve = Serve::start(env, &["--no-schedules"], &[])?;
+    Ok((serve, token))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+on_both_stores! {
+    #[test]
+    fn a_thread_started_over_the_api_is_followed_to_its_end() -> Result<()> {
+        let env = Env::new()?;
+        let (serve, token) = serving(&env)?;
+        let api = Api::new(&serve, &token)?;
+        runtime()?.block_on(async {
+            let data = json!({"issue": 7, "title": "<b>it breaks</b>"});
+            let (status, body) = Api::send(api.post("/threads").json(
+                &json!({"workflow": "solve-issue", "prompt": "fix it", "data": data}),
+            ))
+            .await?;
+            assert_eq!(status, 201, "{body}");
+            let id = body["id"].as_str().context("id")?.to_string();
+            // Followed to its end: every step once, in order, then `ended`.
+            let events = api.events(&id, None).await?;
+            let record = env.json(&["thread", &id])?;
+            let steps = record["steps"].as_array().context("steps")?.len();
+            ensure!(steps > 0, "{record}");
+            let told: Vec<u64> = events
+                .iter()
+                .filter(|(name, _, _)| name == "step")
+                .map(|(_, _, e)| e["index"].as_u64().unwrap_or(0))
+                .collect();
+            assert_eq!(told, (1..=steps as u64).collect::<Vec<_>>(), "{events:?}");
+            let (name, last_id, last) = events.last().context("events")?;
+            assert_eq!(name, "ended");
+            assert_eq!(last["status"], "completed", "{last}");
+            assert_eq!(last_id, &steps.to_string());
+            assert_eq!(record["start"]["triggerData"], data);
+            // Resumed after step 2: the steps after it, then the end.
+            let resumed = api.events(&id, Some(2)).await?;
+            assert_eq!(resumed[0].2["index"], 3, "{resumed:?}");
+            assert_eq!(resumed.len(), steps - 2 + 1, "{resumed:?}");
+
+            // One thread, whole; by the hash of the workflow's current version too.
+            let (status, one) = Api::send(api.get(&format!("/threads/{id}"))).await?;
+            assert_eq!((status, one["status"].clone()), (200, json!("completed")));
+            let hash = one["start"]["hash"].as_str().context("hash")?.to_string();
+            let by_hash = api.start(&hash, "by hash").await?;
+            // Pages, newest first, that meet without a gap or an overlap.
+            let third = api.start("solve-issue", "third").await?;
+            let (_, page) = Api::send(api.get("/threads?limit=2")).await?;
+            let first: Vec<&str> =
+                page["threads"].as_array().context("threads")?.iter().map(|t| t["threadId"].as_str().unwrap()).collect();
+            assert_eq!(first, [third.as_str(), by_hash.as_str()]);
+            let cursor = page["nextCursor"].as_str().context("a next page")?;
+            let (_, rest) = Api::send(api.get(&format!("/threads?limit=2&cursor={cursor}"))).await?;
+            assert_eq!(rest["threads"][0]["threadId"], id.as_str());
+            ensure!(rest.get("nextCursor").is_none(), "{rest}");
+            let (_, of_workflow) =
+                Api::send(api.get("/threads?workflow=solve-issue&status=completed&since=1h")).await?;
+            ensure!(of_workflow["threads"].as_array().is_some_and(|t| !t.is_empty()), "{of_workflow}");
+            let (status, bad) = Api::send(api.get("/threads?status=asleep")).await?;
+            assert_eq!((status, bad["error"]["code"].clone()), (400, json!("invalid")));
+            let (status, missing) = Api::send(api.get("/threads/01KQXKW18CT8G75T53R8F4G7YG")).await?;
+            assert_eq!((status, missing["error"]["code"].clone()), (404, json!("not_found")));
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn a_retried_start_with_its_idempotency_key_starts_one_thread() -> Result<()> {
+        let env = Env::new()?;
+        let (serve, token) = serving(&env)?;
+        let api = Api::new(&serve, &token)?;
+        runtime()?.block_on(async {
+            let asked = json!({"workflow": "solve-issue", "prompt": "once"});
+            let send = |key: &'static str, body: Value| {
+                Api::send(api.post("/threads").header("idempotency-key", key).json(&body))
+            };
+            let (first, started) = send("k-1", asked.clone()).await?;
+            let (again, replayed) = send("k-1", asked.clone()).await?;
+            assert_eq!((first, again), (201, 200));
+            assert_eq!(started["id"], replayed["id"]);
+            // Twelve at once with a new key: one thread, the same id for all.
+            let racing = (0..12).map(|_| send("k-2", asked.clone()));
+            let answers = futures::future::join_all(racing).await;
+            let mut ids = BTreeSet::new();
+            let mut created = 0;
+            for answer in answers {
+                let (status, body) = answer?;
+                ensure!(status == 201 || status == 200, "{status} {body}");
+                created += usize::from(status == 201);
+                ids.insert(body["id"].as_str().context("id")?.to_string());
+            }
+            assert_eq!((created, ids.len()), (1, 1), "{ids:?}");
+            // The key with another request is refused; a bad request holds no key.
+            let other = json!({"workflow": "solve-issue", "prompt": "something else"});
+            let (status, refused) = send("k-1", other).await?;
+            assert_eq!((status, refused["error"]["code"].clone()), (422, json!("idempotency_key_reused")));
+            let (status, _) = send("k-3", json!({"workflow": "nope", "prompt": "x"})).await?;
+            assert_eq!(status, 404);
+            let (status, _) = send("k-3", asked.clone()).await?;
+            assert_eq!(status, 201);
+            Ok::<_, anyhow::Error>(())
+        })?;
+        let threads = env.json(&["threads"])?;
+        assert_eq!(threads.as_array().context("a list")?.len(), 3, "{threads}");
+        Ok(())
+    }
+
+    #[test]
+    fn tokens_none_wrong_read_only_and_revoked() -> Result<()> {
+        let env = Env::new()?;
+        let (serve, token) = serving(&env)?;
+        ensure!(token.starts_with("uwt_") && token.len() > 40, "{token}");
+        let viewer = env.ok(&["token", "create", "--name", "viewer", "--read-only"])?.trim().to_string();
+        let list = env.json(&["token", "list"])?;
+        assert_eq!(list[0]["name"], "ci");
+        assert_eq!((list[1]["name"].clone(), list[1]["readOnly"].clone()), (json!("viewer"), json!(true)));
+        let listed = env.ok(&["token", "list"])?;
+        ensure!(listed.contains("viewer") && !listed.contains(&token) && !listed.contains(&viewer), "{listed}");
+        // Only hashes are kept.
+        let kept = match &env.store {
+            Some(_) => env.sql("SELECT name, hash FROM api_tokens")?,
+            None => std::fs::read_to_string(env.home().join("api/tokens.json"))?,
+        };
+        ensure!(kept.contains("viewer") && !kept.contains(&token[4..]), "{kept}");
+        let e = env.fails(&["token", "create", "--name", "ci"], 64)?;
+        ensure!(e.contains("a token named `ci` exists"), "{e}");
+        env.fails(&["token", "revoke", "nobody"], 66)?;
+
+        let api = Api::new(&serve, &token)?;
+        let anonymous = reqwest::Client::new();
+        runtime()?.block_on(async {
+            let health = anonymous.get(format!("{}/health", api.base)).send().await?;
+            assert_eq!(health.status(), 200);
+            for request in [
+                anonymous.get(format!("{}/threads", api.base)),
+                anonymous.get(format!("{}/threads", api.base)).bearer_auth("uwt_wrong"),
+                anonymous.get(format!("{}/threads", api.base)).header("authorization", "Basic eDp5"),
+            ] {
+                let (status, body) = Api::send(request).await?;
+                assert_eq!((status, body["error"]["code"].clone()), (401, json!("unauthorized")));
+            }
+            let read_only = Api::new(&serve, &viewer)?;
+            assert_eq!(Api::send(read_only.get("/threads")).await?.0, 200);
+            let start = json!({"workflow": "solve-issue", "prompt": "x"});
+            let (status, body) = Api::send(read_only.post("/threads").json(&start)).await?;
+            assert_eq!((status, body["error"]["code"].clone()), (403, json!("read_only")));
+            assert_eq!(Api::send(api.get("/threads")).await?.0, 200);
+            Ok::<_, anyhow::Error>(())
+        })?;
+        assert_eq!(env.json(&["threads"])?, json!([]), "a refused request started nothing");
+        env.ok(&["token", "revoke", "ci"])?;
+        runtime()?.block_on(async {
+            let (status, _) = Api::send(api.get("/threads")).await?;
+            assert_eq!(status, 401, "a revoked token");
+            Ok::<_, anyhow::Error>(())
+        })?;
+        // The tokens appear in no log.
+        drop(serve);
+        let log = std::fs::read_to_string(env.dir.path().join("serve.err"))?;
+        ensure!(!log.contains(&token) && !log.contains(&viewer), "{log}");
+        Ok(())
+    }
+
+    #[test]
+    fn oversized_and_malformed_bodies_are_refused_and_change_nothing() -> Result<()> {
+        let env = Env::new()?;
+        std::fs::create_dir_all(env.home())?;
+        std::fs::write(env.home().join("config.yaml"), "serve:\n  max_body_bytes: 1000\n")?;
+        let (serve, token) = serving(&env)?;
+        let api = Api::new(&serve, &token)?;
+        runtime()?.block_on(async {
+            let huge = json!({"workflow": "solve-issue", "prompt": "x".repeat(2000)});
+            for (request, want, code) in [
+                (api.post("/threads").json(&huge), 413, "too_large"),
+                (api.post("/threads").header("content-type", "application/json").body("{not json"), 400, "malformed_json"),
+                (api.post("/threads").header("content-type", "text/plain").body("{}"), 415, "unsupported_media_type"),
+                (api.post("/threads").json(&json!({"workflow": "solve-issue", "prompt": 5})), 422, "invalid_body"),
+                (api.post("/threads").json(&json!({"workflow": "solve-issue", "prompt": "x", "extra": 1})), 422, "invalid_body"),
+                (api.post("/threads").json(&json!({"workflow": "solve-issue", "prompt": "x"})).header("idempotency-key", ""), 400, "invalid"),
+                (api.post("/threads/01KQXKW18CT8G75T53R8F4G7YG/dance"), 404, "not_found"),
+                (api.get("/no/such/route"), 404, "not_found"),
+            ] {
+                let response = request.send().await?;
+                let status = response.status().as_u16();
+                let kind = response.headers()["content-type"].to_str()?.to_string();
+                let body: Value = response.json().await?;
+                assert_eq!((status, body["error"]["code"].clone()), (want, json!(code)), "{body}");
+                ensure!(kind.starts_with("application/json"), "{kind}");
+            }
+            Ok::<_, anyhow::Error>(())
+        })?;
+        assert_eq!(env.json(&["threads"])?, json!([]));
+        Ok(())
+    }
+
+    #[test]
+    fn the_openapi_document_describes_every_route_and_each_answers_as_documented() -> Result<()> {
+        let env = Env::new()?;
+        let (serve, token) = serving(&env)?;
+        let api = Api::new(&serve, &token)?;
+        runtime()?.block_on(async {
+            let (status, doc) = Api::send(api.get("/openapi.json")).await?;
+            assert_eq!(status, 200);
+            ensure!(doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.1")), "{}", doc["openapi"]);
+            let thread = api.start("solve-issue", "documented").await?;
+            wait_until("the thread ends", || Ok(crate::status(&env, &thread)? == "completed"))?;
+            let paths = doc["paths"].as_object().context("paths")?;
+            let mut checked = 0;
+            for (path, operations) in paths {
+                for (method, operation) in operations.as_object().context("operations")? {
+                    let concrete = path
+                        .trim_start_matches("/api/v1")
+                        .replace("{id}", &thread)
+                        .replace("{action}", "pause");
+                    let request = match method.as_str() {
+                        "get" => api.get(&concrete),
+                        "post" if concrete == "/threads" => api
+                            .post(&concrete)
+                            .json(&json!({"workflow": "solve-issue", "prompt": "from the document"})),
+                        "post" => api.post(&concrete),
+                        other => anyhow::bail!("an undocumented method {other}"),
+                    };
+                    let response = request.send().await?;
+                    let status = response.status().as_u16().to_string();
+                    let documented = &operation["responses"][&status];
+                    ensure!(documented.is_object(), "{method} {path} answered {status}, not documented");
+                    let content = &documented["content"];
+                    if let Some(schema) = content["application/json"]["schema"].as_object() {
+                        let body: Value = response.json().await?;
+                        let mut root = Value::Object(schema.clone());
+                        root["components"] = doc["components"].clone();
+                        let validator = jsonschema::validator_for(&root)?;
+                        let errors: Vec<String> = validator.iter_errors(&body).map(|e| e.to_string()).collect();
+                        ensure!(errors.is_empty(), "{method} {path} {status}: {errors:?} in {body}");
+                    } else if content.get("text/event-stream").is_some() {
+                        let kind = response.headers()["content-type"].to_str()?.to_string();
+                        ensure!(kind.starts_with("text/event-stream"), "{kind}");
+                    }
+                    checked += 1;
+                }
+            }
+            ensure!(checked >= 9, "{checked} routes checked");
+            Ok(())
+        })
+    }
+}
