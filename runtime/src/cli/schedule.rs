@@ -24,6 +24,7 @@ fired (the machine was off) fire once, not once each.
 Examples:
   uncaged-workflow schedule add solve-issue --cron '0 9 * * MON-FRI' --tz Europe/Paris -p \"Triage new issues\"
   uncaged-workflow schedule add triage --poll './open-issues.sh --json' --every 5m --diff new-items
+  uncaged-workflow schedule add solve-issue --webhook --secret-env GITHUB_HOOK_SECRET
   uncaged-workflow schedule list
   uncaged-workflow schedule tick
   * * * * * uncaged-workflow schedule tick      (a crontab line: fire every minute)";
@@ -39,7 +40,8 @@ pub struct ScheduleCommand {
 /// What to do with schedules.
 #[derive(Debug, Subcommand)]
 pub enum ScheduleAction {
-    /// Add a schedule: `--cron EXPR` or `--poll CMD --every DURATION --diff MODE`
+    /// Add a schedule: `--cron EXPR`, `--poll CMD --every DURATION --diff MODE`, or
+    /// `--webhook --secret-env NAME`
     Add(Box<AddArgs>),
     /// List schedules with their next firing
     List {
@@ -78,15 +80,22 @@ pub struct AddArgs {
     pub workflow: String,
     /// Fire at the instants of this cron expression: 5 fields (minute hour day month
     /// weekday) or 6 (a leading seconds field)
-    #[arg(long, value_name = "EXPR", conflicts_with_all = ["poll", "every", "diff", "include_existing"], required_unless_present = "poll")]
+    #[arg(long, value_name = "EXPR", conflicts_with_all = ["poll", "every", "diff", "include_existing", "webhook"], required_unless_present_any = ["poll", "webhook"])]
     pub cron: Option<String>,
     /// The time zone of the cron expression, an IANA name [default: UTC]
     #[arg(long, value_name = "ZONE", requires = "cron")]
     pub tz: Option<String>,
     /// Fire on what this command prints: a program and its arguments, quoted as for a shell
     /// (never run by one), run in the current directory
-    #[arg(long, value_name = "CMD", requires_all = ["every", "diff"])]
+    #[arg(long, value_name = "CMD", requires_all = ["every", "diff"], conflicts_with = "webhook")]
     pub poll: Option<String>,
+    /// Fire on each signed request to `serve`'s POST /hooks/WORKFLOW (GitHub's
+    /// X-Hub-Signature-256 or Standard Webhooks), the request's body as `$trigger_data`
+    #[arg(long, requires = "secret_env")]
+    pub webhook: bool,
+    /// The environment variable of `serve` holding the webhook's signing secret
+    #[arg(long, value_name = "NAME", requires = "webhook")]
+    pub secret_env: Option<String>,
     /// How often the poll command runs, e.g. 30s, 5m, 1h
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub every: Option<Duration>,
@@ -128,6 +137,9 @@ impl ScheduleCommand {
         match self.action {
             ScheduleAction::Add(args) => {
                 let trigger = match (&args.cron, &args.poll) {
+                    _ if args.webhook => Trigger::Webhook {
+                        secret_env: args.secret_env.clone().expect("required by --webhook"),
+                    },
                     (Some(expression), _) => {
                         Trigger::Cron { expression: expression.clone(), timezone: args.tz.clone() }
                     }
@@ -273,5 +285,6 @@ pub fn describe(trigger: &Trigger) -> String {
             humantime::format_duration(Duration::from_millis(*every_ms)),
             diff.as_str()
         ),
+        Trigger::Webhook { secret_env } => format!("webhook (secret in ${secret_env})"),
     }
 }

@@ -263,6 +263,8 @@ impl Firer {
                 pass.due_at(Some(if due { checked.next_check(*every_ms, now) } else { next }));
                 Ok(due)
             }
+            // Fired by requests to `serve` (`serve::hooks`), never by a pass.
+            Trigger::Webhook { .. } => Ok(false),
         }
     }
 

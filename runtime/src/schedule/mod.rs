@@ -118,8 +118,26 @@ fn check_trigger(trigger: &Trigger, cwd: Option<&std::path::Path>) -> Result<()>
                 return Err(Error::Usage("a poll runs at most once a second (--every 1s)".into()));
             }
         }
+        Trigger::Webhook { secret_env } => check_env_name(secret_env).map_err(Error::Usage)?,
     }
     Ok(())
+}
+
+/// A webhook's `secret_env`: the name of an environment variable (`A-Z`, `0-9`, `_`, not
+/// starting with a digit), never the secret itself.
+pub fn check_env_name(name: &str) -> std::result::Result<(), String> {
+    let ok = name.len() <= 128
+        && name.chars().next().is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`secret_env` names the environment variable that holds the secret (A-Z, 0-9, _), \
+             not `{}`: the secret itself is never written in a workflow",
+            crate::terminal::line(&name.chars().take(40).collect::<String>())
+        ))
+    }
 }
 
 /// The thread a firing of `schedule` starts, as a [`StartRequest`] without its origin.
@@ -212,6 +230,8 @@ pub fn statuses_with(
                 let state = schedules.poll_state(&schedule.name)?;
                 (Some(state.next_check(*every_ms, schedule.since)), state.last_error)
             }
+            // Fired by requests, not by the clock.
+            Trigger::Webhook { .. } => (None, None),
         };
         // A poll that fails, or a firing whose thread could not be created.
         let last_error = last_error.or_else(|| match history.firings.last().map(|f| &f.state) {
@@ -270,6 +290,7 @@ pub fn sync_workflow_trigger(store: &Storage, workflow: &str) -> Result<Option<S
             },
             prompt,
         ),
+        TriggerSpec::Webhook { secret_env, prompt } => (Trigger::Webhook { secret_env }, prompt),
     };
     // The same trigger as registered: kept as it is, with its firing log.
     if let Some(existing) = &existing

@@ -19,11 +19,11 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Deserialize;
 
 use super::api::{self, Caller};
-use super::assets;
+use super::{assets, hooks};
 use crate::ids::ThreadId;
 use crate::store::{Storage, tokens};
 
@@ -72,6 +72,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/assets/app.css", get(|| async { asset("text/css", assets::APP_CSS) }))
         .route("/api/events", get(events))
         .nest("/api/v1", api::routes(app.max_body))
+        .route(
+            "/hooks/{workflow}",
+            post(hooks::deliver).layer(axum::extract::DefaultBodyLimit::max(app.max_body)),
+        )
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)
 }
@@ -84,7 +88,8 @@ async fn guard(State(app): Shared, mut request: Request, next: Next) -> Response
         return refuse(StatusCode::MISDIRECTED_REQUEST, "this server does not answer to that host");
     }
     let path = request.uri().path();
-    if path == "/api/v1/health" {
+    // A webhook's signature is its credential (see `hooks`).
+    if path == "/api/v1/health" || path.starts_with("/hooks/") {
         return secure(next.run(request).await);
     }
     if path == "/api/v1" || path.starts_with("/api/v1/") {

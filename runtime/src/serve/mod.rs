@@ -7,6 +7,7 @@
 pub mod api;
 mod assets;
 pub mod connections;
+pub mod hooks;
 pub mod http;
 pub mod live;
 pub mod views;

@@ -84,6 +84,13 @@ pub enum Trigger {
         #[serde(default)]
         include_existing: bool,
     },
+    /// When a signed request reaches `POST /hooks/<workflow>` on `serve`: one thread per
+    /// delivery, with the request's body as `$trigger_data`.
+    #[serde(rename_all = "camelCase")]
+    Webhook {
+        /// The environment variable of `serve` that holds the signing secret.
+        secret_env: String,
+    },
 }
 
 /// How a poll's output is compared with what was seen.

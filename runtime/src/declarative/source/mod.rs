@@ -49,6 +49,7 @@ struct TriggerFields {
     interval_seconds: Option<Spanned<u64>>,
     check_script: Option<Spanned<String>>,
     diff_mode: Option<Spanned<String>>,
+    secret_env: Option<Spanned<String>>,
     prompt: Option<String>,
 }
 
@@ -61,6 +62,9 @@ pub enum TriggerSpec {
     /// Runs a check command every `interval_seconds`; a new item, or any change of its output,
     /// starts a thread.
     Poll { command: Vec<String>, interval_seconds: u64, new_items: bool, prompt: String },
+    /// A signed request to `serve`'s `POST /hooks/<workflow>`, signed with the secret in the
+    /// environment variable `secret_env`.
+    Webhook { secret_env: String, prompt: String },
 }
 
 #[derive(Debug, Deserialize)]
@@ -240,6 +244,7 @@ impl Checker<'_> {
                 ("interval_seconds", fields.interval_seconds.as_ref().map(|v| v.span())),
                 ("check_script", fields.check_script.as_ref().map(|v| v.span())),
                 ("diff_mode", fields.diff_mode.as_ref().map(|v| v.span())),
+                ("secret_env", fields.secret_env.as_ref().map(|v| v.span())),
             ];
             for (key, span) in present {
                 if let Some(span) = span
@@ -308,9 +313,20 @@ impl Checker<'_> {
                     prompt,
                 }))
             }
+            "webhook" => {
+                only(&["secret_env"])?;
+                let secret_env = required(fields.secret_env.as_ref(), "secret_env")?;
+                if let Err(message) = crate::schedule::check_env_name(&secret_env) {
+                    let span = fields.secret_env.as_ref().expect("required above").span();
+                    return Err(self.at(span, message));
+                }
+                Ok(Some(TriggerSpec::Webhook { secret_env, prompt }))
+            }
             other => Err(self.at(
                 fields.kind.span(),
-                format!("a trigger's `type` is `cron`, `poll` or `manual`, not `{other}`"),
+                format!(
+                    "a trigger's `type` is `cron`, `poll`, `webhook` or `manual`, not `{other}`"
+                ),
             )),
         }
     }

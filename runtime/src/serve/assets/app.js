@@ -257,8 +257,9 @@ function startForm(workflows) {
 
 async function schedulesView() {
   const schedules = await get("/schedules");
-  const trigger = (t) => t.type === "cron"
+  const trigger = (t, workflow) => t.type === "cron"
     ? `cron ${t.expression} (${t.timezone || "UTC"})`
+    : t.type === "webhook" ? `webhook POST /hooks/${workflow}`
     : `poll ${t.command.join(" ")} every ${duration(t.everyMs)} (${t.diff})`;
   const now = Date.now();
   return el("div", {},
@@ -269,7 +270,7 @@ async function schedulesView() {
         el("tbody", {}, schedules.map((s) => el("tr", {},
           el("td", {}, s.name),
           el("td", {}, s.workflow),
-          el("td", { class: "mono text" }, cut(trigger(s.trigger), 120)),
+          el("td", { class: "mono text" }, cut(trigger(s.trigger, s.workflow), 120)),
           el("td", {}, s.next ? when(s.next) : "-"),
           el("td", {}, s.fired),
           el("td", {}, s.lastFired ? ago(s.lastFired, now) : "-"),

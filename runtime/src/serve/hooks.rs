@@ -1,0 +1,168 @@
+//! Webhook triggers: `POST /hooks/<workflow>` starts one thread of the workflow per delivery,
+//! the request's JSON body as its `$trigger_data`, when a webhook schedule of the workflow
+//! (`trigger: {type: webhook}` or `schedule add --webhook`) is there and the request is signed
+//! with its secret.
+//!
+//! Signatures: GitHub's (`X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the body>`) and
+//! Standard Webhooks' (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC
+//! of "id.timestamp.body">`, a `whsec_` base64 secret, 5 minutes' tolerance). A request with
+//! neither, or a wrong one, gets 401 and starts nothing. The delivery id (`X-GitHub-Delivery`
+//! or `webhook-id`) is a request key: a delivery sent again gets 200 and the thread the first
+//! started, also when it reaches two `serve` processes on one database at once. The answer
+//! comes once the thread is recorded, not when it ends.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::api::{ApiError, types::Started};
+use super::http::App;
+use crate::clock::now_ms;
+use crate::run::actions::{self, Once, OnceKey};
+use crate::run::lifecycle::Origin;
+use crate::schedule;
+use crate::store::records::ScheduledBy;
+use crate::store::schedules::{Schedule, Trigger};
+
+/// How far a Standard Webhooks timestamp may be from now.
+const TOLERANCE_MS: u64 = 5 * 60 * 1000;
+
+/// The longest delivery id taken.
+const MAX_ID_LEN: usize = 200;
+
+/// `POST /hooks/{workflow}`.
+pub async fn deliver(
+    State(app): State<Arc<App>>,
+    Path(workflow): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let schedule = webhook_of(&app, &workflow)?;
+    let Trigger::Webhook { secret_env } = &schedule.trigger else {
+        unreachable!("a webhook schedule")
+    };
+    // The secret is read at each delivery: a rotated secret takes effect without a restart.
+    let secret = std::env::var(secret_env).map_err(|_| {
+        tracing::warn!(
+            "webhook `{}`: the variable {secret_env} holding its secret is not set in serve's \
+             environment",
+            schedule.name
+        );
+        refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_configured",
+            "this webhook's secret is not configured on the server",
+        )
+    })?;
+    let delivery = verify(&headers, &body, secret.as_bytes(), now_ms())?;
+    let data: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+        refusal(StatusCode::BAD_REQUEST, "malformed_json", &format!("the body is not JSON: {e}"))
+    })?;
+    let mut request = schedule::thread_request(&schedule);
+    request.options.trigger_data = Some(data);
+    request.origin = Origin {
+        thread_id: None,
+        schedule: Some(ScheduledBy {
+            name: schedule.name.clone(),
+            firing: format!("delivery:{}", crate::terminal::line(&delivery)),
+        }),
+    };
+    // Every delivery of one id is the same request: its body is not compared.
+    let key = OnceKey {
+        scope: format!("hook:{}", schedule.name),
+        key: delivery,
+        fingerprint: String::new(),
+    };
+    let (status, id) = match actions::start_once(&app.store, request, Some(key)).await? {
+        Once::Started(id) => (StatusCode::CREATED, id),
+        Once::Replayed(id) => (StatusCode::OK, id),
+    };
+    Ok((status, axum::Json(Started { id: id.to_string() })).into_response())
+}
+
+/// The webhook schedule of `workflow`: refused if there is none (404) or it is paused (409).
+fn webhook_of(app: &App, workflow: &str) -> Result<Schedule, ApiError> {
+    let schedule = app
+        .store
+        .schedules()
+        .list()?
+        .into_iter()
+        .find(|s| s.workflow == workflow && matches!(s.trigger, Trigger::Webhook { .. }))
+        .ok_or_else(|| {
+            refusal(StatusCode::NOT_FOUND, "not_found", "no webhook is declared for this workflow")
+        })?;
+    if schedule.paused {
+        return Err(refusal(StatusCode::CONFLICT, "paused", "this webhook's schedule is paused"));
+    }
+    Ok(schedule)
+}
+
+/// Checks the request's signature with `secret`; its delivery id.
+pub fn verify(
+    headers: &HeaderMap,
+    body: &[u8],
+    secret: &[u8],
+    now: u64,
+) -> Result<String, ApiError> {
+    let header = |name: &str| headers.get(name).and_then(|h| h.to_str().ok());
+    let unsigned = |why: &str| refusal(StatusCode::UNAUTHORIZED, "bad_signature", why);
+    let delivery = |id: Option<&str>, name: &str| -> Result<String, ApiError> {
+        id.filter(|id| !id.is_empty() && id.len() <= MAX_ID_LEN).map(str::to_string).ok_or_else(
+            || refusal(StatusCode::BAD_REQUEST, "invalid", &format!("a delivery needs `{name}`")),
+        )
+    };
+    if let Some(signature) = header("x-hub-signature-256") {
+        let hex =
+            signature.strip_prefix("sha256=").ok_or_else(|| unsigned("malformed signature"))?;
+        let given = decode_hex(hex).ok_or_else(|| unsigned("malformed signature"))?;
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key");
+        mac.update(body);
+        // verify_slice compares in constant time.
+        mac.verify_slice(&given).map_err(|_| unsigned("the signature does not match"))?;
+        return delivery(header("x-github-delivery"), "X-GitHub-Delivery");
+    }
+    if let Some(signatures) = header("webhook-signature") {
+        let id = delivery(header("webhook-id"), "webhook-id")?;
+        let timestamp = header("webhook-timestamp")
+            .and_then(|t| t.parse::<u64>().ok())
+            .ok_or_else(|| unsigned("a missing or malformed webhook-timestamp"))?;
+        if now.abs_diff(timestamp.saturating_mul(1000)) > TOLERANCE_MS {
+            return Err(unsigned("the webhook-timestamp is more than 5 minutes from now"));
+        }
+        let engine = base64::engine::general_purpose::STANDARD;
+        let key = match std::str::from_utf8(secret).ok().and_then(|s| s.strip_prefix("whsec_")) {
+            Some(encoded) => engine.decode(encoded).map_err(|_| unsigned("a malformed secret"))?,
+            None => secret.to_vec(),
+        };
+        let mut mac = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes any key");
+        mac.update(format!("{id}.{timestamp}.").as_bytes());
+        mac.update(body);
+        let matches = signatures
+            .split(' ')
+            .filter_map(|s| s.strip_prefix("v1,"))
+            .filter_map(|s| engine.decode(s).ok())
+            .any(|given| mac.clone().verify_slice(&given).is_ok());
+        if !matches {
+            return Err(unsigned("the signature does not match"));
+        }
+        return Ok(id);
+    }
+    Err(unsigned("the request is not signed (X-Hub-Signature-256 or webhook-signature)"))
+}
+
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) || hex.len() > 128 {
+        return None;
+    }
+    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect()
+}
+
+fn refusal(status: StatusCode, code: &'static str, message: &str) -> ApiError {
+    ApiError { status, code, message: message.to_string() }
+}
