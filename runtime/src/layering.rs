@@ -22,6 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "agent_spec",
             "scaffold",
             "terminal",
+            "env_name",
         ],
     ),
     // Declarative workflows: YAML validated and assembled into a bundle; bytes in, bytes out.

@@ -25,6 +25,7 @@ pub mod clock;
 pub mod cron;
 pub mod declarative;
 pub mod durable;
+pub mod env_name;
 pub mod error;
 pub mod faults;
 pub mod home;

@@ -118,26 +118,11 @@ fn check_trigger(trigger: &Trigger, cwd: Option<&std::path::Path>) -> Result<()>
                 return Err(Error::Usage("a poll runs at most once a second (--every 1s)".into()));
             }
         }
-        Trigger::Webhook { secret_env } => check_env_name(secret_env).map_err(Error::Usage)?,
+        Trigger::Webhook { secret_env } => {
+            crate::env_name::check(secret_env).map_err(Error::Usage)?
+        }
     }
     Ok(())
-}
-
-/// A webhook's `secret_env`: the name of an environment variable (`A-Z`, `0-9`, `_`, not
-/// starting with a digit), never the secret itself.
-pub fn check_env_name(name: &str) -> std::result::Result<(), String> {
-    let ok = name.len() <= 128
-        && name.chars().next().is_some_and(|c| c.is_ascii_uppercase() || c == '_')
-        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "`secret_env` names the environment variable that holds the secret (A-Z, 0-9, _), \
-             not `{}`: the secret itself is never written in a workflow",
-            crate::terminal::line(&name.chars().take(40).collect::<String>())
-        ))
-    }
 }
 
 /// The thread a firing of `schedule` starts, as a [`StartRequest`] without its origin.

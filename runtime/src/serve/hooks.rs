@@ -22,7 +22,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::api::{ApiError, types::Started};
-use super::http::App;
+use super::app::App;
 use crate::clock::now_ms;
 use crate::run::actions::{self, Once, OnceKey};
 use crate::run::lifecycle::Origin;

@@ -23,9 +23,10 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 
 use super::api::{self, Caller};
+use super::app::App;
 use super::{assets, hooks};
 use crate::ids::ThreadId;
-use crate::store::{Storage, tokens};
+use crate::store::tokens;
 
 /// The cookie holding the access token, named per port (`uncaged_workflow_token_8420`):
 /// cookies are not kept apart by port, and two servers on one host must not read each
@@ -35,32 +36,6 @@ pub fn token_cookie(port: u16) -> String {
 }
 /// The header a POST carries the CSRF token in.
 pub const CSRF_HEADER: &str = "x-uncaged-csrf";
-
-/// What every handler shares.
-#[derive(Debug)]
-pub struct App {
-    pub store: Storage,
-    /// The server's own token (`--token`): it may do anything.
-    pub token: Option<String>,
-    /// Whether the page needs no token: a loopback listener without `--token`.
-    pub open: bool,
-    /// The page's token for actions.
-    pub csrf: String,
-    /// `Host` values a loopback listener answers to; empty: any.
-    pub hosts: Vec<String>,
-    /// The page, with its CSRF token in.
-    pub index: String,
-    /// The schedules' firing logs as read so far.
-    pub histories: super::views::SharedHistories,
-    /// Set when the server stops: live views end.
-    pub stopping: tokio::sync::watch::Sender<bool>,
-    /// What live views watch, each watched once.
-    pub live: super::live::LiveViews,
-    /// The name of the token's cookie (see [`token_cookie`]).
-    pub cookie: String,
-    /// The largest request body the API takes.
-    pub max_body: usize,
-}
 
 type Shared = State<Arc<App>>;
 

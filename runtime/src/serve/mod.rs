@@ -5,6 +5,7 @@
 //! runs, and the web view reads the same store the CLI does, through the library.
 
 pub mod api;
+pub mod app;
 mod assets;
 pub mod connections;
 pub mod hooks;
@@ -95,7 +96,7 @@ pub async fn serve(
         vec![]
     };
     let csrf = random_token();
-    let app = Arc::new(http::App {
+    let app = Arc::new(app::App {
         store: store.clone(),
         token: options.token.clone(),
         open: bound.ip().is_loopback() && options.token.is_none(),

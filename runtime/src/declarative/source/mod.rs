@@ -316,7 +316,7 @@ impl Checker<'_> {
             "webhook" => {
                 only(&["secret_env"])?;
                 let secret_env = required(fields.secret_env.as_ref(), "secret_env")?;
-                if let Err(message) = crate::schedule::check_env_name(&secret_env) {
+                if let Err(message) = crate::env_name::check(&secret_env) {
                     let span = fields.secret_env.as_ref().expect("required above").span();
                     return Err(self.at(span, message));
                 }

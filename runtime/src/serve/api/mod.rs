@@ -22,7 +22,7 @@ use axum::routing::{get, post};
 use serde_json::json;
 use utoipa::OpenApi;
 
-use super::http::App;
+use super::app::App;
 use super::views;
 use crate::error::{Error, exit};
 use types::{ErrorBody, ErrorDetail, Health};
