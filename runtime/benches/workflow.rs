@@ -278,13 +278,14 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
                 input: None,
             };
             let answer = agent.answer(&context).unwrap();
-            let response = CallResponse::Ok { value: answer.content.clone(), meta: None };
+            let response =
+                CallResponse::Ok { value: answer.content.clone(), meta: None, usage: None };
             journal
                 .record(0, CallKind::Agent, role, digest(&(role, &context.input)), response, false)
                 .unwrap();
             let schema = spec.schema.to_string();
             let meta = extractor.extract(&schema, &answer.content, None).unwrap();
-            let response = CallResponse::Ok { value: meta.to_string(), meta: None };
+            let response = CallResponse::Ok { value: meta.to_string(), meta: None, usage: None };
             journal
                 .record(
                     1,
@@ -303,6 +304,7 @@ async fn native(dir: &tempfile::TempDir, steps: usize, repeat: usize) -> Vec<f64
                 group: None,
                 agent: Some("native".into()),
                 duration_ms: None,
+                usage: None,
             };
             data.append(&serde_json::to_vec(&step).unwrap()).unwrap();
             drop(context);

@@ -194,6 +194,7 @@ proptest! {
                 group: None,
                 agent: None,
                 duration_ms: None,
+                usage: None,
             })
             .collect();
         let (writer, _) = threads.create(&start, &records, &[]).unwrap();

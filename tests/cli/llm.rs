@@ -372,6 +372,67 @@ fn a_slow_server_times_out() -> Result<()> {
     Ok(())
 }
 
+/// The usage an OpenAI-compatible endpoint reports, and a command agent's `usage` field, are
+/// recorded with each step (kept in the journal, so a replay counts them too), added up per
+/// thread, and priced by `prices:`.
+#[test]
+fn usage_is_recorded_per_step_added_up_per_thread_and_priced() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let llm = MockLlm::start(Box::new(|_, body| {
+        let mut reply = by_role(body);
+        reply["model"] = json!("mock-model-2025-01-01");
+        reply["usage"] = json!({"prompt_tokens": 1000, "completion_tokens": 200,
+            "total_tokens": 1200, "prompt_tokens_details": {"cached_tokens": 400}});
+        (200, reply, Duration::ZERO)
+    }))?;
+    let reviewer = env.write_script(
+        "reviewer.sh",
+        "#!/bin/sh\ncat >/dev/null\necho '{\"content\": \"LGTM\", \"meta\": {\"approved\": true}, \"usage\": {\"input_tokens\": 50, \"output_tokens\": 5, \"model\": \"house-model\"}}'\n",
+    )?;
+    config(
+        &env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {}\n    model: mock-model\n\
+             roles:\n  reviewer: review\nprices:\n  mock-model: {{input: 2.0, output: 10.0, cached_input: 1.0}}\n",
+            llm.base_url
+        ),
+    )?;
+    let mut text = std::fs::read_to_string(env.home().join("config.yaml"))?;
+    text = text.replace(
+        "roles:",
+        &format!("  review:\n    kind: command\n    command: {}\nroles:", reviewer.display()),
+    );
+    std::fs::write(env.home().join("config.yaml"), text)?;
+    let run = env.run(&["run", "solve-issue", "-p", "Fix the crash", "--json"])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    let events: Vec<Value> =
+        run.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let id = events[0]["thread"].as_str().unwrap().to_string();
+    let record = env.json(&["thread", &id])?;
+    let steps = record["steps"].as_array().unwrap();
+    // 600 fresh tokens at $2/M, 400 cached at $1/M, 200 out at $10/M: $0.0036 a call.
+    let priced = json!({"inputTokens": 1000, "outputTokens": 200, "cachedTokens": 400,
+        "calls": 1, "model": "mock-model", "costUsd": 0.0036});
+    assert_eq!(steps[0]["usage"], priced, "{record}");
+    assert_eq!(steps[1]["usage"], priced);
+    assert_eq!(
+        steps[2]["usage"],
+        json!({"inputTokens": 50, "outputTokens": 5, "calls": 1, "model": "house-model"})
+    );
+    let total = &record["usage"];
+    assert_eq!((total["inputTokens"].clone(), total["outputTokens"].clone(), total["calls"].clone()),
+        (json!(2050), json!(405), json!(3)));
+    let cost = total["costUsd"].as_f64().unwrap();
+    assert!((cost - 0.0072).abs() < 1e-9, "{cost}");
+    // The `--json` step events carry it, and `thread` says it in a line.
+    let step_events: Vec<&Value> = events.iter().filter(|e| e["type"] == "step").collect();
+    assert_eq!(step_events[0]["step"]["usage"], priced);
+    let shown = env.ok(&["thread", &id])?;
+    assert!(shown.contains("usage: 2050 tokens in (800 cached), 405 out, $0.0072"), "{shown}");
+    Ok(())
+}
+
 #[test]
 fn openai_agent_answers_every_role_and_the_key_stays_out_of_files() -> Result<()> {
     let env = Env::new()?;

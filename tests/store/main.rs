@@ -132,6 +132,14 @@ fn step(role: &str, content: &str) -> StepRecord {
         group: None,
         agent: Some("scripted".into()),
         duration_ms: Some(3),
+        usage: Some(uncaged_workflow::store::records::Usage {
+            input_tokens: 120,
+            output_tokens: 30,
+            cached_tokens: 20,
+            calls: 1,
+            model: Some("m".into()),
+            cost_usd: Some(0.5),
+        }),
     }
 }
 
@@ -142,7 +150,7 @@ fn call(step: usize, value: &str) -> CallRecord {
         kind: CallKind::Agent,
         role: "planner".into(),
         digest: "d1g3st".into(),
-        response: CallResponse::Ok { value: value.into(), meta: None },
+        response: CallResponse::Ok { value: value.into(), meta: None, usage: None },
         timestamp: 4,
     }
 }

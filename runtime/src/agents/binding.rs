@@ -122,7 +122,9 @@ impl AgentSet {
     /// it has no answers file, and lets a binding for a role the bundle lacks be refused.
     pub fn resolve(config: &Config, flags: &AgentFlags, descriptor: &Descriptor) -> Result<Self> {
         let secrets = Arc::new(flags.secrets.clone());
-        let binder = Binder { config, descriptor, cwd: flags.cwd.as_deref(), secrets: &secrets };
+        let prices = Arc::new(config.prices.clone());
+        let binder =
+            Binder { config, descriptor, cwd: flags.cwd.as_deref(), secrets: &secrets, prices };
         let default = match (&flags.default, &config.agent) {
             (Some(spec), _) => binder.bind(spec, false)?,
             (None, Some(text)) => binder.bind(&configured(text)?, true)?,
@@ -202,6 +204,7 @@ struct Binder<'a> {
     descriptor: &'a Descriptor,
     cwd: Option<&'a Path>,
     secrets: &'a Arc<Secrets>,
+    prices: Arc<crate::store::config::Prices>,
 }
 
 impl Binder<'_> {
@@ -239,6 +242,7 @@ impl Binder<'_> {
             policy: RetryPolicy::default(),
             secrets: self.secrets.clone(),
             processes: None,
+            prices: self.prices.clone(),
         })
     }
 
@@ -280,6 +284,7 @@ impl Binder<'_> {
             policy,
             secrets: self.secrets.clone(),
             processes: None,
+            prices: self.prices.clone(),
         })
     }
 }

@@ -2,13 +2,17 @@
 //!
 //! The program is started directly (never through a shell) with the thread id as its last
 //! argument, reads the agent context as JSON on stdin and prints its answer on stdout: plain
-//! text, or a JSON object `{"content": "...", "meta": {...}}`. Exit status 0 means success;
+//! text, or a JSON object `{"content": "...", "meta": {...}}`, which may report what the call
+//! cost as `"usage": {"input_tokens": N, "output_tokens": N, "cached_tokens": N, "model": M}`.
+//! Exit status 0 means success;
 //! otherwise the error names the program, its status and the tail of its stderr.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::store::records::Usage;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -177,14 +181,38 @@ pub fn find_program(program: &str, cwd: Option<&Path>) -> Result<PathBuf, String
         .ok_or_else(|| format!("program `{program}` is not on PATH"))
 }
 
+/// The `usage` a command may print with its answer, in the words of OpenAI's API.
+#[derive(serde::Deserialize)]
+struct ReportedUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    cached_tokens: u64,
+    model: Option<String>,
+}
+
 /// `{"content": ..., "meta": ...}` is taken apart; anything else is the content itself.
 pub(crate) fn parse_answer(text: String) -> AgentAnswer {
     if let Ok(serde_json::Value::Object(mut object)) = serde_json::from_str(text.trim())
         && let Some(serde_json::Value::String(content)) = object.remove("content")
     {
-        return AgentAnswer { content, meta: object.remove("meta") };
+        // `usage` is the documented field a command reports its tokens in.
+        let usage = object
+            .remove("usage")
+            .and_then(|u| serde_json::from_value::<ReportedUsage>(u).ok())
+            .map(|u| Usage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+                cached_tokens: u.cached_tokens,
+                calls: 1,
+                model: u.model,
+                cost_usd: None,
+            });
+        return AgentAnswer { content, meta: object.remove("meta"), usage };
     }
-    AgentAnswer { content: text, meta: None }
+    AgentAnswer { content: text, meta: None, usage: None }
 }
 
 pub(crate) fn stderr_tail(err: &[u8]) -> String {
@@ -205,7 +233,7 @@ mod tests {
     fn answers_are_text_or_content_and_meta() {
         assert_eq!(
             parse_answer("plain".into()),
-            AgentAnswer { content: "plain".into(), meta: None }
+            AgentAnswer { content: "plain".into(), meta: None, usage: None }
         );
         let answer = parse_answer(r#"{"content": "done", "meta": {"ok": true}}"#.into());
         assert_eq!(answer.content, "done");

@@ -79,6 +79,8 @@ impl AgentContext {
 pub struct AgentAnswer {
     pub content: String,
     pub meta: Option<serde_json::Value>,
+    /// The tokens it cost, if the agent said (see [`Usage`](crate::store::records::Usage)).
+    pub usage: Option<crate::store::records::Usage>,
 }
 
 /// Why an agent gave no answer. All but `Waiting` become the WIT `agent-error` the bundle sees.
@@ -176,6 +178,8 @@ pub struct Bound {
     pub secrets: Arc<Secrets>,
     /// Where the thread lists its running agent processes (see [`processes`]).
     pub processes: Option<Arc<AgentProcesses>>,
+    /// What tokens cost, by model (`prices:` in config.yaml).
+    pub prices: Arc<crate::store::config::Prices>,
 }
 
 impl Bound {
@@ -194,12 +198,20 @@ impl Bound {
         .await;
         let redact = |text: &str| self.secrets.redact(text);
         match answer {
-            Ok(AgentAnswer { content, meta }) => {
+            Ok(AgentAnswer { content, meta, usage }) => {
                 let meta = meta.map(|meta| {
                     let text = redact(&meta.to_string());
                     serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
                 });
-                Ok(AgentAnswer { content: redact(&content), meta })
+                let usage = usage.map(|mut usage| {
+                    usage.calls = 1;
+                    usage.cost_usd = usage
+                        .model
+                        .as_ref()
+                        .and_then(|model| self.prices.get(model).map(|price| price.cost(&usage)));
+                    usage
+                });
+                Ok(AgentAnswer { content: redact(&content), meta, usage })
             }
             Err(failure) => Err(failure.map_message(redact)),
         }

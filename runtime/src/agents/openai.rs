@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::{AgentAnswer, AgentContext, AgentFailure, Secrets};
 use crate::store::config::AgentKind;
+use crate::store::records::Usage;
 
 /// Default time one request may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -78,8 +79,8 @@ impl OpenAiAgent {
             Message { role: "system", content: context.role.system_prompt.clone() },
             Message { role: "user", content: context.render() },
         ];
-        let content = self.chat(&messages, None).await?;
-        Ok(AgentAnswer { content, meta: None })
+        let (content, usage) = self.chat_with_usage(&messages, None).await?;
+        Ok(AgentAnswer { content, meta: None, usage })
     }
 
     /// One chat completion; `response_format` constrains the output (structured outputs).
@@ -90,10 +91,19 @@ impl OpenAiAgent {
         messages: &[Message],
         response_format: Option<&Value>,
     ) -> Result<String, AgentFailure> {
+        Ok(self.chat_with_usage(messages, response_format).await?.0)
+    }
+
+    /// [`chat`](Self::chat), with the tokens the endpoint says the call cost.
+    pub async fn chat_with_usage(
+        &self,
+        messages: &[Message],
+        response_format: Option<&Value>,
+    ) -> Result<(String, Option<Usage>), AgentFailure> {
         // The key is sent as a header only; a server that echoes it back (in an error body,
         // say) must not get it into a message, a log or an answer.
         match self.request(messages, response_format).await {
-            Ok(content) => Ok(self.scrub(&content)),
+            Ok((content, usage)) => Ok((self.scrub(&content), usage)),
             Err(failure) => Err(failure.map_message(|m| self.scrub(m))),
         }
     }
@@ -112,7 +122,7 @@ impl OpenAiAgent {
         &self,
         messages: &[Message],
         response_format: Option<&Value>,
-    ) -> Result<String, AgentFailure> {
+    ) -> Result<(String, Option<Usage>), AgentFailure> {
         let mut body = json!({
             "model": self.model,
             "messages": messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect::<Vec<_>>(),
@@ -178,9 +188,24 @@ impl OpenAiAgent {
         let reply: Value = serde_json::from_str(&text).map_err(|e| {
             AgentFailure::failed(format!("POST {url} returned a body that is not JSON: {e}"))
         })?;
-        reply["choices"][0]["message"]["content"].as_str().map(str::to_string).ok_or_else(|| {
-            AgentFailure::failed(format!("POST {url} returned no `choices[0].message.content`"))
-        })
+        let content = reply["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| {
+                AgentFailure::failed(format!("POST {url} returned no `choices[0].message.content`"))
+            })?;
+        // `usage`, when the endpoint sends it: tokens in (cached among them) and out.
+        let usage = reply.get("usage").filter(|u| u.is_object()).map(|u| Usage {
+            input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+            output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+            cached_tokens: u["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+            calls: 1,
+            // The model as configured (and priced in `prices:`), not the dated name a
+            // service may answer with.
+            model: Some(self.model.clone()),
+            cost_usd: None,
+        });
+        Ok((content, usage))
     }
 
     /// The endpoint, for messages.

@@ -66,7 +66,7 @@ impl ScriptedAgent {
         })?;
         let runs = context.steps.iter().filter(|s| &s.role == role).count();
         let content = list[runs.min(list.len() - 1)].clone();
-        Ok(AgentAnswer { content, meta: None })
+        Ok(AgentAnswer { content, meta: None, usage: None })
     }
 }
 

@@ -280,6 +280,19 @@ fn truncate_general(text: &str, max: usize) -> String {
     cut.out
 }
 
+/// `1,234 tokens in (200 cached), 56 out, $0.0012`: what agent calls cost.
+pub fn usage_line(usage: &crate::store::records::Usage) -> String {
+    let mut line = format!("{} tokens in", usage.input_tokens);
+    if usage.cached_tokens > 0 {
+        line.push_str(&format!(" ({} cached)", usage.cached_tokens));
+    }
+    line.push_str(&format!(", {} out", usage.output_tokens));
+    if let Some(cost) = usage.cost_usd {
+        line.push_str(&format!(", ${cost:.4}"));
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

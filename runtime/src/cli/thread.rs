@@ -77,6 +77,7 @@ impl ThreadCommand {
                         "start": thread.start, "status": thread.status(), "steps": thread.steps,
                         "paused": thread.paused,
                         "end": thread.end.as_ref().map(EndView::from),
+                        "usage": thread.usage(),
                     }))?;
                     return Ok(0);
                 }
@@ -100,13 +101,20 @@ impl ThreadCommand {
                 if let Some(fork) = &start.forked_from {
                     outln!("forked from {} at step {}", fork.thread_id, fork.step)?;
                 }
+                if let Some(usage) = thread.usage() {
+                    outln!("usage: {}", super::output::usage_line(&usage))?;
+                }
                 for (i, step) in thread.steps.iter().enumerate() {
                     outln!()?;
                     let label = super::output::step_label(i + 1, step);
                     let agent = step.agent.as_deref().map_or(String::new(), |a| format!("  ({a}"));
+                    let cost = step
+                        .usage
+                        .as_ref()
+                        .map_or(String::new(), |u| format!(", {}", super::output::usage_line(u)));
                     let took = match (&step.agent, step.duration_ms) {
-                        (Some(_), Some(ms)) => format!(", {ms} ms)"),
-                        (Some(_), None) => ")".into(),
+                        (Some(_), Some(ms)) => format!(", {ms} ms{cost})"),
+                        (Some(_), None) => format!("{cost})"),
                         _ => String::new(),
                     };
                     let head = format!("{label} {}{agent}{took}  {}", step.role, step.meta);

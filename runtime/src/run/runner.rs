@@ -20,7 +20,7 @@ use crate::sandbox::state::{HostContext, ThreadState, ThreadView, new_store, wit
 use crate::store::info_log::{InfoLog, LogLevel};
 use crate::store::records::{
     End, EndRecord, EndStatus, PauseReason, Paused, PendingCall, StepGroup, StepRecord,
-    ThreadRecord,
+    ThreadRecord, Usage,
 };
 use crate::store::{Storage, ThreadWriter};
 
@@ -329,15 +329,28 @@ impl Generator {
             };
             // The WIT says a step's time is the host's; the host does not take the bundle's
             // word.
+            let (agent, usage) = match call {
+                Some(call) => (Some(call.agent), call.usage),
+                None => (None, None),
+            };
             steps.push(StepRecord {
                 role: output.role,
                 content: output.content,
                 meta,
                 timestamp: now_ms(),
                 group,
-                agent: call.map(|c| c.agent),
+                agent,
                 duration_ms: Some(duration.as_millis() as u64),
+                usage,
             });
+        }
+        // Calls that answered for no step of their own (a bundle may ask several agents, or
+        // one twice, to yield one step) still cost: their usage is the first step's.
+        let rest: Vec<_> =
+            store.data().host.answered.iter().filter_map(|a| a.usage.clone()).collect();
+        if let Some(rest) = Usage::sum(&rest) {
+            let first = &mut steps[0];
+            first.usage.get_or_insert_with(Usage::default).add(&rest);
         }
         Ok(steps)
     }

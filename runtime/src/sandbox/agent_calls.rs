@@ -104,10 +104,15 @@ impl ThreadState {
                         TAG_AGENT,
                         &format!("role `{}`: answer replayed from the call journal", call.role),
                     );
+                    let usage = match &response {
+                        CallResponse::Ok { usage, .. } => usage.clone(),
+                        CallResponse::Error { .. } => None,
+                    };
                     self.host.answered.push(AnsweredCall {
                         role: call.role.clone(),
                         agent: bound.label.clone(),
                         elapsed: Duration::ZERO,
+                        usage,
                     });
                     responses[index] = Some(response);
                 }
@@ -125,7 +130,9 @@ impl ThreadState {
         self.host.agent_meta = responses
             .iter()
             .filter_map(|r| match r {
-                CallResponse::Ok { value, meta: Some(meta) } => Some((value.clone(), meta.clone())),
+                CallResponse::Ok { value, meta: Some(meta), .. } => {
+                    Some((value.clone(), meta.clone()))
+                }
                 _ => None,
             })
             .collect();
@@ -165,7 +172,7 @@ impl ThreadState {
                 let shape = schemas.get(role).and_then(|s| AnswerShape::of(role, s, llm_extractor));
                 let answer = match &*f.bound.agent {
                     Agent::Human => match human.ask(&f.context, shape.as_ref()).await {
-                        Some(text) => Ok(AgentAnswer { content: text, meta: None }),
+                        Some(text) => Ok(AgentAnswer { content: text, meta: None, usage: None }),
                         None => Err(AgentFailure::Waiting),
                     },
                     _ => f.bound.answer(&f.context, &info).await,
@@ -234,10 +241,15 @@ impl ThreadState {
             waiting.get_or_insert((role, call));
             return Ok(());
         };
+        let usage = match &response {
+            CallResponse::Ok { usage, .. } => usage.clone(),
+            CallResponse::Error { .. } => None,
+        };
         self.host.answered.push(AnsweredCall {
             role: role.clone(),
             agent: f.bound.label.clone(),
             elapsed,
+            usage,
         });
         let durable = !matches!(&*f.bound.agent, Agent::Scripted(_));
         self.host.journal.record(
@@ -281,7 +293,7 @@ impl ThreadState {
                         answer.content.len()
                     ),
                 );
-                CallResponse::Ok { value: answer.content, meta: answer.meta }
+                CallResponse::Ok { value: answer.content, meta: answer.meta, usage: answer.usage }
             }
             Err(AgentFailure::Waiting) => return None,
             Err(failure) => {

@@ -188,7 +188,7 @@ impl ThreadState {
         if let Replay::Fresh = replay {
             self.host.before_wait();
             tokio::time::sleep(std::time::Duration::from_millis(ms.into())).await;
-            let done = CallResponse::Ok { value: String::new(), meta: None };
+            let done = CallResponse::Ok { value: String::new(), meta: None, usage: None };
             self.host
                 .journal
                 .record(seq, CallKind::Sleep, "", key, done, true)
@@ -245,7 +245,9 @@ impl ThreadState {
                     (result, _) => result,
                 };
                 let response = match result {
-                    Ok(value) => CallResponse::Ok { value: value.to_string(), meta: None },
+                    Ok(value) => {
+                        CallResponse::Ok { value: value.to_string(), meta: None, usage: None }
+                    }
                     Err(failure) => {
                         self.host.info.write(LogLevel::Warn, TAG_EXTRACT, &failure.to_string());
                         let kind = match failure {

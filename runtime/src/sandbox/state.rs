@@ -68,6 +68,8 @@ pub struct AnsweredCall {
     pub agent: String,
     /// How long the agent took (nothing, for an answer replayed from the journal).
     pub elapsed: Duration,
+    /// What the call cost, as its service said (kept in the journal, so a replay tells it too).
+    pub usage: Option<crate::store::records::Usage>,
 }
 
 impl HostContext {

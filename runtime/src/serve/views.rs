@@ -130,6 +130,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
             "index": index, "role": step.role, "content": step.content, "meta": step.meta,
             "timestamp": step.timestamp, "began": step.timestamp.saturating_sub(duration),
             "durationMs": duration, "group": step.group, "agent": step.agent,
+            "usage": step.usage,
         }));
         previous = step.timestamp;
     }
@@ -155,6 +156,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         "working": working,
         "routing": routing(store, &record.start.name, hash, &record.steps),
         "expected": expected,
+        "usage": record.usage(),
         "log": log,
         "now": now_ms(),
     }))

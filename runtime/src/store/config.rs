@@ -63,6 +63,9 @@ pub struct Config {
     /// `serve`: where it listens, and where its token is.
     #[serde(default)]
     pub serve: ServeConfig,
+    /// What tokens cost, by model: each step's and each thread's cost.
+    #[serde(default)]
+    pub prices: Prices,
     /// Where relative paths in the file are resolved from.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -75,6 +78,32 @@ pub fn store_url(path: &Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
     let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
     value.get("store")?.as_str().map(str::to_string)
+}
+
+/// `prices:` in config.yaml: model name → price.
+pub type Prices = BTreeMap<String, Price>;
+
+/// A model's price, in US dollars per million tokens.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    /// Input tokens served from the prompt cache [default: the input price].
+    #[serde(default)]
+    pub cached_input: Option<f64>,
+}
+
+impl Price {
+    /// What `usage` costs at this price, in dollars.
+    pub fn cost(&self, usage: &crate::store::records::Usage) -> f64 {
+        let cached = usage.cached_tokens.min(usage.input_tokens);
+        let fresh = usage.input_tokens - cached;
+        (fresh as f64 * self.input
+            + cached as f64 * self.cached_input.unwrap_or(self.input)
+            + usage.output_tokens as f64 * self.output)
+            / 1_000_000.0
+    }
 }
 
 /// `serve:` in config.yaml. The token itself is not in the file (which is often shared, or
@@ -284,7 +313,9 @@ impl Config {
 }
 
 /// Keys of the top level.
-const TOP_KEYS: &[&str] = &["agent", "agents", "roles", "extractor", "limits", "serve"];
+const TOP_KEYS: &[&str] =
+    &["agent", "agents", "roles", "extractor", "limits", "serve", "prices", "store"];
+const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];
 const SERVE_KEYS: &[&str] =
     &["listen", "token_env", "max_connections", "header_timeout", "idle_timeout", "max_body_bytes"];
 /// Keys every agent binding may have, and those of each kind.
@@ -321,6 +352,14 @@ fn check_keys(value: &serde_yaml::Value) -> std::result::Result<(), String> {
     }
     if let Some(serve) = top.get("serve").and_then(|s| s.as_mapping()) {
         known(serve, SERVE_KEYS, "serve.")?;
+    }
+    if let Some(prices) = top.get("prices").and_then(|p| p.as_mapping()) {
+        for (model, price) in prices {
+            if let Some(price) = price.as_mapping() {
+                let model = model.as_str().unwrap_or("?");
+                known(price, PRICE_KEYS, &format!("prices.{model}."))?;
+            }
+        }
     }
     if let Some(limits) = top.get("limits").and_then(|l| l.as_mapping()) {
         let valid: Vec<&str> = crate::limits::KEYS.split(", ").collect();

@@ -54,6 +54,9 @@ pub enum CallResponse {
         /// Meta an agent supplied with its answer.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         meta: Option<serde_json::Value>,
+        /// What the call cost, as its service reported it: a replayed call still counts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<crate::store::records::Usage>,
     },
     /// A typed error the guest received.
     Error { kind: CallErrorKind, message: String },
@@ -221,7 +224,7 @@ impl Journal {
             CallKind::Agent,
             role,
             call.digest.clone(),
-            CallResponse::Ok { value: answer, meta: None },
+            CallResponse::Ok { value: answer, meta: None, usage: None },
             true,
         )
     }
@@ -266,7 +269,7 @@ mod tests {
     #[test]
     fn recorded_calls_replay_and_divergent_ones_are_refused() -> Result<()> {
         let log = MemoryLog::default();
-        let answer = CallResponse::Ok { value: "hi".into(), meta: None };
+        let answer = CallResponse::Ok { value: "hi".into(), meta: None, usage: None };
         {
             let mut journal = Journal::new(Box::new(log.clone()))?;
             journal.begin_step(0);
@@ -297,7 +300,10 @@ mod tests {
         journal.begin_step(2);
         assert_eq!(
             journal.next_call(CallKind::Agent, "reviewer", "D9").unwrap(),
-            (0, Replay::Recorded(CallResponse::Ok { value: "yes".into(), meta: None }))
+            (
+                0,
+                Replay::Recorded(CallResponse::Ok { value: "yes".into(), meta: None, usage: None })
+            )
         );
         assert!(journal.calls_before(2).is_empty());
         assert_eq!(journal.calls_before(3).len(), 1);

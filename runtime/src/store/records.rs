@@ -99,6 +99,69 @@ pub struct StepRecord {
     /// its own agent call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// The tokens (and, where a price is configured, the money) the step's agent calls cost,
+    /// as their services reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// What agent calls cost: tokens as the service reported them (an OpenAI-compatible
+/// endpoint's `usage`, or a command agent's `usage` field), and their price where
+/// `prices:` in config.yaml names the model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Input tokens served from the provider's prompt cache (a part of `input_tokens`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_tokens: u64,
+    /// The calls these figures add up.
+    #[serde(default)]
+    pub calls: u64,
+    /// The model that answered (the last one, when calls of several models are added up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// In US dollars; absent when no call had a price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Usage {
+    /// `self` and `other` added up.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.calls += other.calls;
+        if other.model.is_some() {
+            self.model.clone_from(&other.model);
+        }
+        self.cost_usd = match (self.cost_usd, other.cost_usd) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        };
+    }
+
+    /// All of `usages` added up; `None` if there are none.
+    pub fn sum<'a>(usages: impl IntoIterator<Item = &'a Usage>) -> Option<Usage> {
+        let mut total: Option<Usage> = None;
+        for usage in usages {
+            total.get_or_insert_with(Usage::default).add(usage);
+        }
+        total
+    }
+
+    /// Every token, in and out.
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
 }
 
 /// The parallel group a step belongs to: steps `first ..= first + size - 1` (1-based) ran
@@ -319,6 +382,12 @@ pub struct ThreadSummary {
 pub const SUMMARY_PROMPT_CHARS: usize = 120;
 
 impl ThreadRecord {
+    /// What the thread's agent calls cost, added up over its steps; `None` if no agent
+    /// reported any usage.
+    pub fn usage(&self) -> Option<Usage> {
+        Usage::sum(self.steps.iter().filter_map(|s| s.usage.as_ref()))
+    }
+
     /// A thread just created with `steps` (a fork's prefix), held by its creator.
     pub fn created(start: &StartRecord, steps: &[StepRecord]) -> Self {
         ThreadRecord {

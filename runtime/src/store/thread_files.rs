@@ -500,6 +500,7 @@ mod tests {
             group,
             agent: None,
             duration_ms: None,
+            usage: None,
         };
         let group = Some(StepGroup { first: 2, size: 3 });
         let whole = [step("a", group), step("b", group), step("c", group)];
@@ -546,6 +547,7 @@ mod tests {
             group: None,
             agent: None,
             duration_ms: None,
+            usage: None,
         };
         {
             let (mut writer, _) = threads.create(&start, &[], &[])?;

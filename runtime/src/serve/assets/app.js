@@ -64,6 +64,13 @@ function cut(text, max) {
   return s.length > max ? s.slice(0, max) + "…" : s;
 }
 
+// Tokens in and out, and the cost where a price is configured.
+function usageText(u) {
+  const cached = u.cachedTokens ? ` (${u.cachedTokens} cached)` : "";
+  const cost = typeof u.costUsd === "number" ? `, $${u.costUsd.toFixed(4)}` : "";
+  return `${u.inputTokens} tokens in${cached}, ${u.outputTokens} out${cost}`;
+}
+
 function when(ms) {
   return ms ? new Date(ms).toLocaleString() : "-";
 }
@@ -291,6 +298,7 @@ async function threadView(id) {
       start.schedule ? el("div", { class: "muted" }, `Started by schedule ${start.schedule.name} (${cut(start.schedule.firing, 200)})`) : null,
       start.forkedFrom ? el("div", { class: "muted" }, "Forked from ", threadLink(start.forkedFrom.threadId), ` at step ${start.forkedFrom.step}`) : null,
       el("div", { class: "muted" }, "Started ", when(start.timestamp)),
+      t.usage ? el("div", { class: "muted", id: "usage" }, "Usage: ", usageText(t.usage)) : null,
       working(t, now),
       actions(t)));
   return el("div", {},
@@ -518,7 +526,7 @@ function step(t, s) {
     } },
   }, "Fork after this step");
   return el("details", { class: "step" + (s.group ? " group" : ""), "data-key": "step-" + s.index, "data-step": s.index },
-    el("summary", {}, el("strong", {}, `#${s.index} ${cut(s.role, 64)}`), ` · ${duration(s.durationMs)} · ${when(s.timestamp)}${group}`),
+    el("summary", {}, el("strong", {}, `#${s.index} ${cut(s.role, 64)}`), ` · ${duration(s.durationMs)} · ${when(s.timestamp)}${group}${s.usage ? " · " + usageText(s.usage) : ""}`),
     el("div", {},
       el("div", { class: "muted" }, "Content"),
       el("pre", { class: "content" }, s.content),
