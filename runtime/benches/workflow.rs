@@ -345,6 +345,7 @@ async fn parallel_round(repeat: usize) -> Vec<f64> {
             agents: AgentFlags::default(),
             limits: Default::default(),
             trigger_data: None,
+            budget: Default::default(),
         };
         let (mut writer, record) = lifecycle::create(&store, new).unwrap();
         let ctx = RunContext {
@@ -467,6 +468,7 @@ fn new_thread(store: &Storage, hash: BundleHash, max_rounds: u32) -> OpenThread 
             agents: AgentFlags::default(),
             limits: Default::default(),
             trigger_data: None,
+            budget: Default::default(),
         },
     )
     .unwrap()

@@ -433,6 +433,53 @@ fn usage_is_recorded_per_step_added_up_per_thread_and_priced() -> Result<()> {
     Ok(())
 }
 
+/// A budget pauses a thread before the agent call that would go over it, keeping every step
+/// and journaled call; `resume --raise-budget` continues it, and no call is made twice.
+#[test]
+fn a_budget_pauses_a_thread_and_a_raise_resumes_it() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let calls = env.dir.path().join("calls");
+    let agent = env.write_script(
+        "agent.sh",
+        format!(
+            "#!/bin/sh\ninput=$(cat)\necho x >> {calls}\n\
+             case \"$input\" in\n  *'\"name\":\"reviewer\"'*) meta='{{\"approved\": true}}' ;;\n  \
+             *'\"name\":\"planner\"'*) meta='{{\"steps\": [\"a\"]}}' ;;\n  *) meta='{{\"summary\": \"s\"}}' ;;\nesac\n\
+             echo \"{{\\\"content\\\": \\\"ok\\\", \\\"meta\\\": $meta, \\\"usage\\\": {{\\\"input_tokens\\\": 80, \\\"output_tokens\\\": 20}}}}\"\n",
+            calls = calls.display()
+        ),
+    )?;
+    let agent = format!("command:{}", agent.display());
+    let run = env.run(&["run", "solve-issue", "-p", "x", "--agent", &agent, "--max-tokens", "150", "--json"])?;
+    let events: Vec<Value> = run.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let id = events[0]["thread"].as_str().unwrap().to_string();
+    // Two calls spent 200 tokens: the third is not made.
+    let record = env.json(&["thread", &id])?;
+    assert_eq!(record["status"], "paused", "{run:?}");
+    assert_eq!(record["paused"]["by"], "budget");
+    let reason = record["paused"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("200 tokens spent, of a budget of 150"), "{reason}");
+    assert_eq!(record["steps"].as_array().unwrap().len(), 2);
+    assert_eq!(std::fs::read_to_string(&calls)?.lines().count(), 2);
+    // Resumed with more: it completes, and only the third call is made.
+    let e = env.fails(&["resume", &id, "--raise-budget", "coins=5"], 64)?;
+    assert!(e.contains("no budget `coins`"), "{e}");
+    env.ok(&["resume", &id, "--raise-budget", "tokens=1000"])?;
+    let record = env.json(&["thread", &id])?;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(record["start"]["parameters"]["options"]["budget"], json!({"maxTokens": 150}));
+    assert_eq!(std::fs::read_to_string(&calls)?.lines().count(), 3);
+    assert_eq!(record["usage"]["inputTokens"], 240);
+    // A budget of agent calls, and one of time, pause it the same way.
+    let run = env.run(&["run", "solve-issue", "-p", "y", "--agent", &agent, "--max-agent-calls", "1", "--json"])?;
+    let events: Vec<Value> = run.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let id = events[0]["thread"].as_str().unwrap().to_string();
+    let record = env.json(&["thread", &id])?;
+    assert_eq!((record["paused"]["by"].clone(), record["steps"].as_array().unwrap().len()), (json!("budget"), 1));
+    Ok(())
+}
+
 #[test]
 fn openai_agent_answers_every_role_and_the_key_stays_out_of_files() -> Result<()> {
     let env = Env::new()?;

@@ -114,6 +114,11 @@ fn start_record(hash: BundleHash) -> StartRecord {
                 agent_for: BTreeMap::new(),
                 cwd: None,
                 limits: LimitOverrides::from_pairs([("memory", "64MiB")]).unwrap(),
+                budget: uncaged_workflow::store::records::Budget {
+                    max_tokens: Some(1000),
+                    max_cost_usd: Some(0.25),
+                    ..Default::default()
+                },
             },
         },
         timestamp: 1,

@@ -21,7 +21,7 @@ use crate::run::dispatch::{Accepted, Heard, Question};
 use crate::run::events::Event;
 use crate::run::lifecycle::RunOptions;
 use crate::store::Storage;
-use crate::store::records::{End, StepRecord};
+use crate::store::records::{Budget, End, StepRecord};
 use crate::terminal;
 
 /// The prompt of a new thread: given, read from standard input (`-p -`), or from a file.
@@ -161,6 +161,8 @@ pub struct RunOptionArgs {
     pub limits: LimitArgs,
     #[command(flatten)]
     pub trigger: TriggerArgs,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
 }
 
 impl RunOptionArgs {
@@ -171,8 +173,69 @@ impl RunOptionArgs {
             agents: self.agents.flags()?,
             limits: self.limits.overrides()?,
             trigger_data: self.trigger.value()?,
+            budget: self.budget.budget(),
         })
     }
+}
+
+/// What a new thread may spend on its agents: over it, the thread pauses (reason `budget`)
+/// before its next agent call, and `resume --raise-budget` continues it.
+#[derive(Debug, Clone, Args)]
+pub struct BudgetArgs {
+    /// Most tokens (in and out) the thread's agent calls may use
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// Most US dollars its agent calls may cost (as `prices:` in config.yaml price them)
+    #[arg(long, value_name = "USD", value_parser = parse_dollars)]
+    pub max_cost: Option<f64>,
+    /// Most agent calls it may make
+    #[arg(long, value_name = "N")]
+    pub max_agent_calls: Option<u64>,
+    /// Longest it may run, from its start, e.g. 30m, 2h
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub max_duration: Option<Duration>,
+}
+
+impl BudgetArgs {
+    pub fn budget(&self) -> Budget {
+        Budget {
+            max_tokens: self.max_tokens,
+            max_cost_usd: self.max_cost,
+            max_agent_calls: self.max_agent_calls,
+            max_duration_ms: self.max_duration.map(|d| d.as_millis() as u64),
+        }
+    }
+}
+
+/// An amount of dollars: a finite number, not negative.
+fn parse_dollars(text: &str) -> std::result::Result<f64, String> {
+    text.trim_start_matches('$')
+        .parse::<f64>()
+        .ok()
+        .filter(|d| d.is_finite() && *d >= 0.0)
+        .ok_or_else(|| format!("`{text}` is not an amount of dollars (e.g. 2.50)"))
+}
+
+/// `--raise-budget KEY=VALUE`: `tokens=N`, `cost=USD`, `agent-calls=N` or `duration=D`.
+pub fn parse_budget_raise(text: &str) -> std::result::Result<Budget, String> {
+    let (key, value) = text.split_once('=').ok_or_else(|| {
+        format!("`{text}`: expected KEY=VALUE (tokens, cost, agent-calls, duration)")
+    })?;
+    let count = || value.parse::<u64>().map_err(|_| format!("`{value}` is not a whole number"));
+    let mut budget = Budget::default();
+    match key {
+        "tokens" => budget.max_tokens = Some(count()?),
+        "cost" => budget.max_cost_usd = Some(parse_dollars(value)?),
+        "agent-calls" => budget.max_agent_calls = Some(count()?),
+        "duration" => {
+            let d = humantime::parse_duration(value).map_err(|e| format!("`{value}`: {e}"))?;
+            budget.max_duration_ms = Some(d.as_millis() as u64);
+        }
+        other => {
+            return Err(format!("no budget `{other}` (tokens, cost, agent-calls or duration)"));
+        }
+    }
+    Ok(budget)
 }
 
 /// How to follow a thread handed to a worker.

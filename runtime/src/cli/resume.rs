@@ -3,8 +3,9 @@
 use clap::Parser;
 
 use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, follow};
+use super::follow::{AgentArgs, FollowArgs, follow, parse_budget_raise};
 use crate::run::actions;
+use crate::store::records::Budget;
 
 /// Continue a paused or interrupted thread after its last recorded step.
 ///
@@ -18,6 +19,10 @@ pub struct ResumeCommand {
     pub id: String,
     #[command(flatten)]
     pub agents: AgentArgs,
+    /// Raise the thread's budget first (repeatable): tokens=N, cost=USD, agent-calls=N,
+    /// duration=D; in force from then on
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_budget_raise)]
+    pub raise_budget: Vec<Budget>,
     #[command(flatten)]
     pub follow: FollowArgs,
 }
@@ -28,6 +33,10 @@ impl ResumeCommand {
         let id = store.threads().resolve(&self.id)?;
         let flags = self.agents.overrides()?;
         let how = self.follow.how();
+        if !self.raise_budget.is_empty() {
+            let raise = self.raise_budget.iter().fold(Budget::default(), |b, r| b.raised(r));
+            actions::raise_budget(&store, id, &raise)?;
+        }
         let handed = actions::resume(&store, id, &flags, how.hand()).await?;
         Ok(follow(&store, handed, how).await?)
     }

@@ -41,7 +41,7 @@ pub enum ThreadAction {
         #[command(flatten)]
         prompt: super::follow::PromptArgs,
         #[command(flatten)]
-        options: super::follow::RunOptionArgs,
+        options: Box<super::follow::RunOptionArgs>,
     },
 }
 

@@ -10,6 +10,7 @@ use crate::run::dispatch::{self, Accepted, Follower};
 use crate::run::lifecycle::{self, ForkAt, StartRequest};
 use crate::run::{answer, control};
 use crate::store::Storage;
+use crate::store::records::{Budget, PauseReason, Paused};
 use crate::store::request_keys::{Claim, RequestKey};
 
 /// A thread handed to a worker.
@@ -150,6 +151,18 @@ pub async fn resume(
 ) -> Result<Handed> {
     let record = control::resumable(store, id)?;
     hand_over(store, id, record.start.hash, flags, hand).await
+}
+
+/// Raises the budget of thread `id`, at rest (paused, waiting, interrupted), by what `raise`
+/// sets: recorded with a pause marker, in force from then on (a later crash, resume or fork
+/// keeps it). Returns the budget now in force. [`resume`] then continues the thread.
+pub fn raise_budget(store: &Storage, id: ThreadId, raise: &Budget) -> Result<Budget> {
+    control::resumable(store, id)?;
+    let (mut writer, record) = lifecycle::open(store, id)?;
+    let budget = record.budget().raised(raise);
+    let paused = record.paused.clone().unwrap_or_else(|| Paused::by(PauseReason::Pause));
+    writer.append_pause(Paused { budget: Some(budget.clone()), ..paused })?;
+    Ok(budget)
 }
 
 /// Records `text` as the answer thread `id` waits for (see [`answer::record`]) and hands the

@@ -50,7 +50,7 @@ pub fn record(store: &Storage, id: ThreadId, text: String) -> Result<BundleHash>
 /// The role and the call waiting thread `record` needs answered.
 fn waited_call(record: &ThreadRecord) -> Result<(&str, &PendingCall)> {
     match &record.paused {
-        Some(Paused { by: PauseReason::Waiting, role, call: Some(call) }) => {
+        Some(Paused { by: PauseReason::Waiting, role, call: Some(call), .. }) => {
             Ok((role.as_deref().unwrap_or_default(), call))
         }
         _ => Err(Error::ThreadState {

@@ -14,7 +14,7 @@ use crate::limits::{LimitOverrides, Limits};
 use crate::run::catalog::Catalog;
 use crate::sandbox::engine::LoadedBundle;
 use crate::store::records::{
-    EndStatus, ForkedFrom, Parameters, RunParameters, ScheduledBy, StartRecord, StepRecord,
+    Budget, EndStatus, ForkedFrom, Parameters, RunParameters, ScheduledBy, StartRecord, StepRecord,
     ThreadRecord,
 };
 use crate::store::{Storage, ThreadWriter};
@@ -35,6 +35,8 @@ pub struct NewThread {
     pub limits: LimitOverrides,
     /// What a trigger passed to the thread (`--trigger-data`).
     pub trigger_data: Option<serde_json::Value>,
+    /// What it may spend on agents.
+    pub budget: Budget,
 }
 
 /// How a thread is to run, as the person, schedule or request that starts it asks: built
@@ -50,6 +52,8 @@ pub struct RunOptions {
     pub limits: LimitOverrides,
     /// What a trigger passed to the thread (`--trigger-data`, a poll's item).
     pub trigger_data: Option<serde_json::Value>,
+    /// What it may spend on agents (`--max-tokens`, `--max-cost`, …).
+    pub budget: Budget,
 }
 
 /// Where a new thread comes from, beyond what it is.
@@ -87,6 +91,7 @@ fn create_with(
                 agent_for: new.agents.for_roles.iter().cloned().collect(),
                 cwd: new.agents.cwd.clone(),
                 limits: new.limits,
+                budget: new.budget,
             },
         },
         timestamp: now_ms(),
@@ -113,10 +118,10 @@ pub struct StartRequest {
 pub fn start_new(store: &Storage, request: StartRequest) -> Result<OpenThread> {
     let (hash, max_rounds) = check_start(store, &request)?;
     let StartRequest { name, prompt, options, origin } = request;
-    let RunOptions { agents, limits, trigger_data, .. } = options;
+    let RunOptions { agents, limits, trigger_data, budget, .. } = options;
     create_with(
         store,
-        NewThread { name, hash, prompt, max_rounds, agents, limits, trigger_data },
+        NewThread { name, hash, prompt, max_rounds, agents, limits, trigger_data, budget },
         origin,
         &[],
         None,
@@ -247,6 +252,8 @@ pub fn fork(
             agents: agents.over(options),
             limits: options.limits.clone(),
             trigger_data: start.trigger_data.clone(),
+            // The fork may spend what its original was given (as last raised).
+            budget: original.budget(),
         },
         Origin::default(),
         &original.steps[..keep],

@@ -126,6 +126,8 @@ pub async fn run_thread(
         steps: Arc::new(record.steps.clone()),
         system_prompts: bundle.system_prompts.clone(),
         role_schemas: bundle.role_schemas.clone(),
+        budget: record.budget(),
+        started: record.start.timestamp,
     };
     let host =
         HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone(), view);
@@ -188,11 +190,17 @@ fn finish(writer: &mut dyn ThreadWriter, info: &InfoLog, stop: Stop) -> Result<R
                 &format!("waiting for a human answer for role `{role}`"),
             );
             writer.append_pause(Paused {
-                by: PauseReason::Waiting,
                 role: Some(role.clone()),
                 call: Some(call),
+                ..Paused::by(PauseReason::Waiting)
             })?;
             return Ok(RunOutcome::Waiting { role });
+        }
+        Stop::Budget(reason) => {
+            info.write(LogLevel::Info, TAG_PAUSE, &format!("paused by its budget: {reason}"));
+            writer
+                .append_pause(Paused { reason: Some(reason), ..Paused::by(PauseReason::Budget) })?;
+            return Ok(RunOutcome::Paused);
         }
     };
     info.write(
@@ -373,6 +381,8 @@ enum Stop {
     End(End),
     /// A `human` agent needs an answer nobody was there to give.
     Waiting { role: String, call: PendingCall },
+    /// The next agent call would go over the thread's budget: it pauses, saying why.
+    Budget(String),
     /// The store could not write: the thread stops unended (interrupted), to be resumed.
     Store(crate::Error),
 }
@@ -383,6 +393,9 @@ fn stopped(store: &mut Store<ThreadState>, during: &str, e: &wasmtime::Error) ->
     let host = &mut store.data_mut().host;
     if let Some(error) = host.store_failure.take() {
         return Stop::Store(error);
+    }
+    if let Some(reason) = host.over_budget.take() {
+        return Stop::Budget(reason);
     }
     match host.waiting.take() {
         Some((role, call)) => Stop::Waiting { role, call },
@@ -463,6 +476,7 @@ mod tests {
                 },
                 limits: Default::default(),
                 trigger_data: None,
+                budget: Default::default(),
             };
             lifecycle::create(&self.store, new).unwrap()
         }

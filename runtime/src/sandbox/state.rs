@@ -58,6 +58,9 @@ pub struct HostContext {
     /// The agent calls answered during the current generator step, in the order they
     /// answered: which agent a step's role had, and how long its call took.
     pub answered: Vec<AnsweredCall>,
+    /// Set when the next agent calls would go over the thread's budget: why. The thread
+    /// pauses before making them.
+    pub over_budget: Option<String>,
 }
 
 /// An agent call answered during a generator step.
@@ -110,6 +113,7 @@ impl HostContext {
             waiting: None,
             store_failure: None,
             answered: Vec::new(),
+            over_budget: None,
         }
     }
 
@@ -128,6 +132,7 @@ impl HostContext {
             waiting: None,
             store_failure: None,
             answered: Vec::new(),
+            over_budget: None,
         }
     }
 }
@@ -143,6 +148,10 @@ pub struct ThreadView {
     pub system_prompts: Arc<HashMap<String, String>>,
     /// Each role's schema, from the descriptor: what a person's answer must hold.
     pub role_schemas: Arc<HashMap<String, serde_json::Value>>,
+    /// What the thread may spend on agents.
+    pub budget: crate::store::records::Budget,
+    /// When the thread started (ms since the epoch).
+    pub started: u64,
 }
 
 /// How often the epoch advances: the granularity of the guest-time budget (the engine's

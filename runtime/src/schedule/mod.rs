@@ -140,6 +140,7 @@ pub fn thread_request(schedule: &Schedule) -> StartRequest {
             },
             limits: schedule.limits.clone(),
             trigger_data: None,
+            budget: Default::default(),
         },
         origin: Default::default(),
     }

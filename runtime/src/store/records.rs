@@ -68,6 +68,80 @@ pub struct RunParameters {
     /// `--limit` overrides, key → value.
     #[serde(default, skip_serializing_if = "LimitOverrides::is_empty")]
     pub limits: LimitOverrides,
+    /// What the thread may spend (`--max-tokens`, `--max-cost`, …).
+    #[serde(default, skip_serializing_if = "Budget::is_empty")]
+    pub budget: Budget,
+}
+
+/// What a thread may spend on its agents. When its next agent call would go over, it pauses
+/// (reason `budget`) instead; `resume --raise-budget` continues it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    /// Tokens in and out, over every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// US dollars, as `prices:` in config.yaml price the calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// Agent calls made (a call answered again from the journal is not made again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_agent_calls: Option<u64>,
+    /// Time since the thread started, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_ms: Option<u64>,
+}
+
+impl Budget {
+    pub fn is_empty(&self) -> bool {
+        *self == Budget::default()
+    }
+
+    /// This budget with what `raise` sets in place of its own.
+    pub fn raised(&self, raise: &Budget) -> Budget {
+        Budget {
+            max_tokens: raise.max_tokens.or(self.max_tokens),
+            max_cost_usd: raise.max_cost_usd.or(self.max_cost_usd),
+            max_agent_calls: raise.max_agent_calls.or(self.max_agent_calls),
+            max_duration_ms: raise.max_duration_ms.or(self.max_duration_ms),
+        }
+    }
+
+    /// Why `calls` more agent calls would go over, after `spent` and `elapsed_ms` since the
+    /// thread started; `None` if they may be made.
+    pub fn exceeded(&self, spent: &Usage, elapsed_ms: u64, calls: u64) -> Option<String> {
+        if let Some(max) = self.max_tokens
+            && spent.tokens() >= max
+        {
+            return Some(format!("{} tokens spent, of a budget of {max}", spent.tokens()));
+        }
+        if let Some(max) = self.max_cost_usd
+            && spent.cost_usd.unwrap_or(0.0) >= max
+        {
+            let cost = spent.cost_usd.unwrap_or(0.0);
+            return Some(format!("${cost:.4} spent, of a budget of ${max}"));
+        }
+        if let Some(max) = self.max_agent_calls
+            && spent.calls + calls > max
+        {
+            return Some(format!(
+                "{} agent calls made and {calls} more asked, of a budget of {max}",
+                spent.calls
+            ));
+        }
+        if let Some(max) = self.max_duration_ms
+            && elapsed_ms >= max
+        {
+            return Some(format!(
+                "{} since the thread started, of a budget of {}",
+                humantime::format_duration(std::time::Duration::from_millis(
+                    elapsed_ms / 1000 * 1000
+                )),
+                humantime::format_duration(std::time::Duration::from_millis(max))
+            ));
+        }
+        None
+    }
 }
 
 /// Where a fork came from.
@@ -284,12 +358,18 @@ pub struct Paused {
     /// For `waiting`: the agent call to answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call: Option<PendingCall>,
+    /// A budget raised while paused (`resume --raise-budget`): the thread's from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// For `budget`: what would have gone over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl Paused {
     /// A pause of `reason` that waits on no call.
     pub fn by(reason: PauseReason) -> Self {
-        Paused { by: reason, role: None, call: None }
+        Paused { by: reason, role: None, call: None, budget: None, reason: None }
     }
 }
 
@@ -305,6 +385,8 @@ pub enum PauseReason {
     Step,
     /// A `human` agent must answer (see `answer`).
     Waiting,
+    /// The next agent call would go over the thread's budget (`resume --raise-budget`).
+    Budget,
 }
 
 /// The agent call a waiting thread needs answered: recorded in its pause marker, so `answer`
@@ -343,6 +425,9 @@ pub struct ThreadRecord {
     /// Where each step is in the store (its line in a thread file), for messages.
     #[serde(skip)]
     pub step_lines: Vec<usize>,
+    /// The budget last raised (by a pause marker), if one was: see [`ThreadRecord::budget`].
+    #[serde(skip)]
+    pub raised_budget: Option<Budget>,
     /// Whether a process held the thread's run lock when it was read.
     #[serde(skip)]
     pub running: bool,
@@ -382,6 +467,11 @@ pub struct ThreadSummary {
 pub const SUMMARY_PROMPT_CHARS: usize = 120;
 
 impl ThreadRecord {
+    /// What the thread may spend: the budget it started with, or the one last raised.
+    pub fn budget(&self) -> Budget {
+        self.raised_budget.clone().unwrap_or_else(|| self.start.parameters.options.budget.clone())
+    }
+
     /// What the thread's agent calls cost, added up over its steps; `None` if no agent
     /// reported any usage.
     pub fn usage(&self) -> Option<Usage> {
@@ -398,6 +488,7 @@ impl ThreadRecord {
             paused_at: None,
             skipped_lines: vec![],
             step_lines: (2..steps.len() + 2).collect(),
+            raised_budget: None,
             running: true,
             queued: false,
         }
@@ -519,7 +610,10 @@ impl ThreadRecord {
         if let Some(paused) = &self.paused {
             match paused.by {
                 PauseReason::Waiting => ThreadStatus::Waiting,
-                PauseReason::Pause | PauseReason::Start | PauseReason::Step => ThreadStatus::Paused,
+                PauseReason::Pause
+                | PauseReason::Start
+                | PauseReason::Step
+                | PauseReason::Budget => ThreadStatus::Paused,
             }
         } else {
             ThreadStatus::Interrupted
@@ -542,6 +636,8 @@ pub struct ThreadLines {
     step_lines: Vec<usize>,
     end: Option<EndRecord>,
     paused: Option<PauseRecord>,
+    /// The budget the last pause marker that raised one set.
+    raised_budget: Option<Budget>,
     skipped_lines: Vec<usize>,
 }
 
@@ -564,7 +660,12 @@ impl ThreadLines {
         } else if value.get("end").is_some() {
             serde_json::from_value(value).map(|e| self.end = Some(e))
         } else if value.get("paused").is_some() {
-            serde_json::from_value::<PauseRecord>(value).map(|p| self.paused = Some(p))
+            serde_json::from_value::<PauseRecord>(value).map(|p| {
+                if let Some(budget) = &p.paused.budget {
+                    self.raised_budget = Some(budget.clone());
+                }
+                self.paused = Some(p)
+            })
         } else {
             serde_json::from_value(value).map(|s| {
                 self.steps.push(s);
@@ -612,6 +713,7 @@ impl ThreadLines {
             paused_at,
             skipped_lines: self.skipped_lines,
             step_lines: self.step_lines,
+            raised_budget: self.raised_budget,
             running,
             queued: false,
         };

@@ -478,6 +478,7 @@ mod tests {
                     agent_for: BTreeMap::new(),
                     cwd: None,
                     limits: Default::default(),
+                    budget: Default::default(),
                 },
             },
             timestamp: 1,
