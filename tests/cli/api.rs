@@ -283,6 +283,28 @@ on_both_stores! {
     }
 
     #[test]
+    fn a_budget_given_over_the_api_pauses_the_thread_and_a_raise_resumes_it() -> Result<()> {
+        let env = Env::new()?;
+        let (serve, token) = serving(&env)?;
+        let api = Api::new(&serve, &token)?;
+        runtime()?.block_on(async {
+            let asked = json!({"workflow": "solve-issue", "prompt": "x", "budget": {"maxAgentCalls": 1}});
+            let (status, body) = Api::send(api.post("/threads").json(&asked)).await?;
+            assert_eq!(status, 201, "{body}");
+            let id = body["id"].as_str().context("id")?.to_string();
+            wait_until("it pauses", || Ok(crate::status(&env, &id)? == "paused"))?;
+            let (_, thread) = Api::send(api.get(&format!("/threads/{id}"))).await?;
+            assert_eq!(thread["paused"]["by"], "budget", "{thread}");
+            assert_eq!(thread["steps"].as_array().map(Vec::len), Some(1));
+            let raise = json!({"raiseBudget": {"maxAgentCalls": 10}});
+            let (status, _) = Api::send(api.post(&format!("/threads/{id}/resume")).json(&raise)).await?;
+            assert_eq!(status, 200);
+            wait_until("it completes", || Ok(crate::status(&env, &id)? == "completed"))?;
+            Ok(())
+        })
+    }
+
+    #[test]
     fn the_openapi_document_describes_every_route_and_each_answers_as_documented() -> Result<()> {
         let env = Env::new()?;
         let (serve, token) = serving(&env)?;

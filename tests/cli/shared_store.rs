@@ -115,6 +115,32 @@ fn bad_stores_and_bundles_give_one_line_each() -> Result<()> {
     Ok(())
 }
 
+/// `store:` in config.yaml names the database when neither `--store` nor the variable does,
+/// and every command that reads the rest of the file takes it.
+#[test]
+fn the_store_named_in_the_config_file_is_used() -> Result<()> {
+    let url = pg()?.new_database()?;
+    let env = Env::new()?;
+    std::fs::create_dir_all(env.home())?;
+    std::fs::write(env.home().join("config.yaml"), format!("store: {url}\nagent: scripted\n"))?;
+    let mut command = env.command();
+    let out = command
+        .env_remove("UNCAGED_WORKFLOW_STORE")
+        .args(["add", "solve-issue", crate::artifacts::SOLVE_ISSUE])
+        .output()?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env
+        .command()
+        .env_remove("UNCAGED_WORKFLOW_STORE")
+        .args(["run", "solve-issue", "-p", "x"])
+        .output()?;
+    ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let db = url.rsplit('/').next().context("name")?;
+    let threads = pg()?.sql(db, "SELECT count(*) FROM uncaged_workflow.threads")?;
+    assert_eq!(threads.trim(), "1", "the thread is in the database named by the file");
+    Ok(())
+}
+
 #[test]
 fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<()> {
     let env = Env::on_postgres()?;

@@ -96,6 +96,18 @@ macro_rules! contract {
     };
 }
 
+/// Waits (5 s at most) until `check` holds. A file lock let go can linger for a moment: a
+/// process another test starts at that instant (`psql`, say) holds a copy of every open file
+/// until it runs its program, as any fork does.
+fn eventually(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !check()? {
+        ensure!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(())
+}
+
 /// A bundle hash no stored bundle has (threads keep the hash they were started with).
 fn hash(n: u8) -> BundleHash {
     BundleHash::of(&[n])
@@ -206,13 +218,17 @@ contract! {
     /// holds it, and succeeds once it is let go.
     fn a_held_thread_is_refused_to_a_second_holder(store: &Storage) -> Result<()> {
         let id = new_thread(store, hash(1))?;
-        let (first, _) = store.threads().open(id)?;
+        let mut first = None;
+        eventually("the new thread opens", || {
+            first = store.threads().open(id).ok();
+            Ok(first.is_some())
+        })?;
         match store.threads().open(id) {
             Err(Error::ThreadBusy(busy)) => ensure!(busy == id.to_string()),
             other => anyhow::bail!("a second holder got {other:?}"),
         }
         drop(first);
-        store.threads().open(id).context("open once let go")?;
+        eventually("open once let go", || Ok(store.threads().open(id).is_ok()))?;
         Ok(())
     }
 
@@ -291,7 +307,11 @@ contract! {
 
         queue.release(id, first.ticket, Release::HandBack)?;
         drop(first.writer);
-        let again = queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?;
+        let mut again = vec![];
+        eventually("the handed-back thread is claimed", || {
+            again = queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?;
+            Ok(!again.is_empty())
+        })?;
         ensure!(again.len() == 1 && again[0].id == id, "handed back: {again:?}");
         let again = again.into_iter().next().unwrap();
         queue.release(id, again.ticket, Release::Settle)?;
@@ -435,6 +455,10 @@ contract! {
             Claim::New => anyhow::bail!("claimed twice"),
         }
         ensure!(store.request_keys().claim(&key("token:other", "a"))? == Claim::New);
+        // Forgotten once old enough: the key may then be claimed again.
+        ensure!(store.request_keys().forget_before(5)? == 0);
+        ensure!(store.request_keys().forget_before(6)? == 2);
+        ensure!(store.request_keys().claim(&key("token:ci", "c"))? == Claim::New);
         Ok(())
     }
 }

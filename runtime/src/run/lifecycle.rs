@@ -326,6 +326,11 @@ pub fn prune(store: &Storage, filter: &PruneFilter, dry_run: bool) -> Result<Vec
         }
         pruned.push(Pruned { thread_id: thread.thread_id, name: thread.name, status, ended });
     }
+    // The keys that made retried requests start one thread (the API's Idempotency-Key, a
+    // webhook's delivery id) are kept as long as threads are.
+    if !dry_run {
+        store.request_keys().forget_before(cutoff)?;
+    }
     Ok(pruned)
 }
 

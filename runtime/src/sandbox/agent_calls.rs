@@ -18,7 +18,6 @@ use crate::limits::Size;
 use crate::store::info_log::LogLevel;
 use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay};
 use crate::store::records::PendingCall;
-use crate::store::records::Usage;
 
 /// Log tag of this module's call sites.
 const TAG_AGENT: &str = "AGM7Q2XW";
@@ -142,15 +141,13 @@ impl ThreadState {
     }
 
     /// Stops the thread (it pauses, reason `budget`) if `calls` more agent calls would go over
-    /// its budget: what its steps and this step's answered calls cost so far, and its age.
+    /// its budget: what the calls in its journal cost so far, and its age.
     fn check_budget(&mut self, calls: usize) -> wasmtime::Result<()> {
         let budget = &self.host.thread.budget;
         if budget.is_empty() {
             return Ok(());
         }
-        let steps = self.host.thread.steps.iter().filter_map(|s| s.usage.as_ref());
-        let now = self.host.answered.iter().filter_map(|a| a.usage.as_ref());
-        let spent = Usage::sum(steps.chain(now)).unwrap_or_default();
+        let spent = self.host.journal.spent();
         let elapsed = crate::clock::now_ms().saturating_sub(self.host.thread.started);
         let Some(reason) = budget.exceeded(&spent, elapsed, calls as u64) else { return Ok(()) };
         self.host.info.write(LogLevel::Warn, TAG_AGENT, &format!("over budget: {reason}"));

@@ -229,6 +229,19 @@ impl Journal {
         )
     }
 
+    /// What the agent calls recorded so far cost: every call counted (a person's answer too),
+    /// with the tokens each one's service reported.
+    pub fn spent(&self) -> crate::store::records::Usage {
+        let mut spent = crate::store::records::Usage::default();
+        for record in self.recorded.values().filter(|r| r.kind == CallKind::Agent) {
+            match &record.response {
+                CallResponse::Ok { usage: Some(usage), .. } => spent.add(usage),
+                _ => spent.calls += 1,
+            }
+        }
+        spent
+    }
+
     /// The recorded calls of steps before `step` (what a fork keeps), in order.
     pub fn calls_before(&self, step: usize) -> Vec<CallRecord> {
         let mut calls: Vec<_> = self.recorded.values().filter(|c| c.step < step).cloned().collect();

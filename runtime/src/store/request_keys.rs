@@ -44,6 +44,10 @@ pub enum Claim {
 pub trait RequestKeys: Send + Sync + std::fmt::Debug {
     /// Claims `key` unless it is taken.
     fn claim(&self, key: &RequestKey) -> Result<Claim>;
+
+    /// Forgets the keys claimed before `cutoff` (ms since the epoch): a request retried with
+    /// one of them later starts a thread of its own. Returns how many were forgotten.
+    fn forget_before(&self, cutoff: u64) -> Result<usize>;
 }
 
 /// The request keys of a store.
@@ -84,5 +88,24 @@ impl RequestKeys for FileRequestKeys {
             }
             Err(e) => Err(e),
         }
+    }
+
+    fn forget_before(&self, cutoff: u64) -> Result<usize> {
+        let mut forgotten = 0;
+        let Ok(scopes) = std::fs::read_dir(&self.dir) else { return Ok(0) };
+        for scope in scopes.flatten() {
+            let Ok(keys) = std::fs::read_dir(scope.path()) else { continue };
+            for key in keys.flatten() {
+                let path = key.path();
+                let claimed = durable::read_text(&path, "read a request key")?
+                    .and_then(|text| serde_json::from_str::<RequestKey>(&text).ok());
+                // A file that does not read (a torn temporary file) is left to its writer.
+                if claimed.is_some_and(|k| k.created < cutoff) {
+                    std::fs::remove_file(&path).map_err(Error::io("remove", &path))?;
+                    forgotten += 1;
+                }
+            }
+        }
+        Ok(forgotten)
     }
 }

@@ -84,7 +84,11 @@ pub async fn start(
     let request = StartRequest {
         name,
         prompt: body.prompt,
-        options: RunOptions { trigger_data: body.data, ..RunOptions::default() },
+        options: RunOptions {
+            trigger_data: body.data,
+            budget: body.budget.map(Into::into).unwrap_or_default(),
+            ..RunOptions::default()
+        },
         origin: Origin::default(),
     };
     let (status, id) = match actions::start_once(&app.store, request, key).await? {
@@ -260,6 +264,9 @@ pub async fn act(
         "kill" => control::kill(store, id).await?,
         "pause" => control::pause(store, id).await?,
         "resume" => {
+            if let Some(raise) = body.raise_budget {
+                actions::raise_budget(store, id, &raise.into())?;
+            }
             actions::resume(store, id, &AgentFlags::default(), Hand::Detach).await?;
         }
         "answer" => {

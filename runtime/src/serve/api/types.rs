@@ -37,6 +37,34 @@ pub struct StartThread {
     /// Passed to the thread as `$trigger_data`.
     #[serde(default)]
     pub data: Option<Value>,
+    /// What the thread may spend on its agents: over it, it pauses (reason `budget`).
+    #[serde(default)]
+    pub budget: Option<BudgetBody>,
+}
+
+/// A budget: any of its limits.
+#[derive(Debug, Default, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetBody {
+    /// Tokens in and out, over every agent call.
+    pub max_tokens: Option<u64>,
+    /// US dollars, as `prices:` in config.yaml price the calls.
+    pub max_cost_usd: Option<f64>,
+    /// Agent calls made.
+    pub max_agent_calls: Option<u64>,
+    /// Milliseconds since the thread started.
+    pub max_duration_ms: Option<u64>,
+}
+
+impl From<BudgetBody> for crate::store::records::Budget {
+    fn from(b: BudgetBody) -> Self {
+        crate::store::records::Budget {
+            max_tokens: b.max_tokens,
+            max_cost_usd: b.max_cost_usd,
+            max_agent_calls: b.max_agent_calls,
+            max_duration_ms: b.max_duration_ms,
+        }
+    }
 }
 
 /// A thread started (201), or the one an earlier request with the same `Idempotency-Key`
@@ -114,7 +142,8 @@ impl From<crate::store::records::ThreadSummary> for ThreadItem {
     }
 }
 
-/// What an action takes: `answer` its `text`, `fork` the steps to keep (`at`; all if absent).
+/// What an action takes: `answer` its `text`, `fork` the steps to keep (`at`; all if absent),
+/// `resume` a raised budget (`raiseBudget`).
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActionBody {
@@ -122,6 +151,9 @@ pub struct ActionBody {
     pub text: Option<String>,
     /// `fork`: how many steps the fork keeps.
     pub at: Option<usize>,
+    /// `resume`: raise the thread's budget first (what this sets replaces its own).
+    #[serde(rename = "raiseBudget")]
+    pub raise_budget: Option<BudgetBody>,
 }
 
 /// An action done: the thread it was done to, or for `fork` the new thread.

@@ -53,4 +53,14 @@ impl RequestKeys for PgRequestKeys {
             created: row.get::<_, i64>(2).max(0) as u64,
         }))
     }
+
+    fn forget_before(&self, cutoff: u64) -> Result<usize> {
+        let client = self.pg.client()?;
+        let cutoff = i64::try_from(cutoff).unwrap_or(i64::MAX);
+        let forgotten = self.pg.wait(
+            "forget old request keys",
+            client.execute("DELETE FROM request_keys WHERE created_ms < $1", &[&cutoff]),
+        )?;
+        Ok(forgotten as usize)
+    }
 }
