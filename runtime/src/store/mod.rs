@@ -24,6 +24,7 @@ pub mod records;
 pub mod registry;
 pub mod request_keys;
 pub mod schedules;
+pub mod spending;
 pub mod thread_files;
 pub mod thread_index;
 pub mod tokens;
