@@ -118,6 +118,18 @@ on_both_stores! {
         let text = github("d2", github_signature(SECRET, "hello"));
         assert_eq!(deliver(&base, "triage", "hello", &text).await?.0, 400);
         assert_eq!(env.json(&["threads"])?.as_array().map(Vec::len), Some(1));
+        // What serve saw, for Prometheus.
+        let metrics = reqwest::get(format!("{base}/metrics")).await?.text().await?;
+        for line in [
+            "uncaged_workflow_webhook_deliveries_total{outcome=\"started\"} 1",
+            "uncaged_workflow_webhook_deliveries_total{outcome=\"replayed\"} 1",
+            "uncaged_workflow_webhook_deliveries_total{outcome=\"refused\"} 5",
+            "uncaged_workflow_threads{status=\"completed\"} 1",
+            "uncaged_workflow_queue_depth 0",
+            "uncaged_workflow_steps 1",
+        ] {
+            ensure!(metrics.lines().any(|l| l == line), "no `{line}` in:\n{metrics}");
+        }
         Ok(())
     }
 

@@ -27,4 +27,6 @@ pub struct App {
     pub cookie: String,
     /// The largest request body the API takes.
     pub max_body: usize,
+    /// Webhook deliveries answered, for `/metrics`.
+    pub deliveries: super::metrics::Deliveries,
 }

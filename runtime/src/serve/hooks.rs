@@ -23,6 +23,7 @@ use sha2::Sha256;
 
 use super::api::{ApiError, types::Started};
 use super::app::App;
+use super::metrics::Deliveries;
 use crate::clock::now_ms;
 use crate::run::actions::{self, Once, OnceKey};
 use crate::run::lifecycle::Origin;
@@ -43,7 +44,25 @@ pub async fn deliver(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let schedule = webhook_of(&app, &workflow)?;
+    let answer = answer(&app, &workflow, &headers, &body).await;
+    let outcome = match &answer {
+        Ok((StatusCode::CREATED, _)) => &app.deliveries.started,
+        Ok(_) => &app.deliveries.replayed,
+        Err(_) => &app.deliveries.refused,
+    };
+    Deliveries::count(outcome);
+    let (status, id) = answer?;
+    Ok((status, axum::Json(Started { id: id.to_string() })).into_response())
+}
+
+/// Starts the thread of a delivery, or finds the one it started; the status to answer with.
+async fn answer(
+    app: &App,
+    workflow: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(StatusCode, crate::ids::ThreadId), ApiError> {
+    let schedule = webhook_of(app, workflow)?;
     let Trigger::Webhook { secret_env } = &schedule.trigger else {
         unreachable!("a webhook schedule")
     };
@@ -60,8 +79,8 @@ pub async fn deliver(
             "this webhook's secret is not configured on the server",
         )
     })?;
-    let delivery = verify(&headers, &body, secret.as_bytes(), now_ms())?;
-    let data: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+    let delivery = verify(headers, body, secret.as_bytes(), now_ms())?;
+    let data: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
         refusal(StatusCode::BAD_REQUEST, "malformed_json", &format!("the body is not JSON: {e}"))
     })?;
     let mut request = schedule::thread_request(&schedule);
@@ -79,11 +98,10 @@ pub async fn deliver(
         key: delivery,
         fingerprint: String::new(),
     };
-    let (status, id) = match actions::start_once(&app.store, request, Some(key)).await? {
+    Ok(match actions::start_once(&app.store, request, Some(key)).await? {
         Once::Started(id) => (StatusCode::CREATED, id),
         Once::Replayed(id) => (StatusCode::OK, id),
-    };
-    Ok((status, axum::Json(Started { id: id.to_string() })).into_response())
+    })
 }
 
 /// The webhook schedule of `workflow`: refused if there is none (404) or it is paused (409).

@@ -46,6 +46,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/assets/app.js", get(|| async { asset("text/javascript", assets::APP_JS) }))
         .route("/assets/app.css", get(|| async { asset("text/css", assets::APP_CSS) }))
         .route("/api/events", get(events))
+        .route("/metrics", get(metrics))
         .nest("/api/v1", api::routes(app.max_body))
         .route(
             "/hooks/{workflow}",
@@ -238,6 +239,14 @@ fn form_urlencoded(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
         let (k, v) = pair.split_once('=')?;
         Some((k.to_string(), v.to_string()))
     })
+}
+
+/// Prometheus' scrape: guarded as the page is (a token unless the page is open).
+async fn metrics(State(app): Shared) -> Response {
+    match super::metrics::render(&app.store, &app.deliveries) {
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        Err(e) => api::ApiError::from(e).into_response(),
+    }
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {

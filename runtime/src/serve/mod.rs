@@ -11,6 +11,7 @@ pub mod connections;
 pub mod hooks;
 pub mod http;
 pub mod live;
+pub mod metrics;
 pub mod views;
 
 use std::net::SocketAddr;
@@ -108,6 +109,7 @@ pub async fn serve(
         cookie: http::token_cookie(bound.port()),
         stopping: tokio::sync::watch::channel(false).0,
         live: Default::default(),
+        deliveries: Default::default(),
     });
     let firing =
         options.schedules.then(|| tokio::spawn(fire_forever(store, app.stopping.subscribe())));
