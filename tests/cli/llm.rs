@@ -477,6 +477,19 @@ fn a_budget_pauses_a_thread_and_a_raise_resumes_it() -> Result<()> {
     let id = events[0]["thread"].as_str().unwrap().to_string();
     let record = env.json(&["thread", &id])?;
     assert_eq!((record["paused"]["by"].clone(), record["steps"].as_array().unwrap().len()), (json!("budget"), 1));
+    // A workflow's default budget in config.yaml, which a run's own limit replaces.
+    config(&env, "budgets:\n  solve-issue: {max_agent_calls: 2, max_duration: 1h}\n")?;
+    let run = env.run(&["run", "solve-issue", "-p", "z", "--agent", &agent, "--json"])?;
+    let events: Vec<Value> = run.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let id = events[0]["thread"].as_str().unwrap().to_string();
+    let record = env.json(&["thread", &id])?;
+    assert_eq!(record["start"]["parameters"]["options"]["budget"], json!({"maxAgentCalls": 2, "maxDurationMs": 3_600_000}));
+    assert_eq!((record["paused"]["by"].clone(), record["steps"].as_array().unwrap().len()), (json!("budget"), 2));
+    let run = env.run(&["run", "solve-issue", "-p", "w", "--agent", &agent, "--max-agent-calls", "9"])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    config(&env, "budgets:\n  solve-issue: {max_calls: 2}\n")?;
+    let e = env.fails(&["run", "solve-issue", "-p", "v"], 65)?;
+    assert!(e.contains("budgets.solve-issue.max_calls"), "{e}");
     Ok(())
 }
 

@@ -119,6 +119,9 @@ pub fn start_new(store: &Storage, request: StartRequest) -> Result<OpenThread> {
     let (hash, max_rounds) = check_start(store, &request)?;
     let StartRequest { name, prompt, options, origin } = request;
     let RunOptions { agents, limits, trigger_data, budget, .. } = options;
+    // The workflow's budget in config.yaml, each limit the run sets in place of its own.
+    let defaults = store.config()?.budgets.get(&name).map(|b| b.budget()).unwrap_or_default();
+    let budget = defaults.raised(&budget);
     create_with(
         store,
         NewThread { name, hash, prompt, max_rounds, agents, limits, trigger_data, budget },

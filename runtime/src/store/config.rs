@@ -66,6 +66,9 @@ pub struct Config {
     /// What tokens cost, by model: each step's and each thread's cost.
     #[serde(default)]
     pub prices: Prices,
+    /// What each workflow's threads may spend unless a run says otherwise, by workflow.
+    #[serde(default)]
+    pub budgets: BTreeMap<String, BudgetConfig>,
     /// Where relative paths in the file are resolved from.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -78,6 +81,32 @@ pub fn store_url(path: &Path) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
     let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
     value.get("store")?.as_str().map(str::to_string)
+}
+
+/// A workflow's default budget in `budgets:` (see [`crate::store::spending::Budget`]).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// US dollars.
+    #[serde(default)]
+    pub max_cost: Option<f64>,
+    #[serde(default)]
+    pub max_agent_calls: Option<u64>,
+    #[serde(default)]
+    pub max_duration: Option<Seconds>,
+}
+
+impl BudgetConfig {
+    pub fn budget(&self) -> crate::store::spending::Budget {
+        crate::store::spending::Budget {
+            max_tokens: self.max_tokens,
+            max_cost_usd: self.max_cost,
+            max_agent_calls: self.max_agent_calls,
+            max_duration_ms: self.max_duration.map(|d| d.0.as_millis() as u64),
+        }
+    }
 }
 
 /// `prices:` in config.yaml: model name → price.
@@ -314,7 +343,8 @@ impl Config {
 
 /// Keys of the top level.
 const TOP_KEYS: &[&str] =
-    &["agent", "agents", "roles", "extractor", "limits", "serve", "prices", "store"];
+    &["agent", "agents", "roles", "extractor", "limits", "serve", "prices", "budgets", "store"];
+const BUDGET_KEYS: &[&str] = &["max_tokens", "max_cost", "max_agent_calls", "max_duration"];
 const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];
 const SERVE_KEYS: &[&str] =
     &["listen", "token_env", "max_connections", "header_timeout", "idle_timeout", "max_body_bytes"];
@@ -352,6 +382,14 @@ fn check_keys(value: &serde_yaml::Value) -> std::result::Result<(), String> {
     }
     if let Some(serve) = top.get("serve").and_then(|s| s.as_mapping()) {
         known(serve, SERVE_KEYS, "serve.")?;
+    }
+    if let Some(budgets) = top.get("budgets").and_then(|b| b.as_mapping()) {
+        for (workflow, budget) in budgets {
+            if let Some(budget) = budget.as_mapping() {
+                let workflow = workflow.as_str().unwrap_or("?");
+                known(budget, BUDGET_KEYS, &format!("budgets.{workflow}."))?;
+            }
+        }
     }
     if let Some(prices) = top.get("prices").and_then(|p| p.as_mapping()) {
         for (model, price) in prices {
