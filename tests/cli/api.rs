@@ -122,6 +122,13 @@ on_both_stores! {
             assert_eq!(last["status"], "completed", "{last}");
             assert_eq!(last_id, &steps.to_string());
             assert_eq!(record["start"]["triggerData"], data);
+            // Twenty clients at once, the thread read once for all of them: each hears it whole.
+            let many = (0..20).map(|_| api.events(&id, None));
+            for heard in futures::future::join_all(many).await {
+                let heard = heard?;
+                assert_eq!(heard.len(), events.len(), "{heard:?}");
+                assert_eq!(heard.last().map(|e| e.0.as_str()), Some("ended"));
+            }
             // Resumed after step 2: the steps after it, then the end.
             let resumed = api.events(&id, Some(2)).await?;
             assert_eq!(resumed[0].2["index"], 3, "{resumed:?}");

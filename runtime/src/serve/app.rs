@@ -27,6 +27,8 @@ pub struct App {
     pub cookie: String,
     /// The largest request body the API takes.
     pub max_body: usize,
+    /// The threads API clients follow, each read once.
+    pub feeds: super::api::feed::Feeds,
     /// Webhook deliveries answered, for `/metrics`.
     pub deliveries: super::metrics::Deliveries,
 }

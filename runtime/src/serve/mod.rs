@@ -110,6 +110,7 @@ pub async fn serve(
         stopping: tokio::sync::watch::channel(false).0,
         live: Default::default(),
         deliveries: Default::default(),
+        feeds: Default::default(),
     });
     let firing =
         options.schedules.then(|| tokio::spawn(fire_forever(store, app.stopping.subscribe())));

@@ -2,7 +2,6 @@
 //! read one, follow its events (server-sent, resumable with `Last-Event-ID`), and act on it.
 
 use std::convert::Infallible;
-use std::time::Duration;
 
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -24,16 +23,12 @@ use crate::run::control;
 use crate::run::events::Event;
 use crate::run::lifecycle::{ForkAt, Origin, RunOptions, StartRequest};
 use crate::run::query::{self, ThreadQuery};
-use crate::run::watch::ThreadEvents;
 use crate::serve::views;
 use crate::store::records::ThreadStatus;
 use crate::store::request_keys::MAX_KEY_LEN;
 
 /// The header that makes a retried start return the thread the first one started.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-
-/// How often an event stream looks for what a thread stored.
-const EVENTS_POLL: Duration = Duration::from_millis(200);
 
 /// The most threads a page holds, and how many unless asked.
 const MAX_PAGE: usize = 1000;
@@ -187,41 +182,58 @@ pub async fn events(
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.trim().parse::<usize>().ok());
     let after = resumed.or(after.after).unwrap_or(0);
-    let mut watch = ThreadEvents::new(&app.store, id, after);
-    // What is there now is known before the answer: a thread that does not read is a 4xx/5xx,
+    // The thread is read once for all its followers (see `feed`); this stream keeps only its
+    // place in the shared log. Reading it first makes a thread that does not read a 4xx/5xx,
     // not a stream that ends at once.
-    let first = watch.poll()?;
-    let stopping = app.stopping.subscribe();
-    let state = (watch, stopping, std::collections::VecDeque::from(first), after, false);
-    let stream = futures::stream::unfold(
-        state,
-        |(mut watch, mut stopping, mut queue, mut told, done)| async move {
-            loop {
-                if let Some(event) = queue.pop_front() {
-                    if let Event::Step { index, .. } = &event {
-                        told = *index;
-                    }
-                    let last = matches!(event, Event::Ended { .. });
-                    let sse = to_sse(&event, told);
-                    return Some((Ok::<_, Infallible>(sse), (watch, stopping, queue, told, last)));
+    let log = app.feeds.follow(&app.store, id, app.stopping.subscribe())?;
+    let state = Follow { log, stopping: app.stopping.subscribe(), next: None, after, told: after };
+    let stream = futures::stream::unfold(state, |mut state| async move {
+        loop {
+            let snapshot = state.log.borrow_and_update().clone();
+            // Where this client starts: after its step `after` (from the first event if 0).
+            let next = *state.next.get_or_insert_with(|| start_of(&snapshot.events, state.after));
+            if let Some(event) = snapshot.events.get(next) {
+                state.next = Some(next + 1);
+                if let Event::Step { index, .. } = &**event {
+                    state.told = *index;
                 }
-                if done || *stopping.borrow() {
-                    return None;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(EVENTS_POLL) => {}
-                    _ = stopping.changed() => return None,
-                }
-                match watch.poll() {
-                    Ok(events) => queue.extend(events),
-                    // A thread removed while watched, a store gone: the stream ends; a client
-                    // reconnects and is told why.
-                    Err(_) => return None,
-                }
+                let sse = to_sse(event, state.told);
+                return Some((Ok::<_, Infallible>(sse), state));
             }
-        },
-    );
+            if snapshot.closed || *state.stopping.borrow() {
+                return None;
+            }
+            tokio::select! {
+                changed = state.log.changed() => changed.ok()?,
+                _ = state.stopping.changed() => return None,
+            }
+        }
+    });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// A client's place in a thread's shared log.
+struct Follow {
+    log: tokio::sync::watch::Receiver<std::sync::Arc<super::feed::Log>>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    /// The next event of the log to send (found on the first look).
+    next: Option<usize>,
+    /// The step the client had heard (`Last-Event-ID`).
+    after: usize,
+    /// The last step told.
+    told: usize,
+}
+
+/// The first event after step `after` in `events` (0: the first event); past the end if the
+/// log does not hold that step yet.
+fn start_of(events: &[std::sync::Arc<Event>], after: usize) -> usize {
+    if after == 0 {
+        return 0;
+    }
+    events
+        .iter()
+        .position(|e| matches!(&**e, Event::Step { index, .. } if *index == after))
+        .map_or(events.len(), |at| at + 1)
 }
 
 /// `?after=N`.
