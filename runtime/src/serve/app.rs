@@ -28,7 +28,7 @@ pub struct App {
     /// The largest request body the API takes.
     pub max_body: usize,
     /// The threads API clients follow, each read once.
-    pub feeds: super::api::feed::Feeds,
+    pub feeds: super::feeds::Feeds,
     /// Webhook deliveries answered, for `/metrics`.
     pub deliveries: super::metrics::Deliveries,
 }

@@ -8,6 +8,7 @@ pub mod api;
 pub mod app;
 mod assets;
 pub mod connections;
+pub mod feeds;
 pub mod hooks;
 pub mod http;
 pub mod live;

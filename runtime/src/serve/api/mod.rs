@@ -9,7 +9,6 @@
 //! Every error is `{"error": {"code", "message"}}` with a 4xx or 5xx status, and changes
 //! nothing.
 
-pub mod feed;
 pub mod threads;
 pub mod types;
 

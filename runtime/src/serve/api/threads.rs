@@ -182,7 +182,7 @@ pub async fn events(
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.trim().parse::<usize>().ok());
     let after = resumed.or(after.after).unwrap_or(0);
-    // The thread is read once for all its followers (see `feed`); this stream keeps only its
+    // The thread is read once for all its followers (see `serve::feeds`); this stream keeps only its
     // place in the shared log. Reading it first makes a thread that does not read a 4xx/5xx,
     // not a stream that ends at once.
     let log = app.feeds.follow(&app.store, id, app.stopping.subscribe())?;
@@ -214,7 +214,7 @@ pub async fn events(
 
 /// A client's place in a thread's shared log.
 struct Follow {
-    log: tokio::sync::watch::Receiver<std::sync::Arc<super::feed::Log>>,
+    log: tokio::sync::watch::Receiver<std::sync::Arc<crate::serve::feeds::Log>>,
     stopping: tokio::sync::watch::Receiver<bool>,
     /// The next event of the log to send (found on the first look).
     next: Option<usize>,
