@@ -140,6 +140,13 @@ on_both_stores! {
         env.ok(&["schedule", "add", "solve-issue", "--webhook", "--secret-env", "STD_SECRET", "-p", "from a hook"])?;
         let e = env.fails(&["schedule", "add", "solve-issue", "--webhook", "--secret-env", "lower-case", "--name", "x"], 64)?;
         ensure!(e.contains("`secret_env` names the environment variable"), "{e}");
+        // Started without the secret: said once, and deliveries are refused, not guessed at.
+        let blind = Serve::start(&env, &["--no-schedules"], &[])?;
+        let (code, answer) = deliver(&format!("http://{}", blind.addr), "solve-issue", "{}", &[]).await?;
+        assert_eq!((code, answer["error"]["code"].clone()), (503, json!("not_configured")));
+        blind.stop()?;
+        let said = std::fs::read_to_string(env.dir.path().join("serve.err"))?;
+        ensure!(said.contains("STD_SECRET, the variable holding its secret, is not set"), "{said}");
         let serve = Serve::start(&env, &["--no-schedules"], &[("STD_SECRET", WHSEC)])?;
         let base = format!("http://{}", serve.addr);
         let body = r#"{"type": "invoice.paid"}"#;

@@ -67,12 +67,8 @@ async fn answer(
         unreachable!("a webhook schedule")
     };
     // The secret is read at each delivery: a rotated secret takes effect without a restart.
+    // Said once, when serve starts (`warn_of_missing_secrets`), not at every delivery.
     let secret = std::env::var(secret_env).map_err(|_| {
-        tracing::warn!(
-            "webhook `{}`: the variable {secret_env} holding its secret is not set in serve's \
-             environment",
-            schedule.name
-        );
         refusal(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_configured",
@@ -102,6 +98,24 @@ async fn answer(
         Once::Started(id) => (StatusCode::CREATED, id),
         Once::Replayed(id) => (StatusCode::OK, id),
     })
+}
+
+/// Says, once, which webhooks cannot be delivered because `serve` was started without the
+/// variable holding their secret (each such delivery then gets 503).
+pub fn warn_of_missing_secrets(store: &crate::store::Storage) {
+    let Ok(schedules) = store.schedules().list() else { return };
+    for schedule in schedules {
+        if let Trigger::Webhook { secret_env } = &schedule.trigger
+            && std::env::var_os(secret_env).is_none()
+        {
+            super::say(format_args!(
+                "webhook of `{}` (POST /hooks/{}): {secret_env}, the variable holding its \
+                 secret, is not set; its deliveries are refused (503) until serve is started \
+                 with it",
+                schedule.name, schedule.workflow
+            ));
+        }
+    }
 }
 
 /// The webhook schedule of `workflow`: refused if there is none (404) or it is paused (409).

@@ -116,6 +116,7 @@ pub async fn serve(
     let firing =
         options.schedules.then(|| tokio::spawn(fire_forever(store, app.stopping.subscribe())));
     ready(bound);
+    hooks::warn_of_missing_secrets(&app.store);
     // Live views hold their connections open: they are told to end when the server stops,
     // or a graceful shutdown would wait for them forever.
     let stopping = app.stopping.clone();
@@ -204,7 +205,7 @@ async fn fire_forever(store: Storage, mut stopping: tokio::sync::watch::Receiver
 
 /// A line on stderr about what the schedule loop did. A stderr that cannot be written (a log
 /// file on a full disk) loses the line; it does not stop the server, as `eprintln!` would.
-fn say(line: std::fmt::Arguments<'_>) {
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr().lock(), "uncaged-workflow: {line}");
 }
