@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use serde_json::json;
 
 use crate::{Env, roles, thread_id_of};
@@ -42,13 +42,9 @@ fn read_until(out: &mut impl std::io::Read, needle: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&seen).into_owned())
 }
 
-// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
-// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
-on_both_stores! {
-#[test]
-fn a_foreground_run_asks_through_its_standard_input() -> Result<()> {
-    let env = Env::new()?;
-    let hash = env.add_solve_issue()?;
+/// A foreground `run` whose reviewer is a person, answered by `typed` on its standard input;
+/// what it printed, once it exited 0.
+fn answered_run(env: &Env, typed: &[u8]) -> Result<(String, String)> {
     let mut child = env
         .command()
         .args(["run", "solve-issue", "-p", "Fix it", "--agent-for", "reviewer=human"])
@@ -56,11 +52,21 @@ fn a_foreground_run_asks_through_its_standard_input() -> Result<()> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    child.stdin.take().unwrap().write_all(b"Looks right to me.\n{\"approved\": true}\n.\n")?;
+    child.stdin.take().context("stdin")?.write_all(typed)?;
     let out = child.wait_with_output()?;
-    let stdout = String::from_utf8(out.stdout)?;
-    let stderr = String::from_utf8(out.stderr)?;
+    let (stdout, stderr) = (String::from_utf8(out.stdout)?, String::from_utf8(out.stderr)?);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    Ok((stdout, stderr))
+}
+
+// Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
+// fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
+on_both_stores! {
+#[test]
+fn a_foreground_run_asks_through_its_standard_input() -> Result<()> {
+    let env = Env::new()?;
+    let hash = env.add_solve_issue()?;
+    let (stdout, stderr) = answered_run(&env, b"Looks right to me.\n{\"approved\": true}\n.\n")?;
     // The question showed the role's prompt and the thread so far.
     assert!(stderr.contains("a human answer is needed for role `reviewer`"), "{stderr}");
     assert!(
@@ -119,19 +125,10 @@ fn a_pasted_answer_at_a_terminal_arrives_whole() -> Result<()> {
 fn an_answer_that_does_not_fit_the_role_is_asked_again() -> Result<()> {
     let env = Env::new()?;
     let hash = env.add_solve_issue()?;
-    let mut child = env
-        .command()
-        .args(["run", "solve-issue", "-p", "Fix it", "--agent-for", "reviewer=human"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    child.stdin.take().unwrap().write_all(
+    let (stdout, stderr) = answered_run(
+        &env,
         b"ok, ship it\n.\n{\"approved\": \"yes\"}\n.\nShip it. {\"approved\": true}\n.\n",
     )?;
-    let out = child.wait_with_output()?;
-    let (stdout, stderr) = (String::from_utf8(out.stdout)?, String::from_utf8(out.stderr)?);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     ensure!(stderr.contains("answer with JSON like {\"approved\":"), "{stderr}");
     ensure!(
         stderr.contains("that answer does not fit role `reviewer`: the answer holds no JSON"),

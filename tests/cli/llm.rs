@@ -119,6 +119,11 @@ fn by_role(body: &Value) -> Value {
     })
 }
 
+/// The events `run --json` printed, one per line.
+fn json_events(stdout: &str) -> Vec<Value> {
+    stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+}
+
 const KEY: &str = "sk-test-secret-0123456789";
 
 fn config(env: &Env, text: &str) -> Result<()> {
@@ -406,8 +411,7 @@ fn usage_is_recorded_per_step_added_up_per_thread_and_priced() -> Result<()> {
     std::fs::write(env.home().join("config.yaml"), text)?;
     let run = env.run(&["run", "solve-issue", "-p", "Fix the crash", "--json"])?;
     assert_eq!(run.code, 0, "{run:?}");
-    let events: Vec<Value> =
-        run.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let events = json_events(&run.stdout);
     let id = events[0]["thread"].as_str().unwrap().to_string();
     let record = env.json(&["thread", &id])?;
     let steps = record["steps"].as_array().unwrap();
@@ -452,7 +456,7 @@ fn a_budget_pauses_a_thread_and_a_raise_resumes_it() -> Result<()> {
     )?;
     let agent = format!("command:{}", agent.display());
     let run = env.run(&["run", "solve-issue", "-p", "x", "--agent", &agent, "--max-tokens", "150", "--json"])?;
-    let events: Vec<Value> = run.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let events = json_events(&run.stdout);
     let id = events[0]["thread"].as_str().unwrap().to_string();
     // Two calls spent 200 tokens: the third is not made.
     let record = env.json(&["thread", &id])?;
@@ -473,14 +477,14 @@ fn a_budget_pauses_a_thread_and_a_raise_resumes_it() -> Result<()> {
     assert_eq!(record["usage"]["inputTokens"], 240);
     // A budget of agent calls, and one of time, pause it the same way.
     let run = env.run(&["run", "solve-issue", "-p", "y", "--agent", &agent, "--max-agent-calls", "1", "--json"])?;
-    let events: Vec<Value> = run.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let events = json_events(&run.stdout);
     let id = events[0]["thread"].as_str().unwrap().to_string();
     let record = env.json(&["thread", &id])?;
     assert_eq!((record["paused"]["by"].clone(), record["steps"].as_array().unwrap().len()), (json!("budget"), 1));
     // A workflow's default budget in config.yaml, which a run's own limit replaces.
     config(&env, "budgets:\n  solve-issue: {max_agent_calls: 2, max_duration: 1h}\n")?;
     let run = env.run(&["run", "solve-issue", "-p", "z", "--agent", &agent, "--json"])?;
-    let events: Vec<Value> = run.stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let events = json_events(&run.stdout);
     let id = events[0]["thread"].as_str().unwrap().to_string();
     let record = env.json(&["thread", &id])?;
     assert_eq!(record["start"]["parameters"]["options"]["budget"], json!({"maxAgentCalls": 2, "maxDurationMs": 3_600_000}));

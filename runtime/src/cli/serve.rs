@@ -9,14 +9,17 @@ use crate::serve::{self, DEFAULT_ADDR, Options};
 
 const AFTER_HELP: &str = "\
 The web view lists workflows, schedules and threads (live), and shows a thread's routing graph,
-timeline, steps and debug log, with pause, resume, kill, fork and answer. Without a token it
-listens on a loopback address only; on any other address every request must carry the token:
-open http://HOST:PORT/?token=TOKEN once (a cookie keeps it).
+timeline, steps and debug log, with pause, resume, kill, fork and answer. The same server
+answers the HTTP API (/api/v1, with tokens from `token create`), webhooks (POST
+/hooks/WORKFLOW) and /metrics. Without a token it listens on a loopback address only; on any
+other address every request must carry one (--token, or one `token create` made): open
+http://HOST:PORT/?token=TOKEN once (a cookie keeps it).
 
 Examples:
   uncaged-workflow serve
   uncaged-workflow serve --listen 127.0.0.1:0            (any free port; the address is printed)
-  UNCAGED_WORKFLOW_TOKEN=$(openssl rand -hex 16) uncaged-workflow serve --listen 0.0.0.0:8420";
+  UNCAGED_WORKFLOW_TOKEN=$(openssl rand -hex 16) uncaged-workflow serve --listen 0.0.0.0:8420
+  uncaged-workflow token create --name ci && uncaged-workflow serve --listen 0.0.0.0:8420";
 
 /// Fire schedules continuously and serve the web view, until interrupted.
 #[derive(Debug, Parser)]

@@ -46,7 +46,18 @@ pub async fn hand_over(
 /// Starts a new thread of a registered workflow, as `request` says, and hands it to a worker.
 /// Its agent bindings are recorded in the thread: the worker reads them from there.
 pub async fn start(store: &Storage, request: StartRequest, hand: Hand) -> Result<Handed> {
-    let (writer, record) = lifecycle::start_new(store, request)?;
+    let checked = lifecycle::check_start(store, &request)?;
+    start_checked(store, request, checked, hand).await
+}
+
+/// [`start`], for a request [`lifecycle::check_start`] has checked.
+async fn start_checked(
+    store: &Storage,
+    request: StartRequest,
+    checked: lifecycle::Checked,
+    hand: Hand,
+) -> Result<Handed> {
+    let (writer, record) = lifecycle::start_checked(store, request, checked)?;
     drop(writer);
     hand_over(store, record.id(), record.start.hash, &AgentFlags::default(), hand).await
 }
@@ -77,9 +88,9 @@ pub async fn start_once(
     request: StartRequest,
     key: Option<OnceKey>,
 ) -> Result<Once> {
-    lifecycle::check_start(store, &request)?;
+    let checked = lifecycle::check_start(store, &request)?;
     let Some(key) = key else {
-        return Ok(Once::Started(start(store, request, Hand::Detach).await?.id));
+        return Ok(Once::Started(start_checked(store, request, checked, Hand::Detach).await?.id));
     };
     let claim = RequestKey {
         scope: key.scope,
@@ -90,7 +101,7 @@ pub async fn start_once(
     };
     match store.request_keys().claim(&claim)? {
         Claim::New => {
-            create_and_hand(store, request, claim.thread).await?;
+            create_and_hand(store, request, checked, claim.thread).await?;
             Ok(Once::Started(claim.thread))
         }
         Claim::Taken(taken) if taken.fingerprint != claim.fingerprint => {
@@ -102,7 +113,7 @@ pub async fn start_once(
             let deadline = tokio::time::Instant::now() + CLAIMER_WAIT;
             while !exists(store, taken.thread)? {
                 if tokio::time::Instant::now() >= deadline {
-                    create_and_hand(store, request, taken.thread).await?;
+                    create_and_hand(store, request, checked, taken.thread).await?;
                     break;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
@@ -125,9 +136,14 @@ fn exists(store: &Storage, id: ThreadId) -> Result<bool> {
 
 /// Creates thread `id` for `request` and hands it over, unless another request created it
 /// meanwhile (then whoever created it hands it over).
-async fn create_and_hand(store: &Storage, mut request: StartRequest, id: ThreadId) -> Result<()> {
+async fn create_and_hand(
+    store: &Storage,
+    mut request: StartRequest,
+    checked: lifecycle::Checked,
+    id: ThreadId,
+) -> Result<()> {
     request.origin.thread_id = Some(id);
-    match lifecycle::start_new(store, request) {
+    match lifecycle::start_checked(store, request, checked) {
         Ok((writer, record)) => {
             drop(writer);
             hand_over(store, id, record.start.hash, &AgentFlags::default(), Hand::Detach).await?;

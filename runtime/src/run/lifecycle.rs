@@ -116,12 +116,29 @@ pub struct StartRequest {
 /// exists — the bundle's integrity, the agent bindings, the limits, max rounds against the
 /// hard cap — so that a mistake is reported without leaving a thread behind.
 pub fn start_new(store: &Storage, request: StartRequest) -> Result<OpenThread> {
-    let (hash, max_rounds) = check_start(store, &request)?;
+    let checked = check_start(store, &request)?;
+    start_checked(store, request, checked)
+}
+
+/// What [`check_start`] found a new thread will run with.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The bundle it runs.
+    pub hash: BundleHash,
+    pub max_rounds: u32,
+    /// The workflow's budget in config.yaml, each limit the request sets in place of its own.
+    pub budget: Budget,
+}
+
+/// Creates the thread `request` asks for, as [`check_start`] found it (`checked`).
+pub fn start_checked(
+    store: &Storage,
+    request: StartRequest,
+    checked: Checked,
+) -> Result<OpenThread> {
+    let Checked { hash, max_rounds, budget } = checked;
     let StartRequest { name, prompt, options, origin } = request;
-    let RunOptions { agents, limits, trigger_data, budget, .. } = options;
-    // The workflow's budget in config.yaml, each limit the run sets in place of its own.
-    let defaults = store.config()?.budgets.get(&name).map(|b| b.budget()).unwrap_or_default();
-    let budget = defaults.raised(&budget);
+    let RunOptions { agents, limits, trigger_data, .. } = options;
     create_with(
         store,
         NewThread { name, hash, prompt, max_rounds, agents, limits, trigger_data, budget },
@@ -133,8 +150,8 @@ pub fn start_new(store: &Storage, request: StartRequest) -> Result<OpenThread> {
 }
 
 /// Checks a [`StartRequest`] as [`start_new`] does, without creating anything: the bundle the
-/// thread would run and its max rounds. (A schedule is checked so when it is added.)
-pub fn check_start(store: &Storage, request: &StartRequest) -> Result<(BundleHash, u32)> {
+/// thread would run, its max rounds and budget. (A schedule is checked so when it is added.)
+pub fn check_start(store: &Storage, request: &StartRequest) -> Result<Checked> {
     let name = request.name.as_str();
     let catalog = Catalog::new(store);
     // One read of the registry serves both the name and the bundle's integrity record.
@@ -153,7 +170,8 @@ pub fn check_start(store: &Storage, request: &StartRequest) -> Result<(BundleHas
         Some(asked) => asked,
         None => descriptor.max_rounds.min(cap),
     };
-    Ok((entry.hash, max_rounds))
+    let defaults = config.budgets.get(name).map(|b| b.budget()).unwrap_or_default();
+    Ok(Checked { hash: entry.hash, max_rounds, budget: defaults.raised(&options.budget) })
 }
 
 /// Opens thread `id` to continue it: takes its run lock, refuses an ended thread, and one whose

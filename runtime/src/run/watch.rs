@@ -66,9 +66,8 @@ impl ThreadReader {
     }
 }
 
-/// A thread's events from a point on: each step stored after it, then how the thread rests
-/// each time it comes to rest (waiting, paused, ended). A watcher reconnecting after step `n`
-/// misses nothing and hears no step twice.
+/// A thread's events: each step as it is stored, then how the thread rests each time it comes
+/// to rest (waiting, paused, ended).
 #[derive(Debug)]
 pub struct ThreadEvents {
     reader: ThreadReader,
@@ -79,9 +78,9 @@ pub struct ThreadEvents {
 }
 
 impl ThreadEvents {
-    /// Watches thread `id` from after its step `after` (0: from its first step).
-    pub fn new(store: &Storage, id: ThreadId, after: usize) -> Self {
-        ThreadEvents { reader: ThreadReader::new(store, id), told: after, rest: None }
+    /// Watches thread `id` from its first step.
+    pub fn new(store: &Storage, id: ThreadId) -> Self {
+        ThreadEvents { reader: ThreadReader::new(store, id), told: 0, rest: None }
     }
 
     /// What happened since the last call; empty if nothing did.

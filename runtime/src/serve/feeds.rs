@@ -48,7 +48,7 @@ impl Feeds {
         if let Some(feed) = self.followed.lock().get(&id) {
             return Ok(feed.subscribe());
         }
-        let mut reader = ThreadEvents::new(store, id, 0);
+        let mut reader = ThreadEvents::new(store, id);
         let first = reader.poll()?;
         let closed = first.iter().any(|e| matches!(e, Event::Ended { .. }));
         let log = Log { events: first.into_iter().map(Arc::new).collect(), closed };

@@ -97,7 +97,7 @@ pub async fn serve(
     } else {
         vec![]
     };
-    let csrf = random_token();
+    let csrf = crate::ids::random_hex(16);
     let app = Arc::new(app::App {
         store: store.clone(),
         token: options.token.clone(),
@@ -208,9 +208,4 @@ async fn fire_forever(store: Storage, mut stopping: tokio::sync::watch::Receiver
 pub(crate) fn say(line: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr().lock(), "uncaged-workflow: {line}");
-}
-
-/// 128 random bits as hex, from the operating system.
-fn random_token() -> String {
-    crate::ids::random_hex(16)
 }

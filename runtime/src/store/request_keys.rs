@@ -15,6 +15,7 @@ use crate::durable;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::ThreadId;
+use crate::store::bundles::sha256_hex;
 
 /// A key and what it was claimed for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,8 +70,8 @@ impl FileRequestKeys {
 
     /// The file of `scope`'s key `key`: named by hashes, so no key reaches a path.
     fn file(&self, scope: &str, key: &str) -> PathBuf {
-        let scope = &super::tokens::hash(scope)[..16];
-        self.dir.join(scope).join(format!("{}.json", super::tokens::hash(key)))
+        let scope = &sha256_hex(scope.as_bytes())[..16];
+        self.dir.join(scope).join(format!("{}.json", sha256_hex(key.as_bytes())))
     }
 }
 

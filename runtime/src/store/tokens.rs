@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::clock::now_ms;
 use crate::durable;
@@ -73,7 +72,7 @@ pub fn authenticate(tokens: &dyn TokenBackend, presented: &str) -> Result<Option
 
 /// The SHA-256 of a token, as hex.
 pub fn hash(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    super::bundles::sha256_hex(secret.as_bytes())
 }
 
 /// A token's name: 1–64 of `A-Z a-z 0-9 - _ .`, as shown in listings and logs.

@@ -7,7 +7,6 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 
 use super::types::{
     ActionBody, ActionDone, ErrorBody, ListQuery, StartThread, Started, ThreadItem, ThreadList,
@@ -96,7 +95,7 @@ pub async fn start(
 /// What a start request asked, as a digest: a key sent again with another request is refused.
 fn fingerprint(body: &StartThread) -> String {
     let asked = serde_json::to_vec(body).expect("a request serializes");
-    Sha256::digest(&asked).iter().map(|b| format!("{b:02x}")).collect()
+    crate::store::bundles::sha256_hex(&asked)
 }
 
 /// Threads, newest first, a page at a time.
