@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod control;
 pub mod dispatch;
 pub mod events;
+mod generator;
 pub mod ipc;
 pub mod lifecycle;
 pub mod query;

@@ -1,0 +1,235 @@
+//! The bundle's generator as the host drives it: instantiate the bundle, hand it the recorded
+//! steps, ask for the next step and hold it to the contract (and to the host's limits); and
+//! why it stopped when it yields no step.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::Store;
+
+use super::runner::RunContext;
+use crate::clock::now_ms;
+use crate::error::{chain_line, exit};
+use crate::ids::ThreadId;
+use crate::sandbox::engine::LoadedBundle;
+use crate::sandbox::instance::{self, GeneratorStep, ThreadInput};
+use crate::sandbox::state::{HostContext, ThreadState, new_store, within_budget};
+use crate::store::records::{
+    End, EndStatus, PendingCall, StepGroup, StepRecord, ThreadRecord, Usage,
+};
+
+/// An instantiated bundle and its generator.
+pub(super) struct Generator {
+    store: Store<ThreadState>,
+    generator: instance::Generator,
+}
+
+impl Generator {
+    /// Instantiates the bundle and constructs the generator with the recorded steps.
+    pub(super) async fn start(
+        ctx: &RunContext<'_>,
+        bundle: &LoadedBundle,
+        host: HostContext,
+        id: ThreadId,
+        record: &ThreadRecord,
+    ) -> Result<Self, Stop> {
+        let mut store = new_store(ctx.runtime.engine(), ThreadState::new(host, &ctx.limits));
+        // Instantiating runs the bundle's start code: it gets the same budget as a step.
+        let clock = store.data().clock().clone();
+        let instance = within_budget(&clock, bundle.pre.instantiate(&mut store))
+            .await
+            .map_err(|e| failed(format!("bundle failed to start: {}", chain_line(&e))))?;
+        let trigger_data = record.start.trigger_data.as_ref().map(|data| data.to_string());
+        let input = ThreadInput {
+            thread_id: id,
+            prompt: &record.start.parameters.prompt,
+            steps: &record.steps,
+            trigger_data: trigger_data.as_deref(),
+            max_rounds: record.start.parameters.options.max_rounds,
+        };
+        clock.start_step();
+        store.data_mut().host.journal.begin_step(record.steps.len());
+        let generator = within_budget(&clock, instance.start(&mut store, input))
+            .await
+            .map_err(|e| stopped(&mut store, "starting the generator", &e))?;
+        Ok(Generator { store, generator })
+    }
+
+    /// Asks for the step after step `count` and checks it: `Ok(steps)` to persist (one, or a
+    /// parallel group), `Err(end)` when the thread is over (by the bundle's word or the
+    /// host's).
+    pub(super) async fn next(
+        &mut self,
+        bundle: &LoadedBundle,
+        count: usize,
+        max_rounds: u32,
+        started: Instant,
+    ) -> Result<Vec<StepRecord>, Stop> {
+        let store = &mut self.store;
+        let clock = store.data().clock().clone();
+        clock.start_step();
+        store.data_mut().host.journal.begin_step(count);
+        store.data_mut().host.answered.clear();
+        let during = format!("step {}", count + 1);
+        let step = within_budget(&clock, self.generator.next(&mut *store))
+            .await
+            .map_err(|e| stopped(store, &during, &e))?;
+        let outputs = match step {
+            GeneratorStep::Done { return_code, summary } => {
+                store
+                    .data_mut()
+                    .check_string("the summary", &summary)
+                    .map_err(|e| failed(e.to_string()))?;
+                return Err(Stop::End(End::by_workflow(return_code, summary)));
+            }
+            GeneratorStep::Outputs(outputs) => outputs,
+        };
+        // The host's own checks: a bundle is untrusted and may not follow the contract.
+        if outputs.is_empty() {
+            return Err(failed(format!("the bundle yielded {during} with no role output")));
+        }
+        let cap = max_rounds.min(store.data().limits().max_rounds) as usize;
+        if count + outputs.len() > cap {
+            return Err(failed(format!(
+                "the bundle yielded step {} beyond max rounds ({cap}); stopped by the host",
+                cap + 1
+            )));
+        }
+        let group =
+            (outputs.len() > 1).then(|| StepGroup { first: count + 1, size: outputs.len() });
+        let whole = started.elapsed();
+        let mut steps = Vec::with_capacity(outputs.len());
+        for (i, output) in outputs.into_iter().enumerate() {
+            let during = format!("step {}", count + 1 + i);
+            let state = store.data_mut();
+            for (what, text) in [
+                ("the content", &output.content),
+                ("the meta", &output.meta),
+                ("the role name", &output.role),
+            ] {
+                state
+                    .check_string(&format!("{what} of {during}"), text)
+                    .map_err(|e| failed(e.to_string()))?;
+            }
+            let Some(schema) = bundle.schemas.get(&output.role) else {
+                let role: String = output.role.chars().take(64).collect();
+                return Err(failed(format!(
+                    "the bundle yielded a step for undeclared role `{role}`"
+                )));
+            };
+            let meta = serde_json::from_str(&output.meta).map_err(|e| {
+                failed(format!(
+                    "the bundle yielded a `{}` step whose meta is not JSON: {e}",
+                    output.role
+                ))
+            })?;
+            if let Some(error) = crate::schema::first_error(schema, &meta) {
+                return Err(failed(format!(
+                    "the bundle yielded a `{}` step whose meta does not match the role's schema: {error}",
+                    output.role
+                )));
+            }
+            // The agent that answered for the step's role, and for a step of a parallel group
+            // how long its own call took (the group took as long as its slowest).
+            let answered = &mut store.data_mut().host.answered;
+            let call =
+                answered.iter().position(|a| a.role == output.role).map(|i| answered.remove(i));
+            let duration = match (&call, group) {
+                (Some(call), Some(_)) => call.elapsed,
+                _ => whole,
+            };
+            // The WIT says a step's time is the host's; the host does not take the bundle's
+            // word.
+            let (agent, usage) = match call {
+                Some(call) => (Some(call.agent), call.usage),
+                None => (None, None),
+            };
+            steps.push(StepRecord {
+                role: output.role,
+                content: output.content,
+                meta,
+                timestamp: now_ms(),
+                group,
+                agent,
+                duration_ms: Some(duration.as_millis() as u64),
+                usage,
+            });
+        }
+        // Calls that answered for no step of their own (a bundle may ask several agents, or
+        // one twice, to yield one step) still cost: their usage is the first step's.
+        let rest: Vec<_> =
+            store.data().host.answered.iter().filter_map(|a| a.usage.clone()).collect();
+        if let Some(rest) = Usage::sum(&rest) {
+            let first = &mut steps[0];
+            first.usage.get_or_insert_with(Usage::default).add(&rest);
+        }
+        Ok(steps)
+    }
+
+    /// Adds persisted steps to the host's record of the thread, which later agent calls
+    /// are given.
+    pub(super) fn persisted(&mut self, steps: &[StepRecord]) {
+        let view = &mut self.store.data_mut().host.thread;
+        Arc::make_mut(&mut view.steps).extend_from_slice(steps);
+    }
+}
+
+pub(super) fn failed(summary: String) -> Stop {
+    Stop::End(End::by_host(exit::SOFTWARE, summary, EndStatus::Failed))
+}
+
+/// Why the generator stopped before yielding a step.
+pub(super) enum Stop {
+    /// The thread is over.
+    End(End),
+    /// A `human` agent needs an answer nobody was there to give.
+    Waiting { role: String, call: PendingCall },
+    /// The next agent call would go over the thread's budget: it pauses, saying why.
+    Budget(String),
+    /// The store could not write: the thread stops unended (interrupted), to be resumed.
+    Store(crate::Error),
+}
+
+/// A trap as a stop: waiting for a human if that is what the host trapped for, else a failure
+/// with the reason.
+fn stopped(store: &mut Store<ThreadState>, during: &str, e: &wasmtime::Error) -> Stop {
+    let host = &mut store.data_mut().host;
+    if let Some(error) = host.store_failure.take() {
+        return Stop::Store(error);
+    }
+    if let Some(reason) = host.over_budget.take() {
+        return Stop::Budget(reason);
+    }
+    match host.waiting.take() {
+        Some((role, call)) => Stop::Waiting { role, call },
+        None => failed(trap_reason(store, during, e)),
+    }
+}
+
+/// A trap as one line, naming the limit when one was hit.
+fn trap_reason(store: &Store<ThreadState>, during: &str, e: &wasmtime::Error) -> String {
+    let state = store.data();
+    if let Some(limit) = state.exceeded() {
+        return format!("{limit} (during {during})");
+    }
+    if state.clock().exhausted() {
+        return format!(
+            "limit exceeded: the bundle used more than {} of guest time (computing, or blocked \
+             in WASI such as a sleep) during {during} (limits.cpu-per-step)",
+            humantime::format_duration(state.clock().budget())
+        );
+    }
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::StackOverflow) => {
+            format!("the bundle overflowed its stack (runaway recursion?) during {during}")
+        }
+        Some(wasmtime::Trap::UnreachableCodeReached) => match state.output.last_words() {
+            Some(line) => format!("the bundle aborted during {during}: {}", line.trim()),
+            None => {
+                format!("the bundle aborted during {during} (it reached `unreachable`: a panic?)")
+            }
+        },
+        Some(trap) => format!("the bundle trapped during {during}: {trap}"),
+        None => format!("the bundle failed during {during}: {}", chain_line(e)),
+    }
+}
