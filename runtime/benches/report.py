@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import postgres  # noqa: E402  (runtime/benches/postgres.py)
 import serve_load  # noqa: E402  (runtime/benches/serve_load.py)
+import telemetry  # noqa: E402  (runtime/benches/telemetry.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
@@ -360,6 +361,7 @@ def main():
 
     lines += listing
     lines += serve_load.section()
+    lines += telemetry.section()
     lines += postgres.section(PYTHON)
     lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for mode, ours_us, native_us, peer_us in verdicts:
@@ -426,6 +428,10 @@ if __name__ == "__main__":
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
         in_place(serve_load.section())
+    elif sys.argv[1:] == ["--only", "telemetry"]:
+        sh("cargo", "build", "--release", "-p", "uncaged-workflow")
+        sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
+        in_place(telemetry.section())
     elif sys.argv[1:] == ["--only", "threads"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         print("\n".join(thread_listing_lines()))

@@ -168,6 +168,24 @@ pub enum Command {
 }
 
 impl Cli {
+    /// The exporter of traces, when this command runs threads in its own process (a worker,
+    /// `step`) and the environment or config.yaml names a collector; an exporter that cannot
+    /// be set up is reported (once, as a warning) and leaves traces off.
+    pub fn telemetry(&self) -> Option<crate::telemetry::Telemetry> {
+        if !matches!(self.command, Command::Worker(_) | Command::Step(_)) {
+            return None;
+        }
+        let endpoint = self
+            .global
+            .home()
+            .ok()
+            .and_then(|home| crate::store::config::otlp_endpoint(&home.config_file()));
+        crate::telemetry::Telemetry::configured(endpoint.as_deref()).unwrap_or_else(|e| {
+            eprintln!("uncaged-workflow: warning: traces are off: {e}");
+            None
+        })
+    }
+
     /// Runs the command; returns the process exit code.
     pub async fn execute(self) -> anyhow::Result<i32> {
         let global = &self.global;

@@ -122,6 +122,11 @@ impl ThreadId {
     pub fn timestamp_ms(self) -> u64 {
         self.0.timestamp_ms()
     }
+
+    /// The id's 128 bits (a thread's trace id is these: see `telemetry`).
+    pub fn to_u128(self) -> u128 {
+        self.0.0
+    }
 }
 
 impl Default for ThreadId {

@@ -23,6 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "scaffold",
             "terminal",
             "env_name",
+            "telemetry",
         ],
     ),
     // Declarative workflows: YAML validated and assembled into a bundle; bytes in, bytes out.

@@ -4,7 +4,8 @@
 //! The library is layered; each layer uses only the ones before it:
 //!
 //! 1. base — [`error`], [`ids`], [`clock`], [`cron`], [`home`], [`durable`], [`schema`],
-//!    [`limits`], [`faults`], [`scaffold`], [`terminal`]: no knowledge of workflows beyond names and numbers.
+//!    [`limits`], [`faults`], [`scaffold`], [`terminal`], [`telemetry`]: no knowledge of
+//!    workflows beyond names and numbers.
 //! 2. [`declarative`] — a YAML workflow validated and composed with the interpreter into a
 //!    bundle: bytes in, bytes out.
 //! 3. [`store`] — everything kept (records, journals, logs, registry, bundles, config), and
@@ -38,6 +39,7 @@ pub mod schedule;
 pub mod schema;
 pub mod serve;
 pub mod store;
+pub mod telemetry;
 pub mod terminal;
 
 pub use error::{Error, Result};

@@ -12,25 +12,27 @@ use crate::{Env, roles, thread_id_of};
 
 /// A request the mock server got.
 #[derive(Debug, Clone)]
-struct Seen {
+pub struct Seen {
     at: Instant,
-    body: Value,
+    pub body: Value,
     authorization: Option<String>,
+    /// The W3C trace context the client sent.
+    pub traceparent: Option<String>,
 }
 
 /// What the mock answers: status, body, and a delay before answering.
 type Script = dyn Fn(usize, &Value) -> (u16, Value, Duration) + Send + Sync;
 
 /// A chat-completions server on 127.0.0.1 with an ephemeral port, stopped on drop.
-struct MockLlm {
-    base_url: String,
+pub struct MockLlm {
+    pub base_url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MockLlm {
-    fn start(script: Box<Script>) -> Result<Self> {
+    pub fn start(script: Box<Script>) -> Result<Self> {
         Self::start_with_header(script, None)
     }
 
@@ -49,14 +51,23 @@ impl MockLlm {
                 let mut text = String::new();
                 let _ = request.as_reader().read_to_string(&mut text);
                 let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                let authorization = request
-                    .headers()
-                    .iter()
-                    .find(|h| h.field.equiv("Authorization"))
-                    .map(|h| h.value.as_str().to_string());
+                let header_of = |name: &'static str| {
+                    request
+                        .headers()
+                        .iter()
+                        .find(|h| h.field.equiv(name))
+                        .map(|h| h.value.as_str().to_string())
+                };
+                let (authorization, traceparent) =
+                    (header_of("Authorization"), header_of("traceparent"));
                 let n = {
                     let mut seen = seen_in.lock().unwrap();
-                    seen.push(Seen { at: Instant::now(), body: body.clone(), authorization });
+                    seen.push(Seen {
+                        at: Instant::now(),
+                        body: body.clone(),
+                        authorization,
+                        traceparent,
+                    });
                     seen.len()
                 };
                 let (status, reply, delay) = script(n, &body);
@@ -86,7 +97,7 @@ impl MockLlm {
         })
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 }
@@ -101,14 +112,14 @@ impl Drop for MockLlm {
 }
 
 /// A chat-completions reply with `content`.
-fn completion(content: &str) -> Value {
+pub fn completion(content: &str) -> Value {
     json!({"id": "x", "object": "chat.completion", "choices": [
         {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
     ]})
 }
 
 /// Answers for solve-issue by the role named in the system prompt.
-fn by_role(body: &Value) -> Value {
+pub fn by_role(body: &Value) -> Value {
     let system = body["messages"][0]["content"].as_str().unwrap_or_default();
     completion(if system.contains("You are the planner") {
         "Plan:\n```json\n{\"steps\": [\"fix it\"]}\n```"
@@ -120,13 +131,13 @@ fn by_role(body: &Value) -> Value {
 }
 
 /// The events `run --json` printed, one per line.
-fn json_events(stdout: &str) -> Vec<Value> {
+pub fn json_events(stdout: &str) -> Vec<Value> {
     stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 const KEY: &str = "sk-test-secret-0123456789";
 
-fn config(env: &Env, text: &str) -> Result<()> {
+pub fn config(env: &Env, text: &str) -> Result<()> {
     std::fs::create_dir_all(env.home())?;
     std::fs::write(env.home().join("config.yaml"), text)?;
     Ok(())

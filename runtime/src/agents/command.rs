@@ -19,6 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::processes::{AgentProcesses, GroupGuard};
 use super::{AgentAnswer, AgentContext, AgentFailure};
 
+/// The environment variable a command agent finds its call's trace context in.
+pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
+
 /// Default time a command agent may take.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -62,6 +65,12 @@ impl CommandAgent {
         if let Some(cwd) = &self.cwd {
             command.current_dir(cwd);
         }
+        // The call's trace context, for the agent's own spans (W3C's variable); never one the
+        // worker inherited, which would put the agent's spans in some other trace.
+        match crate::telemetry::traceparent() {
+            Some(traceparent) => command.env(TRACEPARENT_ENV, traceparent),
+            None => command.env_remove(TRACEPARENT_ENV),
+        };
         // The agent must not outlive the worker that waits for it: if the worker dies (`kill
         // -9`, a crash), `resume` asks again, and two agents would work on one workspace.
         // SAFETY: the closure runs in the child between fork and exec, and calls only prctl,

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::store::info_log::InfoLog;
 use crate::store::records::StepRecord;
+use crate::telemetry::{self, AgentCall};
 
 pub use binding::{AgentFlags, AgentSet, Secrets};
 pub use command::CommandAgent;
@@ -125,6 +126,17 @@ impl AgentFailure {
         }
     }
 
+    /// One word for the kind of failure (a span's `error.type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentFailure::Unavailable(_) => "unavailable",
+            AgentFailure::Failed { .. } => "failed",
+            AgentFailure::Timeout(_) => "timeout",
+            AgentFailure::RateLimited { .. } => "rate_limited",
+            AgentFailure::Waiting => "waiting",
+        }
+    }
+
     /// Is a retry worth it?
     pub fn is_transient(&self) -> bool {
         matches!(
@@ -183,6 +195,17 @@ pub struct Bound {
 }
 
 impl Bound {
+    /// The span of a call to this agent for `role` (see [`telemetry::agent_span`]).
+    pub fn span(&self, role: &str) -> tracing::Span {
+        let (operation, provider, model) = match &*self.agent {
+            Agent::OpenAi(agent) => ("chat", "openai", Some(agent.model())),
+            Agent::Command(_) => ("invoke_agent", "command", None),
+            Agent::Scripted(_) => ("invoke_agent", "scripted", None),
+            Agent::Human => ("invoke_agent", "human", None),
+        };
+        telemetry::agent_span(AgentCall { operation, provider, model, agent: &self.label, role })
+    }
+
     /// Asks the agent under its failure policy (see [`with_retries`]). Every secret the host
     /// holds is redacted from the answer and from failure messages: an agent (or a server
     /// echoing a request) must not get a key into a thread's records.

@@ -37,6 +37,11 @@ pub struct Message {
 }
 
 impl OpenAiAgent {
+    /// The model it asks for.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
     /// From an `openai` binding, its key from `secrets` (the environment of the command that
     /// started or resumed the thread).
     pub fn from_config(
@@ -139,6 +144,10 @@ impl OpenAiAgent {
         let mut request = self.client.post(&self.url).json(&body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
+        }
+        // The call's trace context, so that a traced gateway or server joins the thread's trace.
+        if let Some(traceparent) = crate::telemetry::traceparent() {
+            request = request.header("traceparent", traceparent);
         }
         let url = &self.url;
         let response = request.send().await.map_err(|e| {

@@ -3,8 +3,12 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 use uncaged_workflow::cli::Cli;
 use uncaged_workflow::error::{chain_line, exit};
+use uncaged_workflow::telemetry::Telemetry;
 use uncaged_workflow::terminal;
 
 #[tokio::main]
@@ -22,7 +26,8 @@ async fn main() -> ExitCode {
         }
     };
     terminal::set_color(cli.global.color);
-    init_tracing(cli.global.verbose);
+    let telemetry = cli.telemetry();
+    init_tracing(cli.global.verbose, telemetry.as_ref());
     let code = match cli.execute().await {
         Ok(code) => code,
         Err(e) => {
@@ -42,10 +47,13 @@ async fn main() -> ExitCode {
             ours.map_or(1, |e| e.exit_code())
         }
     };
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
-fn init_tracing(verbose: u8) {
+fn init_tracing(verbose: u8, telemetry: Option<&Telemetry>) {
     let default = match verbose {
         0 => "warn",
         1 => "uncaged_workflow=info,warn",
@@ -54,13 +62,14 @@ fn init_tracing(verbose: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let ansi = terminal::colors(terminal::Stream::Stderr);
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .without_time()
         // A log that cannot be written (a worker's log on a full disk) is not worth a panic:
         // tracing would report it with `eprintln!`, which panics when stderr fails too.
         .log_internal_errors(false)
-        .init();
+        // Each layer its own filter: the log's level must not decide which spans are exported.
+        .with_filter(filter);
+    tracing_subscriber::registry().with(log).with(telemetry.map(Telemetry::layer)).init();
 }

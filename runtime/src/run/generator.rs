@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use wasmtime::Store;
 
-use super::runner::RunContext;
 use crate::clock::now_ms;
 use crate::error::{chain_line, exit};
 use crate::ids::ThreadId;
-use crate::sandbox::engine::LoadedBundle;
+use crate::limits::Limits;
+use crate::sandbox::engine::{LoadedBundle, Runtime};
 use crate::sandbox::instance::{self, GeneratorStep, ThreadInput};
 use crate::sandbox::state::{HostContext, ThreadState, new_store, within_budget};
 use crate::store::records::{
@@ -27,13 +27,14 @@ pub(super) struct Generator {
 impl Generator {
     /// Instantiates the bundle and constructs the generator with the recorded steps.
     pub(super) async fn start(
-        ctx: &RunContext<'_>,
+        runtime: &Runtime,
+        limits: &Limits,
         bundle: &LoadedBundle,
         host: HostContext,
         id: ThreadId,
         record: &ThreadRecord,
     ) -> Result<Self, Stop> {
-        let mut store = new_store(ctx.runtime.engine(), ThreadState::new(host, &ctx.limits));
+        let mut store = new_store(runtime.engine(), ThreadState::new(host, limits));
         // Instantiating runs the bundle's start code: it gets the same budget as a step.
         let clock = store.data().clock().clone();
         let instance = within_budget(&clock, bundle.pre.instantiate(&mut store))
@@ -188,6 +189,18 @@ pub(super) enum Stop {
     Budget(String),
     /// The store could not write: the thread stops unended (interrupted), to be resumed.
     Store(crate::Error),
+}
+
+impl Stop {
+    /// What came instead of a step, in a word (a span's name).
+    pub(super) fn as_str(&self) -> &'static str {
+        match self {
+            Stop::End(_) => "end",
+            Stop::Waiting { .. } => "wait for a human",
+            Stop::Budget(_) => "over budget",
+            Stop::Store(_) => "store failure",
+        }
+    }
 }
 
 /// A trap as a stop: waiting for a human if that is what the host trapped for, else a failure

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use tracing::Instrument;
+
 use super::generator::{Generator, Stop};
 use crate::agents::AgentSet;
 use crate::clock::now_ms;
@@ -15,8 +17,11 @@ use crate::sandbox::control::ThreadControl;
 use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
 use crate::sandbox::state::{HostContext, ThreadView};
 use crate::store::info_log::{InfoLog, LogLevel};
-use crate::store::records::{EndRecord, PauseReason, Paused, StepRecord, ThreadRecord};
+use crate::store::records::{
+    EndRecord, EndStatus, PauseReason, Paused, StepRecord, ThreadRecord, Usage,
+};
 use crate::store::{Storage, ThreadWriter};
+use crate::telemetry::{self, ThreadEnd};
 
 /// Log tags of this module's call sites.
 const TAG_START: &str = "RN8STA2T";
@@ -50,6 +55,19 @@ pub enum RunOutcome {
     HandedBack,
 }
 
+impl RunOutcome {
+    /// One word for how the run stopped (a span's attribute).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RunOutcome::Ended(_) => "ended",
+            RunOutcome::Paused => "paused",
+            RunOutcome::Stepped => "stepped",
+            RunOutcome::Waiting { .. } => "waiting",
+            RunOutcome::HandedBack => "handed back",
+        }
+    }
+}
+
 /// Something that happened in a running thread, for progress output.
 #[derive(Debug, Clone)]
 pub enum ThreadEvent {
@@ -74,6 +92,48 @@ pub struct RunContext<'a> {
 /// diverges from the journal — ends the thread as `failed` with the reason in its end record;
 /// what was recorded before stays. Only failures to write the thread's files are errors.
 pub async fn run_thread(
+    ctx: &RunContext<'_>,
+    bundle: &LoadedBundle,
+    writer: &mut dyn ThreadWriter,
+    record: &ThreadRecord,
+    until: Until,
+    mut on_event: impl FnMut(ThreadEvent),
+) -> Result<RunOutcome> {
+    let id = record.id();
+    let span = telemetry::run_span(id, &bundle.name, bundle.hash, record.steps.len());
+    let (mut steps, mut usage) = (record.steps.len(), record.usage());
+    let outcome = run_steps(ctx, bundle, writer, record, until, |event| {
+        let ThreadEvent::Step { step, .. } = &event;
+        steps += 1;
+        if let Some(more) = &step.usage {
+            usage.get_or_insert_with(Usage::default).add(more);
+        }
+        on_event(event)
+    })
+    .instrument(span.clone())
+    .await;
+    span.record("uncaged.run.steps", (steps - record.steps.len()) as i64);
+    let Ok(outcome) = outcome else { return outcome };
+    span.record("uncaged.run.outcome", outcome.as_str());
+    if let RunOutcome::Ended(end) = &outcome {
+        telemetry::thread_ended(ThreadEnd {
+            thread: id,
+            workflow: &bundle.name,
+            hash: bundle.hash,
+            started_ms: record.start.timestamp,
+            status: end.end.status.as_str(),
+            summary: &end.end.summary,
+            failed: end.end.status == EndStatus::Failed,
+            steps,
+            tokens: usage.as_ref().map(|u| (u.input_tokens, u.output_tokens)),
+            cost_usd: usage.as_ref().and_then(|u| u.cost_usd),
+        });
+    }
+    Ok(outcome)
+}
+
+/// [`run_thread`], inside the run's span.
+async fn run_steps(
     ctx: &RunContext<'_>,
     bundle: &LoadedBundle,
     writer: &mut dyn ThreadWriter,
@@ -125,10 +185,11 @@ pub async fn run_thread(
     };
     let host =
         HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone(), view);
-    let mut generator = match Generator::start(ctx, bundle, host, id, record).await {
-        Ok(generator) => generator,
-        Err(end) => return finish(writer, &info, end),
-    };
+    let mut generator =
+        match Generator::start(ctx.runtime, &ctx.limits, bundle, host, id, record).await {
+            Ok(generator) => generator,
+            Err(end) => return finish(writer, &info, end),
+        };
 
     let mut count = record.steps.len();
     // Generator steps taken: `step` takes one, which may persist a parallel group.
@@ -141,10 +202,16 @@ pub async fn run_thread(
         }
         let started = Instant::now();
         let max_rounds = record.start.parameters.options.max_rounds;
-        let steps = match generator.next(bundle, count, max_rounds, started).await {
+        let span = telemetry::step_span(count + 1);
+        let next = generator.next(bundle, count, max_rounds, started);
+        let steps = match next.instrument(span.clone()).await {
             Ok(steps) => steps,
-            Err(end) => return finish(writer, &info, end),
+            Err(stop) => {
+                telemetry::step_stopped(&span, stop.as_str());
+                return finish(writer, &info, stop);
+            }
         };
+        trace_step(&span, &steps);
         ctx.control.set_activity(None);
         taken += 1;
         writer.append_steps(&steps)?;
@@ -166,6 +233,27 @@ pub async fn run_thread(
             info.write(LogLevel::Info, TAG_PAUSE, &format!("handed back after step {count}"));
             return Ok(RunOutcome::HandedBack);
         }
+    }
+}
+
+/// What a step was, on its span: its roles, their agents, and what it cost.
+fn trace_step(span: &tracing::Span, steps: &[StepRecord]) {
+    if span.is_disabled() {
+        return;
+    }
+    let list = |field: fn(&StepRecord) -> Option<&str>| {
+        steps.iter().filter_map(field).collect::<Vec<_>>().join(", ")
+    };
+    span.record("uncaged.step.roles", list(|s| Some(&s.role)));
+    span.record("uncaged.step.agents", list(|s| s.agent.as_deref()));
+    if let Some(usage) = Usage::sum(steps.iter().filter_map(|s| s.usage.as_ref())) {
+        telemetry::record_tokens(
+            span,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_tokens,
+            usage.cost_usd,
+        );
     }
 }
 

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
+use tracing::Instrument;
 
 use super::bindings::v0_1;
 use super::control::Activity;
@@ -18,6 +19,7 @@ use crate::limits::Size;
 use crate::store::info_log::LogLevel;
 use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay};
 use crate::store::records::PendingCall;
+use crate::telemetry;
 
 /// Log tag of this module's call sites.
 const TAG_AGENT: &str = "AGM7Q2XW";
@@ -43,6 +45,23 @@ struct Fresh {
     bound: Bound,
     digest: String,
     context: AgentContext,
+}
+
+/// What an agent call came to, on its span: its tokens, or why it failed.
+fn trace_answer(span: &tracing::Span, answer: &Result<AgentAnswer, AgentFailure>) {
+    match answer {
+        Ok(AgentAnswer { usage: Some(usage), .. }) => {
+            telemetry::record_tokens(
+                span,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cached_tokens,
+                usage.cost_usd,
+            );
+        }
+        Ok(_) | Err(AgentFailure::Waiting) => {}
+        Err(failure) => telemetry::record_failure(span, failure.kind(), &failure.to_string()),
+    }
 }
 
 impl ThreadState {
@@ -182,6 +201,8 @@ impl ThreadState {
         let llm_extractor = self.host.agents.as_ref().is_some_and(|a| a.extractor().is_some());
         let ask = |f: Fresh| {
             let (info, human, schemas) = (info.clone(), human.clone(), schemas.clone());
+            let span = f.bound.span(&f.context.role.name);
+            let traced = span.clone();
             async move {
                 let started = Instant::now();
                 let role = &f.context.role.name;
@@ -193,8 +214,10 @@ impl ThreadState {
                     },
                     _ => f.bound.answer(&f.context, &info).await,
                 };
+                trace_answer(&traced, &answer);
                 (f, answer, started.elapsed())
             }
+            .instrument(span)
         };
         let mut waiting = None;
         let mut store_failure = None;

@@ -69,6 +69,9 @@ pub struct Config {
     /// What each workflow's threads may spend unless a run says otherwise, by workflow.
     #[serde(default)]
     pub budgets: BTreeMap<String, BudgetConfig>,
+    /// Where traces go (see [`crate::telemetry`]).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// Where relative paths in the file are resolved from.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -78,9 +81,33 @@ pub struct Config {
 /// file must not stop the commands that never read the rest (`threads`, `thread`); those that
 /// do report it when they load the whole file.
 pub fn store_url(path: &Path) -> Option<String> {
+    string_at(path, &["store"])
+}
+
+/// The string at `keys` in the config file at `path`, if the file parses and has one there.
+fn string_at(path: &Path, keys: &[&str]) -> Option<String> {
     let text = std::fs::read_to_string(path).ok()?;
-    let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
-    value.get("store")?.as_str().map(str::to_string)
+    let mut value: &serde_yaml::Value = &serde_yaml::from_str(&text).ok()?;
+    for key in keys {
+        value = value.get(key)?;
+    }
+    value.as_str().map(str::to_string)
+}
+
+/// `telemetry:` in config.yaml.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The OTLP/HTTP collector's base URL (`http://localhost:4318`): traces are exported there
+    /// unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or its `_TRACES_` form) names another.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// `telemetry.otlp_endpoint` of the config file at `path`, read on its own (as [`store_url`]
+/// is): traces are set up before the command loads, and reports mistakes in, the whole file.
+pub fn otlp_endpoint(path: &Path) -> Option<String> {
+    string_at(path, &["telemetry", "otlp_endpoint"])
 }
 
 /// A workflow's default budget in `budgets:` (see [`crate::store::spending::Budget`]).
@@ -342,8 +369,19 @@ impl Config {
 }
 
 /// Keys of the top level.
-const TOP_KEYS: &[&str] =
-    &["agent", "agents", "roles", "extractor", "limits", "serve", "prices", "budgets", "store"];
+const TOP_KEYS: &[&str] = &[
+    "agent",
+    "agents",
+    "roles",
+    "extractor",
+    "limits",
+    "serve",
+    "prices",
+    "budgets",
+    "store",
+    "telemetry",
+];
+const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint"];
 const BUDGET_KEYS: &[&str] = &["max_tokens", "max_cost", "max_agent_calls", "max_duration"];
 const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];
 const SERVE_KEYS: &[&str] =
@@ -382,6 +420,9 @@ fn check_keys(value: &serde_yaml::Value) -> std::result::Result<(), String> {
     }
     if let Some(serve) = top.get("serve").and_then(|s| s.as_mapping()) {
         known(serve, SERVE_KEYS, "serve.")?;
+    }
+    if let Some(telemetry) = top.get("telemetry").and_then(|t| t.as_mapping()) {
+        known(telemetry, TELEMETRY_KEYS, "telemetry.")?;
     }
     if let Some(budgets) = top.get("budgets").and_then(|b| b.as_mapping()) {
         for (workflow, budget) in budgets {
