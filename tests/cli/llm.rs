@@ -445,6 +445,13 @@ fn usage_is_recorded_per_step_added_up_per_thread_and_priced() -> Result<()> {
     assert_eq!(step_events[0]["step"]["usage"], priced);
     let shown = env.ok(&["thread", &id])?;
     assert!(shown.contains("usage: 2050 tokens in (800 cached), 405 out, $0.0072"), "{shown}");
+    // The listing says what each thread spent, from the summary the store keeps.
+    let listed = env.ok(&["threads"])?;
+    let row = listed.lines().find(|l| l.contains(&id[..8])).unwrap_or_default();
+    assert!(listed.starts_with("THREAD") && listed.contains("TOKENS") && listed.contains("COST"), "{listed}");
+    assert!(row.contains(" 2455 ") && row.contains("$0.0072"), "{listed}");
+    let listed = env.json(&["threads"])?;
+    assert_eq!((listed[0]["tokens"].clone(), listed[0]["costUsd"].clone()), (json!(2455), total["costUsd"].clone()));
     Ok(())
 }
 

@@ -172,6 +172,9 @@ fn named<'a>(spans: &'a [Span], name: &str) -> Vec<&'a Span> {
 const SPAN_KIND_CLIENT: i32 = 3;
 const STATUS_ERROR: i32 = 2;
 
+// Each runs twice, on a home directory (`…::files`) and on a fresh PostgreSQL database
+// (`…::postgres`): spans are made where threads run, whichever store hands them out.
+on_both_stores! {
 /// One thread on an OpenAI-compatible endpoint and a command agent, traced to a collector
 /// named in config.yaml: one trace (the thread's id), the thread's span at its root, its run,
 /// a span per step and per agent call with the GenAI attributes and the tokens the endpoint
@@ -359,9 +362,14 @@ fn a_collector_that_never_answers_costs_the_thread_nothing() -> Result<()> {
     assert_eq!(run.code, 0, "{run:?}");
     let id = json_events(&run.stdout)[0]["thread"].as_str().context("thread id")?.to_string();
     assert_eq!(status(&env, &id)?, "completed");
-    let log = env.home().join("run").join(format!("{hash}.log"));
+    // The worker's log: the bundle's (a home directory) or the machine's (a database).
+    let logs = [format!("{hash}.log"), "pool-worker.log".to_string()]
+        .map(|name| env.home().join("run").join(name));
     wait_until("the worker says how many spans it dropped", || {
-        Ok(std::fs::read_to_string(&log).unwrap_or_default().contains("dropped_span_count"))
+        Ok(logs.iter().any(|log| {
+            std::fs::read_to_string(log).unwrap_or_default().contains("dropped_span_count")
+        }))
     })?;
     Ok(())
+}
 }

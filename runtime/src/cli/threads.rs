@@ -140,6 +140,7 @@ impl ThreadsCommand {
                         "status": thread.status, "steps": thread.steps,
                         "timestamp": thread.timestamp, "prompt": thread.prompt,
                         "returnCode": thread.return_code, "schedule": thread.schedule,
+                        "tokens": thread.tokens, "costUsd": thread.cost_usd,
                     })
                 })
                 .collect();
@@ -148,12 +149,15 @@ impl ThreadsCommand {
         }
         // Which schedule started a thread, in a column shown when a schedule started any.
         let scheduled = page.threads.iter().any(|t| t.schedule.is_some());
-        let header: &[&str] = if scheduled {
-            &["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "SCHEDULE", "PROMPT"]
-        } else {
-            &["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE", "PROMPT"]
-        };
-        let mut table = Table::new(header);
+        // What threads spent, in columns shown when an agent reported tokens, or a price.
+        let spent = page.threads.iter().any(|t| t.tokens > 0);
+        let priced = page.threads.iter().any(|t| t.cost_usd.is_some());
+        let mut header = vec!["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE"];
+        header.extend(scheduled.then_some("SCHEDULE"));
+        header.extend(spent.then_some("TOKENS"));
+        header.extend(priced.then_some("COST"));
+        header.push("PROMPT");
+        let mut table = Table::new(&header);
         table.reserve(page.threads.len());
         table.status_column(2);
         let now_ms = now_ms();
@@ -166,6 +170,15 @@ impl ThreadsCommand {
                 .cell_fmt(format_args!("{}", Age { at_ms: thread.timestamp, now_ms }));
             if scheduled {
                 table.cell(thread.schedule.as_deref().unwrap_or("-"));
+            }
+            if spent {
+                table.cell_fmt(format_args!("{}", thread.tokens));
+            }
+            if priced {
+                match thread.cost_usd {
+                    Some(cost) => table.cell_fmt(format_args!("${cost:.4}")),
+                    None => table.cell("-"),
+                };
             }
             table.cell_truncated(&thread.prompt, 40);
         }

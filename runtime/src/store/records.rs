@@ -330,6 +330,12 @@ pub struct ThreadSummary {
     pub paused_at: Option<u64>,
     /// The schedule that started it, if one did.
     pub schedule: Option<String>,
+    /// The tokens its agents reported, in and out (0 when none did).
+    #[serde(default)]
+    pub tokens: u64,
+    /// What those tokens cost, when `prices:` priced any.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
 }
 
 /// How much of a prompt a [`ThreadSummary`] keeps: enough to tell threads apart in a listing
@@ -367,6 +373,7 @@ impl ThreadRecord {
 
     /// This thread as listings show it.
     pub fn summary(&self) -> ThreadSummary {
+        let usage = self.usage();
         ThreadSummary {
             thread_id: self.start.thread_id,
             name: self.start.name.clone(),
@@ -380,6 +387,8 @@ impl ThreadRecord {
             waiting_role: self.paused.as_ref().and_then(|p| p.role.clone()),
             paused_at: self.paused_at,
             schedule: self.start.schedule.as_ref().map(|s| s.name.clone()),
+            tokens: usage.as_ref().map_or(0, |u| u.input_tokens + u.output_tokens),
+            cost_usd: usage.and_then(|u| u.cost_usd),
         }
     }
 }

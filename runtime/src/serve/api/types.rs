@@ -123,6 +123,10 @@ pub struct ThreadItem {
     pub waiting_role: Option<String>,
     /// The schedule that started it.
     pub schedule: Option<String>,
+    /// The tokens its agents reported, in and out.
+    pub tokens: u64,
+    /// What they cost, in US dollars, when priced.
+    pub cost_usd: Option<f64>,
 }
 
 impl From<crate::store::records::ThreadSummary> for ThreadItem {
@@ -138,6 +142,8 @@ impl From<crate::store::records::ThreadSummary> for ThreadItem {
             ended: t.ended,
             waiting_role: t.waiting_role,
             schedule: t.schedule,
+            tokens: t.tokens,
+            cost_usd: t.cost_usd,
         }
     }
 }
