@@ -127,6 +127,9 @@ on_both_stores! {
             "uncaged_workflow_threads{status=\"completed\"} 1",
             "uncaged_workflow_queue_depth 0",
             "uncaged_workflow_steps 1",
+            // The one step's agent call.
+            "uncaged_workflow_agent_call_duration_seconds_bucket{le=\"+Inf\"} 1",
+            "uncaged_workflow_agent_call_duration_seconds_count 1",
         ] {
             ensure!(metrics.lines().any(|l| l == line), "no `{line}` in:\n{metrics}");
         }

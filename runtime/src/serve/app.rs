@@ -31,4 +31,6 @@ pub struct App {
     pub feeds: super::feeds::Feeds,
     /// Webhook deliveries answered, for `/metrics`.
     pub deliveries: super::metrics::Deliveries,
+    /// Agent-call latencies counted so far, for `/metrics`.
+    pub latencies: super::metrics::Latencies,
 }

@@ -243,7 +243,7 @@ fn form_urlencoded(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
 
 /// Prometheus' scrape: guarded as the page is (a token unless the page is open).
 async fn metrics(State(app): Shared) -> Response {
-    match super::metrics::render(&app.store, &app.deliveries) {
+    match super::metrics::render(&app.store, &app.deliveries, &app.latencies) {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         Err(e) => api::ApiError::from(e).into_response(),
     }

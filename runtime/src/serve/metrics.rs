@@ -1,14 +1,18 @@
 //! `GET /metrics`: what `serve` sees, in the Prometheus text format — threads by status (the
-//! queue depth among them), steps stored, and webhook deliveries by outcome. Read from the
-//! store at each scrape (a listing, as `threads` reads it), so every `serve` on one database
-//! reports the same threads; delivery counts are this process's own.
+//! queue depth among them), steps stored, how long agent calls took, and webhook deliveries by
+//! outcome. Read from the store at each scrape (a listing, as `threads` reads it), so every
+//! `serve` on one database reports the same threads; delivery counts are this process's own.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use parking_lot::Mutex;
+
 use crate::error::Result;
+use crate::ids::ThreadId;
 use crate::store::Storage;
-use crate::store::records::ThreadStatus;
+use crate::store::records::{ThreadStatus, ThreadSummary};
 
 /// Webhook deliveries this process answered, by outcome.
 #[derive(Debug, Default)]
@@ -24,8 +28,61 @@ impl Deliveries {
     }
 }
 
+/// The upper bounds (seconds) of the agent-call latency histogram's buckets: from a scripted
+/// answer to a long model call or a command agent's build.
+const LATENCY_BUCKETS: [f64; 11] = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
+/// How long agent calls took, over the steps stored (each step records its call's duration).
+/// Kept per thread with the number of steps it was counted at, so that a scrape reads again
+/// only the threads that took steps since the one before.
+#[derive(Debug, Default)]
+pub struct Latencies {
+    by_thread: Mutex<HashMap<ThreadId, Counted>>,
+}
+
+/// One thread's agent calls, counted at `steps`.
+#[derive(Debug, Default, Clone)]
+struct Counted {
+    steps: usize,
+    /// Calls per bucket (not cumulative), the last one past every bound.
+    buckets: [u64; LATENCY_BUCKETS.len() + 1],
+    seconds: f64,
+}
+
+impl Latencies {
+    /// The histogram over `summaries`' threads: those counted before at the same number of
+    /// steps are not read again; those no longer listed are forgotten.
+    fn histogram(&self, store: &Storage, summaries: &[ThreadSummary]) -> Counted {
+        let mut by_thread = self.by_thread.lock();
+        by_thread.retain(|id, _| summaries.iter().any(|t| t.thread_id == *id));
+        let mut total = Counted::default();
+        for summary in summaries {
+            let stale = by_thread.get(&summary.thread_id).is_none_or(|c| c.steps != summary.steps);
+            if stale {
+                // A thread that cannot be read now (removed meanwhile) is counted next time.
+                let Ok(record) = store.threads().read(summary.thread_id) else { continue };
+                let mut counted = Counted { steps: summary.steps, ..Counted::default() };
+                for step in record.steps.iter().filter(|s| s.agent.is_some()) {
+                    let Some(ms) = step.duration_ms else { continue };
+                    let seconds = ms as f64 / 1000.0;
+                    let bucket = LATENCY_BUCKETS.iter().position(|&le| seconds <= le);
+                    counted.buckets[bucket.unwrap_or(LATENCY_BUCKETS.len())] += 1;
+                    counted.seconds += seconds;
+                }
+                by_thread.insert(summary.thread_id, counted);
+            }
+            let counted = &by_thread[&summary.thread_id];
+            for (sum, n) in total.buckets.iter_mut().zip(counted.buckets) {
+                *sum += n;
+            }
+            total.seconds += counted.seconds;
+        }
+        total
+    }
+}
+
 /// The exposition text.
-pub fn render(store: &Storage, deliveries: &Deliveries) -> Result<String> {
+pub fn render(store: &Storage, deliveries: &Deliveries, latencies: &Latencies) -> Result<String> {
     let summaries = store.threads().summaries()?;
     let mut text = String::new();
     let gauge = |text: &mut String, name: &str, help: &str| {
@@ -42,6 +99,21 @@ pub fn render(store: &Storage, deliveries: &Deliveries) -> Result<String> {
     gauge(&mut text, "uncaged_workflow_steps", "Steps stored, over every thread in the store.");
     let steps: usize = summaries.iter().map(|t| t.steps).sum();
     let _ = writeln!(text, "uncaged_workflow_steps {steps}");
+    let histogram = latencies.histogram(store, &summaries);
+    let name = "uncaged_workflow_agent_call_duration_seconds";
+    let _ = writeln!(
+        text,
+        "# HELP {name} How long agent calls took (a step of one call: the whole step), over the \
+         steps stored.\n# TYPE {name} histogram"
+    );
+    let mut below = 0;
+    for (le, n) in LATENCY_BUCKETS.iter().zip(histogram.buckets) {
+        below += n;
+        let _ = writeln!(text, "{name}_bucket{{le=\"{le}\"}} {below}");
+    }
+    let count: u64 = histogram.buckets.iter().sum();
+    let _ = writeln!(text, "{name}_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(text, "{name}_sum {}\n{name}_count {count}", histogram.seconds);
     let _ = writeln!(
         text,
         "# HELP uncaged_workflow_webhook_deliveries_total Webhook deliveries this server \

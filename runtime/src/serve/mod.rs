@@ -111,6 +111,7 @@ pub async fn serve(
         stopping: tokio::sync::watch::channel(false).0,
         live: Default::default(),
         deliveries: Default::default(),
+        latencies: Default::default(),
         feeds: Default::default(),
     });
     let firing =
