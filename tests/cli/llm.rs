@@ -130,6 +130,12 @@ pub fn by_role(body: &Value) -> Value {
     })
 }
 
+/// `reply` with the `usage` of a call of `input` and `output` tokens.
+fn with_usage(mut reply: Value, input: u64, output: u64) -> Value {
+    reply["usage"] = json!({"prompt_tokens": input, "completion_tokens": output});
+    reply
+}
+
 /// The events `run --json` printed, one per line.
 pub fn json_events(stdout: &str) -> Vec<Value> {
     stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
@@ -619,9 +625,9 @@ fn the_llm_extractor_repairs_an_invalid_answer() -> Result<()> {
         let reply = match body["model"].as_str() {
             // The extractor: first an answer that does not validate, then a valid one.
             Some("extractor") if body["messages"].as_array().unwrap().len() <= 2 => {
-                completion("{\"approved\": \"yes\"}")
+                with_usage(completion("{\"approved\": \"yes\"}"), 100, 10)
             }
-            Some("extractor") => completion("{\"approved\": true}"),
+            Some("extractor") => with_usage(completion("{\"approved\": true}"), 120, 5),
             // The reviewer answers in prose only.
             _ if body["messages"][0]["content"]
                 .as_str()
@@ -646,6 +652,11 @@ fn the_llm_extractor_repairs_an_invalid_answer() -> Result<()> {
     let lines = env.thread_lines(&hash, &thread_id_of(&run.stdout)?)?;
     assert_eq!(lines[3]["content"], "I have reviewed it and I am happy with it.");
     assert_eq!(lines[3]["meta"], json!({"approved": true}));
+    // Both extraction calls cost tokens: the step's usage says so, as no agent call.
+    assert_eq!(
+        lines[3]["usage"],
+        json!({"inputTokens": 220, "outputTokens": 15, "calls": 0, "model": "extractor"})
+    );
 
     let extractions: Vec<_> =
         llm.seen().into_iter().filter(|s| s.body["model"] == "extractor").collect();

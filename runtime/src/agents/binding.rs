@@ -169,6 +169,7 @@ impl AgentSet {
                     label: bound.label.clone(),
                     policy: bound.policy,
                     retries: extractor.retries.unwrap_or(2),
+                    prices: binder.prices.clone(),
                 }))
             }
         };

@@ -12,6 +12,7 @@ use super::openai::{Message, OpenAiAgent};
 use super::{AgentFailure, RetryPolicy, with_retries};
 use crate::schema::{compile, first_error};
 use crate::store::info_log::{InfoLog, LogLevel};
+use crate::store::records::Usage;
 
 /// Why nothing valid was found. Becomes the WIT `extract-error`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -70,6 +71,21 @@ pub struct LlmExtractor {
     pub policy: RetryPolicy,
     /// Further attempts after an answer that does not validate.
     pub retries: u32,
+    /// What tokens cost, by model (`prices:` in config.yaml).
+    pub prices: std::sync::Arc<crate::store::config::Prices>,
+}
+
+impl LlmExtractor {
+    /// The span of an extraction (all its attempts), as an agent call's.
+    pub fn span(&self) -> tracing::Span {
+        crate::telemetry::agent_span(crate::telemetry::AgentCall {
+            operation: "chat",
+            provider: "openai",
+            model: Some(self.agent.model()),
+            agent: &self.label,
+            role: "extractor",
+        })
+    }
 }
 
 /// Log tag of LLM extraction attempts.
@@ -85,6 +101,25 @@ impl LlmExtractor {
         prompt: &str,
         content: &str,
         info: &InfoLog,
+    ) -> (Result<Value, ExtractFailure>, Option<Usage>) {
+        let mut spent: Option<Usage> = None;
+        let result = self.attempts(local, schema, prompt, content, info, &mut spent).await;
+        let spent = spent.map(|mut usage| {
+            usage.cost_usd = self.prices.get(self.agent.model()).map(|price| price.cost(&usage));
+            usage
+        });
+        (result, spent)
+    }
+
+    /// The attempts of [`extract`](Self::extract), adding what each call cost to `spent`.
+    async fn attempts(
+        &self,
+        local: &Extractor,
+        schema: &str,
+        prompt: &str,
+        content: &str,
+        info: &InfoLog,
+        spent: &mut Option<Usage>,
     ) -> Result<Value, ExtractFailure> {
         let schema_value: Value = serde_json::from_str(schema)
             .map_err(|e| ExtractFailure::InvalidSchema(e.to_string()))?;
@@ -108,10 +143,18 @@ impl LlmExtractor {
         let mut attempt = 1;
         while attempt <= attempts {
             let what = format!("extractor `{}`", self.label);
-            let answer =
-                with_retries(self.policy, info, &what, || self.agent.chat(&messages, format)).await;
+            let answer = with_retries(self.policy, info, &what, || {
+                self.agent.chat_with_usage(&messages, format)
+            })
+            .await;
             let answer = match answer {
-                Ok(answer) => answer,
+                Ok((answer, usage)) => {
+                    // Tokens and cost, but no agent call: `calls` (what budgets count) stays 0.
+                    if let Some(usage) = usage {
+                        spent.get_or_insert_with(Usage::default).add(&Usage { calls: 0, ..usage });
+                    }
+                    answer
+                }
                 // Servers without structured outputs refuse `response_format`: ask again with
                 // the schema in the prompt only. This does not count as an attempt.
                 Err(AgentFailure::Failed { message, transient: false })

@@ -7,12 +7,17 @@ use super::agent_calls::{Call, agent_request_digest, call_digest};
 use super::bindings::uncaged::workflow::{host, types};
 use super::bindings::v0_1;
 use super::bindings::{AgentCall, AgentError, ExtractError, ExtractRequest};
-use super::state::ThreadState;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use super::state::{AnsweredCall, ThreadState};
 use crate::agents::extract::ExtractFailure;
 use crate::clock::now_ms;
 use crate::ids::tag;
 use crate::store::info_log::LogLevel;
 use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay, digest};
+use crate::telemetry;
 
 /// Log tags of this module's call sites.
 const TAG_EXTRACT: &str = "EXT4R9KD";
@@ -213,8 +218,12 @@ impl ThreadState {
         let key = digest(&(&request.schema, &request.prompt, &request.content, &preferred));
         let (seq, replay) = self.host.journal.next_call(CallKind::Extract, "", &key)?;
         let response = match replay {
-            Replay::Recorded(response) => response,
+            Replay::Recorded(response) => {
+                self.extractor_spent(&response, Duration::ZERO);
+                response
+            }
             Replay::Fresh => {
+                let started = Instant::now();
                 let local = self.host.extractor.extract(
                     &request.schema,
                     &request.content,
@@ -233,20 +242,37 @@ impl ThreadState {
                             "no valid meta in the answer; asking the LLM extractor",
                         );
                         self.host.before_wait();
-                        llm.extract(
-                            &self.host.extractor,
-                            &request.schema,
-                            &request.prompt,
-                            &request.content,
-                            &self.host.info,
-                        )
-                        .await
+                        let span = llm.span();
+                        let (result, usage) = llm
+                            .extract(
+                                &self.host.extractor,
+                                &request.schema,
+                                &request.prompt,
+                                &request.content,
+                                &self.host.info,
+                            )
+                            .instrument(span.clone())
+                            .await;
+                        if let Some(usage) = &usage {
+                            let (input, output) = (usage.input_tokens, usage.output_tokens);
+                            telemetry::record_tokens(
+                                &span,
+                                input,
+                                output,
+                                usage.cached_tokens,
+                                usage.cost_usd,
+                            );
+                        }
+                        if let Err(failure) = &result {
+                            telemetry::record_failure(&span, "failed", &failure.to_string());
+                        }
+                        result.map(|value| (value, usage))
                     }
-                    (result, _) => result,
+                    (result, _) => result.map(|value| (value, None)),
                 };
                 let response = match result {
-                    Ok(value) => {
-                        CallResponse::Ok { value: value.to_string(), meta: None, usage: None }
+                    Ok((value, usage)) => {
+                        CallResponse::Ok { value: value.to_string(), meta: None, usage }
                     }
                     Err(failure) => {
                         self.host.info.write(LogLevel::Warn, TAG_EXTRACT, &failure.to_string());
@@ -263,10 +289,24 @@ impl ThreadState {
                     .journal
                     .record(seq, CallKind::Extract, "", key, response.clone(), asked_llm)
                     .map_err(|e| self.host.store_failed(e))?;
+                self.extractor_spent(&response, started.elapsed());
                 response
             }
         };
         Ok(response)
+    }
+
+    /// Counts what the LLM extractor spent in the step (on its first step, as calls that
+    /// answered for no step of their own are): the thread's usage and cost include it.
+    fn extractor_spent(&mut self, response: &CallResponse, elapsed: Duration) {
+        if let CallResponse::Ok { usage: Some(usage), .. } = response {
+            self.host.answered.push(AnsweredCall {
+                role: String::new(),
+                agent: "extractor".into(),
+                elapsed,
+                usage: Some(usage.clone()),
+            });
+        }
     }
 
     /// Writes a guest's log line to the thread's debug log.

@@ -233,10 +233,15 @@ impl Journal {
     /// with the tokens each one's service reported.
     pub fn spent(&self) -> crate::store::records::Usage {
         let mut spent = crate::store::records::Usage::default();
-        for record in self.recorded.values().filter(|r| r.kind == CallKind::Agent) {
-            match &record.response {
-                CallResponse::Ok { usage: Some(usage), .. } => spent.add(usage),
-                _ => spent.calls += 1,
+        for record in self.recorded.values() {
+            match (record.kind, &record.response) {
+                (CallKind::Agent, CallResponse::Ok { usage: Some(usage), .. }) => spent.add(usage),
+                (CallKind::Agent, _) => spent.calls += 1,
+                // The LLM extractor's tokens and cost count (its usage counts no calls).
+                (CallKind::Extract, CallResponse::Ok { usage: Some(usage), .. }) => {
+                    spent.add(usage)
+                }
+                (CallKind::Extract | CallKind::Sleep, _) => {}
             }
         }
         spent
