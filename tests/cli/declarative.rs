@@ -473,7 +473,33 @@ fn each_validation_error_names_its_file_line_and_column() -> Result<()> {
         (
             "not-upstream",
             "description: d\nsteps:\n  - id: a\n    description: A\n  - id: b\n    description: B\n    inputs:\n      x: $steps.a.output\n".into(),
-            "8:10: `$steps.a.output`: step `a` is not upstream of `b` (add it to `depends_on`)",
+            "8:10: `$steps.a.output`: step `a` is not in the `depends_on` of `b` (add it there)",
+        ),
+        (
+            // The DAG protocol's rule: a step reads only the steps it lists, not theirs.
+            "transitive",
+            "description: d\nsteps:\n  - id: a\n    description: A\n  - id: b\n    description: B\n    depends_on: [a]\n  - id: c\n    description: C\n    depends_on: [b]\n    inputs:\n      x: \"Fix ${steps.a.output.title}\"\n".into(),
+            "12:10: `Fix ${steps.a.output.title}`: step `a` is not in the `depends_on` of `c` (add it there)",
+        ),
+        (
+            "template",
+            "description: d\nsteps:\n  - id: a\n    description: A\n    inputs:\n      x: \"see ${steps.a} now\"\n".into(),
+            "6:10: `see ${steps.a} now`: `steps.a` is not a reference: expected `steps.<id>.output`",
+        ),
+        (
+            "when-not-a-dependency",
+            "description: d\nsteps:\n  - id: a\n    description: A\n  - id: b\n    description: B\n    when: $steps.a.output.x = 1\n".into(),
+            "7:18: `when`: step `a` is not in the `depends_on` of `b` (add it there)",
+        ),
+        (
+            "when-syntax",
+            "description: d\nsteps:\n  - id: a\n    description: A\n    when: \"$count($trigger_data) >\"\n".into(),
+            "5:34: `when: $count($trigger_data) >`: does not parse: The symbol `(end)` cannot be used as a unary operator",
+        ),
+        (
+            "reference-limit-in-a-graph",
+            format!("{}reference_limit: 10\n", graph("  a: {}\n", "  - from: $START\n    transitions:\n      - to: a\n  - from: a\n    transitions:\n      - to: $END\n")),
+            "11:18: `reference_limit` applies to `steps`, not to a `graph`",
         ),
         (
             "no-such-step",
@@ -620,6 +646,60 @@ fn triage_runs_three_analyses_at_once_on_the_fetched_issue() -> Result<()> {
     );
     assert_eq!(inputs["docs"], json!({"component": "parser"}));
     assert_eq!(inputs["summary"]["docs"], json!({"severity": "low", "finding": "docs looked"}));
+    Ok(())
+}
+
+/// A step whose `when` does not hold is skipped, saying why, and so is the step that needs it;
+/// the run still succeeds. Strings embed references (`${…}`, `$${` for the text), and an
+/// output over the workflow's `reference_limit` reaches the next step cut and marked.
+#[test]
+fn a_false_when_skips_its_step_and_references_embed_and_truncate() -> Result<()> {
+    let env = Env::new()?;
+    let text = std::fs::read_to_string(example("triage.yaml"))?
+        .replace(
+            "    description: Security impact.\n",
+            "    description: Security impact.\n    when: $steps.fetch.output.component = 'auth'\n",
+        )
+        .replace(
+            "      component: $steps.fetch.output.component\n",
+            "      component: $steps.fetch.output.component\n      \
+             note: \"Look at ${steps.fetch.output.component} (for ${prompt}), not $${HOME}\"\n",
+        )
+        .replace("failure_policy:", "reference_limit: 30\nfailure_policy:");
+    let file = env.write("triage-when.yaml", text)?;
+    let hash = hash_of(&env.json(&["add", "triage", &file.display().to_string()])?)?;
+    let agent = triage_agent(&env, json!({}))?;
+    let run = env.run(&["run", "triage", "-p", "It crashes", "--agent", &agent])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("3 of 5 steps succeeded; skipped: security, summary"), "{run:?}");
+    let thread = newest_thread(&env)?;
+    let steps = steps(&env, &hash, &thread)?;
+    let skipped: Vec<(&str, &str)> = steps
+        .iter()
+        .filter(|s| s["meta"]["status"] == "skipped")
+        .map(|s| (s["meta"]["step"].as_str().unwrap(), s["meta"]["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            ("security", "its condition `$steps.fetch.output.component = 'auth'` is false"),
+            ("summary", "it depends on `security`, which was skipped"),
+        ]
+    );
+    assert!(!agent_log(&env).iter().any(|l| l.ends_with("security")), "never asked");
+    // The condition shows on the graph, on the edge into the step.
+    let graph = env.ok(&["show", "triage", "--graph"])?;
+    assert!(graph.contains("-->|\"when $steps.fetch.output.component = 'auth'\"|"), "{graph}");
+    let inputs: HashMap<String, Value> = read_jsonl(&env.dir.path().join("inputs.jsonl"))?
+        .into_iter()
+        .map(|l| {
+            let input: Value = serde_json::from_str(l["input"].as_str().unwrap_or("null")).unwrap();
+            (l["step"].as_str().unwrap().to_string(), input["inputs"].clone())
+        })
+        .collect();
+    assert_eq!(inputs["docs"]["note"], json!("Look at parser (for It crashes), not ${HOME}"));
+    let cut = inputs["performance"]["issue"].as_str().context("a cut output is text")?;
+    assert!(cut.ends_with("[truncated]") && cut.len() == 30 + "[truncated]".len(), "{cut}");
     Ok(())
 }
 

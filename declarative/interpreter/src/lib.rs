@@ -219,7 +219,8 @@ fn dag_step(
     policy: &uncaged_workflow_declarative::FailurePolicy,
     state: &State,
 ) -> Outcome {
-    match dag::plan(steps, policy, &views(state)) {
+    let scope = dag::Scope { prompt: &state.prompt, trigger_data: &state.trigger_data };
+    match dag::plan(steps, policy, &views(state), scope) {
         Action::End { return_code, summary } => Err(end(return_code, summary)),
         Action::Ask { step, error } => {
             check_rounds(state, 1, &format!("asking about `{step}`"))?;
@@ -253,17 +254,23 @@ fn dag_step(
             }
             Err(end(RETURN_FAILED, format!("no usable answer about failed step `{step}`")))
         }
-        Action::Stage { skip, run } => {
-            let names: Vec<&str> =
-                skip.iter().map(|s| s.0.as_str()).chain(run.iter().map(String::as_str)).collect();
-            check_rounds(state, names.len(), &format!("`{}`", names.join("`, `")))?;
-            let mut outputs: Vec<wit::RoleOutput> = skip
+        Action::Stage { skip, fail, run } => {
+            let names: Vec<&str> = skip
                 .iter()
-                .map(|(id, reason)| {
-                    let meta = dag::status_meta(id, &Status::Skipped(reason.clone())).to_string();
-                    output(STATUS_ROLE, format!("Skipped: {reason}."), meta)
-                })
+                .chain(&fail)
+                .map(|s| s.0.as_str())
+                .chain(run.iter().map(String::as_str))
                 .collect();
+            check_rounds(state, names.len(), &format!("`{}`", names.join("`, `")))?;
+            let skipped = skip.iter().map(|(id, reason)| {
+                let meta = dag::status_meta(id, &Status::Skipped(reason.clone())).to_string();
+                output(STATUS_ROLE, format!("Skipped: {reason}."), meta)
+            });
+            let failed = fail.iter().map(|(id, error)| {
+                let meta = dag::status_meta(id, &Status::Failed(error.clone())).to_string();
+                output(STATUS_ROLE, format!("Failed: {error}"), meta)
+            });
+            let mut outputs: Vec<wit::RoleOutput> = skipped.chain(failed).collect();
             outputs.extend(run_stage(def, steps, policy, state, &run));
             Ok(outputs)
         }
@@ -303,7 +310,7 @@ fn run_stage(
                 let step = steps.iter().find(|s| s.id == run[i]).expect("planned steps exist");
                 wit::AgentCall {
                     role: step.id.clone(),
-                    input: Some(input_text(step, state, &statuses)),
+                    input: Some(input_text(def, step, state, &statuses)),
                 }
             })
             .collect();
@@ -348,33 +355,54 @@ fn names_of(run: &[String], indices: &[usize]) -> String {
 
 /// The agent's input for a step: its id and its inputs, references resolved.
 fn input_text(
+    def: &Definition,
     step: &DagStep,
     state: &State,
     statuses: &std::collections::HashMap<&str, Status<'_>>,
 ) -> String {
+    let limit = def.reference_limit.unwrap_or(reference::DEFAULT_LIMIT);
     let inputs: serde_json::Map<String, Value> = step
         .inputs
         .iter()
-        .map(|(key, value)| (key.clone(), resolve(value, state, statuses)))
+        .map(|(key, value)| (key.clone(), resolve(value, state, statuses, limit)))
         .collect();
     serde_json::to_string_pretty(&json!({ "step": step.id, "inputs": inputs }))
         .expect("JSON serializes")
 }
 
+/// An input value, references resolved: a whole-string reference gives the value it names
+/// (a step's output cut at `limit`), `${…}` in a string the text of each.
 fn resolve(
     value: &Value,
     state: &State,
     statuses: &std::collections::HashMap<&str, Status<'_>>,
+    limit: u32,
 ) -> Value {
     let Value::String(text) = value else { return value.clone() };
-    match reference::parse(text) {
-        Ok(Some(Reference::Prompt)) => Value::String(state.prompt.clone()),
-        Ok(Some(Reference::TriggerData)) => state.trigger_data.clone(),
-        Ok(Some(Reference::Step { id, path })) => match statuses.get(id) {
-            Some(Status::Succeeded(meta)) => reference::field(meta, &path),
+    let named = |reference: &Reference<'_>| match reference {
+        Reference::Prompt => Value::String(state.prompt.clone()),
+        Reference::TriggerData => state.trigger_data.clone(),
+        Reference::Step { id, path } => match statuses.get(id) {
+            Some(Status::Succeeded(meta)) => {
+                reference::bounded(reference::field(meta, path), limit)
+            }
             _ => Value::Null,
         },
-        // The host refuses malformed references; a plain string stays itself.
+    };
+    if let Ok(Some(whole)) = reference::parse(text) {
+        return named(&whole);
+    }
+    // The host refuses malformed references; a plain string stays itself.
+    match reference::template(text) {
+        Ok(Some(parts)) => Value::String(
+            parts
+                .iter()
+                .map(|part| match part {
+                    reference::Part::Text(text) => text.clone(),
+                    reference::Part::Ref(r) => reference::as_text(&named(r)),
+                })
+                .collect(),
+        ),
         Ok(None) | Err(_) => value.clone(),
     }
 }

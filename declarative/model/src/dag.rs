@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::{
     DagStep, FailurePolicy, MAX_PARALLEL, OnStepFailure, RETURN_FAILED, RETURN_PARTIAL,
-    STATUS_ROLE, StepView, USER_ROLE,
+    STATUS_ROLE, StepView, USER_ROLE, expr,
 };
 
 /// What a step has come to.
@@ -26,8 +26,9 @@ pub enum Status<'a> {
 /// What the interpreter does next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    /// Record these steps as skipped, and run these (their agents at once); both in one group.
-    Stage { skip: Vec<(String, String)>, run: Vec<String> },
+    /// Record these steps as skipped and these as failed (with why), and run these (their
+    /// agents at once); all in one group.
+    Stage { skip: Vec<(String, String)>, fail: Vec<(String, String)>, run: Vec<String> },
     /// Ask a person what to do about a failed step.
     Ask { step: String, error: String },
     /// The thread is over.
@@ -139,8 +140,37 @@ pub fn statuses<'a>(history: &[StepView<'a>]) -> (HashMap<&'a str, Status<'a>>, 
     (status, aborted)
 }
 
+/// What a step's `when` reads besides the steps: the thread's prompt and trigger data.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope<'a> {
+    pub prompt: &'a str,
+    pub trigger_data: &'a Value,
+}
+
+/// What a `when` condition is evaluated over (and binds as variables): `steps` (each settled
+/// step's `output` and `status`), `trigger_data` and `prompt`.
+pub fn condition_input(status: &HashMap<&str, Status<'_>>, scope: Scope<'_>) -> Value {
+    let steps: serde_json::Map<String, Value> = status
+        .iter()
+        .map(|(id, s)| {
+            let (output, word) = match s {
+                Status::Succeeded(meta) => ((*meta).clone(), "succeeded"),
+                Status::Failed(_) => (Value::Null, "failed"),
+                Status::Skipped(_) => (Value::Null, "skipped"),
+            };
+            (id.to_string(), json!({ "output": output, "status": word }))
+        })
+        .collect();
+    json!({ "steps": steps, "trigger_data": scope.trigger_data, "prompt": scope.prompt })
+}
+
 /// What to do after `history`. `steps` are in topological order (the host sorts them).
-pub fn plan(steps: &[DagStep], policy: &FailurePolicy, history: &[StepView<'_>]) -> Action {
+pub fn plan(
+    steps: &[DagStep],
+    policy: &FailurePolicy,
+    history: &[StepView<'_>],
+    scope: Scope<'_>,
+) -> Action {
     let (mut status, aborted) = statuses(history);
     if let Some(step) = aborted {
         return Action::End {
@@ -165,7 +195,10 @@ pub fn plan(steps: &[DagStep], policy: &FailurePolicy, history: &[StepView<'_>])
         }
     }
     let mut skip = Vec::new();
+    let mut fail = Vec::new();
     let mut run = Vec::new();
+    // Built at the first `when` to decide, from the steps settled by then.
+    let mut condition: Option<Value> = None;
     // Topological order: a step's dependencies are settled (or skipped above) before it.
     for step in steps {
         if status.contains_key(step.id.as_str()) {
@@ -186,12 +219,31 @@ pub fn plan(steps: &[DagStep], policy: &FailurePolicy, history: &[StepView<'_>])
             .depends_on
             .iter()
             .all(|d| matches!(status.get(d.as_str()), Some(Status::Succeeded(_))));
-        if ready && run.len() < MAX_PARALLEL {
-            run.push(step.id.clone());
+        if !ready || run.len() >= MAX_PARALLEL {
+            continue;
         }
+        if let Some(when) = &step.when {
+            let input = condition.get_or_insert_with(|| condition_input(&status, scope));
+            match expr::evaluate_with_variables(when, input) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let reason = format!("{BY_CONDITION}`{when}` is false");
+                    status.insert(&step.id, Status::Skipped(reason.clone()));
+                    skip.push((step.id.clone(), reason));
+                    continue;
+                }
+                Err(e) => {
+                    let error = format!("{BY_CONDITION}`{when}` could not be evaluated: {e}");
+                    status.insert(&step.id, Status::Failed(error.clone()));
+                    fail.push((step.id.clone(), error));
+                    continue;
+                }
+            }
+        }
+        run.push(step.id.clone());
     }
-    if !skip.is_empty() || !run.is_empty() {
-        return Action::Stage { skip, run };
+    if !skip.is_empty() || !fail.is_empty() || !run.is_empty() {
+        return Action::Stage { skip, fail, run };
     }
     let with = |f: fn(&Status<'_>) -> bool| -> Vec<&str> {
         steps
@@ -219,7 +271,41 @@ pub fn plan(steps: &[DagStep], policy: &FailurePolicy, history: &[StepView<'_>])
     if !skipped.is_empty() {
         parts.push(format!("skipped: {}", skipped.join(", ")));
     }
-    Action::End { return_code: RETURN_PARTIAL, summary: parts.join("; ") }
+    // Steps a condition left out (and the steps that needed them) are the workflow working
+    // as written; a failure, or a skip that follows from one, makes the run partial.
+    let return_code = if failed.is_empty() && !skips_follow_a_failure(steps, &status) {
+        0
+    } else {
+        RETURN_PARTIAL
+    };
+    Action::End { return_code, summary: parts.join("; ") }
+}
+
+/// The start of the reason of a step a false `when` skipped.
+const BY_CONDITION: &str = "its condition ";
+
+/// Whether a skipped step was skipped because something failed: by a person (after its
+/// failure), or because it depends on such a step; not when a condition skipped it, or it
+/// depends only on steps a condition skipped.
+fn skips_follow_a_failure(steps: &[DagStep], status: &HashMap<&str, Status<'_>>) -> bool {
+    let mut after_failure: HashMap<&str, bool> = HashMap::new();
+    // Topological order: a step's dependencies are decided before it.
+    for step in steps {
+        let affected = match status.get(step.id.as_str()) {
+            Some(Status::Failed(_)) => true,
+            Some(Status::Skipped(reason)) if reason.starts_with(BY_CONDITION) => false,
+            Some(Status::Skipped(reason)) if reason.starts_with("it depends on") => {
+                step.depends_on.iter().any(|d| after_failure.get(d.as_str()) == Some(&true))
+            }
+            Some(Status::Skipped(_)) => true,
+            _ => false,
+        };
+        after_failure.insert(&step.id, affected);
+    }
+    steps.iter().any(|s| {
+        matches!(status.get(s.id.as_str()), Some(Status::Skipped(_)))
+            && after_failure[s.id.as_str()]
+    })
 }
 
 #[cfg(test)]
@@ -231,7 +317,14 @@ mod tests {
             id: id.into(),
             depends_on: deps.iter().map(|d| d.to_string()).collect(),
             inputs: Default::default(),
+            when: None,
         }
+    }
+
+    const SCOPE: Scope<'static> = Scope { prompt: "fix it", trigger_data: &Value::Null };
+
+    fn plan(steps: &[DagStep], policy: &FailurePolicy, history: &[StepView<'_>]) -> Action {
+        super::plan(steps, policy, history, SCOPE)
     }
 
     /// 004's example: A fails; B depends on A, D on B; C is independent.
@@ -250,7 +343,10 @@ mod tests {
     #[test]
     fn independent_steps_run_together() {
         let action = plan(&dag(), &policy(OnStepFailure::Stop), &[]);
-        assert_eq!(action, Action::Stage { skip: vec![], run: vec!["a".into(), "c".into()] });
+        assert_eq!(
+            action,
+            Action::Stage { skip: vec![], fail: vec![], run: vec!["a".into(), "c".into()] }
+        );
     }
 
     #[test]
@@ -259,7 +355,7 @@ mod tests {
         let fail = failed("a");
         let h = [StepView { role: STATUS_ROLE, meta: &fail }, StepView { role: "c", meta: &ok }];
         let action = plan(&dag(), &policy(OnStepFailure::SkipDependents), &h);
-        let Action::Stage { skip, run } = action else { panic!("{action:?}") };
+        let Action::Stage { skip, run, .. } = action else { panic!("{action:?}") };
         assert_eq!(skip.iter().map(|s| s.0.as_str()).collect::<Vec<_>>(), ["b", "d"]);
         assert!(skip[1].1.contains("`b`, which was skipped"), "{skip:?}");
         assert!(run.is_empty());
@@ -297,14 +393,73 @@ mod tests {
         h.push(StepView { role: USER_ROLE, meta: &retry });
         assert_eq!(
             plan(&dag(), &p, &h),
-            Action::Stage { skip: vec![], run: vec!["a".into(), "c".into()] }
+            Action::Stage { skip: vec![], fail: vec![], run: vec!["a".into(), "c".into()] }
         );
         let skip = decision_meta("a", Decision::Skip);
         h.push(StepView { role: USER_ROLE, meta: &skip });
-        let Action::Stage { skip, run } = plan(&dag(), &p, &h) else { panic!() };
+        let Action::Stage { skip, run, .. } = plan(&dag(), &p, &h) else { panic!() };
         assert_eq!((skip.len(), run), (2, vec!["c".to_string()]));
         let abort = decision_meta("a", Decision::Abort);
         h.push(StepView { role: USER_ROLE, meta: &abort });
         assert!(matches!(plan(&dag(), &p, &h), Action::End { return_code: RETURN_FAILED, .. }));
+    }
+
+    #[test]
+    fn a_false_condition_skips_the_step_and_its_dependents_follow() {
+        let mut steps = vec![step("triage", &[]), step("fix", &["triage"]), step("test", &["fix"])];
+        steps[1].when = Some("$steps.triage.output.severity = 'high'".into());
+        let low = json!({ "severity": "low" });
+        let h = [StepView { role: "triage", meta: &low }];
+        let p = policy(OnStepFailure::Stop);
+        let Action::Stage { skip, fail, run } = plan(&steps, &p, &h) else { panic!() };
+        // The step, and in the same stage the step that depends on it.
+        let why: Vec<(&str, &str)> = skip.iter().map(|(s, r)| (s.as_str(), r.as_str())).collect();
+        assert_eq!(
+            why,
+            [
+                ("fix", "its condition `$steps.triage.output.severity = 'high'` is false"),
+                ("test", "it depends on `fix`, which was skipped"),
+            ]
+        );
+        assert!(fail.is_empty() && run.is_empty());
+        let skipped = status_meta("fix", &Status::Skipped(skip[0].1.clone()));
+        let test = status_meta("test", &Status::Skipped(skip[1].1.clone()));
+        let h3 = [
+            h[0],
+            StepView { role: STATUS_ROLE, meta: &skipped },
+            StepView { role: STATUS_ROLE, meta: &test },
+        ];
+        let Action::End { return_code, summary } = plan(&steps, &p, &h3) else { panic!() };
+        assert_eq!(
+            (return_code, summary.as_str()),
+            (0, "1 of 3 steps succeeded; skipped: fix, test")
+        );
+        // High severity: it runs.
+        let high = json!({ "severity": "high" });
+        let h = [StepView { role: "triage", meta: &high }];
+        assert_eq!(
+            plan(&steps, &p, &h),
+            Action::Stage { skip: vec![], fail: vec![], run: vec!["fix".into()] }
+        );
+    }
+
+    #[test]
+    fn a_condition_reads_the_trigger_data_and_one_that_cannot_be_evaluated_fails_its_step() {
+        let mut steps = vec![step("a", &[])];
+        steps[0].when = Some("$count($trigger_data.items) > 0".into());
+        let data = json!({ "items": [1] });
+        let scope = Scope { prompt: "", trigger_data: &data };
+        let p = policy(OnStepFailure::Stop);
+        assert!(
+            matches!(super::plan(&steps, &p, &[], scope), Action::Stage { ref run, .. } if run == &["a"])
+        );
+        let none = json!({ "items": [] });
+        let scope = Scope { prompt: "", trigger_data: &none };
+        assert!(
+            matches!(super::plan(&steps, &p, &[], scope), Action::Stage { ref skip, .. } if skip.len() == 1)
+        );
+        steps[0].when = Some("$error('no')".into());
+        let Action::Stage { fail, .. } = plan(&steps, &p, &[]) else { panic!() };
+        assert!(fail[0].1.contains("could not be evaluated"), "{fail:?}");
     }
 }

@@ -4,6 +4,8 @@
 //! whose result changes from run to run ([`NONDETERMINISTIC`]) are refused, because a resumed
 //! thread replays its routing and must route as it did.
 
+use std::collections::HashMap;
+
 use bumpalo::Bump;
 use jsonata_rs::JsonAta;
 use serde_json::Value;
@@ -125,13 +127,31 @@ pub fn check(expr: &str) -> Result<(), ExprError> {
 
 /// Evaluates `expr` over `input`; its truthiness (JSONata's boolean cast) is the result.
 pub fn evaluate(expr: &str, input: &Value) -> Result<bool, String> {
+    evaluate_bound(expr, input, None)
+}
+
+/// As [`evaluate`], with each top-level key of `input` also bound as a variable: a DAG step's
+/// `when` reads `$steps`, `$trigger_data` and `$prompt`.
+pub fn evaluate_with_variables(expr: &str, input: &Value) -> Result<bool, String> {
+    let bindings: HashMap<&str, &Value> = input
+        .as_object()
+        .map(|fields| fields.iter().map(|(k, v)| (k.as_str(), v)).collect())
+        .unwrap_or_default();
+    evaluate_bound(expr, input, Some(&bindings))
+}
+
+fn evaluate_bound(
+    expr: &str,
+    input: &Value,
+    bindings: Option<&HashMap<&str, &Value>>,
+) -> Result<bool, String> {
     if let Some(result) = simple::evaluate(expr, input) {
         return Ok(result);
     }
     let arena = Bump::new();
     let jsonata = JsonAta::new(expr, &arena).map_err(|e| e.to_string())?;
     let text = input.to_string();
-    let value = jsonata.evaluate(Some(&text), None).map_err(|e| e.to_string())?;
+    let value = jsonata.evaluate(Some(&text), bindings).map_err(|e| e.to_string())?;
     Ok(value.is_truthy())
 }
 

@@ -23,6 +23,10 @@ pub struct Definition {
     /// Steps a thread may take when the caller does not say.
     pub max_rounds: u32,
     pub routing: Routing,
+    /// The most bytes of a step's output a reference hands on (a DAG's `reference_limit`);
+    /// longer is cut and marked [`reference::TRUNCATED`]. Absent: [`reference::DEFAULT_LIMIT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_limit: Option<u32>,
 }
 
 /// A role: the same data as a code bundle's.
@@ -72,6 +76,10 @@ pub struct DagStep {
     pub depends_on: Vec<String>,
     /// Given to the step's agent as its input, references resolved (see [`reference`]).
     pub inputs: serde_json::Map<String, Value>,
+    /// A JSONata condition over `$steps`, `$trigger_data` and `$prompt`: when it does not hold
+    /// once the step is ready, the step is skipped (see [`crate::dag::plan`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
 }
 
 /// What happens when a DAG step fails (its agent gave no answer, or no valid meta), after its
@@ -152,6 +160,116 @@ pub mod reference {
         Ok(Some(Reference::Step { id, path }))
     }
 
+    /// How many bytes of a step's output a reference hands on, unless a workflow says.
+    pub const DEFAULT_LIMIT: u32 = 10 * 1024;
+    /// What ends an output cut at the limit.
+    pub const TRUNCATED: &str = "[truncated]";
+
+    /// A piece of a string with `${…}` references in it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Part<'a> {
+        Text(String),
+        Ref(Reference<'a>),
+    }
+
+    /// Parses a string that embeds references — `"Review this: ${steps.plan.output}"` —
+    /// into its pieces; `$${` is a literal `${`. `Ok(None)` when it embeds none (and has no
+    /// `$${` to unescape): the string is itself.
+    pub fn template(text: &str) -> Result<Option<Vec<Part<'_>>>, Malformed> {
+        if !text.contains("${") {
+            return Ok(None);
+        }
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("${") {
+            if rest[..at].ends_with('$') {
+                // `$${`: the text `${`, not a reference.
+                literal.push_str(&rest[..at - 1]);
+                literal.push_str("${");
+                rest = &rest[at + 2..];
+                continue;
+            }
+            literal.push_str(&rest[..at]);
+            let inner = &rest[at + 2..];
+            let Some(end) = inner.find('}') else {
+                return Err(format!(
+                    "`{text}`: a `${{` without its `}}` (write `$${{` for the text `${{`)"
+                ));
+            };
+            let name = inner[..end].trim();
+            let reference = match name {
+                "prompt" => Reference::Prompt,
+                "trigger_data" => Reference::TriggerData,
+                _ if name.starts_with("steps.") => {
+                    parse_dotted(name).map_err(|e| format!("`{text}`: {e}"))?
+                }
+                _ => {
+                    return Err(format!(
+                        "`{text}`: `${{{name}}}` is not a reference: use `${{prompt}}`, \
+                         `${{trigger_data}}` or `${{steps.<id>.output[.field…]}}` (`$${{` for the \
+                         text `${{`)"
+                    ));
+                }
+            };
+            if !literal.is_empty() {
+                parts.push(Part::Text(std::mem::take(&mut literal)));
+            }
+            parts.push(Part::Ref(reference));
+            rest = &inner[end + 1..];
+        }
+        literal.push_str(rest);
+        if !literal.is_empty() {
+            parts.push(Part::Text(literal));
+        }
+        Ok(Some(parts))
+    }
+
+    /// `steps.<id>.output[.field…]` as a reference.
+    fn parse_dotted(name: &str) -> Result<Reference<'_>, Malformed> {
+        let rest = name.strip_prefix("steps.").unwrap_or(name);
+        let mut parts = rest.split('.');
+        let id = parts.next().unwrap_or_default();
+        if id.is_empty() || parts.next() != Some("output") {
+            return Err(format!("`{name}` is not a reference: expected `steps.<id>.output`"));
+        }
+        let path: Vec<&str> = parts.collect();
+        if path.iter().any(|p| p.is_empty()) {
+            return Err(format!("`{name}` has an empty field name"));
+        }
+        Ok(Reference::Step { id, path })
+    }
+
+    /// A step's output as a reference hands it on: itself, or when its text is over `limit`
+    /// bytes, that text cut (at a character boundary) and marked [`TRUNCATED`].
+    pub fn bounded(value: Value, limit: u32) -> Value {
+        let limit = limit as usize;
+        let text = match &value {
+            Value::String(text) if text.len() <= limit => return value,
+            Value::String(text) => text.clone(),
+            other => {
+                let text = other.to_string();
+                if text.len() <= limit {
+                    return value;
+                }
+                text
+            }
+        };
+        let mut cut = limit;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        Value::String(format!("{}{TRUNCATED}", &text[..cut]))
+    }
+
+    /// A resolved value as it reads inside a string: a string as itself, anything else as JSON.
+    pub fn as_text(value: &Value) -> String {
+        match value {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        }
+    }
+
     /// The field at `path` of `meta`, or null.
     pub fn field(meta: &Value, path: &[&str]) -> Value {
         let mut value = meta;
@@ -165,5 +283,44 @@ pub mod reference {
             };
         }
         value.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reference::{self, Part, Reference};
+    use serde_json::json;
+
+    #[test]
+    fn a_string_embeds_references_and_dollar_dollar_is_a_literal() {
+        let parts = reference::template("Review ${steps.plan.output.files} for ${prompt}.")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            parts,
+            [
+                Part::Text("Review ".into()),
+                Part::Ref(Reference::Step { id: "plan", path: vec!["files"] }),
+                Part::Text(" for ".into()),
+                Part::Ref(Reference::Prompt),
+                Part::Text(".".into()),
+            ]
+        );
+        assert_eq!(
+            reference::template("costs $${price}").unwrap().unwrap(),
+            [Part::Text("costs ${price}".into())]
+        );
+        assert_eq!(reference::template("plain $5").unwrap(), None);
+        assert!(reference::template("${steps.plan}").unwrap_err().contains("steps.<id>.output"));
+        assert!(reference::template("${nope}").unwrap_err().contains("not a reference"));
+        assert!(reference::template("${prompt").unwrap_err().contains("without its"));
+    }
+
+    #[test]
+    fn a_long_output_is_cut_at_the_limit_and_marked() {
+        assert_eq!(reference::bounded(json!("short"), 10), json!("short"));
+        assert_eq!(reference::bounded(json!("éééééé"), 5), json!("éé[truncated]"));
+        assert_eq!(reference::bounded(json!({"a": 1}), 100), json!({"a": 1}));
+        assert_eq!(reference::bounded(json!({"a": 12345}), 6), json!("{\"a\":1[truncated]"));
     }
 }

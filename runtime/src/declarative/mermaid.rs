@@ -34,7 +34,16 @@ pub fn flowchart(definition: &Definition) -> String {
                 let b = node(&step.id, &mut out, &mut known);
                 for dep in &step.depends_on {
                     let a = node(dep, &mut out, &mut known);
-                    let _ = writeln!(out, "    {a} --> {b}");
+                    // A step that runs only when its condition holds: the condition on the
+                    // edges into it, as a graph's transitions carry theirs.
+                    match &step.when {
+                        Some(when) => {
+                            let _ = writeln!(out, "    {a} -->|\"when {}\"| {b}", label(when));
+                        }
+                        None => {
+                            let _ = writeln!(out, "    {a} --> {b}");
+                        }
+                    }
                 }
             }
         }

@@ -12,6 +12,7 @@ use uncaged_workflow_declarative::{Definition, Role, Routing};
 
 use crate::error::{Error, Result};
 
+mod references;
 mod routing;
 mod yaml;
 
@@ -35,6 +36,8 @@ struct File {
     graph: Option<Spanned<Vec<NodeSpec>>>,
     steps: Option<Spanned<Vec<StepSpec>>>,
     failure_policy: Option<Spanned<PolicySpec>>,
+    /// The most bytes of a step's output a reference hands on.
+    reference_limit: Option<Spanned<u32>>,
     trigger: Option<Spanned<TriggerFields>>,
 }
 
@@ -101,6 +104,7 @@ struct StepSpec {
     expected_output: Option<String>,
     #[serde(default)]
     depends_on: Vec<Spanned<String>>,
+    when: Option<Spanned<String>>,
     /// Read from the node tree, where scalars keep their YAML types.
     #[allow(dead_code)]
     inputs: Option<serde::de::IgnoredAny>,
@@ -200,6 +204,12 @@ impl Checker<'_> {
                         "`failure_policy` applies to `steps`, not to a `graph`",
                     ));
                 }
+                if let Some(limit) = &file.reference_limit {
+                    return Err(self.at(
+                        limit.span(),
+                        "`reference_limit` applies to `steps`, not to a `graph`",
+                    ));
+                }
                 let nodes = self.graph(&root, graph, &roles)?;
                 let roles = roles.into_values().map(|(role, _)| role).collect();
                 (roles, max_rounds.unwrap_or(GRAPH_MAX_ROUNDS), Routing::Graph(nodes))
@@ -224,8 +234,16 @@ impl Checker<'_> {
             Some(fields) => self.trigger(fields, &file.description)?,
             None => None,
         };
-        let definition =
-            Definition { description: file.description.to_string(), roles, max_rounds, routing };
+        if let Some(limit) = file.reference_limit.as_ref().filter(|l| ***l == 0) {
+            return Err(self.at(limit.span(), "`reference_limit` must be at least 1 byte"));
+        }
+        let definition = Definition {
+            description: file.description.to_string(),
+            roles,
+            max_rounds,
+            routing,
+            reference_limit: file.reference_limit.as_ref().map(|l| **l),
+        };
         Ok((definition, trigger))
     }
 

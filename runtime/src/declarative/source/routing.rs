@@ -7,10 +7,9 @@ use marked_yaml::{Node, Span, Spanned};
 use serde_json::{Value, json};
 use uncaged_workflow_declarative::{
     DagStep, END, FailurePolicy, Node as GraphNode, OnStepFailure, Role, START, Transition, expr,
-    reference,
 };
 
-use super::yaml::{child, is_null, to_json};
+use super::yaml::{child, is_null};
 use super::{Checker, NodeSpec, PolicySpec, StepSpec, prefix};
 use crate::error::{Error, Result};
 use indexmap::IndexMap;
@@ -51,16 +50,8 @@ impl Checker<'_> {
                     transition.condition.as_ref().filter(|_| !is_null(child(root, &path)));
                 if let Some(condition) = condition {
                     expr::check(condition).map_err(|e| {
-                        let mut span = *condition.span();
-                        if let Some(start) = span.start_mut() {
-                            *start = marked_yaml::Marker::new(
-                                start.source(),
-                                start.character() + e.offset,
-                                start.line(),
-                                start.column() + e.offset,
-                            );
-                        }
-                        self.at(&span, format!("condition `{}`: {}", **condition, e.message))
+                        let message = format!("condition `{}`: {}", **condition, e.message);
+                        self.within(condition.span(), e.offset, message)
                     })?;
                 }
                 edges.entry(node.from.as_str()).or_default().push(transition.to.as_str());
@@ -152,7 +143,6 @@ impl Checker<'_> {
             }
         }
         let order = self.topological(steps, &index)?;
-        let upstream = upstream_sets(steps, &index);
         let used: BTreeSet<&str> =
             steps.iter().filter_map(|s| s.role.as_ref().map(|r| r.as_str())).collect();
         for (name, (_, span)) in roles {
@@ -182,11 +172,13 @@ impl Checker<'_> {
                 .schema(child(root, &["steps", &i.to_string(), "schema"]))
                 .map_err(|e| prefix(e, &format!("step `{id}`: ")))?;
             step_roles.push(step_role(step, base, schema));
-            let inputs = self.inputs(root, i, step, &upstream[i], &index)?;
+            let inputs = self.inputs(root, i, step, &index)?;
+            let when = self.when(step, &index)?;
             dag.push(DagStep {
                 id: id.to_string(),
                 depends_on: step.depends_on.iter().map(|d| d.to_string()).collect(),
                 inputs,
+                when,
             });
         }
         Ok((dag, step_roles))
@@ -235,52 +227,6 @@ impl Checker<'_> {
             ));
         }
         Ok(order)
-    }
-
-    fn inputs(
-        &self,
-        root: &Node,
-        i: usize,
-        step: &StepSpec,
-        upstream: &BTreeSet<usize>,
-        index: &HashMap<&str, usize>,
-    ) -> Result<serde_json::Map<String, Value>> {
-        let Some(node) = child(root, &["steps", &i.to_string(), "inputs"]) else {
-            return Ok(Default::default());
-        };
-        let Some(mapping) = node.as_mapping() else {
-            return Err(self.at(node.span(), "`inputs` must be a mapping of names to values"));
-        };
-        let mut inputs = serde_json::Map::new();
-        for (key, value) in mapping.iter() {
-            if let Some(text) = value.as_scalar().map(|s| s.as_str()) {
-                match reference::parse(text) {
-                    Ok(None)
-                    | Ok(Some(reference::Reference::Prompt | reference::Reference::TriggerData)) => {
-                    }
-                    Ok(Some(reference::Reference::Step { id, .. })) => match index.get(id) {
-                        None => {
-                            return Err(
-                                self.at(value.span(), format!("`{text}`: there is no step `{id}`"))
-                            );
-                        }
-                        Some(j) if !upstream.contains(j) => {
-                            return Err(self.at(
-                                value.span(),
-                                format!(
-                                    "`{text}`: step `{id}` is not upstream of `{}` (add it to `depends_on`)",
-                                    *step.id
-                                ),
-                            ));
-                        }
-                        Some(_) => {}
-                    },
-                    Err(e) => return Err(self.at(value.span(), e)),
-                }
-            }
-            inputs.insert(key.as_str().to_string(), to_json(value));
-        }
-        Ok(inputs)
     }
 
     pub(super) fn policy(&self, policy: Option<&Spanned<PolicySpec>>) -> Result<FailurePolicy> {
@@ -349,28 +295,6 @@ pub(super) fn step_role(step: &StepSpec, base: Option<&Role>, schema: Option<Val
             .or_else(|| base.map(|r| r.schema.clone()))
             .unwrap_or_else(|| json!({ "type": "object" })),
     }
-}
-
-/// For each step, the steps it depends on, transitively.
-pub(super) fn upstream_sets(
-    steps: &[StepSpec],
-    index: &HashMap<&str, usize>,
-) -> Vec<BTreeSet<usize>> {
-    (0..steps.len())
-        .map(|i| {
-            let mut seen = BTreeSet::new();
-            let mut stack = vec![i];
-            while let Some(j) = stack.pop() {
-                for dep in &steps[j].depends_on {
-                    let k = index[dep.as_str()];
-                    if seen.insert(k) {
-                        stack.push(k);
-                    }
-                }
-            }
-            seen
-        })
-        .collect()
 }
 
 pub(super) fn reachable<'a>(

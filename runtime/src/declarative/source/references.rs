@@ -1,0 +1,155 @@
+//! What a DAG step refers to, checked: the references of its `inputs` — a whole value
+//! (`$steps.<id>.output[.field…]`, `$prompt`, `$trigger_data`) or inside a string
+//! (`"Review this: ${steps.plan.output}"`, `$${` for a literal `${`) — and its `when`
+//! condition. A step may read only the steps it lists in `depends_on` (the DAG protocol's
+//! rule): what it reads is then settled before it runs.
+
+use std::collections::HashMap;
+
+use marked_yaml::{Node, Span, Spanned};
+use serde_json::Value;
+use uncaged_workflow_declarative::expr;
+use uncaged_workflow_declarative::reference::{self, Part, Reference};
+
+use super::yaml::{child, to_json};
+use super::{Checker, StepSpec};
+use crate::error::Result;
+
+impl Checker<'_> {
+    /// A step's `inputs`, each reference in them checked.
+    pub(super) fn inputs(
+        &self,
+        root: &Node,
+        i: usize,
+        step: &StepSpec,
+        index: &HashMap<&str, usize>,
+    ) -> Result<serde_json::Map<String, Value>> {
+        let Some(node) = child(root, &["steps", &i.to_string(), "inputs"]) else {
+            return Ok(Default::default());
+        };
+        let Some(mapping) = node.as_mapping() else {
+            return Err(self.at(node.span(), "`inputs` must be a mapping of names to values"));
+        };
+        let mut inputs = serde_json::Map::new();
+        for (key, value) in mapping.iter() {
+            if let Some(text) = value.as_scalar().map(|s| s.as_str()) {
+                let named: Vec<Reference<'_>> = match reference::template(text) {
+                    Ok(Some(parts)) => parts
+                        .into_iter()
+                        .filter_map(|part| match part {
+                            Part::Ref(r) => Some(r),
+                            Part::Text(_) => None,
+                        })
+                        .collect(),
+                    Ok(None) => match reference::parse(text) {
+                        Ok(r) => r.into_iter().collect(),
+                        Err(e) => return Err(self.at(value.span(), e)),
+                    },
+                    Err(e) => return Err(self.at(value.span(), e)),
+                };
+                for reference in named {
+                    if let Reference::Step { id, .. } = reference {
+                        self.reads(value.span(), text, id, step, index)?;
+                    }
+                }
+            }
+            inputs.insert(key.as_str().to_string(), to_json(value));
+        }
+        Ok(inputs)
+    }
+
+    /// A step's `when`, checked as a condition whose `$steps.<id>` are steps it depends on.
+    pub(super) fn when(
+        &self,
+        step: &StepSpec,
+        index: &HashMap<&str, usize>,
+    ) -> Result<Option<String>> {
+        let Some(when) = &step.when else { return Ok(None) };
+        expr::check(when).map_err(|e| {
+            self.within(when.span(), e.offset, format!("`when: {}`: {}", **when, e.message))
+        })?;
+        for (offset, id) in step_names(when) {
+            if !index.contains_key(id) || !step.depends_on.iter().any(|d| d.as_str() == id) {
+                let why = if index.contains_key(id) {
+                    format!(
+                        "step `{id}` is not in the `depends_on` of `{}` (add it there)",
+                        *step.id
+                    )
+                } else {
+                    format!("there is no step `{id}`")
+                };
+                return Err(self.within(when.span(), offset, format!("`when`: {why}")));
+            }
+        }
+        Ok(Some(when.to_string()))
+    }
+
+    /// `text` (at `span`) reads step `id`: it must exist and be in `step`'s `depends_on`.
+    fn reads(
+        &self,
+        span: &Span,
+        text: &str,
+        id: &str,
+        step: &StepSpec,
+        index: &HashMap<&str, usize>,
+    ) -> Result<()> {
+        if !index.contains_key(id) {
+            return Err(self.at(span, format!("`{text}`: there is no step `{id}`")));
+        }
+        if !step.depends_on.iter().any(|d| d.as_str() == id) {
+            return Err(self.at(
+                span,
+                format!(
+                    "`{text}`: step `{id}` is not in the `depends_on` of `{}` (add it there)",
+                    *step.id
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// An error at `offset` characters into the string at `span`.
+    pub(super) fn within(
+        &self,
+        span: &Span,
+        offset: usize,
+        message: impl Into<String>,
+    ) -> crate::Error {
+        let mut span = *span;
+        if let Some(start) = span.start_mut() {
+            *start = marked_yaml::Marker::new(
+                start.source(),
+                start.character() + offset,
+                start.line(),
+                start.column() + offset,
+            );
+        }
+        self.at(&span, message)
+    }
+}
+
+/// The step ids a condition names as `$steps.<id>` (or `` $steps.`<id>` `` for an id JSONata
+/// would read as arithmetic), with the offset of each.
+fn step_names(condition: &Spanned<String>) -> Vec<(usize, &str)> {
+    const PREFIX: &str = "$steps.";
+    let mut names = Vec::new();
+    let mut from = 0;
+    while let Some(at) = condition[from..].find(PREFIX) {
+        let start = from + at + PREFIX.len();
+        let rest = &condition[start..];
+        let name = match rest.strip_prefix('`') {
+            Some(quoted) => quoted.split('`').next().unwrap_or_default(),
+            None => {
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            }
+        };
+        if !name.is_empty() {
+            names.push((start, name));
+        }
+        from = start;
+    }
+    names
+}
