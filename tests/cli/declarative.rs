@@ -497,6 +497,16 @@ fn each_validation_error_names_its_file_line_and_column() -> Result<()> {
             "5:34: `when: $count($trigger_data) >`: does not parse: The symbol `(end)` cannot be used as a unary operator",
         ),
         (
+            "continue-for-the-workflow",
+            "description: d\nsteps:\n  - id: a\n    description: A\nfailure_policy:\n  on_step_failure: continue\n".into(),
+            "6:20: `on_step_failure` is one of `stop`, `skip_dependents`, `ask_user`, not `continue` (`continue` is a step's own `on_failure`)",
+        ),
+        (
+            "retry-delay",
+            "description: d\nsteps:\n  - id: a\n    description: A\n    retry: {max: 2, delay: 500}\n".into(),
+            "5:28: `retry.delay`: `500` is not a duration (write `500ms`, `2s`, `1m`)",
+        ),
+        (
             "reference-limit-in-a-graph",
             format!("{}reference_limit: 10\n", graph("  a: {}\n", "  - from: $START\n    transitions:\n      - to: a\n  - from: a\n    transitions:\n      - to: $END\n")),
             "11:18: `reference_limit` applies to `steps`, not to a `graph`",
@@ -700,6 +710,49 @@ fn a_false_when_skips_its_step_and_references_embed_and_truncate() -> Result<()>
     assert_eq!(inputs["docs"]["note"], json!("Look at parser (for It crashes), not ${HOME}"));
     let cut = inputs["performance"]["issue"].as_str().context("a cut output is text")?;
     assert!(cut.ends_with("[truncated]") && cut.len() == 30 + "[truncated]".len(), "{cut}");
+    Ok(())
+}
+
+/// A step's own `retry` and `on_failure` override the workflow's policy: under `stop` with no
+/// retries, a step that continues on failure (after its own retries) lets the steps after it
+/// run on its null output, and a step retried once succeeds at its second attempt.
+#[test]
+fn a_steps_own_retry_and_on_failure_override_the_workflows() -> Result<()> {
+    let env = Env::new()?;
+    let text = triage_with(&env, "stop", 0)?;
+    let text = std::fs::read_to_string(&text)?
+        .replace(
+            "    description: Security impact.\n",
+            "    description: Security impact.\n    on_failure: continue\n    \
+             retry: {max: 2, delay: 10ms, backoff: 1.5, max_delay: 1s}\n",
+        )
+        .replace(
+            "    description: Documentation impact.\n",
+            "    description: Documentation impact.\n    retry: {max: 1, delay: 10ms}\n",
+        );
+    let file = env.write("triage-own.yaml", text)?;
+    let hash = hash_of(&env.json(&["add", "triage", &file.display().to_string()])?)?;
+    let agent = triage_agent(&env, json!({"security": "fail", "docs": "fail-once"}))?;
+    let run = env.run(&["run", "triage", "-p", "It crashes", "--agent", &agent])?;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stdout.contains("4 of 5 steps succeeded; failed: security"), "{run:?}");
+    let log = agent_log(&env);
+    let count = |what: &str| log.iter().filter(|l| l.as_str() == what).count();
+    assert_eq!((count("start security"), count("start docs"), count("done docs")), (3, 2, 1));
+    assert_eq!(count("done summary"), 1, "the summary ran on the failed step's null: {log:?}");
+    let thread = newest_thread(&env)?;
+    let failed = steps(&env, &hash, &thread)?
+        .into_iter()
+        .find(|s| s["meta"]["status"] == "failed")
+        .context("security's failure is recorded")?;
+    assert_eq!(failed["meta"]["step"], "security");
+    assert!(failed["meta"]["error"].as_str().unwrap().ends_with("(after 3 attempts)"), "{failed}");
+    let summary: Value = read_jsonl(&env.dir.path().join("inputs.jsonl"))?
+        .into_iter()
+        .find(|l| l["step"] == "summary")
+        .context("summary's input")?;
+    let input: Value = serde_json::from_str(summary["input"].as_str().unwrap())?;
+    assert_eq!(input["inputs"]["security"], Value::Null);
     Ok(())
 }
 

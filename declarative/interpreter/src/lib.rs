@@ -15,8 +15,8 @@ use uncaged_workflow_declarative::dag::{self, Action, Decision, Status};
 use uncaged_workflow_declarative::graph::{self, Route};
 use uncaged_workflow_declarative::reference::{self, Reference};
 use uncaged_workflow_declarative::{
-    DagStep, Definition, RETURN_FAILED, RETURN_MAX_ROUNDS, Role, Routing, STATUS_ROLE, StepView,
-    USER_ROLE,
+    DagStep, Definition, RETURN_FAILED, RETURN_MAX_ROUNDS, Retry, Role, Routing, STATUS_ROLE,
+    StepView, USER_ROLE,
 };
 
 /// The generated bindings: the only unsafe code here, glue for the canonical ABI.
@@ -56,7 +56,7 @@ impl Guest for Interpreter {
     fn descriptor() -> wit::BundleDescriptor {
         let def = the_definition();
         let mut roles: Vec<wit::RoleDescriptor> = def.roles.iter().map(role_descriptor).collect();
-        if let Routing::Steps { failure_policy, .. } = &def.routing {
+        if let Routing::Steps { steps, failure_policy } = &def.routing {
             roles.push(wit::RoleDescriptor {
                 name: STATUS_ROLE.into(),
                 description: "Records a step that failed or was skipped".into(),
@@ -64,9 +64,10 @@ impl Guest for Interpreter {
                 extract_prompt: String::new(),
                 schema: dag::status_schema().to_string(),
             });
-            if failure_policy.on_step_failure
-                == uncaged_workflow_declarative::OnStepFailure::AskUser
-            {
+            let asks = |s: &DagStep| {
+                s.on_failure(failure_policy) == uncaged_workflow_declarative::OnStepFailure::AskUser
+            };
+            if steps.iter().any(asks) {
                 roles.push(wit::RoleDescriptor {
                     name: USER_ROLE.into(),
                     description: "A person deciding what to do about a failed step".into(),
@@ -277,8 +278,8 @@ fn dag_step(
     }
 }
 
-/// Runs `run` at once, retrying failed steps as the policy says; one output per step: its
-/// role's on success, a failed [`STATUS_ROLE`] record otherwise.
+/// Runs `run` at once, retrying failed steps as each one's retry policy says; one output per
+/// step: its role's on success, a failed [`STATUS_ROLE`] record otherwise.
 fn run_stage(
     def: &Definition,
     steps: &[DagStep],
@@ -287,31 +288,31 @@ fn run_stage(
     run: &[String],
 ) -> Vec<wit::RoleOutput> {
     let statuses = dag::statuses(&views(state)).0;
+    let planned: Vec<&DagStep> = run
+        .iter()
+        .map(|id| steps.iter().find(|s| &s.id == id).expect("planned steps exist"))
+        .collect();
+    let retries: Vec<Retry> = planned.iter().map(|s| s.retry(policy)).collect();
     let mut results: Vec<Option<Result<(String, String), String>>> = vec![None; run.len()];
     let mut pending: Vec<usize> = (0..run.len()).collect();
-    for attempt in 0..=policy.max_retries {
+    let mut attempt = 0;
+    loop {
         if attempt > 0 {
-            let delay = u64::from(policy.retry_delay_ms) << (attempt - 1).min(20);
-            let delay = u32::try_from(delay).unwrap_or(u32::MAX).min(3_600_000);
+            // One wait for the round: as long as the longest any retried step asks for.
+            let delay =
+                pending.iter().map(|&i| retries[i].delay_before(attempt)).max().unwrap_or(0);
             host::log(
                 wit::LogLevel::Info,
                 "DR3TRY01",
-                &format!(
-                    "retry {attempt} of {} in {delay} ms: {}",
-                    policy.max_retries,
-                    names_of(run, &pending)
-                ),
+                &format!("retry {attempt} in {delay} ms: {}", names_of(run, &pending)),
             );
             host::sleep(delay);
         }
         let calls: Vec<wit::AgentCall> = pending
             .iter()
-            .map(|&i| {
-                let step = steps.iter().find(|s| s.id == run[i]).expect("planned steps exist");
-                wit::AgentCall {
-                    role: step.id.clone(),
-                    input: Some(input_text(def, step, state, &statuses)),
-                }
+            .map(|&i| wit::AgentCall {
+                role: planned[i].id.clone(),
+                input: Some(input_text(def, planned[i], state, &statuses)),
             })
             .collect();
         let answers = host::agents(&calls);
@@ -326,17 +327,19 @@ fn run_stage(
                 },
             });
         }
-        pending.retain(|&i| matches!(results[i], Some(Err(_))));
+        attempt += 1;
+        pending.retain(|&i| matches!(results[i], Some(Err(_))) && attempt <= retries[i].max);
         if pending.is_empty() {
             break;
         }
     }
     run.iter()
         .zip(results)
-        .map(|(id, result)| match result.expect("every step ran") {
+        .zip(&retries)
+        .map(|((id, result), retry)| match result.expect("every step ran") {
             Ok((content, meta)) => output(id, content, meta),
             Err(error) => {
-                let attempts = policy.max_retries + 1;
+                let attempts = retry.max + 1;
                 let error = if attempts > 1 {
                     format!("{error} (after {attempts} attempts)")
                 } else {

@@ -178,12 +178,11 @@ pub fn plan(
             summary: format!("aborted by the user after step `{step}` failed"),
         };
     }
-    let first_failed = steps.iter().find_map(|s| match status.get(s.id.as_str()) {
-        Some(Status::Failed(error)) => Some((s.id.clone(), error.clone())),
-        _ => None,
-    });
-    if let Some((step, error)) = first_failed {
-        match policy.on_step_failure {
+    // The first failure whose policy stops or asks decides; the others let the rest go on.
+    for s in steps {
+        let Some(Status::Failed(error)) = status.get(s.id.as_str()) else { continue };
+        let (step, error) = (s.id.clone(), error.clone());
+        match s.on_failure(policy) {
             OnStepFailure::Stop => {
                 return Action::End {
                     return_code: RETURN_FAILED,
@@ -191,9 +190,14 @@ pub fn plan(
                 };
             }
             OnStepFailure::AskUser => return Action::Ask { step, error },
-            OnStepFailure::SkipDependents => {}
+            OnStepFailure::SkipDependents | OnStepFailure::Continue => {}
         }
     }
+    // A failed step whose policy is `continue` counts as done for the steps after it.
+    let carries_on = |id: &str, status: &HashMap<&str, Status<'_>>| {
+        matches!(status.get(id), Some(Status::Failed(_)))
+            && steps.iter().any(|s| s.id == id && s.on_failure(policy) == OnStepFailure::Continue)
+    };
     let mut skip = Vec::new();
     let mut fail = Vec::new();
     let mut run = Vec::new();
@@ -205,6 +209,7 @@ pub fn plan(
             continue;
         }
         let blocked = step.depends_on.iter().find_map(|d| match status.get(d.as_str()) {
+            Some(Status::Failed(_)) if carries_on(d, &status) => None,
             Some(Status::Failed(_)) => Some(format!("`{d}`, which failed")),
             Some(Status::Skipped(_)) => Some(format!("`{d}`, which was skipped")),
             _ => None,
@@ -215,10 +220,9 @@ pub fn plan(
             skip.push((step.id.clone(), reason));
             continue;
         }
-        let ready = step
-            .depends_on
-            .iter()
-            .all(|d| matches!(status.get(d.as_str()), Some(Status::Succeeded(_))));
+        let ready = step.depends_on.iter().all(|d| {
+            matches!(status.get(d.as_str()), Some(Status::Succeeded(_))) || carries_on(d, &status)
+        });
         if !ready || run.len() >= MAX_PARALLEL {
             continue;
         }
@@ -318,6 +322,8 @@ mod tests {
             depends_on: deps.iter().map(|d| d.to_string()).collect(),
             inputs: Default::default(),
             when: None,
+            retry: None,
+            on_failure: None,
         }
     }
 
@@ -461,5 +467,43 @@ mod tests {
         steps[0].when = Some("$error('no')".into());
         let Action::Stage { fail, .. } = plan(&steps, &p, &[]) else { panic!() };
         assert!(fail[0].1.contains("could not be evaluated"), "{fail:?}");
+    }
+
+    #[test]
+    fn a_steps_own_policy_overrides_the_workflows() {
+        // The workflow stops on a failure, but `a` continues: `b` runs on its null output.
+        let mut steps = dag();
+        steps[0].on_failure = Some(OnStepFailure::Continue);
+        let fail = failed("a");
+        let ok = json!({});
+        let p = policy(OnStepFailure::Stop);
+        let h = [StepView { role: STATUS_ROLE, meta: &fail }, StepView { role: "c", meta: &ok }];
+        assert_eq!(
+            plan(&steps, &p, &h),
+            Action::Stage { skip: vec![], fail: vec![], run: vec!["b".into()] }
+        );
+        let h = [h[0], h[1], StepView { role: "b", meta: &ok }, StepView { role: "d", meta: &ok }];
+        let Action::End { return_code, summary } = plan(&steps, &p, &h) else { panic!() };
+        assert_eq!(
+            (return_code, summary.as_str()),
+            (RETURN_PARTIAL, "3 of 4 steps succeeded; failed: a")
+        );
+        // The workflow continues past failures, but `a` stops it.
+        let mut steps = dag();
+        steps[0].on_failure = Some(OnStepFailure::Stop);
+        let h = [StepView { role: STATUS_ROLE, meta: &fail }];
+        let action = plan(&steps, &policy(OnStepFailure::SkipDependents), &h);
+        assert!(matches!(action, Action::End { return_code: RETURN_FAILED, .. }), "{action:?}");
+    }
+
+    #[test]
+    fn retries_back_off_up_to_their_bound() {
+        let retry = crate::Retry { max: 5, delay_ms: 100, backoff: 3.0, max_delay_ms: Some(1000) };
+        let delays: Vec<u32> = (1..=4).map(|n| retry.delay_before(n)).collect();
+        assert_eq!(delays, [100, 300, 900, 1000]);
+        let policy =
+            FailurePolicy { max_retries: 2, retry_delay_ms: 500, ..FailurePolicy::default() };
+        let inherited = step("a", &[]).retry(&policy);
+        assert_eq!((inherited.max, inherited.delay_before(3)), (2, 2000));
     }
 }

@@ -13,7 +13,7 @@ pub mod graph;
 mod model;
 
 pub use model::{
-    DagStep, Definition, END, FailurePolicy, Node, OnStepFailure, Role, Routing, START,
+    DagStep, Definition, END, FailurePolicy, Node, OnStepFailure, Retry, Role, Routing, START,
     STATUS_ROLE, Transition, USER_ROLE, reference,
 };
 

@@ -80,6 +80,55 @@ pub struct DagStep {
     /// once the step is ready, the step is skipped (see [`crate::dag::plan`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when: Option<String>,
+    /// This step's retries, in place of the workflow's `failure_policy`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+    /// What this step's failure does, in place of the workflow's `on_step_failure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnStepFailure>,
+}
+
+impl DagStep {
+    /// What happens when this step fails, under the workflow's `policy`.
+    pub fn on_failure(&self, policy: &FailurePolicy) -> OnStepFailure {
+        self.on_failure.unwrap_or(policy.on_step_failure)
+    }
+
+    /// How this step is retried, under the workflow's `policy`.
+    pub fn retry(&self, policy: &FailurePolicy) -> Retry {
+        self.retry.clone().unwrap_or(Retry {
+            max: policy.max_retries,
+            delay_ms: policy.retry_delay_ms,
+            backoff: 2.0,
+            max_delay_ms: None,
+        })
+    }
+}
+
+/// How a failed step is tried again: up to `max` more times, waiting `delay_ms` before the
+/// first retry and `backoff` times as long before each next one, never more than
+/// `max_delay_ms` (an hour when absent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retry {
+    pub max: u32,
+    pub delay_ms: u32,
+    pub backoff: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_delay_ms: Option<u32>,
+}
+
+impl Retry {
+    /// The longest wait between attempts when the workflow does not bound it.
+    pub const LONGEST_DELAY_MS: u32 = 3_600_000;
+
+    /// The wait before retry `n` (1-based).
+    pub fn delay_before(&self, n: u32) -> u32 {
+        let cap = self.max_delay_ms.unwrap_or(Self::LONGEST_DELAY_MS);
+        let factor = self.backoff.max(1.0).powi(n.saturating_sub(1).min(64) as i32);
+        let delay = f64::from(self.delay_ms) * factor;
+        if delay.is_finite() && delay < f64::from(cap) { delay as u32 } else { cap }
+    }
 }
 
 /// What happens when a DAG step fails (its agent gave no answer, or no valid meta), after its
@@ -110,6 +159,9 @@ pub enum OnStepFailure {
     SkipDependents,
     /// The thread waits for a person to answer `retry`, `skip` or `abort`.
     AskUser,
+    /// A step's own policy only: the step is recorded as failed, and the steps that depend on
+    /// it run as if it had succeeded with a null output.
+    Continue,
 }
 
 /// A reference an input value makes, if it is one: `$prompt`, `$trigger_data`, or

@@ -105,11 +105,23 @@ struct StepSpec {
     #[serde(default)]
     depends_on: Vec<Spanned<String>>,
     when: Option<Spanned<String>>,
+    retry: Option<Spanned<RetrySpec>>,
+    on_failure: Option<Spanned<String>>,
     /// Read from the node tree, where scalars keep their YAML types.
     #[allow(dead_code)]
     inputs: Option<serde::de::IgnoredAny>,
     #[allow(dead_code)]
     schema: Option<serde::de::IgnoredAny>,
+}
+
+/// A step's `retry:`, durations as written (`500ms`, `2s`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetrySpec {
+    max: u32,
+    delay: Option<Spanned<String>>,
+    backoff: Option<Spanned<f64>>,
+    max_delay: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,8 +227,8 @@ impl Checker<'_> {
                 (roles, max_rounds.unwrap_or(GRAPH_MAX_ROUNDS), Routing::Graph(nodes))
             }
             (None, Some(steps)) => {
-                let (steps, step_roles) = self.steps(&root, steps, &roles)?;
                 let failure_policy = self.policy(file.failure_policy.as_ref())?;
+                let (steps, step_roles) = self.steps(&root, steps, &roles, &failure_policy)?;
                 let rounds = max_rounds.unwrap_or_else(|| default_dag_rounds(steps.len()));
                 (step_roles, rounds, Routing::Steps { steps, failure_policy })
             }

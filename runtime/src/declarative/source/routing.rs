@@ -6,11 +6,12 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use marked_yaml::{Node, Span, Spanned};
 use serde_json::{Value, json};
 use uncaged_workflow_declarative::{
-    DagStep, END, FailurePolicy, Node as GraphNode, OnStepFailure, Role, START, Transition, expr,
+    DagStep, END, FailurePolicy, Node as GraphNode, OnStepFailure, Retry, Role, START, Transition,
+    expr,
 };
 
 use super::yaml::{child, is_null};
-use super::{Checker, NodeSpec, PolicySpec, StepSpec, prefix};
+use super::{Checker, NodeSpec, PolicySpec, RetrySpec, StepSpec, prefix};
 use crate::error::{Error, Result};
 use indexmap::IndexMap;
 
@@ -115,6 +116,7 @@ impl Checker<'_> {
         root: &Node,
         steps: &Spanned<Vec<StepSpec>>,
         roles: &IndexMap<String, (Role, Span)>,
+        policy: &FailurePolicy,
     ) -> Result<(Vec<DagStep>, Vec<Role>)> {
         if steps.is_empty() {
             return Err(self.at(steps.span(), "`steps` is empty"));
@@ -174,11 +176,17 @@ impl Checker<'_> {
             step_roles.push(step_role(step, base, schema));
             let inputs = self.inputs(root, i, step, &index)?;
             let when = self.when(step, &index)?;
+            let on_failure = match &step.on_failure {
+                Some(word) => Some(self.on_failure(word, "on_failure", true)?),
+                None => None,
+            };
             dag.push(DagStep {
                 id: id.to_string(),
                 depends_on: step.depends_on.iter().map(|d| d.to_string()).collect(),
                 inputs,
                 when,
+                retry: step.retry.as_ref().map(|r| self.retry(r, policy)).transpose()?,
+                on_failure,
             });
         }
         Ok((dag, step_roles))
@@ -231,26 +239,83 @@ impl Checker<'_> {
 
     pub(super) fn policy(&self, policy: Option<&Spanned<PolicySpec>>) -> Result<FailurePolicy> {
         let Some(policy) = policy else { return Ok(FailurePolicy::default()) };
-        let on_step_failure = match policy.on_step_failure.as_str() {
-            "stop" => OnStepFailure::Stop,
-            "skip_dependents" => OnStepFailure::SkipDependents,
-            "ask_user" => OnStepFailure::AskUser,
-            other => {
-                let options = ["stop", "skip_dependents", "ask_user"];
-                let hint = crate::error::closest(other, &options)
-                    .map(|c| format!(" (did you mean `{c}`?)"))
-                    .unwrap_or_default();
-                return Err(self.at(
-                    policy.on_step_failure.span(),
-                    format!("`on_step_failure` is `stop`, `skip_dependents` or `ask_user`, not `{other}`{hint}"),
-                ));
-            }
-        };
+        let on_step_failure = self.on_failure(&policy.on_step_failure, "on_step_failure", false)?;
         let defaults = FailurePolicy::default();
         Ok(FailurePolicy {
             on_step_failure,
             max_retries: policy.max_retries.unwrap_or(defaults.max_retries),
             retry_delay_ms: policy.retry_delay_ms.unwrap_or(defaults.retry_delay_ms),
+        })
+    }
+}
+
+impl Checker<'_> {
+    /// A failure policy's word: `stop`, `skip_dependents`, `ask_user`, and for a step's own
+    /// (`allow_continue`) `continue`.
+    fn on_failure(
+        &self,
+        word: &Spanned<String>,
+        key: &str,
+        allow_continue: bool,
+    ) -> Result<OnStepFailure> {
+        let options: &[&str] = if allow_continue {
+            &["stop", "skip_dependents", "ask_user", "continue"]
+        } else {
+            &["stop", "skip_dependents", "ask_user"]
+        };
+        Ok(match word.as_str() {
+            "stop" => OnStepFailure::Stop,
+            "skip_dependents" => OnStepFailure::SkipDependents,
+            "ask_user" => OnStepFailure::AskUser,
+            "continue" if allow_continue => OnStepFailure::Continue,
+            other => {
+                let hint = match other {
+                    "continue" => " (`continue` is a step's own `on_failure`)".to_string(),
+                    _ => crate::error::closest(other, options)
+                        .map(|c| format!(" (did you mean `{c}`?)"))
+                        .unwrap_or_default(),
+                };
+                let listed: Vec<String> = options.iter().map(|o| format!("`{o}`")).collect();
+                return Err(self.at(
+                    word.span(),
+                    format!("`{key}` is one of {}, not `{other}`{hint}", listed.join(", ")),
+                ));
+            }
+        })
+    }
+
+    /// A step's `retry:`, its delays defaulting to the workflow's.
+    fn retry(&self, retry: &Spanned<RetrySpec>, policy: &FailurePolicy) -> Result<Retry> {
+        let millis = |value: &Spanned<String>, key: &str| -> Result<u32> {
+            let duration = humantime::parse_duration(value.trim()).map_err(|_| {
+                self.at(
+                    value.span(),
+                    format!(
+                        "`retry.{key}`: `{}` is not a duration (write `500ms`, `2s`, `1m`)",
+                        **value
+                    ),
+                )
+            })?;
+            u32::try_from(duration.as_millis())
+                .ok()
+                .filter(|&ms| ms <= Retry::LONGEST_DELAY_MS)
+                .ok_or_else(|| self.at(value.span(), format!("`retry.{key}`: at most an hour")))
+        };
+        let backoff = match &retry.backoff {
+            Some(b) if !(1.0..=100.0).contains(&**b) => {
+                return Err(self.at(b.span(), "`retry.backoff` is a factor from 1 to 100"));
+            }
+            Some(b) => **b,
+            None => 2.0,
+        };
+        Ok(Retry {
+            max: retry.max,
+            delay_ms: match &retry.delay {
+                Some(d) => millis(d, "delay")?,
+                None => policy.retry_delay_ms,
+            },
+            backoff,
+            max_delay_ms: retry.max_delay.as_ref().map(|d| millis(d, "max_delay")).transpose()?,
         })
     }
 }
