@@ -507,6 +507,16 @@ fn each_validation_error_names_its_file_line_and_column() -> Result<()> {
             "5:28: `retry.delay`: `500` is not a duration (write `500ms`, `2s`, `1m`)",
         ),
         (
+            "item-outside-a-fan-out",
+            "description: d\nsteps:\n  - id: a\n    description: A\n    inputs:\n      x: $item.name\n".into(),
+            "6:10: `$item.name`: `$item` and `$index` are the item at hand of a `for_each` step, and `a` has none",
+        ),
+        (
+            "max-parallel-alone",
+            "description: d\nsteps:\n  - id: a\n    description: A\n    max_parallel: 4\n".into(),
+            "5:19: `max_parallel` applies to a `for_each` step",
+        ),
+        (
             "reference-limit-in-a-graph",
             format!("{}reference_limit: 10\n", graph("  a: {}\n", "  - from: $START\n    transitions:\n      - to: a\n  - from: a\n    transitions:\n      - to: $END\n")),
             "11:18: `reference_limit` applies to `steps`, not to a `graph`",

@@ -54,6 +54,7 @@ mod crash;
 mod declarative;
 mod durability;
 mod exit_codes;
+mod fan_out;
 mod hooks;
 mod hostile;
 mod human;

@@ -15,8 +15,8 @@ use uncaged_workflow_declarative::dag::{self, Action, Decision, Status};
 use uncaged_workflow_declarative::graph::{self, Route};
 use uncaged_workflow_declarative::reference::{self, Reference};
 use uncaged_workflow_declarative::{
-    DagStep, Definition, RETURN_FAILED, RETURN_MAX_ROUNDS, Retry, Role, Routing, STATUS_ROLE,
-    StepView, USER_ROLE,
+    DagStep, Definition, FanOut, MAX_PARALLEL, RETURN_FAILED, RETURN_MAX_ROUNDS, Retry, Role,
+    Routing, STATUS_ROLE, StepView, USER_ROLE, expr,
 };
 
 /// The generated bindings: the only unsafe code here, glue for the canonical ABI.
@@ -56,6 +56,15 @@ impl Guest for Interpreter {
     fn descriptor() -> wit::BundleDescriptor {
         let def = the_definition();
         let mut roles: Vec<wit::RoleDescriptor> = def.roles.iter().map(role_descriptor).collect();
+        // A fan-out step's output is the array of its items' metas.
+        if let Routing::Steps { steps, .. } = &def.routing {
+            for role in &mut roles {
+                if steps.iter().any(|s| s.id == role.name && s.for_each.is_some()) {
+                    let item: Value = serde_json::from_str(&role.schema).unwrap_or(json!({}));
+                    role.schema = json!({ "type": "array", "items": item }).to_string();
+                }
+            }
+        }
         if let Routing::Steps { steps, failure_policy } = &def.routing {
             roles.push(wit::RoleDescriptor {
                 name: STATUS_ROLE.into(),
@@ -278,8 +287,18 @@ fn dag_step(
     }
 }
 
-/// Runs `run` at once, retrying failed steps as each one's retry policy says; one output per
-/// step: its role's on success, a failed [`STATUS_ROLE`] record otherwise.
+/// One agent call of a stage: a step's, or one item's of a fan-out step.
+struct Unit {
+    /// The step, by its place in the stage.
+    step: usize,
+    /// The item (and its index), for a fan-out.
+    item: Option<(usize, Value)>,
+    result: Option<Result<(String, String), String>>,
+}
+
+/// Runs `run` at once — a fan-out step's items at most `max_parallel` at a time, and no more
+/// than [`MAX_PARALLEL`] calls in all — retrying failed calls as each step's retry policy says;
+/// one output per step: its role's on success, a failed [`STATUS_ROLE`] record otherwise.
 fn run_stage(
     def: &Definition,
     steps: &[DagStep],
@@ -293,120 +312,221 @@ fn run_stage(
         .map(|id| steps.iter().find(|s| &s.id == id).expect("planned steps exist"))
         .collect();
     let retries: Vec<Retry> = planned.iter().map(|s| s.retry(policy)).collect();
-    let mut results: Vec<Option<Result<(String, String), String>>> = vec![None; run.len()];
-    let mut pending: Vec<usize> = (0..run.len()).collect();
+    // Each step's calls: one, or one per item; a fan-out without its items fails at once.
+    let mut units = Vec::new();
+    let mut unrunnable: Vec<Option<String>> = vec![None; planned.len()];
+    let mut items_of: Vec<usize> = vec![0; planned.len()];
+    let scope = dag::Scope { prompt: &state.prompt, trigger_data: &state.trigger_data };
+    let mut variables = None;
+    for (k, step) in planned.iter().enumerate() {
+        let Some(fan_out) = &step.for_each else {
+            units.push(Unit { step: k, item: None, result: None });
+            continue;
+        };
+        let input = variables.get_or_insert_with(|| dag::condition_input(&statuses, scope));
+        match items(fan_out, input) {
+            Ok(items) => {
+                items_of[k] = items.len();
+                units.extend(items.into_iter().enumerate().map(|(i, v)| Unit {
+                    step: k,
+                    item: Some((i, v)),
+                    result: None,
+                }));
+            }
+            Err(e) => unrunnable[k] = Some(e),
+        }
+    }
+    let limit = def.reference_limit.unwrap_or(reference::DEFAULT_LIMIT);
+    let mut pending: Vec<usize> = (0..units.len()).collect();
     let mut attempt = 0;
-    loop {
+    while !pending.is_empty() {
         if attempt > 0 {
-            // One wait for the round: as long as the longest any retried step asks for.
-            let delay =
-                pending.iter().map(|&i| retries[i].delay_before(attempt)).max().unwrap_or(0);
+            // One wait for the round: as long as the longest any retried call asks for.
+            let delay = pending
+                .iter()
+                .map(|&u| retries[units[u].step].delay_before(attempt))
+                .max()
+                .unwrap_or(0);
             host::log(
                 wit::LogLevel::Info,
                 "DR3TRY01",
-                &format!("retry {attempt} in {delay} ms: {}", names_of(run, &pending)),
+                &format!("retry {attempt} of {} call(s) in {delay} ms", pending.len()),
             );
             host::sleep(delay);
         }
-        let calls: Vec<wit::AgentCall> = pending
-            .iter()
-            .map(|&i| wit::AgentCall {
-                role: planned[i].id.clone(),
-                input: Some(input_text(def, planned[i], state, &statuses)),
-            })
-            .collect();
-        let answers = host::agents(&calls);
-        for (&i, answer) in pending.iter().zip(answers) {
-            let role =
-                def.roles.iter().find(|r| r.name == run[i]).expect("a DAG step has its role");
-            results[i] = Some(match answer {
-                Err(e) => Err(format!("agent failed: {}", agent_error(e))),
-                Ok(content) => match extract(role, &content) {
-                    Ok(meta) => Ok((content, meta)),
-                    Err(e) => Err(format!("no valid meta in the answer: {e}")),
-                },
+        let mut queue = pending.clone();
+        while !queue.is_empty() {
+            let mut wave = Vec::new();
+            let mut asked = vec![0u32; planned.len()];
+            queue.retain(|&u| {
+                let k = units[u].step;
+                let cap = planned[k].for_each.as_ref().map_or(1, |f| f.max_parallel.max(1));
+                if asked[k] < cap && wave.len() < MAX_PARALLEL {
+                    asked[k] += 1;
+                    wave.push(u);
+                    false
+                } else {
+                    true
+                }
             });
+            let calls: Vec<wit::AgentCall> = wave
+                .iter()
+                .map(|&u| {
+                    let step = planned[units[u].step];
+                    let item =
+                        units[u].item.as_ref().map(|(i, v)| (*i, v, items_of[units[u].step]));
+                    let context = Inputs { state, statuses: &statuses, limit, item };
+                    wit::AgentCall { role: step.id.clone(), input: Some(context.text(step)) }
+                })
+                .collect();
+            let answers = host::agents(&calls);
+            for (&u, answer) in wave.iter().zip(answers) {
+                let id = &planned[units[u].step].id;
+                let role = def.roles.iter().find(|r| &r.name == id).expect("a step has its role");
+                units[u].result = Some(match answer {
+                    Err(e) => Err(format!("agent failed: {}", agent_error(e))),
+                    Ok(content) => match extract(role, &content) {
+                        Ok(meta) => Ok((content, meta)),
+                        Err(e) => Err(format!("no valid meta in the answer: {e}")),
+                    },
+                });
+            }
         }
         attempt += 1;
-        pending.retain(|&i| matches!(results[i], Some(Err(_))) && attempt <= retries[i].max);
-        if pending.is_empty() {
-            break;
-        }
+        pending.retain(|&u| {
+            matches!(units[u].result, Some(Err(_))) && attempt <= retries[units[u].step].max
+        });
     }
-    run.iter()
-        .zip(results)
-        .zip(&retries)
-        .map(|((id, result), retry)| match result.expect("every step ran") {
-            Ok((content, meta)) => output(id, content, meta),
-            Err(error) => {
-                let attempts = retry.max + 1;
-                let error = if attempts > 1 {
-                    format!("{error} (after {attempts} attempts)")
-                } else {
-                    error
-                };
-                let meta = dag::status_meta(id, &Status::Failed(error.clone())).to_string();
-                output(STATUS_ROLE, format!("Failed: {error}"), meta)
+    planned
+        .iter()
+        .enumerate()
+        .map(|(k, step)| {
+            let id = &step.id;
+            let outcome = match unrunnable[k].take() {
+                Some(error) => Err(error),
+                None => {
+                    let mine = units.iter_mut().filter(|u| u.step == k);
+                    let results = mine.map(|u| u.result.take().expect("every call ran"));
+                    settle(step.for_each.is_some(), results.collect(), retries[k].max + 1)
+                }
+            };
+            match outcome {
+                Ok((content, meta)) => output(id, content, meta),
+                Err(error) => {
+                    let meta = dag::status_meta(id, &Status::Failed(error.clone())).to_string();
+                    output(STATUS_ROLE, format!("Failed: {error}"), meta)
+                }
             }
         })
         .collect()
 }
 
-fn names_of(run: &[String], indices: &[usize]) -> String {
-    indices.iter().map(|&i| format!("`{}`", run[i])).collect::<Vec<_>>().join(", ")
-}
-
-/// The agent's input for a step: its id and its inputs, references resolved.
-fn input_text(
-    def: &Definition,
-    step: &DagStep,
-    state: &State,
-    statuses: &std::collections::HashMap<&str, Status<'_>>,
-) -> String {
-    let limit = def.reference_limit.unwrap_or(reference::DEFAULT_LIMIT);
-    let inputs: serde_json::Map<String, Value> = step
-        .inputs
-        .iter()
-        .map(|(key, value)| (key.clone(), resolve(value, state, statuses, limit)))
-        .collect();
-    serde_json::to_string_pretty(&json!({ "step": step.id, "inputs": inputs }))
-        .expect("JSON serializes")
-}
-
-/// An input value, references resolved: a whole-string reference gives the value it names
-/// (a step's output cut at `limit`), `${…}` in a string the text of each.
-fn resolve(
-    value: &Value,
-    state: &State,
-    statuses: &std::collections::HashMap<&str, Status<'_>>,
-    limit: u32,
-) -> Value {
-    let Value::String(text) = value else { return value.clone() };
-    let named = |reference: &Reference<'_>| match reference {
-        Reference::Prompt => Value::String(state.prompt.clone()),
-        Reference::TriggerData => state.trigger_data.clone(),
-        Reference::Step { id, path } => match statuses.get(id) {
-            Some(Status::Succeeded(meta)) => {
-                reference::bounded(reference::field(meta, path), limit)
-            }
-            _ => Value::Null,
-        },
+/// A fan-out's items: its expression's array, within [`FanOut::MAX_ITEMS`].
+fn items(fan_out: &FanOut, variables: &Value) -> Result<Vec<Value>, String> {
+    let value = expr::value_with_variables(&fan_out.items, variables)
+        .map_err(|e| format!("its `for_each` `{}` could not be evaluated: {e}", fan_out.items))?;
+    let items = match value {
+        Value::Array(items) => items,
+        Value::Null => Vec::new(),
+        // JSONata gives a lone value for a one-item sequence.
+        other => vec![other],
     };
-    if let Ok(Some(whole)) = reference::parse(text) {
-        return named(&whole);
+    if items.len() > FanOut::MAX_ITEMS {
+        return Err(format!(
+            "its `for_each` gave {} items, over the limit of {}",
+            items.len(),
+            FanOut::MAX_ITEMS
+        ));
     }
-    // The host refuses malformed references; a plain string stays itself.
-    match reference::template(text) {
-        Ok(Some(parts)) => Value::String(
-            parts
-                .iter()
-                .map(|part| match part {
-                    reference::Part::Text(text) => text.clone(),
-                    reference::Part::Ref(r) => reference::as_text(&named(r)),
-                })
-                .collect(),
-        ),
-        Ok(None) | Err(_) => value.clone(),
+    Ok(items)
+}
+
+/// A step's outcome from its calls' results: a step's own, or for a fan-out the array of its
+/// items' metas (all must succeed; the first that did not is the step's error).
+fn settle(
+    fan_out: bool,
+    results: Vec<Result<(String, String), String>>,
+    attempts: u32,
+) -> Result<(String, String), String> {
+    let tried = |error: String| {
+        if attempts > 1 { format!("{error} (after {attempts} attempts)") } else { error }
+    };
+    if !fan_out {
+        return results.into_iter().next().expect("a step makes one call").map_err(tried);
+    }
+    let n = results.len();
+    let mut contents = Vec::with_capacity(n);
+    let mut metas = Vec::with_capacity(n);
+    for (i, result) in results.into_iter().enumerate() {
+        let (content, meta) = result.map_err(|e| tried(format!("item {i} of {n}: {e}")))?;
+        contents.push(format!("[item {i}]\n{content}"));
+        metas.push(parse_json(&meta));
+    }
+    let content = if n == 0 { "No items.".to_string() } else { contents.join("\n\n") };
+    Ok((content, Value::Array(metas).to_string()))
+}
+
+/// What a call's inputs are resolved from.
+struct Inputs<'a> {
+    state: &'a State,
+    statuses: &'a std::collections::HashMap<&'a str, Status<'a>>,
+    /// Bytes of a step's output a reference hands on.
+    limit: u32,
+    /// In a fan-out: the item's index, the item, and how many there are.
+    item: Option<(usize, &'a Value, usize)>,
+}
+
+impl Inputs<'_> {
+    /// The agent's input for a step: its id, its item in a fan-out, and its inputs with their
+    /// references resolved.
+    fn text(&self, step: &DagStep) -> String {
+        let inputs: serde_json::Map<String, Value> =
+            step.inputs.iter().map(|(key, value)| (key.clone(), self.resolve(value))).collect();
+        let mut input = json!({ "step": step.id, "inputs": inputs });
+        if let Some((index, _, of)) = self.item {
+            input["item"] = json!({ "index": index, "of": of });
+        }
+        serde_json::to_string_pretty(&input).expect("JSON serializes")
+    }
+
+    /// The value a reference names.
+    fn named(&self, reference: &Reference<'_>) -> Value {
+        match reference {
+            Reference::Prompt => Value::String(self.state.prompt.clone()),
+            Reference::TriggerData => self.state.trigger_data.clone(),
+            Reference::Step { id, path } => match self.statuses.get(id) {
+                Some(Status::Succeeded(meta)) => {
+                    reference::bounded(reference::field(meta, path), self.limit)
+                }
+                _ => Value::Null,
+            },
+            Reference::Item { path } => {
+                self.item.map_or(Value::Null, |(_, item, _)| reference::field(item, path))
+            }
+            Reference::Index => self.item.map_or(Value::Null, |(index, _, _)| json!(index)),
+        }
+    }
+
+    /// An input value, references resolved: a whole-string reference gives the value it names
+    /// (a step's output cut at the limit), `${…}` in a string the text of each.
+    fn resolve(&self, value: &Value) -> Value {
+        let Value::String(text) = value else { return value.clone() };
+        if let Ok(Some(whole)) = reference::parse(text) {
+            return self.named(&whole);
+        }
+        // The host refuses malformed references; a plain string stays itself.
+        match reference::template(text) {
+            Ok(Some(parts)) => Value::String(
+                parts
+                    .iter()
+                    .map(|part| match part {
+                        reference::Part::Text(text) => text.clone(),
+                        reference::Part::Ref(r) => reference::as_text(&self.named(r)),
+                    })
+                    .collect(),
+            ),
+            Ok(None) | Err(_) => value.clone(),
+        }
     }
 }
 

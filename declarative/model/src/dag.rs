@@ -324,6 +324,7 @@ mod tests {
             when: None,
             retry: None,
             on_failure: None,
+            for_each: None,
         }
     }
 

@@ -140,6 +140,23 @@ pub fn evaluate_with_variables(expr: &str, input: &Value) -> Result<bool, String
     evaluate_bound(expr, input, Some(&bindings))
 }
 
+/// The value of `expr` over `input` (its top-level keys bound as variables, as in
+/// [`evaluate_with_variables`]): a fan-out's items. Nothing selected is null.
+pub fn value_with_variables(expr: &str, input: &Value) -> Result<Value, String> {
+    let bindings: HashMap<&str, &Value> = input
+        .as_object()
+        .map(|fields| fields.iter().map(|(k, v)| (k.as_str(), v)).collect())
+        .unwrap_or_default();
+    let arena = Bump::new();
+    let jsonata = JsonAta::new(expr, &arena).map_err(|e| e.to_string())?;
+    let value =
+        jsonata.evaluate(Some(&input.to_string()), Some(&bindings)).map_err(|e| e.to_string())?;
+    if value.is_undefined() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(&value.serialize(false)).map_err(|e| e.to_string())
+}
+
 fn evaluate_bound(
     expr: &str,
     input: &Value,

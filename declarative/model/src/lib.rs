@@ -13,8 +13,8 @@ pub mod graph;
 mod model;
 
 pub use model::{
-    DagStep, Definition, END, FailurePolicy, Node, OnStepFailure, Retry, Role, Routing, START,
-    STATUS_ROLE, Transition, USER_ROLE, reference,
+    DagStep, Definition, END, FailurePolicy, FanOut, Node, OnStepFailure, Retry, Role, Routing,
+    START, STATUS_ROLE, Transition, USER_ROLE, reference,
 };
 
 /// A recorded step as routing sees it.

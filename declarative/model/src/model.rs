@@ -86,6 +86,25 @@ pub struct DagStep {
     /// What this step's failure does, in place of the workflow's `on_step_failure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnStepFailure>,
+    /// Runs the step once per item of an array (a fan-out); its output is the items' outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_each: Option<FanOut>,
+}
+
+/// A step run once per item: `items` is a JSONata expression (over the variables a `when`
+/// reads) giving a JSON array; at most `max_parallel` items are asked at once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FanOut {
+    pub items: String,
+    pub max_parallel: u32,
+}
+
+impl FanOut {
+    /// The most items one fan-out may have: each is an agent call and a part of one step.
+    pub const MAX_ITEMS: usize = 1000;
+    /// Items asked at once unless the step says.
+    pub const DEFAULT_PARALLEL: u32 = 8;
 }
 
 impl DagStep {
@@ -174,6 +193,12 @@ pub mod reference {
     pub enum Reference<'a> {
         Prompt,
         TriggerData,
+        /// In a fan-out step: the item at hand, or a field of it.
+        Item {
+            path: Vec<&'a str>,
+        },
+        /// In a fan-out step: the item's position (from 0).
+        Index,
         /// A step's meta, or a field of it (`path`, possibly empty).
         Step {
             id: &'a str,
@@ -192,12 +217,18 @@ pub mod reference {
         match text {
             "$prompt" => return Ok(Some(Reference::Prompt)),
             "$trigger_data" => return Ok(Some(Reference::TriggerData)),
+            "$index" => return Ok(Some(Reference::Index)),
+            "$item" => return Ok(Some(Reference::Item { path: vec![] })),
             _ => {}
+        }
+        if let Some(path) = text.strip_prefix("$item.") {
+            return item(path).map(Some);
         }
         let Some(rest) = text.strip_prefix("$steps.") else {
             return Err(format!(
-                "`{text}` is not a reference: use `$prompt`, `$trigger_data` or \
-                 `$steps.<id>.output[.field…]`"
+                "`{text}` is not a reference: use `$prompt`, `$trigger_data`, \
+                 `$steps.<id>.output[.field…]`, or in a `for_each` step `$item[.field…]` and \
+                 `$index`"
             ));
         };
         let mut parts = rest.split('.');
@@ -253,6 +284,11 @@ pub mod reference {
             let reference = match name {
                 "prompt" => Reference::Prompt,
                 "trigger_data" => Reference::TriggerData,
+                "index" => Reference::Index,
+                "item" => Reference::Item { path: vec![] },
+                _ if name.starts_with("item.") => {
+                    item(&name["item.".len()..]).map_err(|e| format!("`{text}`: {e}"))?
+                }
                 _ if name.starts_with("steps.") => {
                     parse_dotted(name).map_err(|e| format!("`{text}`: {e}"))?
                 }
@@ -275,6 +311,15 @@ pub mod reference {
             parts.push(Part::Text(literal));
         }
         Ok(Some(parts))
+    }
+
+    /// `$item.<field>…` as a reference, `path` being what follows `item.`.
+    fn item(path: &str) -> Result<Reference<'_>, Malformed> {
+        let path: Vec<&str> = path.split('.').collect();
+        if path.iter().any(|p| p.is_empty()) {
+            return Err(format!("`$item.{}` has an empty field name", path.join(".")));
+        }
+        Ok(Reference::Item { path })
     }
 
     /// `steps.<id>.output[.field…]` as a reference.
@@ -366,6 +411,34 @@ mod tests {
         assert!(reference::template("${steps.plan}").unwrap_err().contains("steps.<id>.output"));
         assert!(reference::template("${nope}").unwrap_err().contains("not a reference"));
         assert!(reference::template("${prompt").unwrap_err().contains("without its"));
+    }
+
+    #[test]
+    fn a_fan_out_step_names_its_item_and_index() {
+        assert_eq!(reference::parse("$item").unwrap(), Some(Reference::Item { path: vec![] }));
+        assert_eq!(
+            reference::parse("$item.file.path").unwrap(),
+            Some(Reference::Item { path: vec!["file", "path"] })
+        );
+        assert_eq!(reference::parse("$index").unwrap(), Some(Reference::Index));
+        assert!(reference::parse("$item.").is_err());
+        assert_eq!(
+            reference::template("Review ${item.name} (${index})").unwrap().unwrap(),
+            [
+                Part::Text("Review ".into()),
+                Part::Ref(Reference::Item { path: vec!["name"] }),
+                Part::Text(" (".into()),
+                Part::Ref(Reference::Index),
+                Part::Text(")".into()),
+            ]
+        );
+        let items = crate::expr::value_with_variables(
+            "$steps.list.output.files",
+            &json!({"steps": {"list": {"output": {"files": ["a", "b"]}}}}),
+        )
+        .unwrap();
+        assert_eq!(items, json!(["a", "b"]));
+        assert_eq!(crate::expr::value_with_variables("$nothing", &json!({})).unwrap(), json!(null));
     }
 
     #[test]

@@ -32,16 +32,24 @@ pub fn flowchart(definition: &Definition) -> String {
             out.push_str("flowchart LR\n");
             for step in steps {
                 let b = node(&step.id, &mut out, &mut known);
+                // A step's condition and fan-out on the edges into it, as a graph's
+                // transitions carry their conditions.
+                let mut says = Vec::new();
+                if let Some(when) = &step.when {
+                    says.push(format!("when {when}"));
+                }
+                if let Some(fan_out) = &step.for_each {
+                    says.push(format!("for each of {}", fan_out.items));
+                }
                 for dep in &step.depends_on {
                     let a = node(dep, &mut out, &mut known);
-                    // A step that runs only when its condition holds: the condition on the
-                    // edges into it, as a graph's transitions carry theirs.
-                    match &step.when {
-                        Some(when) => {
-                            let _ = writeln!(out, "    {a} -->|\"when {}\"| {b}", label(when));
-                        }
-                        None => {
+                    match says.is_empty() {
+                        true => {
                             let _ = writeln!(out, "    {a} --> {b}");
+                        }
+                        false => {
+                            let _ =
+                                writeln!(out, "    {a} -->|\"{}\"| {b}", label(&says.join("; ")));
                         }
                     }
                 }

@@ -107,6 +107,8 @@ struct StepSpec {
     when: Option<Spanned<String>>,
     retry: Option<Spanned<RetrySpec>>,
     on_failure: Option<Spanned<String>>,
+    for_each: Option<Spanned<String>>,
+    max_parallel: Option<Spanned<u32>>,
     /// Read from the node tree, where scalars keep their YAML types.
     #[allow(dead_code)]
     inputs: Option<serde::de::IgnoredAny>,

@@ -1,15 +1,15 @@
 //! What a DAG step refers to, checked: the references of its `inputs` — a whole value
 //! (`$steps.<id>.output[.field…]`, `$prompt`, `$trigger_data`) or inside a string
 //! (`"Review this: ${steps.plan.output}"`, `$${` for a literal `${`) — and its `when`
-//! condition. A step may read only the steps it lists in `depends_on` (the DAG protocol's
-//! rule): what it reads is then settled before it runs.
+//! condition and `for_each` expression. A step may read only the steps it lists in
+//! `depends_on` (the DAG protocol's rule): what it reads is then settled before it runs.
 
 use std::collections::HashMap;
 
 use marked_yaml::{Node, Span, Spanned};
 use serde_json::Value;
-use uncaged_workflow_declarative::expr;
 use uncaged_workflow_declarative::reference::{self, Part, Reference};
+use uncaged_workflow_declarative::{FanOut, MAX_PARALLEL, expr};
 
 use super::yaml::{child, to_json};
 use super::{Checker, StepSpec};
@@ -48,8 +48,21 @@ impl Checker<'_> {
                     Err(e) => return Err(self.at(value.span(), e)),
                 };
                 for reference in named {
-                    if let Reference::Step { id, .. } = reference {
-                        self.reads(value.span(), text, id, step, index)?;
+                    match reference {
+                        Reference::Step { id, .. } => {
+                            self.reads(value.span(), text, id, step, index)?;
+                        }
+                        Reference::Item { .. } | Reference::Index if step.for_each.is_none() => {
+                            return Err(self.at(
+                                value.span(),
+                                format!(
+                                    "`{text}`: `$item` and `$index` are the item at hand of a \
+                                     `for_each` step, and `{}` has none",
+                                    *step.id
+                                ),
+                            ));
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -65,10 +78,48 @@ impl Checker<'_> {
         index: &HashMap<&str, usize>,
     ) -> Result<Option<String>> {
         let Some(when) = &step.when else { return Ok(None) };
-        expr::check(when).map_err(|e| {
-            self.within(when.span(), e.offset, format!("`when: {}`: {}", **when, e.message))
+        self.expression(step, when, "when", index)?;
+        Ok(Some(when.to_string()))
+    }
+
+    /// A step's `for_each` and `max_parallel`.
+    pub(super) fn fan_out(
+        &self,
+        step: &StepSpec,
+        index: &HashMap<&str, usize>,
+    ) -> Result<Option<FanOut>> {
+        let Some(items) = &step.for_each else {
+            if let Some(n) = &step.max_parallel {
+                return Err(self.at(n.span(), "`max_parallel` applies to a `for_each` step"));
+            }
+            return Ok(None);
+        };
+        self.expression(step, items, "for_each", index)?;
+        let max_parallel = match &step.max_parallel {
+            Some(n) if **n == 0 || **n as usize > MAX_PARALLEL => {
+                return Err(
+                    self.at(n.span(), format!("`max_parallel` is from 1 to {MAX_PARALLEL}"))
+                );
+            }
+            Some(n) => **n,
+            None => FanOut::DEFAULT_PARALLEL,
+        };
+        Ok(Some(FanOut { items: items.to_string(), max_parallel }))
+    }
+
+    /// A JSONata expression of a step (`key`): it parses, calls only supported functions, and
+    /// names as `$steps.<id>` only steps it depends on.
+    fn expression(
+        &self,
+        step: &StepSpec,
+        text: &Spanned<String>,
+        key: &str,
+        index: &HashMap<&str, usize>,
+    ) -> Result<()> {
+        expr::check(text).map_err(|e| {
+            self.within(text.span(), e.offset, format!("`{key}: {}`: {}", **text, e.message))
         })?;
-        for (offset, id) in step_names(when) {
+        for (offset, id) in step_names(text) {
             if !index.contains_key(id) || !step.depends_on.iter().any(|d| d.as_str() == id) {
                 let why = if index.contains_key(id) {
                     format!(
@@ -78,10 +129,10 @@ impl Checker<'_> {
                 } else {
                     format!("there is no step `{id}`")
                 };
-                return Err(self.within(when.span(), offset, format!("`when`: {why}")));
+                return Err(self.within(text.span(), offset, format!("`{key}`: {why}")));
             }
         }
-        Ok(Some(when.to_string()))
+        Ok(())
     }
 
     /// `text` (at `span`) reads step `id`: it must exist and be in `step`'s `depends_on`.

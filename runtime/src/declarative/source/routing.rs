@@ -187,6 +187,7 @@ impl Checker<'_> {
                 when,
                 retry: step.retry.as_ref().map(|r| self.retry(r, policy)).transpose()?,
                 on_failure,
+                for_each: self.fan_out(step, &index)?,
             });
         }
         Ok((dag, step_roles))
