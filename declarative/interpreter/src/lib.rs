@@ -56,12 +56,17 @@ impl Guest for Interpreter {
     fn descriptor() -> wit::BundleDescriptor {
         let def = the_definition();
         let mut roles: Vec<wit::RoleDescriptor> = def.roles.iter().map(role_descriptor).collect();
-        // A fan-out step's output is the array of its items' metas.
+        // A fan-out step's output is the array of its items' metas; each call answers one item
+        // (and an agent answering from the schema, the scripted one, answers with an item).
         if let Routing::Steps { steps, .. } = &def.routing {
             for role in &mut roles {
                 if steps.iter().any(|s| s.id == role.name && s.for_each.is_some()) {
                     let item: Value = serde_json::from_str(&role.schema).unwrap_or(json!({}));
-                    role.schema = json!({ "type": "array", "items": item }).to_string();
+                    let mut both = json!({ "anyOf": [item, { "type": "array", "items": item }] });
+                    if let Some(examples) = item.get("examples") {
+                        both["examples"] = examples.clone();
+                    }
+                    role.schema = both.to_string();
                 }
             }
         }
