@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import postgres  # noqa: E402  (runtime/benches/postgres.py)
 import serve_load  # noqa: E402  (runtime/benches/serve_load.py)
 import telemetry  # noqa: E402  (runtime/benches/telemetry.py)
+import fan_out  # noqa: E402  (runtime/benches/fan_out.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
@@ -362,6 +363,7 @@ def main():
     lines += listing
     lines += serve_load.section()
     lines += telemetry.section()
+    lines += fan_out.section()
     lines += postgres.section(PYTHON)
     lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for mode, ours_us, native_us, peer_us in verdicts:
@@ -432,6 +434,9 @@ if __name__ == "__main__":
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
         in_place(telemetry.section())
+    elif sys.argv[1:] == ["--only", "fan-out"]:
+        sh("cargo", "build", "--release", "-p", "uncaged-workflow")
+        in_place(fan_out.section())
     elif sys.argv[1:] == ["--only", "threads"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         print("\n".join(thread_listing_lines()))

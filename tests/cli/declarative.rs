@@ -766,6 +766,40 @@ fn a_steps_own_retry_and_on_failure_override_the_workflows() -> Result<()> {
     Ok(())
 }
 
+/// A plan as the DAG protocol's planner gives it (`PlannerOutput`, JSON, with its `name`,
+/// `schema_version`, and each step's `agent` and `position`) is added as it is, and runs.
+#[test]
+fn a_dag_protocol_plan_in_json_is_added_as_it_is() -> Result<()> {
+    let env = Env::new()?;
+    let plan = json!({
+        "name": "Weekly report",
+        "schema_version": "1.0",
+        "description": "Gather the week's issues and write a report",
+        "trigger": {"type": "manual"},
+        "steps": [
+            {"id": "gather", "description": "Gather the week's issues",
+             "expected_output": "A list of issues", "agent": "claude", "inputs": {},
+             "depends_on": [], "position": {"x": 0, "y": 0}},
+            {"id": "write-report", "description": "Write the report",
+             "agent": "claude", "inputs": {"issues": "$steps.gather.output", "for": "$trigger_data"},
+             "depends_on": ["gather"], "position": {"x": 200, "y": 0}}
+        ],
+        "failure_policy": {"on_step_failure": "stop", "max_retries": 0, "retry_delay_ms": 5000}
+    });
+    let file = env.write("plan.json", serde_json::to_string_pretty(&plan)?)?;
+    env.json(&["add", "report", &file.display().to_string()])?;
+    let run = env.run(&["run", "report", "-p", "this week"])?;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("all 2 steps succeeded"), "{run:?}");
+    // A version this does not read is refused at its line.
+    let newer = serde_json::to_string_pretty(&json!({"schema_version": "2.0", "description": "d",
+        "steps": [{"id": "a", "description": "A"}]}))?;
+    let file = env.write("newer.json", newer)?;
+    let e = env.fails(&["add", "newer", &file.display().to_string()], 65)?;
+    assert!(e.contains("newer.json:3:21: `schema_version` `2.0` is not one this reads (1.0)"), "{e}");
+    Ok(())
+}
+
 #[test]
 fn yaml_and_rust_solve_issue_give_the_same_steps_and_return_codes() -> Result<()> {
     let env = Env::new()?;

@@ -17,15 +17,15 @@ use crate::terminal;
 ///
 /// The bundle must be a WebAssembly component built for the `bundle` world in wit/: it may
 /// import only uncaged:workflow/host and WASI, and must export uncaged:workflow/workflow.
-/// A declarative workflow (`.yaml`/`.yml`) is validated and built into such a bundle first,
-/// as `build` does; nothing is stored if it does not validate.
+/// A declarative workflow (`.yaml`/`.yml`, or a DAG-protocol plan as `.json`) is validated and
+/// built into such a bundle first, as `build` does; nothing is stored if it does not validate.
 /// Adding new bytes under an existing name makes them current and keeps the old version in
 /// the workflow's history.
 #[derive(Debug, Parser)]
 pub struct AddCommand {
     /// Name to register the workflow under
     pub name: String,
-    /// The bundle: a `.wasm` component, or a declarative workflow (`.yaml`, `.yml`)
+    /// The bundle: a `.wasm` component, or a declarative workflow (`.yaml`, `.yml`, `.json`)
     pub file: PathBuf,
     /// Print the result as JSON
     #[arg(long)]

@@ -18,7 +18,7 @@ use crate::ids::BundleHash;
 /// id, on every machine running the same version of uncaged-workflow.
 #[derive(Debug, Parser)]
 pub struct BuildCommand {
-    /// The workflow file (`.yaml` or `.yml`)
+    /// The workflow file (`.yaml` or `.yml`, or a DAG-protocol plan as `.json`)
     pub file: PathBuf,
     /// Where to write the bundle [default: the workflow file with the extension `.wasm`]
     #[arg(short, long, value_name = "FILE")]
@@ -32,7 +32,7 @@ impl BuildCommand {
     pub fn execute(self, _global: &GlobalOptions) -> anyhow::Result<i32> {
         if !declarative::is_source(&self.file) {
             return Err(Error::Usage(format!(
-                "{}: `build` takes a declarative workflow (a `.yaml` or `.yml` file); a code \
+                "{}: `build` takes a declarative workflow (a `.yaml`, `.yml` or `.json` file); a code \
                  bundle is built with its own toolchain (see `uncaged-workflow new`)",
                 self.file.display()
             ))

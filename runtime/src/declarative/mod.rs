@@ -30,9 +30,10 @@ pub struct Assembled {
     pub trigger: Option<source::TriggerSpec>,
 }
 
-/// Is `path` a workflow file (as opposed to a component)?
+/// Is `path` a workflow file (as opposed to a component)? A DAG-protocol plan in JSON is one:
+/// JSON is YAML.
 pub fn is_source(path: &Path) -> bool {
-    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+    matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
 }
 
 /// Reads, validates and assembles the workflow file at `path`.

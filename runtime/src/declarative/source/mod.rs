@@ -29,6 +29,11 @@ const MAX_NAME: usize = 64;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
+    /// A DAG-protocol plan's name: the workflow is named by `add`, so this is a note.
+    #[allow(dead_code)]
+    name: Option<Spanned<String>>,
+    /// A DAG-protocol plan's format version: `1.0`, the one this reads.
+    schema_version: Option<Spanned<String>>,
     description: Spanned<String>,
     #[serde(default)]
     roles: IndexMap<Spanned<String>, RoleSpec>,
@@ -109,6 +114,13 @@ struct StepSpec {
     on_failure: Option<Spanned<String>>,
     for_each: Option<Spanned<String>>,
     max_parallel: Option<Spanned<u32>>,
+    /// A DAG-protocol plan's agent (`claude`): agents are bound by the host, per step id, so
+    /// this is a note.
+    #[allow(dead_code)]
+    agent: Option<Spanned<String>>,
+    /// A DAG-protocol plan's layout position: the graph is laid out when shown.
+    #[allow(dead_code)]
+    position: Option<serde::de::IgnoredAny>,
     /// Read from the node tree, where scalars keep their YAML types.
     #[allow(dead_code)]
     inputs: Option<serde::de::IgnoredAny>,
@@ -205,6 +217,12 @@ impl Checker<'_> {
             });
         }
         let file: File = marked_yaml::from_node(&root).map_err(|e| self.shape_error(&root, &e))?;
+        if let Some(version) = file.schema_version.as_ref().filter(|v| v.as_str() != "1.0") {
+            return Err(self.at(
+                version.span(),
+                format!("`schema_version` `{}` is not one this reads (1.0)", version.as_str()),
+            ));
+        }
         let roles = self.roles(&root, &file)?;
         let max_rounds = file.max_rounds.as_ref().map(|m| **m);
         if let Some(rounds) = file.max_rounds.as_ref().filter(|m| ***m == 0) {
