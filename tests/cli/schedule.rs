@@ -265,6 +265,37 @@ fn a_slow_poll_command_does_not_hold_up_the_other_schedules_or_schedule_add() ->
     Ok(())
 }
 
+/// A workflow's phase: `active` while its triggers fire, `paused` when they are all paused
+/// (`schedule pause --workflow`), `active` again on resume; without triggers, `ready` until
+/// run, then where its last thread is.
+#[test]
+fn a_workflow_is_active_or_paused_as_a_whole_and_a_manual_one_ends_with_its_run() -> Result<()> {
+    let env = scheduling()?;
+    let flow = env.write(
+        "nightly.yaml",
+        "description: Nightly\ntrigger:\n  type: cron\n  expression: \"0 3 * * *\"\nsteps:\n  - id: a\n    description: A\n",
+    )?;
+    env.ok(&["add", "nightly", flow.to_str().unwrap()])?;
+    let phase = |name: &str| -> Result<Value> {
+        let list = env.json(&["list"])?;
+        let entry = list.as_array().context("a list")?.iter().find(|w| w["name"] == name).cloned();
+        Ok(entry.context("listed")?["phase"].clone())
+    };
+    assert_eq!(phase("nightly")?, "active");
+    assert_eq!(phase("solve-issue")?, "ready");
+    let out = env.ok(&["schedule", "pause", "--workflow", "nightly"])?;
+    assert_eq!(out.trim(), "paused schedule nightly");
+    assert_eq!(phase("nightly")?, "paused");
+    ensure!(env.ok(&["list"])?.contains("paused"), "the table shows the phase");
+    env.ok(&["schedule", "resume", "--workflow", "nightly"])?;
+    assert_eq!(phase("nightly")?, "active");
+    let e = env.fails(&["schedule", "pause", "--workflow", "solve-issue"], 64)?;
+    assert!(e.contains("workflow `solve-issue` has no trigger or schedule to pause"), "{e}");
+    env.ok(&["run", "solve-issue", "-p", "x"])?;
+    assert_eq!(phase("solve-issue")?, "completed");
+    Ok(())
+}
+
 #[test]
 fn a_workflow_trigger_registers_its_schedule_and_follows_its_versions() -> Result<()> {
     let env = Env::new()?;

@@ -17,14 +17,17 @@ pub struct ListCommand {
 
 impl ListCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
-        let catalog = Catalog::new(&global.store()?);
+        let store = global.store()?;
+        let catalog = Catalog::new(&store);
         let registry = catalog.registry().load()?;
+        let phases = crate::schedule::phase::phases(&store)?;
+        let phase = |name: &str| phases.get(name).map_or("-", |p| p.as_str());
         if self.json {
             let list: Vec<_> = registry
                 .workflows
                 .iter()
                 .map(|(name, e)| {
-                    json!({"name": name, "hash": e.hash.to_string(), "timestamp": e.timestamp, "versions": e.history.len() + 1})
+                    json!({"name": name, "hash": e.hash.to_string(), "timestamp": e.timestamp, "versions": e.history.len() + 1, "phase": phase(name)})
                 })
                 .collect();
             print_json(&list)?;
@@ -52,12 +55,13 @@ impl ListCommand {
                     name.clone(),
                     e.hash.to_string(),
                     (e.history.len() + 1).to_string(),
+                    phase(name).to_string(),
                     age(e.timestamp),
                     description,
                 ]
             })
             .collect();
-        print_table(&["NAME", "HASH", "VERSIONS", "UPDATED", "DESCRIPTION"], &rows)?;
+        print_table(&["NAME", "HASH", "VERSIONS", "PHASE", "UPDATED", "DESCRIPTION"], &rows)?;
         Ok(0)
     }
 }

@@ -54,15 +54,24 @@ pub enum ScheduleAction {
         /// The schedule
         name: String,
     },
-    /// Stop a schedule from firing until `resume`
+    /// Stop a schedule (or every trigger of a workflow) from firing until `resume`
     Pause {
         /// The schedule
-        name: String,
+        #[arg(required_unless_present = "workflow")]
+        name: Option<String>,
+        /// Every schedule of this workflow instead: the workflow's phase becomes `paused`
+        #[arg(long, value_name = "NAME", conflicts_with = "name")]
+        workflow: Option<String>,
     },
-    /// Let a paused schedule fire again, from now on (what it missed is not caught up)
+    /// Let a paused schedule (or a workflow's triggers) fire again, from now on (what it
+    /// missed is not caught up)
     Resume {
         /// The schedule
-        name: String,
+        #[arg(required_unless_present = "workflow")]
+        name: Option<String>,
+        /// Every schedule of this workflow instead: the workflow is `active` again
+        #[arg(long, value_name = "NAME", conflicts_with = "name")]
+        workflow: Option<String>,
     },
     /// Fire everything due now, once, and exit: for a crontab entry or a systemd timer
     Tick {
@@ -234,14 +243,16 @@ impl ScheduleCommand {
                 outln!("removed schedule {name} (the threads it started stay)")?;
                 Ok(0)
             }
-            ScheduleAction::Pause { name } => {
-                schedule::set_paused(&store, &name, true)?;
-                outln!("paused schedule {name}")?;
+            ScheduleAction::Pause { name, workflow } => {
+                for name in paused(&store, name, workflow, true)? {
+                    outln!("paused schedule {name}")?;
+                }
                 Ok(0)
             }
-            ScheduleAction::Resume { name } => {
-                schedule::set_paused(&store, &name, false)?;
-                outln!("resumed schedule {name}; it fires from now on")?;
+            ScheduleAction::Resume { name, workflow } => {
+                for name in paused(&store, name, workflow, false)? {
+                    outln!("resumed schedule {name}; it fires from now on")?;
+                }
                 Ok(0)
             }
             ScheduleAction::Tick { json } => {
@@ -287,4 +298,21 @@ pub fn describe(trigger: &Trigger) -> String {
         ),
         Trigger::Webhook { secret_env } => format!("webhook (secret in ${secret_env})"),
     }
+}
+
+/// Pauses or resumes schedule `name`, or every schedule of `workflow`; the names changed.
+fn paused(
+    store: &crate::store::Storage,
+    name: Option<String>,
+    workflow: Option<String>,
+    paused: bool,
+) -> crate::Result<Vec<String>> {
+    Ok(match (name, workflow) {
+        (_, Some(workflow)) => schedule::phase::set_workflow_paused(store, &workflow, paused)?
+            .into_iter()
+            .map(|s| s.name)
+            .collect(),
+        (Some(name), None) => vec![schedule::set_paused(store, &name, paused)?.name],
+        (None, None) => unreachable!("clap requires a schedule or a workflow"),
+    })
 }

@@ -7,6 +7,7 @@
 //! workflow when the workflow is added, and follows its current version.
 
 pub mod firing;
+pub mod phase;
 pub mod poll;
 pub mod workflows;
 

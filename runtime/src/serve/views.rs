@@ -37,6 +37,8 @@ pub struct WorkflowView {
     pub since: u64,
     pub description: String,
     pub declarative: bool,
+    /// Where it is as a whole: `active`, `paused`, `executing`, `completed`, `failed`, `ready`.
+    pub phase: &'static str,
     pub roles: Vec<RoleView>,
     /// Earlier versions, most recent first.
     pub history: Vec<(String, u64)>,
@@ -53,6 +55,7 @@ pub struct RoleView {
 pub fn workflows(store: &Storage) -> Result<Vec<WorkflowView>> {
     let registry = store.registry().load()?;
     let bundles = store.bundles();
+    let phases = crate::schedule::phase::phases(store)?;
     let mut out = Vec::new();
     for (name, entry) in &registry.workflows {
         let descriptor = bundles.descriptor(entry.hash).ok();
@@ -66,6 +69,7 @@ pub fn workflows(store: &Storage) -> Result<Vec<WorkflowView>> {
             since: entry.timestamp,
             description: descriptor.as_ref().map(|d| d.description.clone()).unwrap_or_default(),
             declarative,
+            phase: phases.get(name).map_or("ready", |p| p.as_str()),
             roles: descriptor
                 .map(|d| {
                     d.roles

@@ -227,7 +227,8 @@ async function workflowsView() {
     workflows.length === 0 ? null : startForm(workflows),
     workflows.length === 0 ? el("p", { class: "muted" }, "No workflows: `uncaged-workflow add NAME FILE`.") :
       workflows.map((w) => el("div", { class: "panel" },
-        el("h2", {}, w.name, " ", el("span", { class: "mono muted" }, w.hash), w.declarative ? " · YAML" : ""),
+        el("h2", {}, w.name, " ", el("span", { class: "mono muted" }, w.hash), w.declarative ? " · YAML" : "",
+          " ", el("span", { class: "phase muted", "data-phase": w.phase }, w.phase)),
         el("p", {}, w.description),
         el("table", {},
           el("thead", {}, el("tr", {}, el("th", {}, "Role"), el("th", {}, "Description"))),
