@@ -247,13 +247,7 @@ fn trace_step(span: &tracing::Span, steps: &[StepRecord]) {
     span.record("uncaged.step.roles", list(|s| Some(&s.role)));
     span.record("uncaged.step.agents", list(|s| s.agent.as_deref()));
     if let Some(usage) = Usage::sum(steps.iter().filter_map(|s| s.usage.as_ref())) {
-        telemetry::record_tokens(
-            span,
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.cached_tokens,
-            usage.cost_usd,
-        );
+        usage.trace(span);
     }
 }
 

@@ -50,15 +50,7 @@ struct Fresh {
 /// What an agent call came to, on its span: its tokens, or why it failed.
 fn trace_answer(span: &tracing::Span, answer: &Result<AgentAnswer, AgentFailure>) {
     match answer {
-        Ok(AgentAnswer { usage: Some(usage), .. }) => {
-            telemetry::record_tokens(
-                span,
-                usage.input_tokens,
-                usage.output_tokens,
-                usage.cached_tokens,
-                usage.cost_usd,
-            );
-        }
+        Ok(AgentAnswer { usage: Some(usage), .. }) => usage.trace(span),
         Ok(_) | Err(AgentFailure::Waiting) => {}
         Err(failure) => telemetry::record_failure(span, failure.kind(), &failure.to_string()),
     }

@@ -254,14 +254,7 @@ impl ThreadState {
                             .instrument(span.clone())
                             .await;
                         if let Some(usage) = &usage {
-                            let (input, output) = (usage.input_tokens, usage.output_tokens);
-                            telemetry::record_tokens(
-                                &span,
-                                input,
-                                output,
-                                usage.cached_tokens,
-                                usage.cost_usd,
-                            );
+                            usage.trace(&span);
                         }
                         if let Err(failure) = &result {
                             telemetry::record_failure(&span, "failed", &failure.to_string());

@@ -33,6 +33,17 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Usage {
+    /// These tokens (and cost) on a span: a step's, or an agent call's.
+    pub fn trace(&self, span: &tracing::Span) {
+        crate::telemetry::record_tokens(
+            span,
+            self.input_tokens,
+            self.output_tokens,
+            self.cached_tokens,
+            self.cost_usd,
+        );
+    }
+
     /// `self` and `other` added up.
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens += other.input_tokens;

@@ -505,6 +505,7 @@ mod tests {
         ("solve-issue.yaml", include_str!("../../../../bundles/solve-issue.yaml")),
         ("plan-develop-review.yaml", include_str!("../../../../bundles/plan-develop-review.yaml")),
         ("triage.yaml", include_str!("../../../../bundles/triage.yaml")),
+        ("review-each-file.yaml", include_str!("../../../../bundles/review-each-file.yaml")),
     ];
 
     fn as_json(text: &str) -> Value {
