@@ -330,31 +330,20 @@ pub struct ThreadSummary {
     pub paused_at: Option<u64>,
     /// The schedule that started it, if one did.
     pub schedule: Option<String>,
-    /// The tokens its agents reported, in and out (0 when none did).
+    /// The tokens its agents reported, in and out (0 when none did); absent from summaries
+    /// stored before they were kept, as their cost (when `prices:` priced any) is.
     #[serde(default)]
     pub tokens: u64,
-    /// What those tokens cost, when `prices:` priced any.
     #[serde(default)]
     pub cost_usd: Option<f64>,
 }
 
 /// How much of a prompt a [`ThreadSummary`] keeps: enough to tell threads apart in a listing
-/// (which shows 40), little enough that the listing index of 100,000 threads stays small.
-/// The whole prompt is in the thread's start record (`thread <id> --json`).
+/// (which shows 40), little enough that an index of 100,000 threads stays small (the whole
+/// prompt is in the thread's start record).
 pub const SUMMARY_PROMPT_CHARS: usize = 120;
 
 impl ThreadRecord {
-    /// What the thread may spend: the budget it started with, or the one last raised.
-    pub fn budget(&self) -> Budget {
-        self.raised_budget.clone().unwrap_or_else(|| self.start.parameters.options.budget.clone())
-    }
-
-    /// What the thread's agent calls cost, added up over its steps; `None` if no agent
-    /// reported any usage.
-    pub fn usage(&self) -> Option<Usage> {
-        Usage::sum(self.steps.iter().filter_map(|s| s.usage.as_ref()))
-    }
-
     /// A thread just created with `steps` (a fork's prefix), held by its creator.
     pub fn created(start: &StartRecord, steps: &[StepRecord]) -> Self {
         ThreadRecord {
