@@ -517,6 +517,11 @@ fn each_validation_error_names_its_file_line_and_column() -> Result<()> {
             "5:19: `max_parallel` applies to a `for_each` step",
         ),
         (
+            "timeout",
+            "description: d\nsteps:\n  - id: a\n    description: A\n    timeout: 0s\n".into(),
+            "5:14: `timeout`: `0s` is not a duration from 1ms to 24h (write `30s`, `10m`)",
+        ),
+        (
             "reference-limit-in-a-graph",
             format!("{}reference_limit: 10\n", graph("  a: {}\n", "  - from: $START\n    transitions:\n      - to: a\n  - from: a\n    transitions:\n      - to: $END\n")),
             "11:18: `reference_limit` applies to `steps`, not to a `graph`",
@@ -797,6 +802,42 @@ fn a_dag_protocol_plan_in_json_is_added_as_it_is() -> Result<()> {
     let file = env.write("newer.json", newer)?;
     let e = env.fails(&["add", "newer", &file.display().to_string()], 65)?;
     assert!(e.contains("newer.json:3:21: `schema_version` `2.0` is not one this reads (1.0)"), "{e}");
+    Ok(())
+}
+
+/// A step's `timeout`: past it the agent call is cancelled — its process killed — and the step
+/// fails as timed out, under its policy (here: its dependents are skipped).
+#[test]
+fn a_step_past_its_timeout_is_cancelled_and_fails_under_its_policy() -> Result<()> {
+    let env = Env::new()?;
+    let text = std::fs::read_to_string(triage_with(&env, "skip_dependents", 0)?)?.replace(
+        "    description: Documentation impact.\n",
+        "    description: Documentation impact.\n    timeout: 300ms\n",
+    );
+    let file = env.write("triage-timeout.yaml", text)?;
+    let hash = hash_of(&env.json(&["add", "triage", &file.display().to_string()])?)?;
+    // `docs` waits at a gate nobody opens.
+    let agent = triage_agent(&env, json!({"docs": "gate"}))?;
+    let run = env.run(&["run", "triage", "-p", "It crashes", "--agent", &agent])?;
+    assert_eq!(run.code, 3, "{run:?}");
+    let thread = newest_thread(&env)?;
+    let failed = steps(&env, &hash, &thread)?
+        .into_iter()
+        .find(|s| s["meta"]["status"] == "failed")
+        .context("docs' failure is recorded")?;
+    assert_eq!(failed["meta"]["step"], "docs");
+    let error = failed["meta"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("timed out: the step's timeout of 300ms passed"), "{error}");
+    // The agent was stopped, not left waiting at its gate.
+    let script = env.dir.path().join("triage-agent.py").display().to_string();
+    wait_until("the timed-out agent is gone", || {
+        let alive = std::fs::read_dir("/proc")?.flatten().any(|p| {
+            std::fs::read(p.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&script))
+        });
+        Ok(!alive)
+    })?;
+    assert!(!agent_log(&env).contains(&"done docs".to_string()));
     Ok(())
 }
 

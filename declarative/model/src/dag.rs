@@ -325,6 +325,7 @@ mod tests {
             retry: None,
             on_failure: None,
             for_each: None,
+            timeout_ms: None,
         }
     }
 

@@ -89,6 +89,10 @@ pub struct DagStep {
     /// Runs the step once per item of an array (a fan-out); its output is the items' outputs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub for_each: Option<FanOut>,
+    /// The longest an agent call of this step may take (each attempt, each item): the host
+    /// cancels it then, and the step fails with a timeout under its policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
 }
 
 /// A step run once per item: `items` is a JSONata expression (over the variables a `when`

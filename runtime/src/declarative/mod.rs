@@ -49,3 +49,22 @@ pub fn assemble(path: &Path) -> Result<Assembled> {
 pub fn source_of(bytes: &[u8]) -> Option<String> {
     compose::source_of(bytes)
 }
+
+/// How long each step of a declarative bundle lets its agent calls take (`timeout:`), by role:
+/// the host cancels a call past it. Empty for a code bundle, or a workflow that sets none.
+pub fn step_timeouts(bytes: &[u8]) -> std::collections::HashMap<String, std::time::Duration> {
+    let Some(text) = source_of(bytes) else { return Default::default() };
+    // The host validated this source when it built the bundle; a failure here keeps no limit.
+    let Ok(definition) = source::parse(Path::new("bundle.yaml"), &text) else {
+        return Default::default();
+    };
+    match definition.routing {
+        uncaged_workflow_declarative::Routing::Steps { steps, .. } => steps
+            .into_iter()
+            .filter_map(|s| {
+                Some((s.id, std::time::Duration::from_millis(u64::from(s.timeout_ms?))))
+            })
+            .collect(),
+        uncaged_workflow_declarative::Routing::Graph(_) => Default::default(),
+    }
+}

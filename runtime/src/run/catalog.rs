@@ -119,6 +119,7 @@ impl Catalog {
         );
         let role_schemas =
             Arc::new(descriptor.roles.iter().map(|r| (r.name.clone(), r.schema.clone())).collect());
+        let role_timeouts = Arc::new(crate::declarative::step_timeouts(&bundle.bytes));
         Ok(LoadedBundle {
             name: name.to_string(),
             hash,
@@ -126,6 +127,7 @@ impl Catalog {
             schemas,
             system_prompts,
             role_schemas,
+            role_timeouts,
             pre,
             cache,
         })

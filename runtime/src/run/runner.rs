@@ -180,6 +180,7 @@ async fn run_steps(
         steps: Arc::new(record.steps.clone()),
         system_prompts: bundle.system_prompts.clone(),
         role_schemas: bundle.role_schemas.clone(),
+        role_timeouts: bundle.role_timeouts.clone(),
         budget: record.budget(),
         started: record.start.timestamp,
     };

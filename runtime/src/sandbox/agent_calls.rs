@@ -47,6 +47,21 @@ struct Fresh {
     context: AgentContext,
 }
 
+/// An agent's answer within the step's `timeout`, if it has one: past it the call is dropped
+/// — a command agent's process group with it — and fails as timed out.
+async fn within(
+    timeout: Option<Duration>,
+    answer: impl std::future::Future<Output = Result<AgentAnswer, AgentFailure>>,
+) -> Result<AgentAnswer, AgentFailure> {
+    let Some(limit) = timeout else { return answer.await };
+    tokio::time::timeout(limit, answer).await.unwrap_or_else(|_| {
+        Err(AgentFailure::Timeout(format!(
+            "the step's timeout of {} passed",
+            humantime::format_duration(limit)
+        )))
+    })
+}
+
 /// What an agent call came to, on its span: its tokens, or why it failed.
 fn trace_answer(span: &tracing::Span, answer: &Result<AgentAnswer, AgentFailure>) {
     match answer {
@@ -190,9 +205,11 @@ impl ThreadState {
         let info = self.host.info.clone();
         let human = self.host.control.human.clone();
         let schemas = self.host.thread.role_schemas.clone();
+        let timeouts = self.host.thread.role_timeouts.clone();
         let llm_extractor = self.host.agents.as_ref().is_some_and(|a| a.extractor().is_some());
         let ask = |f: Fresh| {
             let (info, human, schemas) = (info.clone(), human.clone(), schemas.clone());
+            let timeout = timeouts.get(&f.context.role.name).copied();
             let span = f.bound.span(&f.context.role.name);
             let traced = span.clone();
             async move {
@@ -204,7 +221,7 @@ impl ThreadState {
                         Some(text) => Ok(AgentAnswer { content: text, meta: None, usage: None }),
                         None => Err(AgentFailure::Waiting),
                     },
-                    _ => f.bound.answer(&f.context, &info).await,
+                    _ => within(timeout, f.bound.answer(&f.context, &info)).await,
                 };
                 trace_answer(&traced, &answer);
                 (f, answer, started.elapsed())

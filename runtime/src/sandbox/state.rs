@@ -148,6 +148,8 @@ pub struct ThreadView {
     pub system_prompts: Arc<HashMap<String, String>>,
     /// Each role's schema, from the descriptor: what a person's answer must hold.
     pub role_schemas: Arc<HashMap<String, serde_json::Value>>,
+    /// The longest an agent call of a role may take, where the bundle says.
+    pub role_timeouts: Arc<HashMap<String, Duration>>,
     /// What the thread may spend on agents.
     pub budget: crate::store::records::Budget,
     /// When the thread started (ms since the epoch).

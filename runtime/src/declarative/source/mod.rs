@@ -114,6 +114,7 @@ struct StepSpec {
     on_failure: Option<Spanned<String>>,
     for_each: Option<Spanned<String>>,
     max_parallel: Option<Spanned<u32>>,
+    timeout: Option<Spanned<String>>,
     /// A DAG-protocol plan's agent (`claude`): agents are bound by the host, per step id, so
     /// this is a note.
     #[allow(dead_code)]

@@ -188,6 +188,7 @@ impl Checker<'_> {
                 retry: step.retry.as_ref().map(|r| self.retry(r, policy)).transpose()?,
                 on_failure,
                 for_each: self.fan_out(step, &index)?,
+                timeout_ms: step.timeout.as_ref().map(|t| self.timeout(t)).transpose()?,
             });
         }
         Ok((dag, step_roles))
@@ -283,6 +284,24 @@ impl Checker<'_> {
                 ));
             }
         })
+    }
+
+    /// A step's `timeout:`, from a millisecond to a day.
+    fn timeout(&self, timeout: &Spanned<String>) -> Result<u32> {
+        let refused = || {
+            self.at(
+                timeout.span(),
+                format!(
+                    "`timeout`: `{}` is not a duration from 1ms to 24h (write `30s`, `10m`)",
+                    **timeout
+                ),
+            )
+        };
+        let duration = humantime::parse_duration(timeout.trim()).map_err(|_| refused())?;
+        u32::try_from(duration.as_millis())
+            .ok()
+            .filter(|&ms| (1..=86_400_000).contains(&ms))
+            .ok_or_else(refused)
     }
 
     /// A step's `retry:`, its delays defaulting to the workflow's.
