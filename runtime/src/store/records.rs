@@ -4,13 +4,11 @@
 
 pub use super::spending::{Budget, Usage};
 use crate::agent_spec::AgentSpec;
+use crate::ids::{BundleHash, ThreadId};
 use crate::limits::LimitOverrides;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-
-use serde::{Deserialize, Serialize};
-
-use crate::ids::{BundleHash, ThreadId};
 
 /// Line 1 of a thread: what the thread runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -308,8 +306,7 @@ pub struct ThreadRecord {
 }
 
 /// A thread as listings show it (`threads`, `ps`, `threads prune`): what a store can keep in
-/// an index, so that listing many threads does not read every one. (Serialized in the file
-/// store's binary index, which has no field names: every field is always written.)
+/// an index so that a listing reads no thread (the file store's is binary: no field names).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadSummary {
@@ -344,6 +341,17 @@ pub struct ThreadSummary {
 pub const SUMMARY_PROMPT_CHARS: usize = 120;
 
 impl ThreadRecord {
+    /// What the thread may spend: the budget it started with, or the one last raised.
+    pub fn budget(&self) -> Budget {
+        self.raised_budget.clone().unwrap_or_else(|| self.start.parameters.options.budget.clone())
+    }
+
+    /// What the thread's agent calls cost, added up over its steps; `None` if no agent
+    /// reported any usage.
+    pub fn usage(&self) -> Option<Usage> {
+        Usage::sum(self.steps.iter().filter_map(|s| s.usage.as_ref()))
+    }
+
     /// A thread just created with `steps` (a fork's prefix), held by its creator.
     pub fn created(start: &StartRecord, steps: &[StepRecord]) -> Self {
         ThreadRecord {

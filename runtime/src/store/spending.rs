@@ -144,16 +144,3 @@ impl Budget {
         None
     }
 }
-
-impl crate::store::records::ThreadRecord {
-    /// What the thread may spend: the budget it started with, or the one last raised.
-    pub fn budget(&self) -> Budget {
-        self.raised_budget.clone().unwrap_or_else(|| self.start.parameters.options.budget.clone())
-    }
-
-    /// What the thread's agent calls cost, added up over its steps; `None` if no agent
-    /// reported any usage.
-    pub fn usage(&self) -> Option<Usage> {
-        Usage::sum(self.steps.iter().filter_map(|s| s.usage.as_ref()))
-    }
-}
