@@ -91,6 +91,17 @@ fn triage_with(env: &Env, policy: &str, retries: u32) -> Result<String> {
     Ok(env.write(&format!("triage-{policy}.yaml"), text)?.display().to_string())
 }
 
+/// The inputs each step's agent got (its last call's), by step, from `inputs.jsonl`.
+fn inputs_by_step(env: &Env) -> Result<HashMap<String, Value>> {
+    Ok(read_jsonl(&env.dir.path().join("inputs.jsonl"))?
+        .into_iter()
+        .map(|l| {
+            let input: Value = serde_json::from_str(l["input"].as_str().unwrap_or("null")).unwrap();
+            (l["step"].as_str().unwrap().to_string(), input["inputs"].clone())
+        })
+        .collect())
+}
+
 fn agent_log(env: &Env) -> Vec<String> {
     std::fs::read_to_string(env.dir.path().join("agents.log"))
         .unwrap_or_default()
@@ -657,13 +668,7 @@ fn triage_runs_three_analyses_at_once_on_the_fetched_issue() -> Result<()> {
     let group = json!({"first": 2, "size": 3});
     assert_eq!(groups, [Value::Null, group.clone(), group.clone(), group, Value::Null]);
     // Inputs reach each agent resolved: the prompt, an upstream meta, a field of one.
-    let inputs: HashMap<String, Value> = read_jsonl(&env.dir.path().join("inputs.jsonl"))?
-        .into_iter()
-        .map(|l| {
-            let input: Value = serde_json::from_str(l["input"].as_str().unwrap_or("null")).unwrap();
-            (l["step"].as_str().unwrap().to_string(), input["inputs"].clone())
-        })
-        .collect();
+    let inputs = inputs_by_step(&env)?;
     assert_eq!(inputs["fetch"], json!({"issue": "It crashes"}));
     assert_eq!(
         inputs["security"],
@@ -715,13 +720,7 @@ fn a_false_when_skips_its_step_and_references_embed_and_truncate() -> Result<()>
     // The condition shows on the graph, on the edge into the step.
     let graph = env.ok(&["show", "triage", "--graph"])?;
     assert!(graph.contains("-->|\"when $steps.fetch.output.component = 'auth'\"|"), "{graph}");
-    let inputs: HashMap<String, Value> = read_jsonl(&env.dir.path().join("inputs.jsonl"))?
-        .into_iter()
-        .map(|l| {
-            let input: Value = serde_json::from_str(l["input"].as_str().unwrap_or("null")).unwrap();
-            (l["step"].as_str().unwrap().to_string(), input["inputs"].clone())
-        })
-        .collect();
+    let inputs = inputs_by_step(&env)?;
     assert_eq!(inputs["docs"]["note"], json!("Look at parser (for It crashes), not ${HOME}"));
     let cut = inputs["performance"]["issue"].as_str().context("a cut output is text")?;
     assert!(cut.ends_with("[truncated]") && cut.len() == 30 + "[truncated]".len(), "{cut}");
@@ -762,12 +761,7 @@ fn a_steps_own_retry_and_on_failure_override_the_workflows() -> Result<()> {
         .context("security's failure is recorded")?;
     assert_eq!(failed["meta"]["step"], "security");
     assert!(failed["meta"]["error"].as_str().unwrap().ends_with("(after 3 attempts)"), "{failed}");
-    let summary: Value = read_jsonl(&env.dir.path().join("inputs.jsonl"))?
-        .into_iter()
-        .find(|l| l["step"] == "summary")
-        .context("summary's input")?;
-    let input: Value = serde_json::from_str(summary["input"].as_str().unwrap())?;
-    assert_eq!(input["inputs"]["security"], Value::Null);
+    assert_eq!(inputs_by_step(&env)?["summary"]["security"], Value::Null);
     Ok(())
 }
 

@@ -212,7 +212,13 @@ impl Postgres {
     /// was lost (a server restarted, a network cut) — what a worker waits out — else a
     /// failed query.
     pub fn error(&self, action: &str, e: &tokio_postgres::Error) -> Error {
-        if e.is_closed() {
+        // A server shutting down or restarting says so before it closes the connection
+        // (`terminating connection due to administrator command`, SQLSTATE 57P01; class 08 is
+        // a connection failure): that is a lost connection too, not a failed query.
+        let lost_by_server = e
+            .code()
+            .is_some_and(|code| code.code().starts_with("57P") || code.code().starts_with("08"));
+        if e.is_closed() || lost_by_server {
             return Error::Database {
                 target: self.target().to_string(),
                 failure: DatabaseFailure::Unreachable,
