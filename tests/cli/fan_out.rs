@@ -200,7 +200,13 @@ fn killed_after(answered: usize) -> Result<()> {
     let id = run.stdout.trim().to_string();
     ensure!(!id.is_empty(), "{run:?}");
     // The fan-out is the thread's second generator step (index 1); two items answered.
-    env.kill_once_journaled(&hash, &id, 1, answered)?;
+    // Items answer two at a time: the count may pass `answered` in one move, so at least.
+    wait_until("the answers are journaled", || {
+        let calls = env.calls(&hash, &id).unwrap_or_default();
+        Ok(calls.iter().filter(|c| c["kind"] == "agent" && c["step"] == 1).count() >= answered)
+    })?;
+    env.kill_the_worker()?;
+    wait_until("the thread is interrupted", || Ok(status(&env, &id)? == "interrupted"))?;
     // What the journal holds now that the worker is dead: these items are answered.
     let journaled =
         env.calls(&hash, &id)?.iter().filter(|c| c["kind"] == "agent" && c["step"] == 1).count();
