@@ -133,24 +133,25 @@ pub fn evaluate(expr: &str, input: &Value) -> Result<bool, String> {
 /// As [`evaluate`], with each top-level key of `input` also bound as a variable: a DAG step's
 /// `when` reads `$steps`, `$trigger_data` and `$prompt`.
 pub fn evaluate_with_variables(expr: &str, input: &Value) -> Result<bool, String> {
-    let bindings: HashMap<&str, &Value> = input
+    evaluate_bound(expr, input, Some(&variables(input)))
+}
+
+/// `input`'s top-level keys as JSONata variables.
+fn variables(input: &Value) -> HashMap<&str, &Value> {
+    input
         .as_object()
         .map(|fields| fields.iter().map(|(k, v)| (k.as_str(), v)).collect())
-        .unwrap_or_default();
-    evaluate_bound(expr, input, Some(&bindings))
+        .unwrap_or_default()
 }
 
 /// The value of `expr` over `input` (its top-level keys bound as variables, as in
 /// [`evaluate_with_variables`]): a fan-out's items. Nothing selected is null.
 pub fn value_with_variables(expr: &str, input: &Value) -> Result<Value, String> {
-    let bindings: HashMap<&str, &Value> = input
-        .as_object()
-        .map(|fields| fields.iter().map(|(k, v)| (k.as_str(), v)).collect())
-        .unwrap_or_default();
     let arena = Bump::new();
     let jsonata = JsonAta::new(expr, &arena).map_err(|e| e.to_string())?;
-    let value =
-        jsonata.evaluate(Some(&input.to_string()), Some(&bindings)).map_err(|e| e.to_string())?;
+    let value = jsonata
+        .evaluate(Some(&input.to_string()), Some(&variables(input)))
+        .map_err(|e| e.to_string())?;
     if value.is_undefined() {
         return Ok(Value::Null);
     }

@@ -228,23 +228,14 @@ pub mod reference {
         if let Some(path) = text.strip_prefix("$item.") {
             return item(path).map(Some);
         }
-        let Some(rest) = text.strip_prefix("$steps.") else {
+        if !text.starts_with("$steps.") {
             return Err(format!(
                 "`{text}` is not a reference: use `$prompt`, `$trigger_data`, \
                  `$steps.<id>.output[.field…]`, or in a `for_each` step `$item[.field…]` and \
                  `$index`"
             ));
-        };
-        let mut parts = rest.split('.');
-        let id = parts.next().unwrap_or_default();
-        if id.is_empty() || parts.next() != Some("output") {
-            return Err(format!("`{text}` is not a reference: expected `$steps.<id>.output`"));
         }
-        let path: Vec<&str> = parts.collect();
-        if path.iter().any(|p| p.is_empty()) {
-            return Err(format!("`{text}` has an empty field name"));
-        }
-        Ok(Some(Reference::Step { id, path }))
+        parse_dotted(&text[1..], "$").map(Some)
     }
 
     /// How many bytes of a step's output a reference hands on, unless a workflow says.
@@ -294,7 +285,7 @@ pub mod reference {
                     item(&name["item.".len()..]).map_err(|e| format!("`{text}`: {e}"))?
                 }
                 _ if name.starts_with("steps.") => {
-                    parse_dotted(name).map_err(|e| format!("`{text}`: {e}"))?
+                    parse_dotted(name, "").map_err(|e| format!("`{text}`: {e}"))?
                 }
                 _ => {
                     return Err(format!(
@@ -326,17 +317,20 @@ pub mod reference {
         Ok(Reference::Item { path })
     }
 
-    /// `steps.<id>.output[.field…]` as a reference.
-    fn parse_dotted(name: &str) -> Result<Reference<'_>, Malformed> {
+    /// `steps.<id>.output[.field…]` as a reference; `sigil` is what it was written after
+    /// (`$` for a whole value, nothing inside `${…}`), for the error.
+    fn parse_dotted<'a>(name: &'a str, sigil: &str) -> Result<Reference<'a>, Malformed> {
         let rest = name.strip_prefix("steps.").unwrap_or(name);
         let mut parts = rest.split('.');
         let id = parts.next().unwrap_or_default();
         if id.is_empty() || parts.next() != Some("output") {
-            return Err(format!("`{name}` is not a reference: expected `steps.<id>.output`"));
+            return Err(format!(
+                "`{sigil}{name}` is not a reference: expected `{sigil}steps.<id>.output`"
+            ));
         }
         let path: Vec<&str> = parts.collect();
         if path.iter().any(|p| p.is_empty()) {
-            return Err(format!("`{name}` has an empty field name"));
+            return Err(format!("`{sigil}{name}` has an empty field name"));
         }
         Ok(Reference::Step { id, path })
     }

@@ -46,9 +46,8 @@ impl Phase {
     /// run leaves it active: the next trigger starts another); a workflow without triggers is
     /// where its last thread is.
     pub fn of(schedules: &[&Schedule], threads: &[&ThreadSummary]) -> Phase {
-        let running =
-            |t: &&&ThreadSummary| matches!(t.status, ThreadStatus::Running | ThreadStatus::Queued);
-        if threads.iter().any(|t| running(&t)) {
+        if threads.iter().any(|t| matches!(t.status, ThreadStatus::Running | ThreadStatus::Queued))
+        {
             return Phase::Executing;
         }
         if !schedules.is_empty() {
