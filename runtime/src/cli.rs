@@ -22,6 +22,7 @@ mod history;
 mod list;
 mod new;
 mod output;
+mod plan;
 mod ps;
 mod remove;
 mod resume;
@@ -118,6 +119,8 @@ pub enum Command {
     Add(add::AddCommand),
     /// Build a YAML workflow into a bundle file
     Build(build::BuildCommand),
+    /// Draft a workflow from a sentence with a planner agent, and add it once confirmed
+    Plan(plan::PlanCommand),
     /// List registered workflows
     List(list::ListCommand),
     /// Show a workflow: description, current hash, roles and their schemas (or its YAML)
@@ -192,6 +195,7 @@ impl Cli {
         match self.command {
             Command::Add(c) => c.execute(global).await,
             Command::Build(c) => c.execute(global),
+            Command::Plan(c) => c.execute(global).await,
             Command::List(c) => c.execute(global),
             Command::Show(c) => c.execute(global),
             Command::Remove(c) => c.execute(global),

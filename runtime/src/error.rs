@@ -221,6 +221,16 @@ pub enum Error {
     )]
     InvalidAnswer { id: String, role: String, reason: String, expected: String },
 
+    /// The planner gave no plan that validates within its attempts.
+    #[error(
+        "the planner gave no plan that validates in {attempts} attempt(s); the last one: {reason}"
+    )]
+    PlanInvalid { attempts: u32, reason: String },
+
+    /// The planner agent gave no answer at all.
+    #[error("planner agent `{agent}`: {reason}")]
+    PlannerFailed { agent: String, reason: String },
+
     /// A worker process reported a failure; `code` is the exit code it maps to.
     #[error("{message}")]
     Remote { message: String, code: i32 },
@@ -275,7 +285,9 @@ impl Error {
             | Error::InvalidAgent { in_config: true, .. }
             | Error::InvalidAnswer { .. }
             | Error::InvalidLimit { .. }
-            | Error::RecordTooLarge { .. } => exit::DATA,
+            | Error::RecordTooLarge { .. }
+            | Error::PlanInvalid { .. } => exit::DATA,
+            Error::PlannerFailed { .. } => exit::UNAVAILABLE,
             Error::RoundsOverCap { .. } | Error::InvalidAgent { in_config: false, .. } => {
                 exit::USAGE
             }

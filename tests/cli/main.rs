@@ -62,6 +62,7 @@ mod languages;
 mod lifecycle;
 mod llm;
 mod parallel;
+mod plan;
 mod registry;
 mod run;
 mod sandbox;

@@ -8,6 +8,7 @@ pub mod command;
 pub mod extract;
 pub mod human;
 pub mod openai;
+pub mod planner;
 pub mod processes;
 pub mod retry;
 pub mod scripted;
@@ -219,6 +220,15 @@ impl Bound {
             self.agent.answer(context, self.processes.as_ref())
         })
         .await;
+        self.settle(answer)
+    }
+
+    /// What an answer of this agent becomes before anyone sees it: every secret redacted (from
+    /// a failure's message too), and its tokens priced.
+    pub fn settle(
+        &self,
+        answer: Result<AgentAnswer, AgentFailure>,
+    ) -> Result<AgentAnswer, AgentFailure> {
         let redact = |text: &str| self.secrets.redact(text);
         match answer {
             Ok(AgentAnswer { content, meta, usage }) => {

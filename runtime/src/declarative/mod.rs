@@ -7,6 +7,7 @@
 
 mod compose;
 pub mod mermaid;
+pub mod outline;
 pub mod source;
 
 use std::path::Path;
@@ -16,6 +17,10 @@ use uncaged_workflow_declarative::Definition;
 use crate::error::{Error, Result};
 
 pub use compose::SOURCE_SECTION;
+
+/// The JSON Schema of a workflow file (`docs/workflow.schema.json`): the published contract,
+/// and what the planner is asked to answer to.
+pub const SCHEMA: &str = include_str!("../../../docs/workflow.schema.json");
 
 /// The interpreter component (`make interpreter` rebuilds it; a test checks it is current).
 pub const INTERPRETER: &[u8] = include_bytes!("interpreter.wasm");
