@@ -224,6 +224,7 @@ async fn ours_in(
             agents: agents.clone(),
             limits: Limits::default(),
             control: Arc::new(ThreadControl::default()),
+            children: None,
         };
         let outcome =
             run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, |_| {}).await.unwrap();
@@ -354,6 +355,7 @@ async fn parallel_round(repeat: usize) -> Vec<f64> {
             agents: agents.clone(),
             limits: Limits::default(),
             control: Arc::new(ThreadControl::default()),
+            children: None,
         };
         let mut group = None;
         run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, |event| {
@@ -411,7 +413,14 @@ async fn concurrency(n: usize) -> Value {
         let (runtime, store, bundle, agents, limits) =
             (runtime.clone(), store.clone(), bundle.clone(), agents.clone(), limits.clone());
         tasks.push(tokio::spawn(async move {
-            let ctx = RunContext { runtime: &runtime, store: &store, agents, limits, control };
+            let ctx = RunContext {
+                runtime: &runtime,
+                store: &store,
+                agents,
+                limits,
+                control,
+                children: None,
+            };
             run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, |_| {}).await
         }));
     }

@@ -23,8 +23,8 @@ use uncaged_workflow::store::Storage;
 use uncaged_workflow::store::journal::{CallKind, CallRecord, CallResponse};
 use uncaged_workflow::store::queue::{ControlRequest, Release, RunRequest, Scope};
 use uncaged_workflow::store::records::{
-    End, EndRecord, EndStatus, Parameters, PauseReason, Paused, RunParameters, StartRecord,
-    StepRecord, ThreadStatus,
+    End, EndRecord, EndStatus, Parameters, ParentLink, PauseReason, Paused, PendingCall,
+    RunParameters, StartRecord, StepRecord, ThreadStatus,
 };
 use uncaged_workflow::store::schedules::{
     FiringEvent, PollState, Schedule, ScheduleSource, Trigger,
@@ -137,6 +137,7 @@ fn start_record(hash: BundleHash) -> StartRecord {
         forked_from: None,
         trigger_data: Some(serde_json::json!({"item": "<b>&"})),
         schedule: None,
+        parent: None,
     }
 }
 
@@ -211,6 +212,41 @@ contract! {
         ensure!(threads.resolve(&text[..8])? == id);
         let summaries = threads.summaries()?;
         ensure!(summaries.len() == 1 && summaries[0].steps == 2, "{summaries:?}");
+        Ok(())
+    }
+
+    /// A child workflow's thread keeps its parent link, the listing names its parent, and a
+    /// parent's wait on it (the call, the child) reads back as it was written.
+    fn a_child_keeps_its_parent_and_a_parent_its_wait(store: &Storage) -> Result<()> {
+        let threads = store.threads();
+        let (writer, parent) = threads.create(&start_record(hash(1)), &[], &[])?;
+        drop(writer);
+        let mut start = start_record(hash(2));
+        start.parent = Some(ParentLink { thread_id: parent.id(), role: "review".into(), depth: 1 });
+        let (writer, child) = threads.create(&start, &[], &[])?;
+        drop(writer);
+        ensure!(threads.read(child.id())?.start.parent == start.parent);
+        let (mut writer, _) = threads.open(parent.id())?;
+        let call = PendingCall {
+            step: 0,
+            seq: 2,
+            digest: "D1".into(),
+            system_prompt: None,
+            input: Some("{}".into()),
+            child: Some(child.id()),
+        };
+        writer.append_pause(Paused {
+            role: Some("review".into()),
+            call: Some(call.clone()),
+            ..Paused::by(PauseReason::Waiting)
+        })?;
+        drop(writer);
+        let waiting = threads.read(parent.id())?;
+        ensure!(waiting.waited_child() == Some((child.id(), "review", &call)), "{waiting:?}");
+        let summaries = threads.summaries()?;
+        let of = |id| summaries.iter().find(|s| s.thread_id == id).map(|s| s.parent);
+        ensure!(of(child.id()) == Some(Some(parent.id())), "{summaries:?}");
+        ensure!(of(parent.id()) == Some(None), "{summaries:?}");
         Ok(())
     }
 

@@ -326,6 +326,7 @@ mod tests {
             on_failure: None,
             for_each: None,
             timeout_ms: None,
+            workflow: None,
         }
     }
 

@@ -93,6 +93,11 @@ pub struct DagStep {
     /// cancels it then, and the step fails with a timeout under its policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u32>,
+    /// Runs this registered workflow as a child thread in place of an agent: the step's inputs
+    /// are its trigger data, the step's description its prompt, and its result the step's
+    /// output (the host starts it, and answers the step's call when it ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
 }
 
 /// A step run once per item: `items` is a JSONata expression (over the variables a `when`

@@ -193,6 +193,11 @@ impl AgentSet {
         self.roles.contains(role).then(|| self.by_role.get(role).unwrap_or(&self.default))
     }
 
+    /// The secrets the bindings were given (what a child workflow's thread is started with).
+    pub fn secrets(&self) -> Secrets {
+        self.default.secrets.as_ref().clone()
+    }
+
     /// The LLM extractor, if configured.
     pub fn extractor(&self) -> Option<&Arc<LlmExtractor>> {
         self.extractor.as_ref()

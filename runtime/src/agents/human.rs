@@ -115,7 +115,8 @@ impl WaitingQuestion {
     /// The question thread `record` waits on, if it waits on one.
     pub fn of(record: &ThreadRecord) -> Option<Self> {
         let paused = record.paused.as_ref()?;
-        let call = paused.call.as_ref()?;
+        // A call a child workflow's thread answers asks no person.
+        let call = paused.call.as_ref().filter(|c| c.child.is_none())?;
         let role = paused.role.clone().unwrap_or_default();
         let system_prompt = call.system_prompt.clone().unwrap_or_default();
         let context = AgentContext {

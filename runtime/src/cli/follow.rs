@@ -437,6 +437,19 @@ pub async fn follow(store: &Storage, handed: Handed, how: Follow) -> Result<i32>
                 )));
             }
         };
+        // A parent waiting on a child workflow goes on by itself when the child ends: followed
+        // on through the store, as the child's worker hands it back.
+        if let Event::Waiting { .. } = &event {
+            let record = store.threads().read(id)?;
+            if let Some((child, role, _)) = record.waited_child() {
+                if !how.json && !how.quiet {
+                    let role = crate::terminal::line(role);
+                    progress.println(&format!("    step `{role}` runs child thread {child}"))?;
+                }
+                follower = crate::run::dispatch::shared::follow_stored(store, &record);
+                continue;
+            }
+        }
         let (text, code) = match &event {
             Event::Working { roles, agents, .. } => {
                 if how.json {

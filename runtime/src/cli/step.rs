@@ -6,6 +6,7 @@ use super::GlobalOptions;
 use super::follow::print_event;
 use crate::agents::{AgentFlags, Secrets};
 use crate::run::catalog::Catalog;
+use crate::run::children::{self, StoreChildren};
 use crate::run::events::Event;
 use crate::run::lifecycle;
 use crate::run::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
@@ -43,6 +44,7 @@ impl StepCommand {
             agents,
             limits: lifecycle::limits_for(&store, &record)?,
             control: Default::default(),
+            children: Some(StoreChildren::shared(&store)),
         };
         // One generator step: one role, or every step of a parallel group.
         let mut taken = Vec::new();
@@ -54,19 +56,21 @@ impl StepCommand {
         for event in &taken {
             print_event(event)?;
         }
+        if matches!(outcome, RunOutcome::Waiting { .. } | RunOutcome::Ended(_)) {
+            // A child that ended, or a child waited on that ended, is passed on.
+            drop(writer);
+            children::rested(&store, id, &flags).await?;
+            return match outcome {
+                RunOutcome::Waiting { role } => waiting(&store, id, &role),
+                RunOutcome::Ended(end) => {
+                    print_event(&Event::Ended { thread: id, end: end.end.clone() })?;
+                    Ok(end.end.exit_code())
+                }
+                _ => unreachable!("matched above"),
+            };
+        }
         match outcome {
-            RunOutcome::Waiting { role } => {
-                print_event(&Event::Waiting { thread: id, role: role.clone() })?;
-                let role = crate::terminal::line(&role);
-                eprintln!(
-                    "uncaged-workflow: thread {id} waits for a human answer for role `{role}`: `uncaged-workflow answer {id} TEXT`"
-                );
-                Ok(crate::error::exit::STATE)
-            }
-            RunOutcome::Ended(end) => {
-                print_event(&Event::Ended { thread: id, end: end.end.clone() })?;
-                Ok(end.end.exit_code())
-            }
+            RunOutcome::Waiting { .. } | RunOutcome::Ended(_) => unreachable!("returned above"),
             RunOutcome::Stepped | RunOutcome::Paused | RunOutcome::HandedBack => {
                 // At rest between steps, and said so: `step` or `resume` continues it.
                 if outcome == RunOutcome::Stepped {
@@ -76,4 +80,23 @@ impl StepCommand {
             }
         }
     }
+}
+
+/// Says what thread `id` waits on: a person's answer for `role`, or a child workflow's thread.
+fn waiting(
+    store: &crate::store::Storage,
+    id: crate::ids::ThreadId,
+    role: &str,
+) -> anyhow::Result<i32> {
+    print_event(&Event::Waiting { thread: id, role: role.to_string() })?;
+    let role = crate::terminal::line(role);
+    match store.threads().read(id)?.waited_child() {
+        Some((child, ..)) => eprintln!(
+            "uncaged-workflow: thread {id} waits for its child thread {child} (step `{role}`); it continues when the child ends"
+        ),
+        None => eprintln!(
+            "uncaged-workflow: thread {id} waits for a human answer for role `{role}`: `uncaged-workflow answer {id} TEXT`"
+        ),
+    }
+    Ok(crate::error::exit::STATE)
 }

@@ -72,12 +72,18 @@ impl ThreadCommand {
             None => {
                 let id = store.threads().resolve(self.id.as_deref().unwrap_or_default())?;
                 let thread = store.threads().read(id)?;
+                let children = crate::run::query::children_of(&store, id)?;
                 if self.json {
+                    let children: Vec<_> = children
+                        .iter()
+                        .map(|c| json!({"threadId": c.thread_id, "name": c.name, "status": c.status}))
+                        .collect();
                     print_json(&json!({
                         "start": thread.start, "status": thread.status(), "steps": thread.steps,
                         "paused": thread.paused,
                         "end": thread.end.as_ref().map(EndView::from),
                         "usage": thread.usage(),
+                        "children": children,
                     }))?;
                     return Ok(0);
                 }
@@ -100,6 +106,22 @@ impl ThreadCommand {
                 }
                 if let Some(fork) = &start.forked_from {
                     outln!("forked from {} at step {}", fork.thread_id, fork.step)?;
+                }
+                if let Some(parent) = &start.parent {
+                    let role = terminal::line(&parent.role);
+                    outln!("child of thread {} (its step `{role}`)", parent.thread_id)?;
+                }
+                if let Some((child, role, _)) = thread.waited_child() {
+                    let role = terminal::line(role);
+                    outln!("waiting for its child thread {child} (step `{role}`)")?;
+                }
+                for child in &children {
+                    outln!(
+                        "child thread {}  {}  {}",
+                        child.thread_id,
+                        child.name,
+                        child.status.as_str()
+                    )?;
                 }
                 if let Some(usage) = thread.usage() {
                     outln!("usage: {}", super::output::usage_line(&usage))?;

@@ -141,6 +141,7 @@ impl ThreadsCommand {
                         "timestamp": thread.timestamp, "prompt": thread.prompt,
                         "returnCode": thread.return_code, "schedule": thread.schedule,
                         "tokens": thread.tokens, "costUsd": thread.cost_usd,
+                        "parent": thread.parent,
                     })
                 })
                 .collect();
@@ -149,11 +150,14 @@ impl ThreadsCommand {
         }
         // Which schedule started a thread, in a column shown when a schedule started any.
         let scheduled = page.threads.iter().any(|t| t.schedule.is_some());
+        // Which thread started a child workflow's, in a column shown when there is one.
+        let children = page.threads.iter().any(|t| t.parent.is_some());
         // What threads spent, in columns shown when an agent reported tokens, or a price.
         let spent = page.threads.iter().any(|t| t.tokens > 0);
         let priced = page.threads.iter().any(|t| t.cost_usd.is_some());
         let mut header = vec!["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE"];
         header.extend(scheduled.then_some("SCHEDULE"));
+        header.extend(children.then_some("PARENT"));
         header.extend(spent.then_some("TOKENS"));
         header.extend(priced.then_some("COST"));
         header.push("PROMPT");
@@ -170,6 +174,12 @@ impl ThreadsCommand {
                 .cell_fmt(format_args!("{}", Age { at_ms: thread.timestamp, now_ms }));
             if scheduled {
                 table.cell(thread.schedule.as_deref().unwrap_or("-"));
+            }
+            if children {
+                match thread.parent {
+                    Some(parent) => table.cell_shown(parent.encode(&mut [0; 26])),
+                    None => table.cell("-"),
+                };
             }
             if spent {
                 table.cell_fmt(format_args!("{}", thread.tokens));

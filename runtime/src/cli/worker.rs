@@ -59,6 +59,7 @@ impl WorkerCommand {
             max_threads: self.max_threads.map_or(limits.max_threads, |n| n as usize),
             exit_when_idle: self.exit_when_idle.then_some(dispatch::shared::ON_DEMAND_IDLE),
             grace: self.grace,
+            children: Some(crate::run::children::StoreChildren::shared(&store)),
         };
         dispatch::of(&store).work(options).await?;
         Ok(0)

@@ -55,21 +55,46 @@ pub fn source_of(bytes: &[u8]) -> Option<String> {
     compose::source_of(bytes)
 }
 
-/// How long each step of a declarative bundle lets its agent calls take (`timeout:`), by role:
-/// the host cancels a call past it. Empty for a code bundle, or a workflow that sets none.
-pub fn step_timeouts(bytes: &[u8]) -> std::collections::HashMap<String, std::time::Duration> {
-    let Some(text) = source_of(bytes) else { return Default::default() };
-    // The host validated this source when it built the bundle; a failure here keeps no limit.
+/// What the host does for a declarative DAG's steps besides asking their agents, by step (its
+/// role): empty for a code bundle, or a workflow whose steps set none of it.
+#[derive(Debug, Clone, Default)]
+pub struct StepSettings {
+    /// The longest an agent call of the step may take (`timeout:`): the host cancels it then.
+    pub timeouts: std::collections::HashMap<String, std::time::Duration>,
+    /// The workflow the step runs as a child thread (`workflow:`).
+    pub children: std::collections::HashMap<String, ChildStep>,
+}
+
+/// A step that runs another workflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildStep {
+    /// The registered workflow's name.
+    pub workflow: String,
+    /// The child thread's prompt: the step's description.
+    pub prompt: String,
+}
+
+/// The [`StepSettings`] of the declarative bundle `bytes` is, if it is one.
+pub fn step_settings(bytes: &[u8]) -> StepSettings {
+    let Some(text) = source_of(bytes) else { return StepSettings::default() };
+    // The host validated this source when it built the bundle; a failure here sets nothing.
     let Ok(definition) = source::parse(Path::new("bundle.yaml"), &text) else {
-        return Default::default();
+        return StepSettings::default();
     };
-    match definition.routing {
-        uncaged_workflow_declarative::Routing::Steps { steps, .. } => steps
-            .into_iter()
-            .filter_map(|s| {
-                Some((s.id, std::time::Duration::from_millis(u64::from(s.timeout_ms?))))
-            })
-            .collect(),
-        uncaged_workflow_declarative::Routing::Graph(_) => Default::default(),
+    let uncaged_workflow_declarative::Routing::Steps { steps, .. } = definition.routing else {
+        return StepSettings::default();
+    };
+    let mut settings = StepSettings::default();
+    for step in steps {
+        if let Some(ms) = step.timeout_ms {
+            let timeout = std::time::Duration::from_millis(u64::from(ms));
+            settings.timeouts.insert(step.id.clone(), timeout);
+        }
+        if let Some(workflow) = step.workflow {
+            let role = definition.roles.iter().find(|r| r.name == step.id);
+            let prompt = role.map(|r| r.description.clone()).unwrap_or_default();
+            settings.children.insert(step.id, ChildStep { workflow, prompt });
+        }
     }
+    settings
 }

@@ -10,7 +10,8 @@ use crate::run::dispatch::{self, Accepted, Follower};
 use crate::run::lifecycle::{self, ForkAt, StartRequest};
 use crate::run::{answer, control};
 use crate::store::Storage;
-use crate::store::records::{Budget, PauseReason, Paused};
+use crate::store::journal::{CallErrorKind, CallResponse};
+use crate::store::records::{Budget, EndStatus, PauseReason, Paused, ThreadRecord, ThreadStatus};
 use crate::store::request_keys::{Claim, RequestKey};
 
 /// A thread handed to a worker.
@@ -159,6 +160,10 @@ async fn create_and_hand(
 
 /// Continues thread `id` where it stopped (paused, interrupted, taken by a crash); `flags`
 /// override its recorded agents for this run.
+///
+/// A thread that waits on a child workflow's thread goes on with its result if the child has
+/// ended (a result a crash kept from being passed on); otherwise its children at rest (paused,
+/// interrupted) are resumed, and the thread is followed until it ends.
 pub async fn resume(
     store: &Storage,
     id: ThreadId,
@@ -166,7 +171,30 @@ pub async fn resume(
     hand: Hand,
 ) -> Result<Handed> {
     let record = control::resumable(store, id)?;
-    hand_over(store, id, record.start.hash, flags, hand).await
+    let Some((child, ..)) = record.waited_child() else {
+        return hand_over(store, id, record.start.hash, flags, hand).await;
+    };
+    if let Some(handed) = deliver(store, id, flags, hand).await? {
+        return Ok(handed);
+    }
+    let mut resumed = 0;
+    for descendant in crate::run::query::live_descendants(store, id)? {
+        let at_rest = store.threads().read(descendant)?;
+        if matches!(at_rest.status(), ThreadStatus::Paused | ThreadStatus::Interrupted) {
+            hand_over(store, descendant, at_rest.start.hash, flags, Hand::Detach).await?;
+            resumed += 1;
+        }
+    }
+    if resumed == 0 {
+        return Err(Error::ThreadState {
+            id: id.to_string(),
+            status: "waiting",
+            reason: format!("it waits for its child thread {child}, which runs"),
+        });
+    }
+    let accepted = Accepted { pid: None, cache_hit: false, steps: record.steps.len() };
+    let follower = dispatch::shared::follow_stored(store, &record);
+    Ok(Handed { id, hash: record.start.hash, follower, accepted })
 }
 
 /// Raises the budget of thread `id`, at rest (paused, waiting, interrupted), by what `raise`
@@ -210,4 +238,72 @@ pub async fn fork(
     let handed =
         hand_over(store, fork.id(), original.start.hash, &AgentFlags::default(), hand).await?;
     Ok(Forked { handed, kept })
+}
+
+/// If `parent` waits on a child workflow's thread that has ended, journals the child's result
+/// as the answer to the call and hands the parent to a worker (see [`crate::run::children`]).
+/// `None` if it does not wait on one, the child runs on, or another process holds the parent
+/// (it is recording its wait, or being resumed: it checks after).
+pub async fn deliver(
+    store: &Storage,
+    parent: ThreadId,
+    flags: &AgentFlags,
+    hand: Hand,
+) -> Result<Option<Handed>> {
+    let record = store.threads().read(parent)?;
+    let Some((child, _, _)) = record.waited_child() else { return Ok(None) };
+    let child = store.threads().read(child)?;
+    if child.end.is_none() {
+        return Ok(None);
+    }
+    let hash = {
+        let (writer, record) = match store.threads().open(parent) {
+            Ok(open) => open,
+            Err(Error::ThreadBusy(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some((waited, role, call)) = record.waited_child() else { return Ok(None) };
+        if waited != child.id() {
+            return Ok(None);
+        }
+        let mut journal = store.threads().journal(record.start.hash, parent)?;
+        if !journal.answered(call) {
+            let response = match child_result(&child) {
+                Ok(value) => CallResponse::Ok { value, meta: None, usage: None },
+                Err(message) => CallResponse::Error { kind: CallErrorKind::Failed, message },
+            };
+            journal.record_response(call, role, response)?;
+        }
+        drop(writer);
+        record.start.hash
+    };
+    match hand_over(store, parent, hash, flags, hand).await {
+        Ok(handed) => Ok(Some(handed)),
+        // Another process handed it over first.
+        Err(Error::ThreadBusy(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Roles whose records are the interpreter's, not a step's output.
+const NOT_OUTPUTS: &[&str] =
+    &[uncaged_workflow_declarative::STATUS_ROLE, uncaged_workflow_declarative::USER_ROLE];
+
+/// What an ended child answers its parent's call with: the output of its last step (the meta
+/// its step recorded, as JSON text) when it completed; else why it did not.
+pub fn child_result(child: &ThreadRecord) -> std::result::Result<String, String> {
+    let end = child.end.as_ref().expect("an ended child");
+    let id = child.id();
+    let name = &child.start.name;
+    if end.end.status != EndStatus::Completed {
+        return Err(format!(
+            "child thread {id} of workflow `{name}` {} ({}): {}",
+            end.end.status.as_str(),
+            end.end.return_code,
+            end.end.summary
+        ));
+    }
+    let last = child.steps.iter().rev().find(|s| !NOT_OUTPUTS.contains(&s.role.as_str()));
+    let output = last.map_or(serde_json::Value::Null, |s| s.meta.clone());
+    Ok(output.to_string())
 }

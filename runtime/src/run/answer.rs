@@ -83,5 +83,15 @@ pub fn answerable(store: &Storage, id: ThreadId) -> Result<ThreadRecord> {
             reason: "it is not waiting for a human answer".into(),
         });
     }
+    if let Some(child) = record.paused.as_ref().and_then(|p| p.call.as_ref()?.child) {
+        return Err(Error::ThreadState {
+            id: id.to_string(),
+            status: status.as_str(),
+            reason: format!(
+                "it waits for its child thread {child}, not a person; it continues when the \
+                 child ends"
+            ),
+        });
+    }
     Ok(record)
 }

@@ -119,7 +119,7 @@ impl Catalog {
         );
         let role_schemas =
             Arc::new(descriptor.roles.iter().map(|r| (r.name.clone(), r.schema.clone())).collect());
-        let role_timeouts = Arc::new(crate::declarative::step_timeouts(&bundle.bytes));
+        let step_settings = Arc::new(crate::declarative::step_settings(&bundle.bytes));
         Ok(LoadedBundle {
             name: name.to_string(),
             hash,
@@ -127,7 +127,7 @@ impl Catalog {
             schemas,
             system_prompts,
             role_schemas,
-            role_timeouts,
+            step_settings,
             pre,
             cache,
         })

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
-use crate::run::dispatch;
 use crate::run::ipc::PsEntry;
 use crate::run::worker::KILLED_RETURN_CODE;
+use crate::run::{dispatch, query};
 use crate::store::Storage;
 use crate::store::queue::ControlRequest;
 use crate::store::records::{
@@ -21,9 +21,23 @@ use crate::store::records::{
 const CONTROL_WAIT: Duration = Duration::from_secs(30);
 
 /// Ends thread `id` as `killed`, whatever it is doing: a running thread is stopped now
-/// (through its worker), one at rest — paused, waiting for a person, interrupted — is ended
-/// where it is. Returns once it is recorded killed.
+/// (through its worker), one at rest — paused, waiting for a person or a child, interrupted —
+/// is ended where it is. Its child workflows' threads that have not ended are killed after it
+/// (so none hands it a result), theirs too. Returns once it is recorded killed.
 pub async fn kill(store: &Storage, id: ThreadId) -> Result<()> {
+    let descendants = query::live_descendants(store, id)?;
+    kill_one(store, id).await?;
+    for child in descendants {
+        match kill_one(store, child).await {
+            // Ended meanwhile: nothing left to do.
+            Ok(()) | Err(Error::ThreadState { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn kill_one(store: &Storage, id: ThreadId) -> Result<()> {
     let record = store.threads().read(id)?;
     let status = record.status();
     if status.is_ended() {
@@ -43,9 +57,26 @@ pub async fn kill(store: &Storage, id: ThreadId) -> Result<()> {
     ask(store, id, ControlRequest::Kill).await
 }
 
-/// Stops running thread `id` after its current step.
+/// Stops running thread `id` after its current step, and its child workflows' threads that
+/// run after theirs. A thread that waits on a running child is paused by pausing the child.
 pub async fn pause(store: &Storage, id: ThreadId) -> Result<()> {
-    ask(store, id, ControlRequest::Pause).await
+    let descendants = query::live_descendants(store, id)?;
+    let own = ask(store, id, ControlRequest::Pause).await;
+    let mut paused_a_child = false;
+    for child in descendants {
+        if store.threads().read(child)?.is_live() {
+            match ask(store, child, ControlRequest::Pause).await {
+                Ok(()) => paused_a_child = true,
+                // Came to rest meanwhile.
+                Err(Error::ThreadState { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    match own {
+        Err(Error::ThreadState { .. }) if paused_a_child => Ok(()),
+        own => own,
+    }
 }
 
 /// Ends (kill) or pauses a thread no process runs, under its run lock; the agent processes a
@@ -131,14 +162,20 @@ fn running(store: &Storage, id: ThreadId) -> Result<ThreadRecord> {
 /// human answer (they hold no process, but they are live work), by thread id.
 pub async fn ps(store: &Storage) -> Result<Vec<PsEntry>> {
     let mut all = dispatch::of(store).running().await?;
-    for thread in store.threads().summaries()? {
+    let summaries = store.threads().summaries()?;
+    // A waiting thread with a live child waits on it, not on a person.
+    let parents: std::collections::HashSet<ThreadId> =
+        summaries.iter().filter(|s| !s.status.is_ended()).filter_map(|s| s.parent).collect();
+    for thread in summaries {
         if thread.status == ThreadStatus::Waiting {
+            let agent =
+                if parents.contains(&thread.thread_id) { "child workflow" } else { "human" };
             all.push(PsEntry {
                 thread_id: thread.thread_id,
                 name: thread.name.clone(),
                 hash: thread.hash,
                 role: thread.waiting_role.clone(),
-                agent: Some("human".into()),
+                agent: Some(agent.into()),
                 working_since: thread.paused_at,
                 steps: thread.steps,
                 since: thread.paused_at.unwrap_or(thread.timestamp),

@@ -64,6 +64,8 @@ pub struct Origin {
     pub thread_id: Option<ThreadId>,
     /// The schedule firing that starts it.
     pub schedule: Option<ScheduledBy>,
+    /// The parent's step it runs for, when it is a child workflow's thread.
+    pub parent: Option<crate::store::records::ParentLink>,
 }
 
 /// Creates a thread (its start record) and holds its run lock.
@@ -98,6 +100,7 @@ fn create_with(
         forked_from,
         trigger_data: new.trigger_data,
         schedule: origin.schedule,
+        parent: origin.parent,
     };
     store.threads().create(&start, steps, calls)
 }

@@ -6,6 +6,7 @@
 pub mod actions;
 pub mod answer;
 pub mod catalog;
+pub mod children;
 pub mod control;
 pub mod dispatch;
 pub mod events;

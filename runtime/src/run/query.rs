@@ -51,3 +51,28 @@ pub fn threads(store: &Storage, query: &ThreadQuery) -> Result<ThreadPage> {
     };
     Ok(ThreadPage { threads, next })
 }
+
+/// The children of thread `id` that have not ended, and theirs: what killing or pausing `id`
+/// does the same to, parents before their children.
+pub fn live_descendants(store: &Storage, id: ThreadId) -> Result<Vec<ThreadId>> {
+    let summaries = store.threads().summaries()?;
+    let mut found = Vec::new();
+    let mut parents = vec![id];
+    while let Some(parent) = parents.pop() {
+        for summary in summaries.iter().filter(|s| s.parent == Some(parent)) {
+            if !summary.status.is_ended() && found.len() < 10_000 {
+                found.push(summary.thread_id);
+                parents.push(summary.thread_id);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The children thread `id` started, oldest first, as listings show them.
+pub fn children_of(store: &Storage, id: ThreadId) -> Result<Vec<ThreadSummary>> {
+    let mut children: Vec<_> =
+        store.threads().summaries()?.into_iter().filter(|s| s.parent == Some(id)).collect();
+    children.sort_by_key(|s| s.thread_id);
+    Ok(children)
+}

@@ -83,6 +83,8 @@ pub struct RunContext<'a> {
     pub agents: AgentSet,
     pub limits: Limits,
     pub control: Arc<ThreadControl>,
+    /// Starts and follows child workflows' threads (none where a thread runs one step).
+    pub children: Option<Arc<dyn crate::sandbox::children::Children>>,
 }
 
 /// Runs the thread held by `writer` (whose recorded state is `record`) until it ends, is
@@ -180,7 +182,15 @@ async fn run_steps(
         steps: Arc::new(record.steps.clone()),
         system_prompts: bundle.system_prompts.clone(),
         role_schemas: bundle.role_schemas.clone(),
-        role_timeouts: bundle.role_timeouts.clone(),
+        step_settings: bundle.step_settings.clone(),
+        children: ctx.children.clone(),
+        depth: record.start.parent.as_ref().map_or(0, |p| p.depth),
+        child_flags: crate::agents::AgentFlags {
+            default: record.start.parameters.options.agent.clone(),
+            for_roles: Vec::new(),
+            cwd: record.start.parameters.options.cwd.clone(),
+            secrets: ctx.agents.secrets(),
+        },
         budget: record.budget(),
         started: record.start.timestamp,
     };
@@ -261,11 +271,11 @@ fn finish(writer: &mut dyn ThreadWriter, info: &InfoLog, stop: Stop) -> Result<R
             return Err(error);
         }
         Stop::Waiting { role, call } => {
-            info.write(
-                LogLevel::Info,
-                TAG_PAUSE,
-                &format!("waiting for a human answer for role `{role}`"),
-            );
+            let on = match call.child {
+                Some(child) => format!("its child thread {child}"),
+                None => "a human answer".into(),
+            };
+            info.write(LogLevel::Info, TAG_PAUSE, &format!("waiting for {on} for role `{role}`"));
             writer.append_pause(Paused {
                 role: Some(role.clone()),
                 call: Some(call),
@@ -359,6 +369,7 @@ mod tests {
                 agents,
                 limits: Limits::default(),
                 control,
+                children: None,
             };
             let mut seen = Vec::new();
             let outcome = run_thread(&ctx, &self.bundle, &mut **writer, record, until, |event| {

@@ -9,6 +9,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::Instrument;
 
 use super::bindings::v0_1;
+use super::children::{ChildCall, ChildState};
 use super::control::Activity;
 use super::state::{AnsweredCall, ThreadState};
 use crate::agents::human::AnswerShape;
@@ -134,9 +135,10 @@ impl ThreadState {
                         CallResponse::Ok { usage, .. } => usage.clone(),
                         CallResponse::Error { .. } => None,
                     };
+                    let agent = self.answered_by(&call.role, &bound);
                     self.host.answered.push(AnsweredCall {
                         role: call.role.clone(),
-                        agent: bound.label.clone(),
+                        agent,
                         elapsed: Duration::ZERO,
                         usage,
                     });
@@ -205,26 +207,59 @@ impl ThreadState {
         let info = self.host.info.clone();
         let human = self.host.control.human.clone();
         let schemas = self.host.thread.role_schemas.clone();
-        let timeouts = self.host.thread.role_timeouts.clone();
+        let settings = self.host.thread.step_settings.clone();
         let llm_extractor = self.host.agents.as_ref().is_some_and(|a| a.extractor().is_some());
+        let view = &self.host.thread;
+        let (children, depth, child_flags) =
+            (view.children.clone(), view.depth, view.child_flags.clone());
+        let (parent, step) = (self.host.thread_id, self.host.journal.step());
         let ask = |f: Fresh| {
             let (info, human, schemas) = (info.clone(), human.clone(), schemas.clone());
-            let timeout = timeouts.get(&f.context.role.name).copied();
+            let timeout = settings.timeouts.get(&f.context.role.name).copied();
+            // A step that runs a child workflow: the call goes to the child, not to an agent.
+            let child = settings.children.get(&f.context.role.name).map(|c| {
+                let call = ChildCall {
+                    parent: parent.expect("a thread's calls have its id"),
+                    role: f.context.role.name.clone(),
+                    step,
+                    seq: f.seq,
+                    digest: f.digest.clone(),
+                    workflow: c.workflow.clone(),
+                    prompt: c.prompt.clone(),
+                    input: f.context.input.clone(),
+                    depth,
+                    flags: child_flags.clone(),
+                };
+                (call, children.clone())
+            });
             let span = f.bound.span(&f.context.role.name);
             let traced = span.clone();
             async move {
                 let started = Instant::now();
                 let role = &f.context.role.name;
                 let shape = schemas.get(role).and_then(|s| AnswerShape::of(role, s, llm_extractor));
-                let answer = match &*f.bound.agent {
-                    Agent::Human => match human.ask(&f.context, shape.as_ref()).await {
+                let mut waits_on = None;
+                let answer = match (child, &*f.bound.agent) {
+                    (Some((call, Some(children))), _) => match children.call(call).await {
+                        ChildState::Ended(answer) => answer,
+                        ChildState::Running(id) => {
+                            waits_on = Some(id);
+                            Err(AgentFailure::Waiting)
+                        }
+                    },
+                    (Some((call, None)), _) => Err(AgentFailure::Unavailable(format!(
+                        "workflow `{}` cannot be run as a child here (`step` runs one step \
+                         in its own process; `resume` runs it in a worker)",
+                        call.workflow
+                    ))),
+                    (None, Agent::Human) => match human.ask(&f.context, shape.as_ref()).await {
                         Some(text) => Ok(AgentAnswer { content: text, meta: None, usage: None }),
                         None => Err(AgentFailure::Waiting),
                     },
-                    _ => within(timeout, f.bound.answer(&f.context, &info)).await,
+                    (None, _) => within(timeout, f.bound.answer(&f.context, &info)).await,
                 };
                 trace_answer(&traced, &answer);
-                (f, answer, started.elapsed())
+                (f, answer, started.elapsed(), waits_on)
             }
             .instrument(span)
         };
@@ -235,16 +270,16 @@ impl ThreadState {
             // holds thousands of threads waiting here, and the set below would cost each a
             // task allocation and deeper polling on its fiber stack.
             let f = fresh.into_iter().next().expect("one call");
-            let (f, answer, elapsed) = ask(f).await;
-            if let Err(e) = self.answered(f, answer, elapsed, responses, &mut waiting) {
+            let (f, answer, elapsed, child) = ask(f).await;
+            if let Err(e) = self.answered(f, answer, elapsed, child, responses, &mut waiting) {
                 store_failure = Some(e);
             }
         } else {
             // Polled here, not spawned: when the thread is killed this future is dropped, and
             // with it every call in flight (and the process group of each command agent).
             let mut running: FuturesUnordered<_> = fresh.into_iter().map(ask).collect();
-            while let Some((f, answer, elapsed)) = running.next().await {
-                if let Err(e) = self.answered(f, answer, elapsed, responses, &mut waiting) {
+            while let Some((f, answer, elapsed, child)) = running.next().await {
+                if let Err(e) = self.answered(f, answer, elapsed, child, responses, &mut waiting) {
                     // The calls still in flight are dropped (stopped) when this returns.
                     store_failure = Some(e);
                     break;
@@ -255,25 +290,30 @@ impl ThreadState {
             return Err(self.host.store_failed(error));
         }
         if let Some((role, call)) = waiting {
+            let on = match call.child {
+                Some(child) => format!("child thread {child}"),
+                None => "a human answer".into(),
+            };
             self.host.waiting = Some((role.clone(), call));
-            return Err(wasmtime::Error::msg(format!(
-                "waiting for a human answer for role `{role}`"
-            )));
+            return Err(wasmtime::Error::msg(format!("waiting for {on} for role `{role}`")));
         }
         Ok(())
     }
 
     /// Journals an answered call and keeps its response for the bundle; a call a person must
-    /// answer, with nobody there, is kept in `waiting` instead (the first one).
+    /// answer, with nobody there, or a running child workflow (`child`) must, is kept in
+    /// `waiting` instead (the first one).
     fn answered(
         &mut self,
         f: Fresh,
         answer: Result<AgentAnswer, AgentFailure>,
         elapsed: Duration,
+        child: Option<ThreadId>,
         responses: &mut [Option<CallResponse>],
         waiting: &mut Option<(String, PendingCall)>,
     ) -> crate::Result<()> {
         let role = f.context.role.name.clone();
+        let runs_child = self.host.thread.step_settings.children.contains_key(&role);
         let Some(response) = self.settle(&f, answer, elapsed) else {
             // Nobody to ask: the thread stops once the others have answered; `answer`
             // journals this call's answer and the resumed thread replays it.
@@ -285,6 +325,7 @@ impl ThreadState {
                 digest: f.digest,
                 system_prompt,
                 input: f.context.input.clone(),
+                child,
             };
             waiting.get_or_insert((role, call));
             return Ok(());
@@ -293,13 +334,10 @@ impl ThreadState {
             CallResponse::Ok { usage, .. } => usage.clone(),
             CallResponse::Error { .. } => None,
         };
-        self.host.answered.push(AnsweredCall {
-            role: role.clone(),
-            agent: f.bound.label.clone(),
-            elapsed,
-            usage,
-        });
-        let durable = !matches!(&*f.bound.agent, Agent::Scripted(_));
+        let agent = self.answered_by(&role, &f.bound);
+        self.host.answered.push(AnsweredCall { role: role.clone(), agent, elapsed, usage });
+        // A child's result is not made again at no cost: it is always kept durably.
+        let durable = runs_child || !matches!(&*f.bound.agent, Agent::Scripted(_));
         self.host.journal.record(
             f.seq,
             CallKind::Agent,
@@ -360,6 +398,15 @@ impl ThreadState {
                 CallResponse::Error { kind, message: failure.to_string() }
             }
         })
+    }
+
+    /// Who answers `role`, as its steps record it: the workflow a step runs as its child
+    /// (`workflow:NAME`), or the agent bound to it.
+    fn answered_by(&self, role: &str, bound: &Bound) -> String {
+        match self.host.thread.step_settings.children.get(role) {
+            Some(child) => format!("workflow:{}", child.workflow),
+            None => bound.label.clone(),
+        }
     }
 
     /// The context an agent is given for `call`: the thread as the host recorded it. The

@@ -66,9 +66,9 @@ pub struct LoadedBundle {
     pub system_prompts: Arc<std::collections::HashMap<String, String>>,
     /// Each role's schema as JSON, for what a person's answer must hold.
     pub role_schemas: Arc<std::collections::HashMap<String, serde_json::Value>>,
-    /// The longest an agent call of a role may take, where the bundle says (a declarative
-    /// step's `timeout:`).
-    pub role_timeouts: Arc<std::collections::HashMap<String, std::time::Duration>>,
+    /// What the host does for a declarative DAG's steps besides asking agents: timeouts,
+    /// child workflows.
+    pub step_settings: Arc<crate::declarative::StepSettings>,
     pub pre: BundlePre,
     pub cache: CacheOutcome,
 }

@@ -8,6 +8,7 @@
 
 mod agent_calls;
 pub mod bindings;
+pub mod children;
 pub mod control;
 pub mod engine;
 mod function_cache;

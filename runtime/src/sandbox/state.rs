@@ -148,8 +148,14 @@ pub struct ThreadView {
     pub system_prompts: Arc<HashMap<String, String>>,
     /// Each role's schema, from the descriptor: what a person's answer must hold.
     pub role_schemas: Arc<HashMap<String, serde_json::Value>>,
-    /// The longest an agent call of a role may take, where the bundle says.
-    pub role_timeouts: Arc<HashMap<String, Duration>>,
+    /// A declarative DAG's steps' timeouts and child workflows, by role.
+    pub step_settings: Arc<crate::declarative::StepSettings>,
+    /// Starts and follows the thread's child workflows (none: a step that runs one fails).
+    pub children: Option<Arc<dyn super::children::Children>>,
+    /// How deep in a chain of child workflows the thread is (0: nobody started it).
+    pub depth: u32,
+    /// What the thread's children are started with: its default agent, directory, secrets.
+    pub child_flags: crate::agents::AgentFlags,
     /// What the thread may spend on agents.
     pub budget: crate::store::records::Budget,
     /// When the thread started (ms since the epoch).

@@ -401,6 +401,7 @@ impl Firer {
                         name: schedule.name.clone(),
                         firing: firing.key.clone(),
                     }),
+                    parent: None,
                 };
                 match lifecycle::start_new(&self.store, request) {
                     Ok((writer, record)) => {

@@ -87,6 +87,7 @@ async fn answer(
             name: schedule.name.clone(),
             firing: format!("delivery:{}", crate::terminal::line(&delivery)),
         }),
+        parent: None,
     };
     // Every delivery of one id is the same request: its body is not compared.
     let key = OnceKey {

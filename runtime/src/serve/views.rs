@@ -144,6 +144,11 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         None
     };
     let log: Vec<InfoLine> = store.threads().info_tail(hash, id, LOG_LINES)?;
+    // The threads its steps started as child workflows.
+    let children: Vec<Value> = query::children_of(store, id)?
+        .into_iter()
+        .map(|c| json!({"threadId": c.thread_id, "name": c.name, "status": c.status}))
+        .collect();
     // What a person's answer must hold, for a thread that waits for one.
     let expected = match status {
         ThreadStatus::Waiting => {
@@ -161,6 +166,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         "routing": routing(store, &record.start.name, hash, &record.steps),
         "expected": expected,
         "usage": record.usage(),
+        "children": children,
         "log": log,
         "now": now_ms(),
     }))

@@ -218,15 +218,22 @@ impl Journal {
 
     /// Records the answer to a call made elsewhere (a person's answer to a waiting thread).
     pub fn record_answer(&mut self, call: &PendingCall, role: &str, answer: String) -> Result<()> {
-        self.begin_step(call.step);
-        self.record(
-            call.seq,
-            CallKind::Agent,
+        self.record_response(
+            call,
             role,
-            call.digest.clone(),
             CallResponse::Ok { value: answer, meta: None, usage: None },
-            true,
         )
+    }
+
+    /// Records how a call made elsewhere came out (a child workflow's result, or its failure).
+    pub fn record_response(
+        &mut self,
+        call: &PendingCall,
+        role: &str,
+        response: CallResponse,
+    ) -> Result<()> {
+        self.begin_step(call.step);
+        self.record(call.seq, CallKind::Agent, role, call.digest.clone(), response, true)
     }
 
     /// What the agent calls recorded so far cost: every call counted (a person's answer too),
@@ -311,8 +318,14 @@ mod tests {
     #[test]
     fn a_human_answer_is_replayed_to_the_call_that_waited_for_it() -> Result<()> {
         let log = MemoryLog::default();
-        let call =
-            PendingCall { step: 2, seq: 0, digest: "D9".into(), system_prompt: None, input: None };
+        let call = PendingCall {
+            step: 2,
+            seq: 0,
+            digest: "D9".into(),
+            system_prompt: None,
+            input: None,
+            child: None,
+        };
         Journal::new(Box::new(log.clone()))?.record_answer(&call, "reviewer", "yes".into())?;
         let mut journal = Journal::new(Box::new(log))?;
         journal.begin_step(2);

@@ -17,6 +17,7 @@ pub mod config;
 pub mod descriptor;
 pub mod info_log;
 pub mod journal;
+pub mod pauses;
 mod postgres;
 pub mod queue;
 pub mod queue_files;

@@ -2,6 +2,7 @@
 //! markers and its end record, and the thread as read back with its status. The JSON of these
 //! types is the line format of `.data.jsonl` and of `thread --json`.
 
+pub use super::pauses::{PauseReason, PauseRecord, Paused, PendingCall};
 pub use super::spending::{Budget, Usage};
 use crate::agent_spec::AgentSpec;
 use crate::ids::{BundleHash, ThreadId};
@@ -30,6 +31,21 @@ pub struct StartRecord {
     /// Set when a schedule started the thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ScheduledBy>,
+    /// Set when a step of another thread started this one as its child workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentLink>,
+}
+
+/// The step of a parent thread a child workflow's thread runs for: its end answers that
+/// step's call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentLink {
+    pub thread_id: ThreadId,
+    /// The parent's step (its role) that runs this workflow.
+    pub role: String,
+    /// How deep in a chain of children this thread is: 1 under a thread nobody started.
+    pub depth: u32,
 }
 
 /// The schedule firing that started a thread.
@@ -210,73 +226,6 @@ impl EndStatus {
     }
 }
 
-/// A control line: the thread stopped without ending and waits for `resume` or `step`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PauseRecord {
-    pub paused: Paused,
-    pub timestamp: u64,
-}
-
-/// Why a thread is paused.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Paused {
-    pub by: PauseReason,
-    /// For `waiting`: the role whose human answer is needed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
-    /// For `waiting`: the agent call to answer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call: Option<PendingCall>,
-    /// A budget raised while paused (`resume --raise-budget`): the thread's from then on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<Budget>,
-    /// For `budget`: what would have gone over.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-impl Paused {
-    /// A pause of `reason` that waits on no call.
-    pub fn by(reason: PauseReason) -> Self {
-        Paused { by: reason, role: None, call: None, budget: None, reason: None }
-    }
-}
-
-/// Who or what paused a thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PauseReason {
-    /// A user asked (`pause`, Ctrl-C of `run`).
-    Pause,
-    /// Created by `thread start` and not run yet.
-    Start,
-    /// `step` ran one step and stopped; `step` or `resume` continues it.
-    Step,
-    /// A `human` agent must answer (see `answer`).
-    Waiting,
-    /// The next agent call would go over the thread's budget (`resume --raise-budget`).
-    Budget,
-}
-
-/// The agent call a waiting thread needs answered: recorded in its pause marker, so `answer`
-/// can journal the text under it, and so whoever answers — a terminal following the thread
-/// from another machine, the web view — can be shown what is asked.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PendingCall {
-    /// Index of the step (0-based) and position of the call in it.
-    pub step: usize,
-    pub seq: usize,
-    /// Digest of the agent request.
-    pub digest: String,
-    /// The role's system prompt the person answers under.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub system_prompt: Option<String>,
-    /// The input the bundle gave this call, if any (the thread itself is in the record).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<String>,
-}
-
 /// A thread as read back from its store.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThreadRecord {
@@ -333,6 +282,9 @@ pub struct ThreadSummary {
     pub tokens: u64,
     #[serde(default)]
     pub cost_usd: Option<f64>,
+    /// The thread whose step started this one as a child workflow, if one did.
+    #[serde(default)]
+    pub parent: Option<ThreadId>,
 }
 
 /// How much of a prompt a [`ThreadSummary`] keeps: enough to tell threads apart in a listing
@@ -368,6 +320,17 @@ impl ThreadRecord {
         }
     }
 
+    /// The child workflow's thread this thread waits on, with the role and the call its end
+    /// answers.
+    pub fn waited_child(&self) -> Option<(ThreadId, &str, &PendingCall)> {
+        match &self.paused {
+            Some(Paused {
+                by: PauseReason::Waiting, role: Some(role), call: Some(call), ..
+            }) if self.end.is_none() => call.child.map(|child| (child, role.as_str(), call)),
+            _ => None,
+        }
+    }
+
     /// This thread as listings show it.
     pub fn summary(&self) -> ThreadSummary {
         let usage = self.usage();
@@ -386,6 +349,7 @@ impl ThreadRecord {
             schedule: self.start.schedule.as_ref().map(|s| s.name.clone()),
             tokens: usage.as_ref().map_or(0, |u| u.input_tokens + u.output_tokens),
             cost_usd: usage.and_then(|u| u.cost_usd),
+            parent: self.start.parent.as_ref().map(|p| p.thread_id),
         }
     }
 }

@@ -482,6 +482,7 @@ mod tests {
                 },
             },
             timestamp: 1,
+            parent: None,
             forked_from: None,
             trigger_data: None,
             schedule: None,

@@ -33,7 +33,7 @@ use crate::store::records::ThreadSummary;
 const MAGIC: &[u8; 8] = b"UWTHIDX\n";
 
 /// The layout this code writes; an index of another is rebuilt.
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 
 /// How far behind the clock a directory time must be to be trusted.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -271,6 +271,7 @@ mod tests {
             schedule: None,
             tokens: 0,
             cost_usd: None,
+            parent: None,
         }
     }
 

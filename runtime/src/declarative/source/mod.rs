@@ -115,6 +115,7 @@ struct StepSpec {
     for_each: Option<Spanned<String>>,
     max_parallel: Option<Spanned<u32>>,
     timeout: Option<Spanned<String>>,
+    workflow: Option<Spanned<String>>,
     /// A DAG-protocol plan's agent (`claude`): agents are bound by the host, per step id, so
     /// this is a note.
     #[allow(dead_code)]

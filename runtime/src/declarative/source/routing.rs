@@ -189,6 +189,11 @@ impl Checker<'_> {
                 on_failure,
                 for_each: self.fan_out(step, &index)?,
                 timeout_ms: step.timeout.as_ref().map(|t| self.timeout(t)).transpose()?,
+                workflow: step
+                    .workflow
+                    .as_ref()
+                    .map(|w| self.child_workflow(step, w))
+                    .transpose()?,
             });
         }
         Ok((dag, step_roles))
@@ -284,6 +289,22 @@ impl Checker<'_> {
                 ));
             }
         })
+    }
+
+    /// A step's `workflow:`: the name of a workflow to run as its child. Whether it is
+    /// registered is known when the step runs (it may be added after this one); a timeout
+    /// bounds an agent call, and a child is bounded by its own limits.
+    fn child_workflow(&self, step: &StepSpec, name: &Spanned<String>) -> Result<String> {
+        crate::ids::validate_name("workflow name", name)
+            .map_err(|e| self.at(name.span(), format!("`workflow`: {e}")))?;
+        if let Some(timeout) = &step.timeout {
+            return Err(self.at(
+                timeout.span(),
+                "`timeout` bounds an agent call; a `workflow` step's child is bounded by its own \
+                 limits",
+            ));
+        }
+        Ok(name.to_string())
     }
 
     /// A step's `timeout:`, from a millisecond to a day.

@@ -160,6 +160,13 @@ fn start_worker(store: &Storage) -> Result<()> {
     Ok(())
 }
 
+/// A follower of thread `record` through its store, on any store: its steps from now on, and
+/// how it comes to rest (a parent waiting on a child workflow is followed on, through the
+/// child's run and its own).
+pub fn follow_stored(store: &Storage, record: &ThreadRecord) -> Box<dyn Follower> {
+    Box::new(QueuedThread::new(store, record, &AgentFlags::default(), false))
+}
+
 /// Follows a queued thread: its steps as they are stored, the role at work, and how it comes
 /// to rest.
 struct QueuedThread {
@@ -235,6 +242,8 @@ impl QueuedThread {
                 self.check_workers()?;
                 None
             }
+            // A child workflow's thread answers it: it goes on when the child ends.
+            ThreadStatus::Waiting if waits_on.as_ref().is_some_and(|c| c.child.is_some()) => None,
             ThreadStatus::Waiting if self.interactive && self.asked.is_none() => {
                 self.ask(&record, None)?;
                 return Ok(());
@@ -283,6 +292,10 @@ impl QueuedThread {
     /// Makes sure some worker is alive to run the thread, every few seconds: its worker may
     /// have died, and with it the last worker alive, and the thread would wait forever.
     fn check_workers(&mut self) -> Result<()> {
+        // A home directory's threads have a worker per bundle, started when handed one.
+        if self.store.queue().workers() != crate::store::queue::Workers::Pool {
+            return Ok(());
+        }
         if self.checked_workers.elapsed() >= WORKER_CHECK {
             if self.store.queue().live_workers()? == 0 {
                 start_worker(&self.store)?;

@@ -59,6 +59,9 @@ pub struct WorkerOptions {
     /// On SIGTERM, how long threads may take to finish the step at hand before they are
     /// handed back in the middle of it.
     pub grace: Duration,
+    /// Starts the child workflows of its threads, and passes a child's result on when one
+    /// ends (none: a step that runs a child workflow fails).
+    pub children: Option<Arc<dyn crate::sandbox::children::Children>>,
 }
 
 /// A thread this worker runs.
@@ -417,6 +420,7 @@ impl Worker {
             steps: record.steps.len(),
         };
         let worker = self.clone();
+        let secrets = flags.secrets.clone();
         tokio::spawn(async move {
             let ctx = RunContext {
                 runtime: &worker.runtime,
@@ -424,6 +428,7 @@ impl Worker {
                 agents,
                 limits,
                 control,
+                children: worker.options.children.clone(),
             };
             // When the run future is dropped (killed, or its step dropped), the guest stops
             // wherever it was, and an agent process it waited on is killed with it.
@@ -469,6 +474,14 @@ impl Worker {
                 }
             };
             drop(writer);
+            // A child that ended passes its result to its parent, and a parent that waits on
+            // a child that ended meanwhile takes it: before the thread leaves this worker, which
+            // may exit with its last thread.
+            if let (Some(children), Reply::Ended { .. } | Reply::Waiting { .. }) =
+                (&worker.options.children, &reply)
+            {
+                children.rested(id, secrets).await;
+            }
             worker.running.lock().remove(&id);
             let _ = ended_sender.send(reply);
             worker.changed.notify_waiters();

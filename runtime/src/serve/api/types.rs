@@ -127,6 +127,8 @@ pub struct ThreadItem {
     pub tokens: u64,
     /// What they cost, in US dollars, when priced.
     pub cost_usd: Option<f64>,
+    /// The thread whose step started it as a child workflow, if one did.
+    pub parent: Option<String>,
 }
 
 impl From<crate::store::records::ThreadSummary> for ThreadItem {
@@ -144,6 +146,7 @@ impl From<crate::store::records::ThreadSummary> for ThreadItem {
             schedule: t.schedule,
             tokens: t.tokens,
             cost_usd: t.cost_usd,
+            parent: t.parent.map(|p| p.to_string()),
         }
     }
 }

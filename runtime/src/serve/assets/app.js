@@ -298,6 +298,9 @@ async function threadView(id) {
       el("div", {}, el("span", { class: "muted" }, "Prompt: "), cut(start.parameters.prompt, 2000)),
       start.schedule ? el("div", { class: "muted" }, `Started by schedule ${start.schedule.name} (${cut(start.schedule.firing, 200)})`) : null,
       start.forkedFrom ? el("div", { class: "muted" }, "Forked from ", threadLink(start.forkedFrom.threadId), ` at step ${start.forkedFrom.step}`) : null,
+      start.parent ? el("div", { class: "muted", id: "parent" }, "Child of ", threadLink(start.parent.threadId), ` (its step ${cut(start.parent.role, 80)})`) : null,
+      t.children && t.children.length ? el("div", { class: "muted", id: "children" }, "Child threads: ",
+        t.children.map((c, i) => el("span", {}, i ? ", " : "", threadLink(c.threadId), ` ${cut(c.name, 80)} `, badge(c.status)))) : null,
       el("div", { class: "muted" }, "Started ", when(start.timestamp)),
       t.usage ? el("div", { class: "muted", id: "usage" }, "Usage: ", usageText(t.usage)) : null,
       working(t, now),
@@ -321,10 +324,18 @@ function working(t, now) {
     const since = t.working.workingSince || t.working.since;
     return el("div", { id: "working" }, el("strong", {}, t.working.role), ` is working${agent}${where}, for ${duration(Math.max(0, now - since))}`);
   }
+  if (t.status === "waiting" && waitsOnChild(t)) {
+    return el("div", { id: "working" }, el("strong", {}, t.paused.role || "?"), " runs child thread ", threadLink(t.paused.call.child));
+  }
   if (t.status === "waiting" && t.paused) {
     return el("div", { id: "working" }, "Waiting for a person to answer for ", el("strong", {}, t.paused.role || "?"));
   }
   return null;
+}
+
+// Whether a waiting thread waits on a child workflow's thread (which answers, not a person).
+function waitsOnChild(t) {
+  return !!(t.paused && t.paused.call && t.paused.call.child);
 }
 
 function actions(t) {
@@ -354,7 +365,7 @@ function actions(t) {
   }
   buttons.push(el("button", { id: "fork", on: { click: run("fork", null, (a) => "Forked into " + a.thread) } }, "Fork all steps"));
   const box = el("div", { class: "actions" }, buttons);
-  if (t.status === "waiting") {
+  if (t.status === "waiting" && !waitsOnChild(t)) {
     const text = el("textarea", { id: "answer-text", placeholder: t.expected ? "JSON like " + t.expected : "Your answer" });
     const send = el("button", { id: "answer", on: { click: run("answer", () => ({ text: text.value }), () => "Answered; the thread continues.") } }, "Answer");
     const hint = t.expected ? el("p", { class: "muted" }, "The answer holds JSON like ", el("code", {}, t.expected)) : null;

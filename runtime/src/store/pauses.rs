@@ -1,0 +1,78 @@
+//! Why a thread stopped without ending: its pause markers, and the agent call a waiting thread
+//! needs answered (by a person, or by the end of a child workflow's thread).
+
+use serde::{Deserialize, Serialize};
+
+use super::spending::Budget;
+use crate::ids::ThreadId;
+
+/// A control line: the thread stopped without ending and waits for `resume` or `step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PauseRecord {
+    pub paused: Paused,
+    pub timestamp: u64,
+}
+
+/// Why a thread is paused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Paused {
+    pub by: PauseReason,
+    /// For `waiting`: the role whose human answer is needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// For `waiting`: the agent call to answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<PendingCall>,
+    /// A budget raised while paused (`resume --raise-budget`): the thread's from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    /// For `budget`: what would have gone over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Paused {
+    /// A pause of `reason` that waits on no call.
+    pub fn by(reason: PauseReason) -> Self {
+        Paused { by: reason, role: None, call: None, budget: None, reason: None }
+    }
+}
+
+/// Who or what paused a thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PauseReason {
+    /// A user asked (`pause`, Ctrl-C of `run`).
+    Pause,
+    /// Created by `thread start` and not run yet.
+    Start,
+    /// `step` ran one step and stopped; `step` or `resume` continues it.
+    Step,
+    /// A `human` agent must answer (see `answer`).
+    Waiting,
+    /// The next agent call would go over the thread's budget (`resume --raise-budget`).
+    Budget,
+}
+
+/// The agent call a waiting thread needs answered: recorded in its pause marker, so `answer`
+/// can journal the text under it, and so whoever answers — a terminal following the thread
+/// from another machine, the web view — can be shown what is asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingCall {
+    /// Index of the step (0-based) and position of the call in it.
+    pub step: usize,
+    pub seq: usize,
+    /// Digest of the agent request.
+    pub digest: String,
+    /// The role's system prompt the person answers under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// The input the bundle gave this call, if any (the thread itself is in the record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// For a step that runs another workflow: the child thread whose end answers the call (a
+    /// person does not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<ThreadId>,
+}
