@@ -268,6 +268,16 @@ impl Error {
         matches!(self, Error::Database { failure: DatabaseFailure::Unreachable, .. })
     }
 
+    /// Whether this says a thread is held by another process (here, or as a worker's reply):
+    /// someone else is moving it on.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            Error::ThreadBusy(_) => true,
+            Error::Remote { code, .. } => *code == exit::STATE,
+            _ => false,
+        }
+    }
+
     /// The process exit code this error maps to.
     pub fn exit_code(&self) -> i32 {
         match self {

@@ -3,7 +3,10 @@
 //! `agent-call` (an agent is about to be asked), `agent-recorded` (its answer was journaled,
 //! not yet given to the guest), `step-persisted` (a step was appended to the data file),
 //! `thread-create` (a new thread's records are written and synced, not yet in place),
-//! `thread-removing` (a removed thread's data file is renamed away, its journal not deleted).
+//! `thread-removing` (a removed thread's data file is renamed away, its journal not deleted),
+//! `child-started` (a child workflow's thread exists, its parent's wait not recorded),
+//! `thread-rested` (a thread ended or began to wait; a child's result not yet passed on),
+//! `child-delivered` (a child's result is journaled in its parent, which is not handed over).
 //! Unset, it costs one atomic load per point.
 
 use std::sync::OnceLock;

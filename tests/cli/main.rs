@@ -49,6 +49,7 @@ macro_rules! on_both_stores {
 mod agents;
 mod api;
 mod bad_input;
+mod children;
 mod command_line;
 mod crash;
 mod declarative;

@@ -404,6 +404,8 @@ pub async fn follow(store: &Storage, handed: Handed, how: Follow) -> Result<i32>
         }
     }
     let mut progress = Progress::new(how);
+    // Steps reported so far (the thread had `steps` when it was handed over).
+    let mut reported = steps;
     let mut stdin: Option<Lines<BufReader<Stdin>>> = None;
     loop {
         let heard = tokio::select! {
@@ -441,12 +443,17 @@ pub async fn follow(store: &Storage, handed: Handed, how: Follow) -> Result<i32>
         // on through the store, as the child's worker hands it back.
         if let Event::Waiting { .. } = &event {
             let record = store.threads().read(id)?;
-            if let Some((child, role, _)) = record.waited_child() {
-                if !how.json && !how.quiet {
-                    let role = crate::terminal::line(role);
+            let child = record.waited_child().map(|(child, role, _)| (child, role.to_string()));
+            // Moved on already (its child ended at once, and it runs again): followed on too.
+            if child.is_some() || record.status() != crate::store::records::ThreadStatus::Waiting {
+                if let Some((child, role)) = child
+                    && !how.json
+                    && !how.quiet
+                {
+                    let role = crate::terminal::line(&role);
                     progress.println(&format!("    step `{role}` runs child thread {child}"))?;
                 }
-                follower = crate::run::dispatch::shared::follow_stored(store, &record);
+                follower = crate::run::dispatch::shared::follow_stored(store, &record, reported);
                 continue;
             }
         }
@@ -459,6 +466,7 @@ pub async fn follow(store: &Storage, handed: Handed, how: Follow) -> Result<i32>
                 continue;
             }
             Event::Step { index, step, .. } => {
+                reported = reported.max(*index);
                 if how.json {
                     print_event(&event)?;
                 } else if !how.quiet {

@@ -41,6 +41,9 @@ pub fn flowchart(definition: &Definition) -> String {
                 if let Some(fan_out) = &step.for_each {
                     says.push(format!("for each of {}", fan_out.items));
                 }
+                if let Some(workflow) = &step.workflow {
+                    says.push(format!("runs workflow {workflow}"));
+                }
                 for dep in &step.depends_on {
                     let a = node(dep, &mut out, &mut known);
                     match says.is_empty() {

@@ -160,6 +160,9 @@ impl<'a> Tree<'a> {
                 fan_out.max_parallel
             ));
         }
+        if let Some(workflow) = &step.workflow {
+            notes.push(format!("runs workflow {}", terminal::line(workflow)));
+        }
         if let Some(retry) = &step.retry {
             notes.push(format!("retries: {}", retry.max));
         }

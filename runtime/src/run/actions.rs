@@ -193,7 +193,7 @@ pub async fn resume(
         });
     }
     let accepted = Accepted { pid: None, cache_hit: false, steps: record.steps.len() };
-    let follower = dispatch::shared::follow_stored(store, &record);
+    let follower = dispatch::shared::follow_stored(store, &record, record.steps.len());
     Ok(Handed { id, hash: record.start.hash, follower, accepted })
 }
 
@@ -273,14 +273,15 @@ pub async fn deliver(
                 Err(message) => CallResponse::Error { kind: CallErrorKind::Failed, message },
             };
             journal.record_response(call, role, response)?;
+            crate::faults::crash_point("child-delivered");
         }
         drop(writer);
         record.start.hash
     };
     match hand_over(store, parent, hash, flags, hand).await {
         Ok(handed) => Ok(Some(handed)),
-        // Another process handed it over first.
-        Err(Error::ThreadBusy(_)) => Ok(None),
+        // Another process handed it over first (its worker may say so as a remote error).
+        Err(e) if e.is_busy() => Ok(None),
         Err(e) => Err(e),
     }
 }

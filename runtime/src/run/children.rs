@@ -15,12 +15,13 @@ use serde_json::Value;
 
 use crate::agents::{AgentAnswer, AgentFailure, AgentFlags};
 use crate::error::{Error, Result};
+use crate::faults::crash_point;
 use crate::ids::ThreadId;
 use crate::run::actions::{self, Hand, Once, OnceKey};
 use crate::run::lifecycle::{Origin, RunOptions, StartRequest};
 use crate::sandbox::children::{ChildCall, ChildState, Children, MAX_DEPTH};
 use crate::store::Storage;
-use crate::store::records::ParentLink;
+use crate::store::records::{ParentLink, ThreadStatus};
 
 /// The scope of the keys child threads are started under.
 const KEY_SCOPE: &str = "child";
@@ -41,16 +42,29 @@ impl Children for StoreChildren {
     fn call(&self, call: ChildCall) -> BoxFuture<'_, ChildState> {
         async move {
             let workflow = call.workflow.clone();
-            match start(&self.store, call).await {
-                Ok(id) => match self.store.threads().read(id) {
-                    Ok(record) if record.end.is_some() => ChildState::Ended(
-                        actions::child_result(&record)
-                            .map(|content| AgentAnswer { content, meta: None, usage: None })
-                            .map_err(AgentFailure::failed),
-                    ),
-                    Ok(_) => ChildState::Running(id),
-                    Err(e) => ChildState::Ended(Err(failed(&workflow, &e))),
-                },
+            let flags = call.flags.clone();
+            let id = match start(&self.store, call).await {
+                Ok(id) => id,
+                Err(e) => return ChildState::Ended(Err(failed(&workflow, &e))),
+            };
+            crash_point("child-started");
+            match self.store.threads().read(id) {
+                Ok(record) if record.end.is_some() => ChildState::Ended(
+                    actions::child_result(&record)
+                        .map(|content| AgentAnswer { content, meta: None, usage: None })
+                        .map_err(AgentFailure::failed),
+                ),
+                // Left at rest by a crash (its worker's, or this one's before it was handed
+                // over): it goes on now, so that its parent does not wait on nothing.
+                Ok(record) if record.status() == ThreadStatus::Interrupted => {
+                    match actions::resume(&self.store, id, &flags, Hand::Detach).await {
+                        Ok(_) => ChildState::Running(id),
+                        // Resumed meanwhile by someone else.
+                        Err(e) if e.is_busy() => ChildState::Running(id),
+                        Err(e) => ChildState::Ended(Err(failed(&workflow, &e))),
+                    }
+                }
+                Ok(_) => ChildState::Running(id),
                 Err(e) => ChildState::Ended(Err(failed(&workflow, &e))),
             }
         }

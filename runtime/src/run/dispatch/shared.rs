@@ -160,11 +160,13 @@ fn start_worker(store: &Storage) -> Result<()> {
     Ok(())
 }
 
-/// A follower of thread `record` through its store, on any store: its steps from now on, and
-/// how it comes to rest (a parent waiting on a child workflow is followed on, through the
-/// child's run and its own).
-pub fn follow_stored(store: &Storage, record: &ThreadRecord) -> Box<dyn Follower> {
-    Box::new(QueuedThread::new(store, record, &AgentFlags::default(), false))
+/// A follower of thread `record` through its store, on any store: its steps after the first
+/// `seen`, and how it comes to rest (a parent waiting on a child workflow is followed on,
+/// through the child's run and its own).
+pub fn follow_stored(store: &Storage, record: &ThreadRecord, seen: usize) -> Box<dyn Follower> {
+    let mut follower = QueuedThread::new(store, record, &AgentFlags::default(), false);
+    follower.seen = seen;
+    Box::new(follower)
 }
 
 /// Follows a queued thread: its steps as they are stored, the role at work, and how it comes
@@ -242,8 +244,21 @@ impl QueuedThread {
                 self.check_workers()?;
                 None
             }
-            // A child workflow's thread answers it: it goes on when the child ends.
-            ThreadStatus::Waiting if waits_on.as_ref().is_some_and(|c| c.child.is_some()) => None,
+            // A child workflow's thread answers it: it goes on when the child ends, unless the
+            // child has stopped where only a person moves it on.
+            ThreadStatus::Waiting if waits_on.as_ref().is_some_and(|c| c.child.is_some()) => {
+                let child = waits_on.and_then(|c| c.child).expect("a child");
+                if let Some(stuck) = self.stuck_child(child)? {
+                    self.pending.push_back(Heard::Failed {
+                        message: format!(
+                            "thread {thread} waits for its child thread {child}, which {stuck}"
+                        ),
+                        code: crate::error::exit::STATE,
+                    });
+                    self.done = true;
+                }
+                return Ok(());
+            }
             ThreadStatus::Waiting if self.interactive && self.asked.is_none() => {
                 self.ask(&record, None)?;
                 return Ok(());
@@ -270,6 +285,27 @@ impl QueuedThread {
             self.done = true;
         }
         Ok(())
+    }
+
+    /// Why child thread `child` will not end by itself, if it will not: paused, interrupted,
+    /// or waiting for a person (checked every few seconds, not on every read).
+    fn stuck_child(&mut self, child: ThreadId) -> Result<Option<String>> {
+        if self.checked_workers.elapsed() < WORKER_CHECK {
+            return Ok(None);
+        }
+        self.checked_workers = Instant::now();
+        let record = self.store.threads().read(child)?;
+        Ok(match record.status() {
+            ThreadStatus::Paused | ThreadStatus::Interrupted => Some(format!(
+                "is {}; `uncaged-workflow resume {}` continues both",
+                record.status().as_str(),
+                self.id
+            )),
+            ThreadStatus::Waiting if record.waited_child().is_none() => {
+                Some(format!("waits for a human answer: `uncaged-workflow answer {child} TEXT`"))
+            }
+            _ => None,
+        })
     }
 
     /// Puts the question waiting thread `record` asks to the follower (again, with `error`,

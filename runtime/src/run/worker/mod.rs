@@ -474,16 +474,19 @@ impl Worker {
                 }
             };
             drop(writer);
-            // A child that ended passes its result to its parent, and a parent that waits on
-            // a child that ended meanwhile takes it: before the thread leaves this worker, which
-            // may exit with its last thread.
-            if let (Some(children), Reply::Ended { .. } | Reply::Waiting { .. }) =
-                (&worker.options.children, &reply)
-            {
-                children.rested(id, secrets).await;
-            }
+            let rested = matches!(reply, Reply::Ended { .. } | Reply::Waiting { .. });
+            // Counted as a connection while it is passed on: the worker of a home directory's
+            // bundle exits with its last thread, and this work is not done yet.
+            worker.connections.fetch_add(1, Ordering::SeqCst);
             worker.running.lock().remove(&id);
             let _ = ended_sender.send(reply);
+            // A child that ended passes its result to its parent, and a parent that waits on
+            // a child that ended meanwhile takes it (and may come back to this worker).
+            if let (Some(children), true) = (&worker.options.children, rested) {
+                crate::faults::crash_point("thread-rested");
+                children.rested(id, secrets).await;
+            }
+            worker.connections.fetch_sub(1, Ordering::SeqCst);
             worker.changed.notify_waiters();
             worker.changed.notify_one();
         });
