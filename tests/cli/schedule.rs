@@ -296,6 +296,44 @@ fn a_workflow_is_active_or_paused_as_a_whole_and_a_manual_one_ends_with_its_run(
     Ok(())
 }
 
+/// `pause --workflow`: the DAG protocol's `executing → paused` — the workflow's triggers stop
+/// and its running threads pause after their current step.
+#[test]
+fn pausing_a_workflow_pauses_its_triggers_and_its_running_threads() -> Result<()> {
+    let env = scheduling()?;
+    let flow = env.write(
+        "nightly.yaml",
+        "description: Nightly\ntrigger:\n  type: cron\n  expression: \"0 3 * * *\"\nsteps:\n  - id: a\n    description: A\n  - id: b\n    description: B\n    depends_on: [a]\n",
+    )?;
+    env.ok(&["add", "nightly", flow.to_str().unwrap()])?;
+    let gate = env.dir.path().join("gate");
+    std::fs::write(&gate, "")?;
+    let agent = env.write_script(
+        "gate.sh",
+        format!("#!/bin/sh\nwhile [ -f {} ]; do sleep 0.02; done\necho '{{}}'\n", gate.display()),
+    )?;
+    let agent = format!("command:{}", agent.display());
+    for _ in 0..2 {
+        env.ok(&["run", "nightly", "-p", "x", "--agent", &agent, "--detach"])?;
+    }
+    let statuses = || -> Result<Vec<String>> {
+        let all = env.json(&["threads", "nightly"])?;
+        Ok(all.as_array().context("threads")?.iter().map(|t| t["status"].to_string()).collect())
+    };
+    crate::wait_until("both threads run", || Ok(statuses()? == ["\"running\""; 2]))?;
+    let out = env.ok(&["pause", "--workflow", "nightly"])?;
+    assert!(out.contains("paused schedule nightly"), "{out}");
+    assert_eq!(out.matches("pauses after its current step").count(), 2, "{out}");
+    std::fs::remove_file(&gate)?;
+    crate::wait_until("both threads pause", || Ok(statuses()? == ["\"paused\""; 2]))?;
+    let list = env.json(&["list"])?;
+    let nightly = list.as_array().context("list")?.iter().find(|w| w["name"] == "nightly");
+    assert_eq!(nightly.context("listed")?["phase"], "paused");
+    let e = env.fails(&["pause", "--workflow", "nowhere"], 66)?;
+    assert!(e.contains("nowhere"), "{e}");
+    Ok(())
+}
+
 #[test]
 fn a_workflow_trigger_registers_its_schedule_and_follows_its_versions() -> Result<()> {
     let env = Env::new()?;

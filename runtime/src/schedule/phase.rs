@@ -97,3 +97,40 @@ pub fn set_workflow_paused(store: &Storage, workflow: &str, paused: bool) -> Res
     }
     names.iter().map(|name| super::set_paused(store, name, paused)).collect()
 }
+
+/// What pausing a workflow as a whole paused.
+#[derive(Debug, Default)]
+pub struct PausedWorkflow {
+    /// Its schedules (its `trigger:`, and any added for it), paused.
+    pub schedules: Vec<Schedule>,
+    /// Its threads that were running or queued: each pauses after its current step.
+    pub threads: Vec<crate::ids::ThreadId>,
+}
+
+/// Pauses workflow `workflow` as a whole (the DAG protocol's `executing → paused`): its
+/// triggers stop firing, and each of its threads that runs pauses after its current step (its
+/// child workflows' threads with it). `schedule resume --workflow` lets the triggers fire
+/// again; `resume THREAD` continues each thread.
+pub async fn pause_workflow(store: &Storage, workflow: &str) -> Result<PausedWorkflow> {
+    store.registry().get(workflow)?;
+    let schedules = match set_workflow_paused(store, workflow, true) {
+        Ok(schedules) => schedules,
+        // No trigger: its threads are all there is to pause.
+        Err(Error::Usage(_)) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let mut threads = Vec::new();
+    for thread in store.threads().summaries()? {
+        let runs = matches!(thread.status, ThreadStatus::Running | ThreadStatus::Queued);
+        if thread.name != workflow || !runs {
+            continue;
+        }
+        match crate::run::control::pause(store, thread.thread_id).await {
+            Ok(()) => threads.push(thread.thread_id),
+            // It came to rest meanwhile.
+            Err(Error::ThreadState { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(PausedWorkflow { schedules, threads })
+}
