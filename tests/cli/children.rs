@@ -252,12 +252,7 @@ fn kill_and_pause_of_a_parent_reach_its_child() -> Result<()> {
 /// every call asked once, the parent completed with every result.
 #[test]
 fn a_crash_on_either_side_starts_no_second_child_and_re_asks_nothing() -> Result<()> {
-    let seed: u64 =
-        std::env::var("UNCAGED_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-            now.map_or(1, |d| d.as_nanos() as u64) ^ std::process::id() as u64
-        });
-    let mut random = Random(seed.max(1));
+    let (seed, mut random) = crate::Random::seeded();
     // The child-specific points, each once; then random passes of the others.
     let mut points: Vec<(String, u64)> = ["child-started", "thread-rested", "child-delivered"]
         .iter()
@@ -310,19 +305,6 @@ fn crashed_at(point: &str, n: u64) -> Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     check_finished(&env, &parent)
-}
-
-/// A small xorshift generator: the crash points a run picks, reproducible from its seed
-/// (`UNCAGED_TEST_SEED`, printed when a point fails).
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// `workflow:` is checked where it is written, and shows on the graph.

@@ -618,3 +618,29 @@ fn is_root() -> bool {
         .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.to_string()))
         .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
 }
+
+/// A small xorshift generator: the points a crash test picks at random, reproducible from its
+/// seed (`UNCAGED_TEST_SEED`; a failing point names it).
+pub struct Random(u64);
+
+impl Random {
+    /// Seeded from `UNCAGED_TEST_SEED`, or else the time; with the seed, to report.
+    pub fn seeded() -> (u64, Random) {
+        let seed: u64 = std::env::var("UNCAGED_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                now.map_or(1, |d| d.as_nanos() as u64) ^ std::process::id() as u64
+            });
+        (seed, Random(seed.max(1)))
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
