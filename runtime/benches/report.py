@@ -22,6 +22,7 @@ import postgres  # noqa: E402  (runtime/benches/postgres.py)
 import serve_load  # noqa: E402  (runtime/benches/serve_load.py)
 import telemetry  # noqa: E402  (runtime/benches/telemetry.py)
 import fan_out  # noqa: E402  (runtime/benches/fan_out.py)
+import replay  # noqa: E402  (runtime/benches/replay.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
@@ -364,6 +365,7 @@ def main():
     lines += serve_load.section()
     lines += telemetry.section()
     lines += fan_out.section()
+    lines += replay.section()
     lines += postgres.section(PYTHON)
     lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for mode, ours_us, native_us, peer_us in verdicts:
@@ -437,6 +439,9 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["--only", "fan-out"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         in_place(fan_out.section())
+    elif sys.argv[1:] == ["--only", "replay"]:
+        sh("cargo", "build", "--release", "-p", "uncaged-workflow")
+        in_place(replay.section())
     elif sys.argv[1:] == ["--only", "threads"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         print("\n".join(thread_listing_lines()))

@@ -25,6 +25,7 @@ mod output;
 mod plan;
 mod ps;
 mod remove;
+mod replay;
 mod resume;
 mod rollback;
 mod run;
@@ -131,6 +132,9 @@ pub enum Command {
     History(history::HistoryCommand),
     /// Switch a workflow back to an earlier version
     Rollback(rollback::RollbackCommand),
+    /// Replay recorded threads through a bundle not registered yet, offline: does it do what
+    /// they did?
+    Replay(replay::ReplayCommand),
     /// Start a thread of a workflow and print its steps as they happen
     Run(run::RunCommand),
     /// List threads, newest last
@@ -201,6 +205,7 @@ impl Cli {
             Command::Remove(c) => c.execute(global),
             Command::History(c) => c.execute(global),
             Command::Rollback(c) => c.execute(global),
+            Command::Replay(c) => c.execute(global).await,
             Command::Run(c) => c.execute(global).await,
             Command::Threads(c) => c.execute(global),
             Command::Thread(c) => c.execute(global),

@@ -25,6 +25,9 @@ pub mod exit {
     pub const NO_PERMISSION: i32 = 77;
     /// The store is not one this binary can use: another application's, or a newer schema.
     pub const CONFIG: i32 = 78;
+    /// A recorded thread does not replay through a bundle (`replay`), or could not move to
+    /// it (`upgrade`).
+    pub const DIVERGED: i32 = 79;
     /// Interrupted (Ctrl-C), or the thread was killed (128 + SIGINT).
     pub const INTERRUPTED: i32 = 130;
 
@@ -67,6 +70,11 @@ pub mod exit {
             "78",
             "the store's database belongs to another application, or was migrated by a newer \
              uncaged-workflow",
+        ),
+        (
+            "79",
+            "`replay`: a recorded thread diverges from the bundle; `upgrade`: a thread was \
+             refused, its new version diverging from what it recorded",
         ),
         ("130", "interrupted (Ctrl-C), or the thread was killed"),
     ];

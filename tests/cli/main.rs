@@ -71,6 +71,7 @@ mod schedule;
 mod serve;
 mod shared_store;
 mod telemetry;
+mod versions;
 pub mod web;
 
 #[path = "../support/postgres.rs"]

@@ -104,33 +104,28 @@ impl Catalog {
         let bundle = self.bundles.load(&registry, name, hash)?;
         let (pre, cache) = runtime.load(hash, &bundle.bytes, &bundle.path)?;
         let descriptor = self.bundles.descriptor(hash)?;
-        let mut schemas = std::collections::BTreeMap::new();
-        for role in &descriptor.roles {
-            let validator = crate::schema::compile(&role.schema.to_string()).map_err(|reason| {
-                Error::InvalidBundle {
-                    path: bundle.path.clone(),
-                    reason: format!("role `{}` has an invalid JSON Schema: {reason}", role.name),
-                }
-            })?;
-            schemas.insert(role.name.clone(), validator);
-        }
-        let system_prompts = Arc::new(
-            descriptor.roles.iter().map(|r| (r.name.clone(), r.system_prompt.clone())).collect(),
-        );
-        let role_schemas =
-            Arc::new(descriptor.roles.iter().map(|r| (r.name.clone(), r.schema.clone())).collect());
-        let step_settings = Arc::new(crate::declarative::step_settings(&bundle.bytes));
-        Ok(LoadedBundle {
-            name: name.to_string(),
-            hash,
-            descriptor,
-            schemas,
-            system_prompts,
-            role_schemas,
-            step_settings,
-            pre,
-            cache,
-        })
+        let parts = BundleParts { name, hash, bytes: &bundle.bytes, path: &bundle.path };
+        loaded(parts, descriptor, pre, cache)
+    }
+
+    /// Loads the bundle file at `path` (a component, or a workflow file built on the spot) as
+    /// workflow `name` would run it, without storing or registering anything: what `replay`
+    /// checks recorded threads against.
+    pub async fn load_file(
+        runtime: &Runtime,
+        name: &str,
+        path: &Path,
+        limits: &Limits,
+    ) -> Result<LoadedBundle> {
+        let bytes = if crate::declarative::is_source(path) {
+            crate::declarative::assemble(path)?.bytes
+        } else {
+            read_bundle_file(path, limits.bundle_bytes)?
+        };
+        let hash = BundleHash::of(&bytes);
+        let (pre, cache) = runtime.load(hash, &bytes, path)?;
+        let descriptor = runtime.describe(&pre, path, limits).await?;
+        loaded(BundleParts { name, hash, bytes: &bytes, path }, descriptor, pre, cache)
     }
 
     /// Unregisters `name`. Its bundle files stay: threads may still refer to them.
@@ -184,4 +179,49 @@ fn read_bundle_file(path: &Path, max: usize) -> Result<Vec<u8>> {
 /// Workflow names become file-free registry keys and CLI arguments: keep them simple.
 fn validate_name(name: &str) -> Result<()> {
     crate::ids::validate_name("workflow name", name)
+}
+
+/// What a bundle is loaded from.
+struct BundleParts<'a> {
+    name: &'a str,
+    hash: BundleHash,
+    bytes: &'a [u8],
+    path: &'a Path,
+}
+
+/// A compiled bundle and its descriptor, ready to run threads: its roles' schemas compiled,
+/// and what the host reads from a declarative bundle's definition.
+fn loaded(
+    parts: BundleParts<'_>,
+    descriptor: Descriptor,
+    pre: crate::sandbox::instance::BundlePre,
+    cache: crate::sandbox::engine::CacheOutcome,
+) -> Result<LoadedBundle> {
+    let mut schemas = std::collections::BTreeMap::new();
+    for role in &descriptor.roles {
+        let validator = crate::schema::compile(&role.schema.to_string()).map_err(|reason| {
+            Error::InvalidBundle {
+                path: parts.path.to_path_buf(),
+                reason: format!("role `{}` has an invalid JSON Schema: {reason}", role.name),
+            }
+        })?;
+        schemas.insert(role.name.clone(), validator);
+    }
+    let system_prompts = Arc::new(
+        descriptor.roles.iter().map(|r| (r.name.clone(), r.system_prompt.clone())).collect(),
+    );
+    let role_schemas =
+        Arc::new(descriptor.roles.iter().map(|r| (r.name.clone(), r.schema.clone())).collect());
+    let step_settings = Arc::new(crate::declarative::step_settings(parts.bytes));
+    Ok(LoadedBundle {
+        name: parts.name.to_string(),
+        hash: parts.hash,
+        descriptor,
+        schemas,
+        system_prompts,
+        role_schemas,
+        step_settings,
+        pre,
+        cache,
+    })
 }

@@ -19,14 +19,14 @@ use crate::store::records::{
 };
 
 /// An instantiated bundle and its generator.
-pub(super) struct Generator {
+pub(crate) struct Generator {
     store: Store<ThreadState>,
     generator: instance::Generator,
 }
 
 impl Generator {
     /// Instantiates the bundle and constructs the generator with the recorded steps.
-    pub(super) async fn start(
+    pub(crate) async fn start(
         runtime: &Runtime,
         limits: &Limits,
         bundle: &LoadedBundle,
@@ -59,7 +59,7 @@ impl Generator {
     /// Asks for the step after step `count` and checks it: `Ok(steps)` to persist (one, or a
     /// parallel group), `Err(end)` when the thread is over (by the bundle's word or the
     /// host's).
-    pub(super) async fn next(
+    pub(crate) async fn next(
         &mut self,
         bundle: &LoadedBundle,
         count: usize,
@@ -169,7 +169,7 @@ impl Generator {
 
     /// Adds persisted steps to the host's record of the thread, which later agent calls
     /// are given.
-    pub(super) fn persisted(&mut self, steps: &[StepRecord]) {
+    pub(crate) fn persisted(&mut self, steps: &[StepRecord]) {
         let view = &mut self.store.data_mut().host.thread;
         Arc::make_mut(&mut view.steps).extend_from_slice(steps);
     }
@@ -180,7 +180,7 @@ pub(super) fn failed(summary: String) -> Stop {
 }
 
 /// Why the generator stopped before yielding a step.
-pub(super) enum Stop {
+pub(crate) enum Stop {
     /// The thread is over.
     End(End),
     /// A `human` agent needs an answer nobody was there to give.
@@ -189,6 +189,9 @@ pub(super) enum Stop {
     Budget(String),
     /// The store could not write: the thread stops unended (interrupted), to be resumed.
     Store(crate::Error),
+    /// Replaying a recorded thread, the bundle made a call its journal does not hold, or a
+    /// different one (only where the journal only replays: see [`crate::run::replay`]).
+    Diverged(crate::store::journal::Divergence),
 }
 
 impl Stop {
@@ -199,6 +202,7 @@ impl Stop {
             Stop::Waiting { .. } => "wait for a human",
             Stop::Budget(_) => "over budget",
             Stop::Store(_) => "store failure",
+            Stop::Diverged(_) => "diverged",
         }
     }
 }
@@ -209,6 +213,14 @@ fn stopped(store: &mut Store<ThreadState>, during: &str, e: &wasmtime::Error) ->
     let host = &mut store.data_mut().host;
     if let Some(error) = host.store_failure.take() {
         return Stop::Store(error);
+    }
+    if host.journal.is_replaying() {
+        let divergence = e.downcast_ref::<crate::store::journal::Divergence>().or_else(|| {
+            e.chain().find_map(|c| c.downcast_ref::<crate::store::journal::Divergence>())
+        });
+        if let Some(divergence) = divergence {
+            return Stop::Diverged(divergence.clone());
+        }
     }
     if let Some(reason) = host.over_budget.take() {
         return Stop::Budget(reason);

@@ -14,6 +14,7 @@ mod generator;
 pub mod ipc;
 pub mod lifecycle;
 pub mod query;
+pub mod replay;
 pub mod runner;
 pub mod watch;
 pub mod worker;

@@ -270,6 +270,12 @@ fn finish(writer: &mut dyn ThreadWriter, info: &InfoLog, stop: Stop) -> Result<R
             info.write(LogLevel::Error, TAG_END, &format!("stopped unended: {error}"));
             return Err(error);
         }
+        // Only a replaying journal stops so; a thread's own run ends failed with the reason.
+        Stop::Diverged(divergence) => crate::store::records::End::by_host(
+            crate::error::exit::SOFTWARE,
+            divergence.to_string(),
+            EndStatus::Failed,
+        ),
         Stop::Waiting { role, call } => {
             let on = match call.child {
                 Some(child) => format!("its child thread {child}"),

@@ -89,18 +89,28 @@ pub enum Replay {
     Fresh,
 }
 
-/// A call that does not match the journal.
+/// A call that does not match the journal: a different request where one was recorded, or
+/// (when the journal only replays) a call it does not hold.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "call {seq} of step {} ({kind:?}{role}) differs from the one recorded in the journal: the \
-     bundle's requests are not deterministic, or its input changed; refusing to mix them",
-    step + 1
+    "call {seq} of step {} ({kind:?}{role}) {}",
+    step + 1,
+    if *missing {
+        "is not in the journal: the thread never made it"
+    } else {
+        "differs from the one recorded in the journal: the bundle's requests are not \
+         deterministic, or its input changed; refusing to mix them"
+    }
 )]
 pub struct Divergence {
     pub step: usize,
     pub seq: usize,
     pub kind: CallKind,
     pub role: String,
+    /// Not recorded at all (a journal that only replays), rather than recorded differently.
+    pub missing: bool,
+    /// The digest of the request made.
+    pub digest: String,
 }
 
 /// Where a thread's journal is kept. The home-directory store keeps it in
@@ -124,6 +134,9 @@ pub struct Journal {
     recorded: HashMap<(usize, usize), CallRecord>,
     step: usize,
     seq: usize,
+    /// Only answers from what was recorded: a call it does not hold is a divergence (a replay
+    /// of a thread through another bundle, which may call no agent).
+    replaying: bool,
 }
 
 impl Journal {
@@ -131,12 +144,25 @@ impl Journal {
     pub fn new(log: Box<dyn CallLog>) -> Result<Self> {
         let recorded =
             log.read()?.into_iter().map(|record| ((record.step, record.seq), record)).collect();
-        Ok(Journal { log: Some(log), recorded, step: 0, seq: 0 })
+        Ok(Journal { log: Some(log), recorded, step: 0, seq: 0, replaying: false })
     }
 
     /// A journal that records nothing (instances that are not threads).
     pub fn disabled() -> Self {
-        Journal { log: None, recorded: HashMap::new(), step: 0, seq: 0 }
+        Journal { log: None, recorded: HashMap::new(), step: 0, seq: 0, replaying: false }
+    }
+
+    /// A journal that answers only from `calls` and writes nowhere: every call must be one of
+    /// them (see [`Divergence::missing`]).
+    pub fn replaying(calls: Vec<CallRecord>) -> Self {
+        let recorded =
+            calls.into_iter().map(|record| ((record.step, record.seq), record)).collect();
+        Journal { log: None, recorded, step: 0, seq: 0, replaying: true }
+    }
+
+    /// Whether this journal only replays.
+    pub fn is_replaying(&self) -> bool {
+        self.replaying
     }
 
     /// The step being counted.
@@ -168,17 +194,21 @@ impl Journal {
     ) -> Result<(usize, Replay), Divergence> {
         let seq = self.seq;
         self.seq += 1;
+        let divergence = |missing| Divergence {
+            step: self.step,
+            seq,
+            kind,
+            role: if role.is_empty() { String::new() } else { format!(", role `{role}`") },
+            missing,
+            digest: digest.to_string(),
+        };
         match self.recorded.get(&(self.step, seq)) {
+            None if self.replaying => Err(divergence(true)),
             None => Ok((seq, Replay::Fresh)),
             Some(record) if record.kind == kind && record.digest == digest => {
                 Ok((seq, Replay::Recorded(record.response.clone())))
             }
-            Some(_) => Err(Divergence {
-                step: self.step,
-                seq,
-                kind,
-                role: if role.is_empty() { String::new() } else { format!(", role `{role}`") },
-            }),
+            Some(_) => Err(divergence(false)),
         }
     }
 

@@ -1,0 +1,163 @@
+//! Versions that move: `replay` checks recorded threads against a bundle not registered yet —
+//! the journal answers every call, no agent is asked, no thread changes — and says, per
+//! thread, compatible or where it diverges.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, ensure};
+use serde_json::Value;
+
+use crate::{Env, artifacts};
+
+/// Plan, develop, review: a DAG whose steps read the step before.
+const FLOW: &str = r#"description: Plan, develop, review
+steps:
+  - id: plan
+    description: Plan the change.
+    inputs: {task: $prompt}
+  - id: develop
+    description: Develop it.
+    depends_on: [plan]
+    inputs: {plan: $steps.plan.output}
+  - id: review
+    description: Review it.
+    depends_on: [develop]
+    inputs: {change: $steps.develop.output}
+"#;
+
+/// Two threads run to their end, and one stopped after its first step; the added file.
+fn recorded(env: &Env) -> Result<(Vec<String>, String)> {
+    let file = env.write("flow.yaml", FLOW)?;
+    env.ok(&["add", "flow", &file.display().to_string()])?;
+    let mut ids = Vec::new();
+    for prompt in ["one", "two"] {
+        env.ok(&["run", "flow", "-p", prompt])?;
+    }
+    for thread in env.json(&["threads", "flow"])?.as_array().context("threads")? {
+        ids.push(thread["threadId"].as_str().context("id")?.to_string());
+    }
+    let stopped = env.ok(&["thread", "start", "flow", "-p", "three"])?.trim().to_string();
+    env.ok(&["step", &stopped])?;
+    Ok((ids, stopped))
+}
+
+/// Every thread as `thread --json` shows it: what must not change.
+fn snapshot(env: &Env) -> Result<Vec<Value>> {
+    let mut all = Vec::new();
+    for thread in env.json(&["threads"])?.as_array().context("threads")? {
+        all.push(env.json(&["thread", thread["threadId"].as_str().context("id")?])?);
+    }
+    Ok(all)
+}
+
+/// `replay` of `text` (written as `name`) against workflow `flow`: its exit code and output.
+fn replay(env: &Env, name: &str, text: &str, extra: &[&str]) -> Result<crate::Run> {
+    let file = env.write(name, text)?;
+    let mut args = vec!["replay", file.to_str().context("path")?, "--workflow", "flow"];
+    args.extend_from_slice(extra);
+    env.run(&args)
+}
+
+on_both_stores! {
+/// What does not change what a thread did is accepted; what does is refused at the step where
+/// it shows; the threads are the same after as before.
+#[test]
+fn replay_accepts_what_threads_did_not_do_and_refuses_what_they_did() -> Result<()> {
+    let env = Env::new()?;
+    let (_, stopped) = recorded(&env)?;
+    let before = snapshot(&env)?;
+    // Accepted: the workflow's description, and a role's prompt.
+    let accepted = [
+        FLOW.replace("description: Plan, develop, review", "description: Plan, build, check"),
+        FLOW.replace("description: Review it.", "description: Review it closely."),
+    ];
+    for (i, text) in accepted.iter().enumerate() {
+        let run = replay(&env, &format!("ok{i}.yaml"), text, &[])?;
+        ensure!(run.code == 0, "version {i} should replay: {run:?}");
+        assert!(run.stdout.contains("3 of 3 thread(s) of flow replay"), "{}", run.stdout);
+    }
+    // A fix in the routing after the last step a thread recorded: accepted for the thread
+    // stopped after step 1, refused by those that ran step 3 the old way.
+    let late = FLOW.replace(
+        "inputs: {change: $steps.develop.output}",
+        "inputs: {change: $steps.develop.output, plan: $steps.plan.output}",
+    )
+    .replace("depends_on: [develop]", "depends_on: [develop, plan]");
+    let run = replay(&env, "late.yaml", &late, &["--threads", &stopped])?;
+    ensure!(run.code == 0 && run.stdout.contains("1 of 1 thread(s)"), "{run:?}");
+    let run = replay(&env, "late.yaml", &late, &[])?;
+    ensure!(run.code == 79 && run.stdout.contains("1 of 3 thread(s)"), "{run:?}");
+    assert!(run.stdout.contains("diverges at step 3"), "{}", run.stdout);
+    // Refused: another request for a recorded call, and a new step before the last.
+    let changed = FLOW.replace("inputs: {plan: $steps.plan.output}", "inputs: {plan: $steps.plan.output, note: fast}");
+    let run = replay(&env, "changed.yaml", &changed, &[])?;
+    ensure!(run.code == 79, "{run:?}");
+    assert!(
+        run.stdout.contains("diverges at step 2: call 0 of step 2 (Agent, role `develop`) is another request than the one the thread recorded"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains(&format!("{stopped}  compatible (1 steps)")), "{}", run.stdout);
+    let inserted = FLOW.replace(
+        "  - id: review\n",
+        "  - id: test\n    description: Test it.\n    depends_on: [plan]\n    inputs: {}\n  - id: review\n",
+    );
+    let run = replay(&env, "inserted.yaml", &inserted, &["--json"])?;
+    ensure!(run.code == 79, "{run:?}");
+    let report: Value = serde_json::from_str(&run.stdout)?;
+    assert_eq!(report["diverged"], 2, "{report}");
+    assert_eq!(report["compatible"], 1, "{report}");
+    let diverged: Vec<&Value> = report["threads"]
+        .as_array()
+        .context("threads")?
+        .iter()
+        .filter(|t| t["result"]["verdict"] == "diverges")
+        .collect();
+    assert_eq!(diverged[0]["result"]["step"], 2, "{report}");
+    // Nothing of any thread changed.
+    assert_eq!(snapshot(&env)?, before);
+    Ok(())
+}
+
+/// Threads recorded under both contract versions replay through their bundles.
+#[test]
+fn threads_of_both_contract_versions_replay() -> Result<()> {
+    let env = Env::new()?;
+    let old = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/solve-issue-0.1.0.wasm");
+    let old = old.to_str().context("path")?;
+    for (bundle, contract) in [(old, "0.1.0"), (artifacts::SOLVE_ISSUE, "0.2.0")] {
+        env.ok(&["add", "solve-issue", bundle])?;
+        env.ok(&["run", "solve-issue", "-p", contract])?;
+        let thread = env.json(&["threads", "solve-issue", "--limit", "1"])?;
+        let id = thread[0]["threadId"].as_str().context("id")?.to_string();
+        let run = env.run(&["replay", bundle, "--workflow", "solve-issue", "--threads", &id])?;
+        ensure!(run.code == 0, "contract {contract}: {run:?}");
+        assert!(run.stdout.contains(&format!("{id}  compatible (")), "{}", run.stdout);
+    }
+    Ok(())
+}
+}
+
+/// In a project's CI: replay the threads kept as fixtures, and add only what replays.
+#[test]
+fn replay_gates_a_ci_script_by_its_exit_code() -> Result<()> {
+    let env = Env::new()?;
+    recorded(&env)?;
+    let good = env.write("good.yaml", FLOW.replace("Review it.", "Review it well."))?;
+    let bad = env.write("bad.yaml", FLOW.replace("{task: $prompt}", "{task: $prompt, x: 1}"))?;
+    let script = env.write_script(
+        "ci.sh",
+        format!(
+            "#!/bin/sh\nset -e\nfor f in {} {}; do\n  if {bin} replay \"$f\" --workflow flow --last 10 > /dev/null; then\n    {bin} add flow \"$f\" > /dev/null; echo \"added $f\"\n  else\n    echo \"refused $f ($?)\"\n  fi\ndone\n",
+            good.display(),
+            bad.display(),
+            bin = env!("CARGO_BIN_EXE_uncaged-workflow"),
+        ),
+    )?;
+    let out = env.command_of(script.to_str().context("path")?).output()?;
+    let text = String::from_utf8(out.stdout)?;
+    ensure!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&format!("added {}", good.display())), "{text}");
+    assert!(text.contains(&format!("refused {} (79)", bad.display())), "{text}");
+    Ok(())
+}
