@@ -161,3 +161,26 @@ fn replay_gates_a_ci_script_by_its_exit_code() -> Result<()> {
     assert!(text.contains(&format!("refused {} (79)", bad.display())), "{text}");
     Ok(())
 }
+
+/// `thread diff`: a fork and its original, step by step.
+#[test]
+fn thread_diff_shows_what_a_fork_changed() -> Result<()> {
+    let env = Env::new()?;
+    let (ids, stopped) = recorded(&env)?;
+    let original = &ids[0];
+    env.write("answers.yaml", "review:\n  - {verdict: rework}\n")?;
+    let fork =
+        env.ok(&["fork", original, "--at", "2", "--agent", "scripted:answers.yaml", "--detach"])?;
+    let fork = fork.trim().to_string();
+    crate::wait_until("the fork ends", || Ok(crate::status(&env, &fork)? == "completed"))?;
+    let shown = env.ok(&["thread", "diff", original, &fork])?;
+    assert!(shown.contains("[1] plan         same"), "{shown}");
+    assert!(shown.contains("[3] review       changed: content, meta"), "{shown}");
+    assert!(shown.contains("B: review {\"verdict\":\"rework\"}"), "{shown}");
+    assert!(shown.ends_with("2 same, 1 changed, 0 only in A, 0 only in B\n"), "{shown}");
+    let compared = env.json(&["thread", "diff", original, &stopped])?;
+    assert_eq!(compared["same"], 1, "{compared}");
+    assert_eq!(compared["onlyInA"], 2, "{compared}");
+    assert_eq!(compared["steps"][2]["kind"], "onlyInA", "{compared}");
+    Ok(())
+}

@@ -1,4 +1,4 @@
-//! `thread <id>` and `thread rm <id>`.
+//! `thread <id>`, `thread start`, `thread rm <id>` and `thread diff <a> <b>`.
 
 use clap::{Parser, Subcommand};
 use serde_json::json;
@@ -33,6 +33,19 @@ pub enum ThreadAction {
         #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
         id: String,
     },
+    /// Compare two threads step by step (a fork and its original, say): the same, changed
+    /// (role, content, meta), only in one
+    Diff {
+        /// The first thread
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+        a: String,
+        /// The second thread
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+        b: String,
+        /// Print the comparison as JSON
+        #[arg(long)]
+        json: bool,
+    },
     /// Create a thread without running it; prints its id. Drive it with `step` or `resume`.
     Start {
         /// The workflow
@@ -61,6 +74,12 @@ impl ThreadCommand {
                 )?;
                 writer.append_pause(Paused::by(PauseReason::Start))?;
                 outln!("{}", record.id())?;
+                Ok(0)
+            }
+            Some(ThreadAction::Diff { a, b, json }) => {
+                let a = store.threads().read(store.threads().resolve(&a)?)?;
+                let b = store.threads().read(store.threads().resolve(&b)?)?;
+                print_diff(&a, &b, json)?;
                 Ok(0)
             }
             Some(ThreadAction::Rm { id }) => {
@@ -158,4 +177,72 @@ impl ThreadCommand {
             }
         }
     }
+}
+
+/// Prints how threads `a` and `b` differ, step by step.
+fn print_diff(
+    a: &crate::store::records::ThreadRecord,
+    b: &crate::store::records::ThreadRecord,
+    json: bool,
+) -> anyhow::Result<()> {
+    use crate::run::diff::{StepDiff, diff};
+    let steps = diff(a, b);
+    let count = |f: fn(&StepDiff) -> bool| steps.iter().filter(|s| f(s)).count();
+    let (same, changed) = (
+        count(|s| matches!(s, StepDiff::Same { .. })),
+        count(|s| matches!(s, StepDiff::Changed { .. })),
+    );
+    let (only_a, only_b) = (
+        count(|s| matches!(s, StepDiff::OnlyInA { .. })),
+        count(|s| matches!(s, StepDiff::OnlyInB { .. })),
+    );
+    if json {
+        print_json(&json!({
+            "a": a.id().to_string(), "b": b.id().to_string(), "steps": steps,
+            "same": same, "changed": changed, "onlyInA": only_a, "onlyInB": only_b,
+        }))?;
+        return Ok(());
+    }
+    let head = |t: &crate::store::records::ThreadRecord| {
+        format!("{} ({} {}, {})", t.id(), t.start.name, t.start.hash, t.status().as_str())
+    };
+    outln!("A: {}", head(a))?;
+    outln!("B: {}", head(b))?;
+    let shown = |step: &crate::store::records::StepRecord| {
+        let text = format!("{} {}", step.meta, step.content.replace('\n', " "));
+        let cut: String = text.chars().take(100).collect();
+        terminal::line(&cut).into_owned()
+    };
+    for step in &steps {
+        match step {
+            StepDiff::Same { index, role } => {
+                outln!("  [{index}] {:<12} same", terminal::line(role))?;
+            }
+            StepDiff::Changed { index, fields, a, b } => {
+                outln!(
+                    "  [{index}] {:<12} changed: {}",
+                    terminal::line(&a.role),
+                    fields.join(", ")
+                )?;
+                outln!("      A: {} {}", terminal::line(&a.role), shown(a))?;
+                outln!("      B: {} {}", terminal::line(&b.role), shown(b))?;
+            }
+            StepDiff::OnlyInA { index, step } => {
+                outln!(
+                    "  [{index}] {:<12} only in A: {}",
+                    terminal::line(&step.role),
+                    shown(step)
+                )?;
+            }
+            StepDiff::OnlyInB { index, step } => {
+                outln!(
+                    "  [{index}] {:<12} only in B: {}",
+                    terminal::line(&step.role),
+                    shown(step)
+                )?;
+            }
+        }
+    }
+    outln!("{same} same, {changed} changed, {only_a} only in A, {only_b} only in B")?;
+    Ok(())
 }

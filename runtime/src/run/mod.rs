@@ -8,6 +8,7 @@ pub mod answer;
 pub mod catalog;
 pub mod children;
 pub mod control;
+pub mod diff;
 pub mod dispatch;
 pub mod events;
 mod generator;
