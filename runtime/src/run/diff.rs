@@ -12,7 +12,7 @@ use crate::store::records::{StepRecord, ThreadRecord};
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum StepDiff {
     Same { index: usize, role: String },
-    Changed { index: usize, fields: Vec<&'static str>, a: StepRecord, b: StepRecord },
+    Changed { index: usize, fields: Vec<&'static str>, a: Box<StepRecord>, b: Box<StepRecord> },
     OnlyInA { index: usize, step: StepRecord },
     OnlyInB { index: usize, step: StepRecord },
 }
@@ -37,7 +37,12 @@ pub fn diff(a: &ThreadRecord, b: &ThreadRecord) -> Vec<StepDiff> {
                     }
                     match fields.is_empty() {
                         true => StepDiff::Same { index, role: x.role.clone() },
-                        false => StepDiff::Changed { index, fields, a: x.clone(), b: y.clone() },
+                        false => StepDiff::Changed {
+                            index,
+                            fields,
+                            a: Box::new(x.clone()),
+                            b: Box::new(y.clone()),
+                        },
                     }
                 }
                 (Some(x), None) => StepDiff::OnlyInA { index, step: x.clone() },
