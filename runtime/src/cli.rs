@@ -36,6 +36,7 @@ mod step;
 mod thread;
 mod threads;
 mod token;
+mod upgrade;
 mod worker;
 
 use std::path::PathBuf;
@@ -155,6 +156,8 @@ pub enum Command {
     Fork(fork::ForkCommand),
     /// Run exactly one role of a thread and exit
     Step(step::StepCommand),
+    /// Move a thread to another version of its workflow, if the version does what it did
+    Upgrade(upgrade::UpgradeCommand),
     /// Answer for a `human` agent a thread waits on, and continue it
     Answer(answer::AnswerCommand),
     /// Start threads by themselves: cron and poll schedules, fired by `schedule tick` or
@@ -215,6 +218,7 @@ impl Cli {
             Command::Resume(c) => c.execute(global).await,
             Command::Fork(c) => c.execute(global).await,
             Command::Step(c) => c.execute(global).await,
+            Command::Upgrade(c) => c.execute(global).await,
             Command::Answer(c) => c.execute(global).await,
             Command::Schedule(c) => c.execute(global).await,
             Command::Serve(c) => c.execute(global).await,

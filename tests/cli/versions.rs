@@ -119,6 +119,61 @@ fn replay_accepts_what_threads_did_not_do_and_refuses_what_they_did() -> Result<
     Ok(())
 }
 
+/// `upgrade`: a thread moves to a version that does what it did, and continues on it; one the
+/// version diverges from is refused and stays as it was; ended threads are skipped; a dry run
+/// changes nothing; `--workflow --all` reports per thread.
+#[test]
+fn upgrade_moves_what_the_new_version_replays_and_refuses_the_rest() -> Result<()> {
+    let env = Env::new()?;
+    let (ids, stopped) = recorded(&env)?;
+    let old = env.json(&["show", "flow"])?["hash"].as_str().context("hash")?.to_string();
+    let v2 = env.write("v2.yaml", FLOW.replace("Review it.", "Review it closely."))?;
+    let new = env.json(&["add", "flow", v2.to_str().context("path")?])?["hash"]
+        .as_str()
+        .context("hash")?
+        .to_string();
+    let before = env.json(&["thread", &stopped])?;
+    let dry = env.ok(&["upgrade", &stopped, "--dry-run"])?;
+    assert_eq!(dry.trim(), format!("{stopped}  would upgrade from {old} to {new} after step 1"));
+    assert_eq!(env.json(&["thread", &stopped])?, before, "a dry run changes nothing");
+    let done = env.ok(&["upgrade", &stopped, "--latest"])?;
+    assert_eq!(done.trim(), format!("{stopped}  upgraded from {old} to {new} after step 1"));
+    let shown = env.ok(&["thread", &stopped])?;
+    assert!(shown.contains(&format!("upgraded from {old} to {new} after step 1")), "{shown}");
+    let record = env.json(&["thread", &stopped])?;
+    assert_eq!(record["upgrades"][0]["to"], new.as_str(), "{record}");
+    // It goes on, on the new version, from its journal.
+    let resumed = env.run(&["resume", &stopped])?;
+    assert_eq!(resumed.code, 0, "{resumed:?}");
+    assert!(resumed.stdout.contains(&format!("bundle {new}")), "{}", resumed.stdout);
+    assert_eq!(crate::status(&env, &stopped)?, "completed");
+    let again = env.ok(&["upgrade", &ids[0]])?;
+    assert!(again.contains("skipped: it has ended (completed)"), "{again}");
+    // A thread that ran `develop` the v2 way refuses a version that asks it differently.
+    let held = env.ok(&["thread", "start", "flow", "-p", "four"])?.trim().to_string();
+    env.ok(&["step", &held])?;
+    env.ok(&["step", &held])?;
+    let v3 = env.write("v3.yaml", FLOW.replace("{plan: $steps.plan.output}", "{plan: $steps.plan.output, x: 1}"))?;
+    env.ok(&["add", "flow", v3.to_str().context("path")?])?;
+    let lines = env.thread_lines(&new, &held)?;
+    let refused = env.run(&["upgrade", &held])?;
+    assert_eq!(refused.code, 79, "{refused:?}");
+    assert!(refused.stdout.contains("refused from") && refused.stdout.contains("diverges at step 2"), "{}", refused.stdout);
+    assert_eq!(env.thread_lines(&new, &held)?, lines, "a refused thread is untouched");
+    // Many at once: one refused, the ended ones skipped.
+    let all = env.run(&["upgrade", "--workflow", "flow", "--all", "--dry-run", "--json"])?;
+    assert_eq!(all.code, 79, "{all:?}");
+    let report: Value = serde_json::from_str(&all.stdout)?;
+    let outcomes: Vec<&str> = report["threads"]
+        .as_array()
+        .context("threads")?
+        .iter()
+        .map(|t| t["result"]["outcome"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(outcomes, ["refused"], "only the paused thread has not ended: {report}");
+    Ok(())
+}
+
 /// Threads recorded under both contract versions replay through their bundles.
 #[test]
 fn threads_of_both_contract_versions_replay() -> Result<()> {

@@ -33,7 +33,7 @@ impl StepCommand {
         let id = store.threads().resolve(&self.id)?;
         let (mut writer, record) = lifecycle::open(&store, id)?;
         let runtime = Runtime::new(store.home())?;
-        let bundle = Catalog::new(&store).load(&runtime, &record.start.name, record.start.hash)?;
+        let bundle = Catalog::new(&store).load(&runtime, &record.start.name, record.version())?;
         // `step` runs the thread in this process, with this command's secrets.
         let flags =
             AgentFlags { secrets: Secrets::from_env(&store.config()?), ..Default::default() };

@@ -102,6 +102,7 @@ impl ThreadCommand {
                         "paused": thread.paused,
                         "end": thread.end.as_ref().map(EndView::from),
                         "usage": thread.usage(),
+                        "upgrades": thread.upgrades,
                         "children": children,
                     }))?;
                     return Ok(0);
@@ -111,7 +112,7 @@ impl ThreadCommand {
                     "thread {}  {} {}  {}",
                     start.thread_id,
                     start.name,
-                    start.hash,
+                    thread.version(),
                     thread.status().as_str()
                 )?;
                 outln!("prompt: {}", terminal::block(&start.parameters.prompt))?;
@@ -125,6 +126,14 @@ impl ThreadCommand {
                 }
                 if let Some(fork) = &start.forked_from {
                     outln!("forked from {} at step {}", fork.thread_id, fork.step)?;
+                }
+                for upgrade in &thread.upgrades {
+                    outln!(
+                        "upgraded from {} to {} after step {}",
+                        upgrade.from,
+                        upgrade.to,
+                        upgrade.at_step
+                    )?;
                 }
                 if let Some(parent) = &start.parent {
                     let role = terminal::line(&parent.role);

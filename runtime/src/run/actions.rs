@@ -60,7 +60,7 @@ async fn start_checked(
 ) -> Result<Handed> {
     let (writer, record) = lifecycle::start_checked(store, request, checked)?;
     drop(writer);
-    hand_over(store, record.id(), record.start.hash, &AgentFlags::default(), hand).await
+    hand_over(store, record.id(), record.version(), &AgentFlags::default(), hand).await
 }
 
 /// A key that makes a retried request start one thread: whose it is, the key, and a digest
@@ -147,7 +147,7 @@ async fn create_and_hand(
     match lifecycle::start_checked(store, request, checked) {
         Ok((writer, record)) => {
             drop(writer);
-            hand_over(store, id, record.start.hash, &AgentFlags::default(), Hand::Detach).await?;
+            hand_over(store, id, record.version(), &AgentFlags::default(), Hand::Detach).await?;
             Ok(())
         }
         Err(e) if exists(store, id)? => {
@@ -172,7 +172,7 @@ pub async fn resume(
 ) -> Result<Handed> {
     let record = control::resumable(store, id)?;
     let Some((child, ..)) = record.waited_child() else {
-        return hand_over(store, id, record.start.hash, flags, hand).await;
+        return hand_over(store, id, record.version(), flags, hand).await;
     };
     if let Some(handed) = deliver(store, id, flags, hand).await? {
         return Ok(handed);
@@ -181,7 +181,7 @@ pub async fn resume(
     for descendant in crate::run::query::live_descendants(store, id)? {
         let at_rest = store.threads().read(descendant)?;
         if matches!(at_rest.status(), ThreadStatus::Paused | ThreadStatus::Interrupted) {
-            hand_over(store, descendant, at_rest.start.hash, flags, Hand::Detach).await?;
+            hand_over(store, descendant, at_rest.version(), flags, Hand::Detach).await?;
             resumed += 1;
         }
     }
@@ -194,7 +194,7 @@ pub async fn resume(
     }
     let accepted = Accepted { pid: None, cache_hit: false, steps: record.steps.len() };
     let follower = dispatch::shared::follow_stored(store, &record, record.steps.len());
-    Ok(Handed { id, hash: record.start.hash, follower, accepted })
+    Ok(Handed { id, hash: record.version(), follower, accepted })
 }
 
 /// Raises the budget of thread `id`, at rest (paused, waiting, interrupted), by what `raise`
@@ -236,7 +236,7 @@ pub async fn fork(
     let (writer, fork) = lifecycle::fork(store, &original, kept, flags)?;
     drop(writer);
     let handed =
-        hand_over(store, fork.id(), original.start.hash, &AgentFlags::default(), hand).await?;
+        hand_over(store, fork.id(), original.version(), &AgentFlags::default(), hand).await?;
     Ok(Forked { handed, kept })
 }
 
@@ -276,7 +276,7 @@ pub async fn deliver(
             crate::faults::crash_point("child-delivered");
         }
         drop(writer);
-        record.start.hash
+        record.version()
     };
     match hand_over(store, parent, hash, flags, hand).await {
         Ok(handed) => Ok(Some(handed)),

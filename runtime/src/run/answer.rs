@@ -44,7 +44,7 @@ pub fn record(store: &Storage, id: ThreadId, text: String) -> Result<BundleHash>
     }
     journal.record_answer(call, role, text)?;
     drop(writer);
-    Ok(record.start.hash)
+    Ok(record.version())
 }
 
 /// The role and the call waiting thread `record` needs answered.
@@ -65,7 +65,7 @@ fn waited_call(record: &ThreadRecord) -> Result<(&str, &PendingCall)> {
 /// (see [`AnswerShape`]).
 pub fn answer_shape(store: &Storage, record: &ThreadRecord) -> Result<Option<AnswerShape>> {
     let Some(Paused { role: Some(role), .. }) = &record.paused else { return Ok(None) };
-    let descriptor = store.bundles().descriptor(record.start.hash)?;
+    let descriptor = store.bundles().descriptor(record.version())?;
     let llm_extractor = store.config()?.extractor.is_some();
     Ok(descriptor.role(role).and_then(|spec| AnswerShape::of(role, &spec.schema, llm_extractor)))
 }

@@ -107,7 +107,7 @@ async fn ask(store: &Storage, id: ThreadId, request: ControlRequest) -> Result<(
     let deadline = Instant::now() + CONTROL_WAIT;
     loop {
         let record = running(store, id)?;
-        let hash = record.start.hash;
+        let hash = record.version();
         if !dispatch.reachable(hash).await? {
             return Err(Error::ThreadState {
                 id: id.to_string(),

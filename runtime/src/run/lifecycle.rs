@@ -270,7 +270,8 @@ pub fn fork(
         store,
         NewThread {
             name: start.name.clone(),
-            hash: start.hash,
+            // The version its original runs now.
+            hash: original.version(),
             prompt: start.parameters.prompt.clone(),
             max_rounds: options.max_rounds,
             agents: agents.over(options),

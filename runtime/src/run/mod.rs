@@ -17,5 +17,6 @@ pub mod lifecycle;
 pub mod query;
 pub mod replay;
 pub mod runner;
+pub mod upgrade;
 pub mod watch;
 pub mod worker;

@@ -144,7 +144,8 @@ async fn run_steps(
     mut on_event: impl FnMut(ThreadEvent),
 ) -> Result<RunOutcome> {
     let id = record.id();
-    let info = ctx.store.threads().info_log(bundle.hash, id)?;
+    // Its records stay where they were first stored, under the version it started on.
+    let info = ctx.store.threads().info_log(record.start.hash, id)?;
     let resumed = if record.steps.is_empty() {
         String::new()
     } else {
@@ -174,7 +175,7 @@ async fn run_steps(
             ),
         );
     }
-    let journal = ctx.store.threads().journal(bundle.hash, id)?;
+    let journal = ctx.store.threads().journal(record.start.hash, id)?;
     ctx.control.set_steps(record.steps.len());
 
     let view = ThreadView {

@@ -29,6 +29,7 @@ pub mod spending;
 pub mod thread_files;
 pub mod thread_index;
 pub mod tokens;
+pub mod upgrades;
 
 use std::fmt;
 use std::sync::Arc;
@@ -160,6 +161,8 @@ pub trait ThreadWriter: Send + fmt::Debug {
     fn append_pause(&mut self, paused: Paused) -> Result<()>;
     /// Appends the end record.
     fn append_end(&mut self, end: &EndRecord) -> Result<()>;
+    /// Appends a move to another version of the workflow.
+    fn append_upgrade(&mut self, upgrade: &upgrades::UpgradeRecord) -> Result<()>;
 }
 
 /// Where everything is kept: threads, registry and bundles (in the home directory or a

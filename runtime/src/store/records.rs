@@ -4,6 +4,7 @@
 
 pub use super::pauses::{PauseReason, PauseRecord, Paused, PendingCall};
 pub use super::spending::{Budget, Usage};
+pub use super::upgrades::{Upgrade, UpgradeRecord};
 use crate::agent_spec::AgentSpec;
 use crate::ids::{BundleHash, ThreadId};
 use crate::limits::LimitOverrides;
@@ -246,6 +247,9 @@ pub struct ThreadRecord {
     /// The budget last raised (by a pause marker), if one was: see [`ThreadRecord::budget`].
     #[serde(skip)]
     pub raised_budget: Option<Budget>,
+    /// Its moves to other versions of its workflow, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upgrades: Vec<Upgrade>,
     /// Whether a process held the thread's run lock when it was read.
     #[serde(skip)]
     pub running: bool,
@@ -315,9 +319,16 @@ impl ThreadRecord {
             skipped_lines: vec![],
             step_lines: (2..steps.len() + 2).collect(),
             raised_budget: None,
+            upgrades: Vec::new(),
             running: true,
             queued: false,
         }
+    }
+
+    /// The version of its workflow the thread runs: the one it last moved to, or the one it
+    /// started on (under which its records stay stored).
+    pub fn version(&self) -> BundleHash {
+        self.upgrades.last().map_or(self.start.hash, |u| u.to)
     }
 
     /// The child workflow's thread this thread waits on, with the role and the call its end
@@ -479,6 +490,7 @@ pub struct ThreadLines {
     paused: Option<PauseRecord>,
     /// The budget the last pause marker that raised one set.
     raised_budget: Option<Budget>,
+    upgrades: Vec<Upgrade>,
     skipped_lines: Vec<usize>,
 }
 
@@ -500,6 +512,8 @@ impl ThreadLines {
             serde_json::from_value(value).map(|s| self.start = Some(s))
         } else if value.get("end").is_some() {
             serde_json::from_value(value).map(|e| self.end = Some(e))
+        } else if value.get("upgrade").is_some() {
+            serde_json::from_value::<UpgradeRecord>(value).map(|u| self.upgrades.push(u.upgrade))
         } else if value.get("paused").is_some() {
             serde_json::from_value::<PauseRecord>(value).map(|p| {
                 if let Some(budget) = &p.paused.budget {
@@ -555,6 +569,7 @@ impl ThreadLines {
             skipped_lines: self.skipped_lines,
             step_lines: self.step_lines,
             raised_budget: self.raised_budget,
+            upgrades: self.upgrades,
             running,
             queued: false,
         };

@@ -283,6 +283,10 @@ impl ThreadWriter for FileWriter {
     fn append_end(&mut self, end: &EndRecord) -> Result<()> {
         self.append(end)
     }
+
+    fn append_upgrade(&mut self, upgrade: &crate::store::upgrades::UpgradeRecord) -> Result<()> {
+        self.append(upgrade)
+    }
 }
 
 /// A thread's call journal file: kept open from one record to the next while the thread runs,

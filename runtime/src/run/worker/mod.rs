@@ -370,7 +370,7 @@ impl Worker {
     ) -> Result<Started> {
         let Claimed { id, record, mut writer, ticket, .. } = claimed;
         let prepared = lifecycle::check_continuable(&self.store, &record).and_then(|()| {
-            let bundle = self.loaded(&record.start.name, record.start.hash)?;
+            let bundle = self.loaded(&record.start.name, record.version())?;
             let agents = lifecycle::agents_for(&self.store, &record, &bundle, &flags)?;
             let limits = lifecycle::limits_for(&self.store, &record)?;
             let running = self.running.lock().len();
@@ -405,7 +405,7 @@ impl Worker {
             id,
             Running {
                 name: record.start.name.clone(),
-                hash: record.start.hash,
+                hash: record.version(),
                 control: control.clone(),
                 since: now_ms(),
                 kill: Some(kill),

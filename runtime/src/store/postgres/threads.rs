@@ -325,6 +325,11 @@ impl ThreadWriter for PgWriter {
         self.record.end = Some(end.clone());
         self.append(vec![json_line(end)])
     }
+
+    fn append_upgrade(&mut self, upgrade: &crate::store::upgrades::UpgradeRecord) -> Result<()> {
+        self.record.upgrades.push(upgrade.upgrade.clone());
+        self.append(vec![json_line(upgrade)])
+    }
 }
 
 impl Drop for PgWriter {
