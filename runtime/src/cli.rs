@@ -27,6 +27,7 @@ mod ps;
 mod remove;
 mod replay;
 mod resume;
+mod retry;
 mod rollback;
 mod run;
 mod schedule;
@@ -154,6 +155,8 @@ pub enum Command {
     Resume(resume::ResumeCommand),
     /// Start a new thread from a prefix of another's steps
     Fork(fork::ForkCommand),
+    /// Continue a failed thread from the step that failed (on a new version, with --latest)
+    Retry(retry::RetryCommand),
     /// Run exactly one role of a thread and exit
     Step(step::StepCommand),
     /// Move a thread to another version of its workflow, if the version does what it did
@@ -217,6 +220,7 @@ impl Cli {
             Command::Pause(c) => c.execute(global).await,
             Command::Resume(c) => c.execute(global).await,
             Command::Fork(c) => c.execute(global).await,
+            Command::Retry(c) => c.execute(global).await,
             Command::Step(c) => c.execute(global).await,
             Command::Upgrade(c) => c.execute(global).await,
             Command::Answer(c) => c.execute(global).await,

@@ -58,6 +58,27 @@ fn replay(env: &Env, name: &str, text: &str, extra: &[&str]) -> Result<crate::Ru
     env.run(&args)
 }
 
+/// A command agent that logs `ROLE` for each call to `calls.log`, and fails for `role` until
+/// the file `fixed` exists, and for any input that says `bad-mode`.
+fn failing_agent(env: &Env, role: &str) -> Result<String> {
+    let dir = env.dir.path().display().to_string();
+    let script = env.write_script(
+        "agent.sh",
+        format!(
+            "#!/bin/sh\ninput=$(cat)\nrole=$(printf '%s' \"$input\" | sed -n 's/.*\"role\":{{\"name\":\"\\([^\"]*\\)\".*/\\1/p')\necho \"$role\" >> {dir}/calls.log\nif [ \"$role\" = {role} ] && [ ! -f {dir}/fixed ]; then echo 'broken' >&2; exit 1; fi\ncase \"$input\" in *bad-mode*) echo 'bad mode' >&2; exit 1 ;; esac\ncase \"$role\" in\n  planner) echo '{{\"steps\": [\"fix it\"]}}' ;;\n  developer) echo '{{\"summary\": \"done\"}}' ;;\n  reviewer) echo '{{\"approved\": true}}' ;;\n  *) echo '{{}}' ;;\nesac\n"
+        ),
+    )?;
+    Ok(format!("command:{}", script.display()))
+}
+
+fn calls_log(env: &Env) -> Vec<String> {
+    std::fs::read_to_string(env.dir.path().join("calls.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 on_both_stores! {
 /// What does not change what a thread did is accepted; what does is refused at the step where
 /// it shows; the threads are the same after as before.
@@ -171,6 +192,83 @@ fn upgrade_moves_what_the_new_version_replays_and_refuses_the_rest() -> Result<(
         .map(|t| t["result"]["outcome"].as_str().unwrap_or_default())
         .collect();
     assert_eq!(outcomes, ["refused"], "only the paused thread has not ended: {report}");
+    Ok(())
+}
+
+/// `retry` of a failed DAG thread runs the failed step and the one skipped because of it, and
+/// nothing else; of a failed graph (code) thread, the failed step: the calls that succeeded are
+/// never asked again.
+#[test]
+fn retry_runs_again_only_what_failed() -> Result<()> {
+    let env = Env::new()?;
+    let file = env.write("flow.yaml", FLOW)?;
+    env.ok(&["add", "flow", file.to_str().context("path")?])?;
+    let agent = failing_agent(&env, "develop")?;
+    let run = env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
+    ensure!(run.code != 0, "develop fails: {run:?}");
+    let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
+    assert_eq!(crate::status(&env, &id)?, "failed");
+    std::fs::write(env.dir.path().join("fixed"), "")?;
+    let retried = env.run(&["retry", &id, "--agent", &agent])?;
+    assert_eq!(retried.code, 0, "{retried:?}");
+    assert!(retried.stderr.contains("retried after step"), "{}", retried.stderr);
+    assert_eq!(crate::status(&env, &id)?, "completed");
+    // Each develop attempt asks again (3 tries the first time, one now); plan once, review once.
+    let calls = calls_log(&env);
+    assert_eq!(calls.iter().filter(|c| *c == "plan").count(), 1, "{calls:?}");
+    assert_eq!(calls.iter().filter(|c| *c == "review").count(), 1, "{calls:?}");
+    let record = env.json(&["thread", &id])?;
+    assert_eq!(record["retries"].as_array().map(Vec::len), Some(1), "{record}");
+    // A thread that has not failed is not retried.
+    let e = env.run(&["retry", &id])?;
+    ensure!(e.code == 75 && e.stderr.contains("only a failed thread is retried"), "{e:?}");
+
+    // A code bundle's graph: the developer fails until fixed.
+    std::fs::remove_file(env.dir.path().join("fixed"))?;
+    std::fs::remove_file(env.dir.path().join("calls.log"))?;
+    env.add_solve_issue()?;
+    let agent = failing_agent(&env, "developer")?;
+    let run = env.run(&["run", "solve-issue", "-p", "x", "--agent", &agent])?;
+    ensure!(run.code != 0, "developer fails: {run:?}");
+    let id =
+        env.json(&["threads", "solve-issue"])?[0]["threadId"].as_str().context("id")?.to_string();
+    assert_eq!(crate::status(&env, &id)?, "failed");
+    std::fs::write(env.dir.path().join("fixed"), "")?;
+    let retried = env.run(&["retry", &id, "--agent", &agent])?;
+    assert_eq!(retried.code, 0, "{retried:?}");
+    let calls = calls_log(&env);
+    assert_eq!(calls.iter().filter(|c| *c == "planner").count(), 1, "{calls:?}");
+    Ok(())
+}
+
+/// The cycle a fix takes: the failed step's version is fixed and added, and `retry --latest`
+/// moves the thread to it and runs the failed step the new way; what succeeded is not asked
+/// again.
+#[test]
+fn retry_latest_runs_the_failed_step_on_the_fixed_version() -> Result<()> {
+    let env = Env::new()?;
+    let broken = FLOW.replace("{plan: $steps.plan.output}", "{plan: $steps.plan.output, mode: bad-mode}");
+    let v1 = env.write("v1.yaml", broken)?;
+    env.ok(&["add", "flow", v1.to_str().context("path")?])?;
+    std::fs::write(env.dir.path().join("fixed"), "")?;
+    let agent = failing_agent(&env, "none")?;
+    let run = env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
+    ensure!(run.code != 0, "develop fails on bad-mode: {run:?}");
+    let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
+    let fixed = FLOW.replace("{plan: $steps.plan.output}", "{plan: $steps.plan.output, mode: good}");
+    let v2 = env.write("v2.yaml", fixed)?;
+    let new = env.json(&["add", "flow", v2.to_str().context("path")?])?["hash"]
+        .as_str()
+        .context("hash")?
+        .to_string();
+    let retried = env.run(&["retry", &id, "--latest", "--agent", &agent])?;
+    assert_eq!(retried.code, 0, "{retried:?}");
+    assert!(retried.stderr.contains(&format!("to {new} after step")), "{}", retried.stderr);
+    let record = env.json(&["thread", &id])?;
+    assert_eq!(record["status"], "completed", "{record}");
+    assert_eq!(record["upgrades"][0]["to"], new.as_str(), "{record}");
+    let calls = calls_log(&env);
+    assert_eq!(calls.iter().filter(|c| *c == "plan").count(), 1, "{calls:?}");
     Ok(())
 }
 

@@ -103,6 +103,7 @@ impl ThreadCommand {
                         "end": thread.end.as_ref().map(EndView::from),
                         "usage": thread.usage(),
                         "upgrades": thread.upgrades,
+                        "retries": thread.retries,
                         "children": children,
                     }))?;
                     return Ok(0);
@@ -133,6 +134,13 @@ impl ThreadCommand {
                         upgrade.from,
                         upgrade.to,
                         upgrade.at_step
+                    )?;
+                }
+                for retry in &thread.retries {
+                    let reason = terminal::line(&retry.retry.reason);
+                    outln!(
+                        "retried after step {} (it had failed: {reason})",
+                        retry.retry.from_step
                     )?;
                 }
                 if let Some(parent) = &start.parent {

@@ -265,7 +265,9 @@ pub fn fork(
             group.last()
         )));
     }
-    let calls = store.threads().journal(start.hash, original.id())?.calls_before(keep);
+    let mut journal = store.threads().journal(start.hash, original.id())?;
+    journal.forget_retried(&original.retries);
+    let calls = journal.calls_before(keep);
     create_with(
         store,
         NewThread {

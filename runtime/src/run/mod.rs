@@ -16,6 +16,7 @@ pub mod ipc;
 pub mod lifecycle;
 pub mod query;
 pub mod replay;
+pub mod retry;
 pub mod runner;
 pub mod upgrade;
 pub mod watch;

@@ -108,6 +108,10 @@ pub async fn replay(
         generator.persisted(recorded);
         count = end;
     }
+    // An ended thread began no step after its last (a retry makes its failed step again).
+    if record.end.is_some() {
+        return Ok(Verdict::Compatible { steps: count });
+    }
     // The step after the last: what the thread began of it must be asked the same way.
     match generator.next(bundle, count, max_rounds, Instant::now()).await {
         Err(Stop::Diverged(d)) if !d.missing => Ok(Divergence::at(count + 1, differs(&d))),
@@ -225,6 +229,17 @@ pub async fn replay_thread(
     id: crate::ids::ThreadId,
 ) -> Result<Verdict> {
     let record = store.threads().read(id)?;
-    let calls = store.threads().journal(record.start.hash, id)?.calls_before(usize::MAX);
+    let calls = recorded_calls(store, &record)?;
     replay(runtime, limits, bundle, &record, calls).await
+}
+
+/// The calls thread `record` made that its journal answers with: all it holds but those a
+/// retry undid.
+pub fn recorded_calls(
+    store: &crate::store::Storage,
+    record: &ThreadRecord,
+) -> Result<Vec<CallRecord>> {
+    let mut journal = store.threads().journal(record.start.hash, record.id())?;
+    journal.forget_retried(&record.retries);
+    Ok(journal.calls_before(usize::MAX))
 }

@@ -175,7 +175,8 @@ async fn run_steps(
             ),
         );
     }
-    let journal = ctx.store.threads().journal(record.start.hash, id)?;
+    let mut journal = ctx.store.threads().journal(record.start.hash, id)?;
+    journal.forget_retried(&record.retries);
     ctx.control.set_steps(record.steps.len());
 
     let view = ThreadView {

@@ -89,9 +89,17 @@ pub async fn upgrade(
         }
         Err(e) => return Err(e),
     };
-    let calls = store.threads().journal(record.start.hash, id)?.calls_before(usize::MAX);
+    let mut calls = replay::recorded_calls(store, &record)?;
     let at_step = record.steps.len();
-    match replay::replay(runtime, limits, &bundle, &record, calls).await? {
+    // A failed thread moves for a retry: the new version must do what it did before it
+    // failed; the failed step is run again, as the new version asks it.
+    let mut judged = record.clone();
+    if record.status_at_rest() == ThreadStatus::Failed {
+        let point = super::retry::failure_point(&record);
+        judged.steps.truncate(point);
+        calls.retain(|c| c.step < point);
+    }
+    match replay::replay(runtime, limits, &bundle, &judged, calls).await? {
         Verdict::Diverges(divergence) => Ok(Outcome::Refused { from, to, divergence }),
         Verdict::Compatible { .. } if dry_run => {
             Ok(Outcome::Upgraded { from, to, at_step, dry_run })

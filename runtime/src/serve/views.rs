@@ -167,6 +167,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         "expected": expected,
         "usage": record.usage(),
         "upgrades": record.upgrades,
+        "retries": record.retries,
         "children": children,
         "log": log,
         "now": now_ms(),

@@ -160,6 +160,12 @@ impl Journal {
         Journal { log: None, recorded, step: 0, seq: 0, replaying: true }
     }
 
+    /// Forgets the calls each of `retries` undid: those of its step and after, journaled
+    /// before it (a failed step's calls are made again, not answered with their failure).
+    pub fn forget_retried(&mut self, retries: &[crate::store::records::RetryRecord]) {
+        self.recorded.retain(|_, call| !retried(call, retries));
+    }
+
     /// Whether this journal only replays.
     pub fn is_replaying(&self) -> bool {
         self.replaying
@@ -296,6 +302,11 @@ impl Journal {
 pub fn digest(request: &impl Serialize) -> String {
     let bytes = serde_json::to_vec(request).expect("requests serialize");
     Digest::of(&bytes).to_string()
+}
+
+/// Whether one of `retries` undid `call` (see [`Journal::forget_retried`]).
+pub fn retried(call: &CallRecord, retries: &[crate::store::records::RetryRecord]) -> bool {
+    retries.iter().any(|r| call.step >= r.retry.from_step && call.timestamp < r.timestamp)
 }
 
 #[cfg(test)]

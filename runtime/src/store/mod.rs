@@ -26,6 +26,7 @@ pub mod registry;
 pub mod request_keys;
 pub mod schedules;
 pub mod spending;
+pub mod steps;
 pub mod thread_files;
 pub mod thread_index;
 pub mod tokens;
@@ -163,6 +164,8 @@ pub trait ThreadWriter: Send + fmt::Debug {
     fn append_end(&mut self, end: &EndRecord) -> Result<()>;
     /// Appends a move to another version of the workflow.
     fn append_upgrade(&mut self, upgrade: &upgrades::UpgradeRecord) -> Result<()>;
+    /// Appends a retry of the failed thread (in one record, with the steps it carries).
+    fn append_retry(&mut self, retry: &upgrades::RetryRecord) -> Result<()>;
 }
 
 /// Where everything is kept: threads, registry and bundles (in the home directory or a

@@ -4,7 +4,8 @@
 
 pub use super::pauses::{PauseReason, PauseRecord, Paused, PendingCall};
 pub use super::spending::{Budget, Usage};
-pub use super::upgrades::{Upgrade, UpgradeRecord};
+pub use super::steps::{StepGroup, StepRecord};
+pub use super::upgrades::{Retry, RetryRecord, Upgrade, UpgradeRecord};
 use crate::agent_spec::AgentSpec;
 use crate::ids::{BundleHash, ThreadId};
 use crate::limits::LimitOverrides;
@@ -96,49 +97,6 @@ pub struct ForkedFrom {
     pub thread_id: ThreadId,
     /// Number of steps taken over from the original.
     pub step: usize,
-}
-
-/// One role output.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StepRecord {
-    pub role: String,
-    pub content: String,
-    pub meta: serde_json::Value,
-    pub timestamp: u64,
-    /// Set on each step of a parallel group: the steps that ran together.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<StepGroup>,
-    /// The agent binding that answered for the role (absent when no agent was asked, and in
-    /// records written before it was kept). The host's, like the timestamp: every store and
-    /// every view shows the same.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
-    /// How long the step took: the whole generator step, or for a step of a parallel group
-    /// its own agent call.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub duration_ms: Option<u64>,
-    /// The tokens (and, where a price is configured, the money) the step's agent calls cost,
-    /// as their services reported them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
-}
-
-/// The parallel group a step belongs to: steps `first ..= first + size - 1` (1-based) ran
-/// together, and were persisted together. A thread holds a group whole or not at all: one
-/// cut short by a crash is dropped when the thread is read, and its calls are answered
-/// again from the journal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepGroup {
-    pub first: usize,
-    pub size: usize,
-}
-
-impl StepGroup {
-    /// The last step of the group (1-based).
-    pub fn last(self) -> usize {
-        self.first + self.size - 1
-    }
 }
 
 /// The last line of a finished thread.
@@ -250,6 +208,9 @@ pub struct ThreadRecord {
     /// Its moves to other versions of its workflow, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upgrades: Vec<Upgrade>,
+    /// Its retries after failing, oldest first (each with when it was made).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<RetryRecord>,
     /// Whether a process held the thread's run lock when it was read.
     #[serde(skip)]
     pub running: bool,
@@ -320,6 +281,7 @@ impl ThreadRecord {
             step_lines: (2..steps.len() + 2).collect(),
             raised_budget: None,
             upgrades: Vec::new(),
+            retries: Vec::new(),
             running: true,
             queued: false,
         }
@@ -491,6 +453,7 @@ pub struct ThreadLines {
     /// The budget the last pause marker that raised one set.
     raised_budget: Option<Budget>,
     upgrades: Vec<Upgrade>,
+    retries: Vec<RetryRecord>,
     skipped_lines: Vec<usize>,
 }
 
@@ -514,6 +477,8 @@ impl ThreadLines {
             serde_json::from_value(value).map(|e| self.end = Some(e))
         } else if value.get("upgrade").is_some() {
             serde_json::from_value::<UpgradeRecord>(value).map(|u| self.upgrades.push(u.upgrade))
+        } else if value.get("retry").is_some() {
+            serde_json::from_value::<RetryRecord>(value).map(|r| self.retried(number, r))
         } else if value.get("paused").is_some() {
             serde_json::from_value::<PauseRecord>(value).map(|p| {
                 if let Some(budget) = &p.paused.budget {
@@ -531,6 +496,19 @@ impl ThreadLines {
         if parsed.is_err() {
             self.skipped_lines.push(number);
         }
+    }
+
+    /// A retry: the thread's end is undone, the steps it carries are the thread's, and it is
+    /// at rest, paused, for `resume` to continue.
+    fn retried(&mut self, number: usize, record: RetryRecord) {
+        self.end = None;
+        for step in &record.retry.steps {
+            self.steps.push(step.clone());
+            self.step_lines.push(number);
+        }
+        let paused = Paused::by(PauseReason::Pause);
+        self.paused = Some(PauseRecord { paused, timestamp: record.timestamp });
+        self.retries.push(record);
     }
 
     /// The thread as these lines make it (held by a process if `held`, waiting in a queue if
@@ -570,6 +548,7 @@ impl ThreadLines {
             step_lines: self.step_lines,
             raised_budget: self.raised_budget,
             upgrades: self.upgrades,
+            retries: self.retries,
             running,
             queued: false,
         };

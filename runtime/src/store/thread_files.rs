@@ -287,6 +287,10 @@ impl ThreadWriter for FileWriter {
     fn append_upgrade(&mut self, upgrade: &crate::store::upgrades::UpgradeRecord) -> Result<()> {
         self.append(upgrade)
     }
+
+    fn append_retry(&mut self, retry: &crate::store::upgrades::RetryRecord) -> Result<()> {
+        self.append(retry)
+    }
 }
 
 /// A thread's call journal file: kept open from one record to the next while the thread runs,

@@ -1,6 +1,6 @@
-//! A thread's moves to other versions of its workflow: each recorded as a line of its own,
-//! kept wherever it falls among the steps. The thread runs the version of its last move (or
-//! the one it started on); its records stay where they were first stored.
+//! A thread's moves to other versions of its workflow, and its retries: each recorded as a line
+//! of its own, kept wherever it falls among the steps. The thread runs the version of its last
+//! move (or the one it started on); its records stay where they were first stored.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,4 +21,28 @@ pub struct Upgrade {
     pub to: BundleHash,
     /// How many steps the thread had when it moved.
     pub at_step: usize,
+}
+
+/// A line of a thread: a failed thread reopened to continue from the step that failed. It
+/// clears the thread's end, and the calls of that step on (journaled before it) are forgotten:
+/// they are made again. A DAG's retry carries the records that set its failed step, and those
+/// skipped because of it, to run again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetryRecord {
+    pub retry: Retry,
+    pub timestamp: u64,
+}
+
+/// A retry of a failed thread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Retry {
+    /// How many steps the thread had when it was retried: calls of this step and after that
+    /// were journaled before the retry are forgotten.
+    pub from_step: usize,
+    /// Why it failed (its end's summary).
+    pub reason: String,
+    /// Steps recorded with the retry (a DAG's `$user` records that set steps to run again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<super::steps::StepRecord>,
 }

@@ -330,6 +330,15 @@ impl ThreadWriter for PgWriter {
         self.record.upgrades.push(upgrade.upgrade.clone());
         self.append(vec![json_line(upgrade)])
     }
+
+    fn append_retry(&mut self, retry: &crate::store::upgrades::RetryRecord) -> Result<()> {
+        self.record.end = None;
+        self.record.steps.extend(retry.retry.steps.iter().cloned());
+        self.record.paused = Some(Paused::by(crate::store::records::PauseReason::Pause));
+        self.record.paused_at = Some(retry.timestamp);
+        self.record.retries.push(retry.clone());
+        self.append(vec![json_line(retry)])
+    }
 }
 
 impl Drop for PgWriter {
