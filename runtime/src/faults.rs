@@ -6,7 +6,9 @@
 //! `thread-removing` (a removed thread's data file is renamed away, its journal not deleted),
 //! `child-started` (a child workflow's thread exists, its parent's wait not recorded),
 //! `thread-rested` (a thread ended or began to wait; a child's result not yet passed on),
-//! `child-delivered` (a child's result is journaled in its parent, which is not handed over).
+//! `child-delivered` (a child's result is journaled in its parent, which is not handed over),
+//! `upgrade-judged` / `upgrade-recorded` (before and after a thread's move to a version is
+//! appended), `retry-reopening` / `retry-reopened` (before and after a retry is appended).
 //! Unset, it costs one atomic load per point.
 
 use std::sync::OnceLock;

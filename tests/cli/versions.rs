@@ -337,3 +337,62 @@ fn thread_diff_shows_what_a_fork_changed() -> Result<()> {
     assert_eq!(compared["steps"][2]["kind"], "onlyInA", "{compared}");
     Ok(())
 }
+
+/// The process is killed (`abort`, as `kill -9`) around the one record an upgrade or a retry
+/// appends: the thread is always on its old version untouched or on the new one whole (and
+/// a retry reopened or not), never a mix, and `resume` or a second try completes it.
+#[test]
+fn a_crash_in_an_upgrade_or_a_retry_leaves_the_old_or_the_new_whole() -> Result<()> {
+    for point in ["upgrade-judged", "upgrade-recorded"] {
+        let env = Env::new()?;
+        let (_, stopped) = recorded(&env)?;
+        let old = env.json(&["show", "flow"])?["hash"].as_str().context("hash")?.to_string();
+        let v2 = env.write("v2.yaml", FLOW.replace("Review it.", "Review it closely."))?;
+        env.ok(&["add", "flow", v2.to_str().context("path")?])?;
+        let crashed = env.run_with(
+            &["upgrade", &stopped],
+            &[("UNCAGED_WORKFLOW_CRASH_AT", &format!("{point}:1"))],
+        )?;
+        ensure!(crashed.code != 0, "{point}: {crashed:?}");
+        let record = env.json(&["thread", &stopped])?;
+        let upgrades = record["upgrades"].as_array().map_or(0, Vec::len);
+        match point {
+            "upgrade-judged" => ensure!(upgrades == 0, "{point}: {record}"),
+            _ => ensure!(upgrades == 1, "{point}: {record}"),
+        }
+        ensure!(record["steps"].as_array().map(Vec::len) == Some(1), "{point}: {record}");
+        // Tried again, it moves (or says it is there already), and the thread completes.
+        let again = env.ok(&["upgrade", &stopped])?;
+        ensure!(again.contains("upgraded from") || again.contains("runs"), "{point}: {again}");
+        let resumed = env.run(&["resume", &stopped])?;
+        ensure!(resumed.code == 0, "{point}: {resumed:?}");
+        let record = env.json(&["thread", &stopped])?;
+        ensure!(record["upgrades"][0]["from"] == old.as_str(), "{point}: {record}");
+    }
+    for point in ["retry-reopening", "retry-reopened"] {
+        let env = Env::new()?;
+        let file = env.write("flow.yaml", FLOW)?;
+        env.ok(&["add", "flow", file.to_str().context("path")?])?;
+        let agent = failing_agent(&env, "develop")?;
+        env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
+        let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
+        std::fs::write(env.dir.path().join("fixed"), "")?;
+        let crashed = env.run_with(
+            &["retry", &id, "--agent", &agent],
+            &[("UNCAGED_WORKFLOW_CRASH_AT", &format!("{point}:1"))],
+        )?;
+        ensure!(crashed.code != 0, "{point}: {crashed:?}");
+        let status = crate::status(&env, &id)?;
+        let next = match (point, status.as_str()) {
+            ("retry-reopening", "failed") => "retry",
+            ("retry-reopened", "paused") => "resume",
+            _ => anyhow::bail!("{point}: the thread is {status}"),
+        };
+        let done = env.run(&[next, &id, "--agent", &agent])?;
+        ensure!(done.code == 0, "{point}: {done:?}");
+        ensure!(crate::status(&env, &id)? == "completed", "{point}");
+        let calls = calls_log(&env);
+        ensure!(calls.iter().filter(|c| *c == "plan").count() == 1, "{point}: {calls:?}");
+    }
+    Ok(())
+}

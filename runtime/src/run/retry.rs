@@ -34,7 +34,9 @@ pub fn reopen(store: &Storage, id: ThreadId) -> Result<Retry> {
         None => Vec::new(),
     };
     let retry = Retry { from_step: record.steps.len(), reason, steps };
+    crate::faults::crash_point("retry-reopening");
     writer.append_retry(&RetryRecord { retry: retry.clone(), timestamp: now_ms() })?;
+    crate::faults::crash_point("retry-reopened");
     Ok(retry)
 }
 

@@ -106,7 +106,9 @@ pub async fn upgrade(
         }
         Verdict::Compatible { .. } => {
             let upgrade = Upgrade { from, to, at_step };
+            crate::faults::crash_point("upgrade-judged");
             writer.append_upgrade(&UpgradeRecord { upgrade, timestamp: now_ms() })?;
+            crate::faults::crash_point("upgrade-recorded");
             Ok(Outcome::Upgraded { from, to, at_step, dry_run })
         }
     }
