@@ -6,7 +6,8 @@ use anyhow::{Context, Result, ensure};
 use crate::{Env, artifacts, pg, wait_until};
 
 /// The rows this module triggers, one test each below.
-const TESTED: &[&str] = &["0", "1-63", "64", "65", "66", "69", "70", "74", "75", "77", "78", "130"];
+const TESTED: &[&str] =
+    &["0", "1-63", "64", "65", "66", "69", "70", "74", "75", "77", "78", "79", "130"];
 
 #[test]
 fn every_row_of_the_table_has_its_test_and_help_lists_it() -> Result<()> {
@@ -158,5 +159,20 @@ fn exit_130_interrupted() -> Result<()> {
     let out = child.wait_with_output()?;
     std::fs::write(&gate, "")?;
     assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    Ok(())
+}
+
+#[test]
+fn exit_79_a_recorded_thread_diverges_from_a_new_version() -> Result<()> {
+    let env = Env::new()?;
+    let flow =
+        "description: One step\nsteps:\n  - id: a\n    description: A.\n    inputs: {x: 1}\n";
+    let file = env.write("flow.yaml", flow)?;
+    env.ok(&["add", "flow", file.to_str().context("path")?])?;
+    env.ok(&["run", "flow", "-p", "p"])?;
+    let changed = env.write("changed.yaml", flow.replace("{x: 1}", "{x: 2}"))?;
+    let run = env.run(&["replay", changed.to_str().context("path")?, "--workflow", "flow"])?;
+    assert_eq!(run.code, 79, "{run:?}");
+    ensure!(run.stdout.contains("diverges at step 1"), "{}", run.stdout);
     Ok(())
 }
