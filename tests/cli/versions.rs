@@ -241,6 +241,39 @@ fn retry_runs_again_only_what_failed() -> Result<()> {
     Ok(())
 }
 
+/// Under `skip_dependents`, a retry runs the failed step and the one skipped because of it —
+/// and not the independent step that succeeded meanwhile.
+#[test]
+fn retry_of_a_dag_runs_the_failed_and_skipped_steps_and_nothing_else() -> Result<()> {
+    let env = Env::new()?;
+    let flow = format!(
+        "{}  - id: lint\n    description: Lint it.\n    depends_on: [plan]\n    inputs: {{}}\nfailure_policy: {{on_step_failure: skip_dependents, max_retries: 0, retry_delay_ms: 10}}\n",
+        FLOW
+    );
+    let file = env.write("flow.yaml", flow)?;
+    env.ok(&["add", "flow", file.to_str().context("path")?])?;
+    let agent = failing_agent(&env, "develop")?;
+    let run = env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
+    ensure!(run.code != 0, "{run:?}");
+    let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
+    let before: Vec<String> = calls_log(&env);
+    ensure!(before.contains(&"lint".to_string()) && !before.contains(&"review".to_string()), "{before:?}");
+    std::fs::write(env.dir.path().join("fixed"), "")?;
+    let retried = env.run(&["retry", &id, "--agent", &agent])?;
+    assert_eq!(retried.code, 0, "{retried:?}");
+    let after = calls_log(&env)[before.len()..].to_vec();
+    assert_eq!(after, ["develop", "review"], "only the failed step and the one it skipped");
+    let record = env.json(&["thread", &id])?;
+    let retried: Vec<&Value> = record["steps"]
+        .as_array()
+        .context("steps")?
+        .iter()
+        .filter(|s| s["role"] == "$user")
+        .collect();
+    assert_eq!(retried.len(), 2, "{record}");
+    Ok(())
+}
+
 /// The cycle a fix takes: the failed step's version is fixed and added, and `retry --latest`
 /// moves the thread to it and runs the failed step the new way; what succeeded is not asked
 /// again.
