@@ -274,6 +274,34 @@ fn retry_of_a_dag_runs_the_failed_and_skipped_steps_and_nothing_else() -> Result
     Ok(())
 }
 
+/// `retry --from-step N` continues after the first N steps: the ones after are history.
+#[test]
+fn retry_from_an_earlier_step_keeps_only_the_steps_before_it() -> Result<()> {
+    let env = Env::new()?;
+    let file = env.write("flow.yaml", FLOW)?;
+    env.ok(&["add", "flow", file.to_str().context("path")?])?;
+    let agent = failing_agent(&env, "develop")?;
+    env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
+    let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
+    std::fs::write(env.dir.path().join("fixed"), "")?;
+    let e = env.run(&["retry", &id, "--from-step", "9"])?;
+    ensure!(e.code == 64, "a step the thread does not have: {e:?}");
+    let retried = env.run(&["retry", &id, "--from-step", "1", "--agent", &agent])?;
+    assert_eq!(retried.code, 0, "{retried:?}");
+    let record = env.json(&["thread", &id])?;
+    let roles: Vec<&str> = record["steps"]
+        .as_array()
+        .context("steps")?
+        .iter()
+        .map(|s| s["role"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(roles, ["plan", "develop", "review"], "{record}");
+    assert_eq!(record["retries"][0]["retry"]["fromStep"], 1, "{record}");
+    let calls = calls_log(&env);
+    assert_eq!(calls.iter().filter(|c| *c == "plan").count(), 1, "{calls:?}");
+    Ok(())
+}
+
 /// The cycle a fix takes: the failed step's version is fixed and added, and `retry --latest`
 /// moves the thread to it and runs the failed step the new way; what succeeded is not asked
 /// again.

@@ -19,7 +19,8 @@ Examples:
 
 /// Continue a failed thread from the step that failed, in place: the steps that succeeded
 /// stay, with their journaled calls; the failed step's calls are made again. In a DAG, the
-/// failed steps and those skipped because of them run again, and nothing else.
+/// failed steps and those skipped because of them run again, and nothing else. With
+/// --from-step N it continues after its first N steps.
 ///
 /// With --to or --latest it first moves the thread to that version, as `upgrade` does (refused
 /// if the version diverges from what the thread did): fix the bundle, `add` it, `retry
@@ -36,6 +37,10 @@ pub struct RetryCommand {
     /// Move it to its workflow's current version first
     #[arg(long)]
     pub latest: bool,
+    /// Continue after its first N steps instead (those after stay in its history, not in the
+    /// thread; their calls are made again)
+    #[arg(long, value_name = "N")]
+    pub from_step: Option<usize>,
     #[command(flatten)]
     pub agents: AgentArgs,
     #[command(flatten)]
@@ -71,7 +76,7 @@ impl RetryCommand {
                 _ => {}
             }
         }
-        let retried = retry::reopen(&store, id)?;
+        let retried = retry::reopen(&store, id, self.from_step)?;
         if !how.json && !how.quiet {
             eprintln!(
                 "thread {id}: retried after step {} ({})",

@@ -14,8 +14,9 @@ use crate::ids::ThreadId;
 use crate::store::Storage;
 use crate::store::records::{Retry, RetryRecord, StepRecord, ThreadRecord, ThreadStatus};
 
-/// Reopens failed thread `id` to continue from the step that failed; what was retried.
-pub fn reopen(store: &Storage, id: ThreadId) -> Result<Retry> {
+/// Reopens failed thread `id` to continue from the step that failed, or after its first
+/// `from_step` steps (the steps after them left as history); what was retried.
+pub fn reopen(store: &Storage, id: ThreadId, from_step: Option<usize>) -> Result<Retry> {
     let (mut writer, record) = store.threads().open(id)?;
     let status = record.status_at_rest();
     if status != ThreadStatus::Failed {
@@ -28,12 +29,18 @@ pub fn reopen(store: &Storage, id: ThreadId) -> Result<Retry> {
         });
     }
     let reason = record.end.as_ref().map(|e| e.end.summary.clone()).unwrap_or_default();
+    let keep = match from_step {
+        None => record.steps.len(),
+        Some(n) => super::lifecycle::fork_point(&record, &super::lifecycle::ForkAt::Steps(n))?,
+    };
+    let mut kept = record.clone();
+    kept.steps.truncate(keep);
     let descriptor = store.bundles().descriptor(record.version())?;
     let steps = match descriptor.role(STATUS_ROLE) {
-        Some(_) => dag_retries(&record),
+        Some(_) => dag_retries(&kept),
         None => Vec::new(),
     };
-    let retry = Retry { from_step: record.steps.len(), reason, steps };
+    let retry = Retry { from_step: keep, reason, steps };
     crate::faults::crash_point("retry-reopening");
     writer.append_retry(&RetryRecord { retry: retry.clone(), timestamp: now_ms() })?;
     crate::faults::crash_point("retry-reopened");

@@ -502,6 +502,9 @@ impl ThreadLines {
     /// at rest, paused, for `resume` to continue.
     fn retried(&mut self, number: usize, record: RetryRecord) {
         self.end = None;
+        // From an earlier step: the steps after it are history, not the thread's.
+        self.steps.truncate(record.retry.from_step);
+        self.step_lines.truncate(record.retry.from_step);
         for step in &record.retry.steps {
             self.steps.push(step.clone());
             self.step_lines.push(number);

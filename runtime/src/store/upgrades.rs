@@ -37,8 +37,9 @@ pub struct RetryRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Retry {
-    /// How many steps the thread had when it was retried: calls of this step and after that
-    /// were journaled before the retry are forgotten.
+    /// The steps the thread keeps (all it had, or fewer with `retry --from-step`): those after
+    /// are history, and the calls of this step and after, journaled before the retry, are
+    /// forgotten.
     pub from_step: usize,
     /// Why it failed (its end's summary).
     pub reason: String,

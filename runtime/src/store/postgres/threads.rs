@@ -333,6 +333,7 @@ impl ThreadWriter for PgWriter {
 
     fn append_retry(&mut self, retry: &crate::store::upgrades::RetryRecord) -> Result<()> {
         self.record.end = None;
+        self.record.steps.truncate(retry.retry.from_step);
         self.record.steps.extend(retry.retry.steps.iter().cloned());
         self.record.paused = Some(Paused::by(crate::store::records::PauseReason::Pause));
         self.record.paused_at = Some(retry.timestamp);
