@@ -154,6 +154,31 @@ fn upgrade_moves_what_the_new_version_replays_and_refuses_the_rest() -> Result<(
         .context("hash")?
         .to_string();
     let before = env.json(&["thread", &stopped])?;
+    // Accepted, each in a dry run: a changed description, and a fix in the routing after the
+    // last step the thread recorded.
+    let late = FLOW
+        .replace("inputs: {change: $steps.develop.output}", "inputs: {change: $steps.develop.output, plan: $steps.plan.output}")
+        .replace("depends_on: [develop]", "depends_on: [develop, plan]");
+    for (name, text) in [("desc.yaml", FLOW.replace("Plan, develop, review", "Plan and ship")), ("late.yaml", late)] {
+        let file = env.write(name, text)?;
+        env.ok(&["add", "flow", file.to_str().context("path")?])?;
+        let dry = env.ok(&["upgrade", &stopped, "--dry-run"])?;
+        assert!(dry.contains("would upgrade"), "{name}: {dry}");
+    }
+    // And a new step before the last one it recorded: refused.
+    let inserted = FLOW.replace(
+        "  - id: develop\n",
+        "  - id: test\n    description: Test it.\n    inputs: {}\n  - id: develop\n",
+    );
+    let file = env.write("inserted.yaml", inserted)?;
+    env.ok(&["add", "flow", file.to_str().context("path")?])?;
+    let refused = env.run(&["upgrade", &stopped])?;
+    ensure!(refused.code == 79 && refused.stdout.contains("diverges at step 1"), "{refused:?}");
+    assert_eq!(env.json(&["thread", &stopped])?, before);
+    let new = env.json(&["add", "flow", v2.to_str().context("path")?])?["hash"]
+        .as_str()
+        .context("hash")?
+        .to_string();
     let dry = env.ok(&["upgrade", &stopped, "--dry-run"])?;
     assert_eq!(dry.trim(), format!("{stopped}  would upgrade from {old} to {new} after step 1"));
     assert_eq!(env.json(&["thread", &stopped])?, before, "a dry run changes nothing");
@@ -271,6 +296,9 @@ fn retry_of_a_dag_runs_the_failed_and_skipped_steps_and_nothing_else() -> Result
         .filter(|s| s["role"] == "$user")
         .collect();
     assert_eq!(retried.len(), 2, "{record}");
+    // Replayed, the retry's records are met as a resumed thread meets them: it replays whole.
+    let run = env.run(&["replay", file.to_str().context("path")?, "--workflow", "flow"])?;
+    ensure!(run.code == 0 && run.stdout.contains(&format!("{id}  compatible")), "{run:?}");
     Ok(())
 }
 

@@ -70,31 +70,28 @@ pub async fn replay(
     record: &ThreadRecord,
     calls: Vec<CallRecord>,
 ) -> Result<Verdict> {
-    let id = record.id();
-    // No agent is asked: the journal answers every call, or the replay stops there.
-    let agents = AgentSet::resolve(&Config::default(), &AgentFlags::default(), &bundle.descriptor)?;
-    let view = ThreadView {
-        prompt: record.start.parameters.prompt.clone(),
-        steps: Arc::new(Vec::new()),
-        system_prompts: bundle.system_prompts.clone(),
-        role_schemas: bundle.role_schemas.clone(),
-        step_settings: bundle.step_settings.clone(),
-        started: record.start.timestamp,
-        ..ThreadView::default()
-    };
-    let journal = Journal::replaying(calls);
-    let control = Arc::new(ThreadControl::default());
-    let host = HostContext::new(id, agents, InfoLog::tracing(), journal, control, view);
-    let mut from_start = record.clone();
-    from_start.steps.clear();
-    let mut generator = match Generator::start(runtime, limits, bundle, host, id, &from_start).await
-    {
+    let mut generator = match start_at(runtime, limits, bundle, record, &calls, 0).await {
         Ok(generator) => generator,
         Err(stop) => return stopped(0, stop, record),
     };
     let max_rounds = record.start.parameters.options.max_rounds;
     let mut count = 0;
     while count < record.steps.len() {
+        // Steps a retry recorded (a DAG's "run it again") were not the bundle's: it met them
+        // as a resumed thread does, started again with them in its history.
+        if let Some(carried) = record
+            .retries
+            .iter()
+            .find(|r| r.retry.from_step == count && !r.retry.steps.is_empty())
+            .map(|r| r.retry.steps.len())
+        {
+            count = (count + carried).min(record.steps.len());
+            generator = match start_at(runtime, limits, bundle, record, &calls, count).await {
+                Ok(generator) => generator,
+                Err(stop) => return stopped(count, stop, record),
+            };
+            continue;
+        }
         let steps = match generator.next(bundle, count, max_rounds, Instant::now()).await {
             Ok(steps) => steps,
             Err(stop) => return stopped(count, stop, record),
@@ -135,6 +132,37 @@ pub async fn replay(
         Err(Stop::Store(e)) => Err(e),
         _ => Ok(Verdict::Compatible { steps: count }),
     }
+}
+
+/// The bundle started for thread `record` as a thread resumed after its first `count` steps
+/// is, its calls answered from `calls` only.
+async fn start_at(
+    runtime: &Runtime,
+    limits: &Limits,
+    bundle: &LoadedBundle,
+    record: &ThreadRecord,
+    calls: &[CallRecord],
+    count: usize,
+) -> std::result::Result<Generator, Stop> {
+    let id = record.id();
+    // No agent is asked: the journal answers every call, or the replay stops there.
+    let agents = AgentSet::resolve(&Config::default(), &AgentFlags::default(), &bundle.descriptor)
+        .map_err(Stop::Store)?;
+    let mut so_far = record.clone();
+    so_far.steps.truncate(count);
+    let view = ThreadView {
+        prompt: record.start.parameters.prompt.clone(),
+        steps: Arc::new(so_far.steps.clone()),
+        system_prompts: bundle.system_prompts.clone(),
+        role_schemas: bundle.role_schemas.clone(),
+        step_settings: bundle.step_settings.clone(),
+        started: record.start.timestamp,
+        ..ThreadView::default()
+    };
+    let journal = Journal::replaying(calls.to_vec());
+    let control = Arc::new(ThreadControl::default());
+    let host = HostContext::new(id, agents, InfoLog::tracing(), journal, control, view);
+    Generator::start(runtime, limits, bundle, host, id, &so_far).await
 }
 
 /// Why the bundle yielded no step `count + 1` where the thread has one.
