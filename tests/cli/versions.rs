@@ -149,10 +149,6 @@ fn upgrade_moves_what_the_new_version_replays_and_refuses_the_rest() -> Result<(
     let (ids, stopped) = recorded(&env)?;
     let old = env.json(&["show", "flow"])?["hash"].as_str().context("hash")?.to_string();
     let v2 = env.write("v2.yaml", FLOW.replace("Review it.", "Review it closely."))?;
-    let new = env.json(&["add", "flow", v2.to_str().context("path")?])?["hash"]
-        .as_str()
-        .context("hash")?
-        .to_string();
     let before = env.json(&["thread", &stopped])?;
     // Accepted, each in a dry run: a changed description, and a fix in the routing after the
     // last step the thread recorded.
