@@ -481,3 +481,38 @@ fn a_crash_in_an_upgrade_or_a_retry_leaves_the_old_or_the_new_whole() -> Result<
     }
     Ok(())
 }
+
+/// A running thread is paused first, after its current step, then moved. (Its worker's log is
+/// a home directory's: a file-store test.)
+#[test]
+fn upgrade_pauses_a_running_thread_first() -> Result<()> {
+    let env = Env::new()?;
+    let file = env.write("flow.yaml", FLOW)?;
+    env.ok(&["add", "flow", file.to_str().context("path")?])?;
+    let gate = env.dir.path().join("gate");
+    std::fs::write(&gate, "")?;
+    let agent = env.write_script(
+        "gate.sh",
+        format!("#!/bin/sh\nwhile [ -f {} ]; do sleep 0.02; done\necho '{{}}'\n", gate.display()),
+    )?;
+    let agent = format!("command:{}", agent.display());
+    let id = env.ok(&["run", "flow", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
+    crate::wait_until("it runs", || Ok(crate::status(&env, &id)? == "running"))?;
+    let v2 = env.write("v2.yaml", FLOW.replace("Review it.", "Review it closely."))?;
+    env.ok(&["add", "flow", v2.to_str().context("path")?])?;
+    let upgrading =
+        env.command().args(["upgrade", &id]).stdout(std::process::Stdio::piped()).spawn()?;
+    // The worker says it took the request (its log), and only then lets the step finish.
+    let hash = env.json(&["thread", &id])?["start"]["hash"].as_str().context("hash")?.to_string();
+    let log = env.home().join("run").join(format!("{hash}.log"));
+    crate::wait_until("the worker takes the pause request", || {
+        Ok(std::fs::read_to_string(&log)
+            .is_ok_and(|l| l.contains(&format!("thread {id}: pause requested"))))
+    })?;
+    std::fs::remove_file(&gate)?;
+    let out = upgrading.wait_with_output()?;
+    let text = String::from_utf8(out.stdout)?;
+    ensure!(out.status.success() && text.contains("upgraded from"), "{text}");
+    assert_eq!(crate::status(&env, &id)?, "paused");
+    Ok(())
+}

@@ -257,7 +257,12 @@ impl Worker {
             let mut running = self.running.lock();
             let Some(thread) = running.get_mut(&id) else { continue };
             match request {
-                ControlRequest::Pause => thread.control.request_pause(),
+                ControlRequest::Pause => {
+                    tracing::info!(
+                        "thread {id}: pause requested; it pauses after its current step"
+                    );
+                    thread.control.request_pause()
+                }
                 ControlRequest::Kill => {
                     if let Some(kill) = thread.kill.take() {
                         let _ = kill.send(());
