@@ -443,6 +443,21 @@ impl Env {
         wait_until("the thread is interrupted", || Ok(status(self, thread)? == "interrupted"))
     }
 
+    /// A command agent that answers `{}` once the file it waits on is gone; the file (created
+    /// here: remove it to let the agent answer) and the agent spec.
+    pub fn gate_agent(&self) -> Result<(PathBuf, String)> {
+        let gate = self.dir.path().join("gate");
+        std::fs::write(&gate, "")?;
+        let script = self.write_script(
+            "gate.sh",
+            format!(
+                "#!/bin/sh\nwhile [ -f {} ]; do sleep 0.02; done\necho '{{}}'\n",
+                gate.display()
+            ),
+        )?;
+        Ok((gate, format!("command:{}", script.display())))
+    }
+
     /// `kill -9` of the one worker running in this home.
     pub fn kill_the_worker(&self) -> Result<()> {
         let worker = self.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?;

@@ -306,13 +306,7 @@ fn pausing_a_workflow_pauses_its_triggers_and_its_running_threads() -> Result<()
         "description: Nightly\ntrigger:\n  type: cron\n  expression: \"0 3 * * *\"\nsteps:\n  - id: a\n    description: A\n  - id: b\n    description: B\n    depends_on: [a]\n",
     )?;
     env.ok(&["add", "nightly", flow.to_str().unwrap()])?;
-    let gate = env.dir.path().join("gate");
-    std::fs::write(&gate, "")?;
-    let agent = env.write_script(
-        "gate.sh",
-        format!("#!/bin/sh\nwhile [ -f {} ]; do sleep 0.02; done\necho '{{}}'\n", gate.display()),
-    )?;
-    let agent = format!("command:{}", agent.display());
+    let (gate, agent) = env.gate_agent()?;
     for _ in 0..2 {
         env.ok(&["run", "nightly", "-p", "x", "--agent", &agent, "--detach"])?;
     }

@@ -71,6 +71,27 @@ fn failing_agent(env: &Env, role: &str) -> Result<String> {
     Ok(format!("command:{}", script.display()))
 }
 
+/// A run of workflow `flow` (added from `text`) on an agent that fails for `role`.
+struct FailedRun {
+    /// The workflow file.
+    file: std::path::PathBuf,
+    /// The agent spec.
+    agent: String,
+    run: crate::Run,
+    /// The thread.
+    id: String,
+}
+
+/// Adds `text` as workflow `flow` and runs it once on [`failing_agent`] for `role`.
+fn failed_run(env: &Env, text: &str, role: &str) -> Result<FailedRun> {
+    let file = env.write("flow.yaml", text)?;
+    env.ok(&["add", "flow", file.to_str().context("path")?])?;
+    let agent = failing_agent(env, role)?;
+    let run = env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
+    let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
+    Ok(FailedRun { file, agent, run, id })
+}
+
 fn calls_log(env: &Env) -> Vec<String> {
     std::fs::read_to_string(env.dir.path().join("calls.log"))
         .unwrap_or_default()
@@ -222,12 +243,8 @@ fn upgrade_moves_what_the_new_version_replays_and_refuses_the_rest() -> Result<(
 #[test]
 fn retry_runs_again_only_what_failed() -> Result<()> {
     let env = Env::new()?;
-    let file = env.write("flow.yaml", FLOW)?;
-    env.ok(&["add", "flow", file.to_str().context("path")?])?;
-    let agent = failing_agent(&env, "develop")?;
-    let run = env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
+    let FailedRun { agent, run, id, .. } = failed_run(&env, FLOW, "develop")?;
     ensure!(run.code != 0, "develop fails: {run:?}");
-    let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
     assert_eq!(crate::status(&env, &id)?, "failed");
     std::fs::write(env.dir.path().join("fixed"), "")?;
     let retried = env.run(&["retry", &id, "--agent", &agent])?;
@@ -271,12 +288,8 @@ fn retry_of_a_dag_runs_the_failed_and_skipped_steps_and_nothing_else() -> Result
         "{}  - id: lint\n    description: Lint it.\n    depends_on: [plan]\n    inputs: {{}}\nfailure_policy: {{on_step_failure: skip_dependents, max_retries: 0, retry_delay_ms: 10}}\n",
         FLOW
     );
-    let file = env.write("flow.yaml", flow)?;
-    env.ok(&["add", "flow", file.to_str().context("path")?])?;
-    let agent = failing_agent(&env, "develop")?;
-    let run = env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
+    let FailedRun { file, agent, run, id } = failed_run(&env, &flow, "develop")?;
     ensure!(run.code != 0, "{run:?}");
-    let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
     let before: Vec<String> = calls_log(&env);
     ensure!(before.contains(&"lint".to_string()) && !before.contains(&"review".to_string()), "{before:?}");
     std::fs::write(env.dir.path().join("fixed"), "")?;
@@ -302,11 +315,7 @@ fn retry_of_a_dag_runs_the_failed_and_skipped_steps_and_nothing_else() -> Result
 #[test]
 fn retry_from_an_earlier_step_keeps_only_the_steps_before_it() -> Result<()> {
     let env = Env::new()?;
-    let file = env.write("flow.yaml", FLOW)?;
-    env.ok(&["add", "flow", file.to_str().context("path")?])?;
-    let agent = failing_agent(&env, "develop")?;
-    env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
-    let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
+    let FailedRun { agent, id, .. } = failed_run(&env, FLOW, "develop")?;
     std::fs::write(env.dir.path().join("fixed"), "")?;
     let e = env.run(&["retry", &id, "--from-step", "9"])?;
     ensure!(e.code == 64, "a step the thread does not have: {e:?}");
@@ -333,13 +342,9 @@ fn retry_from_an_earlier_step_keeps_only_the_steps_before_it() -> Result<()> {
 fn retry_latest_runs_the_failed_step_on_the_fixed_version() -> Result<()> {
     let env = Env::new()?;
     let broken = FLOW.replace("{plan: $steps.plan.output}", "{plan: $steps.plan.output, mode: bad-mode}");
-    let v1 = env.write("v1.yaml", broken)?;
-    env.ok(&["add", "flow", v1.to_str().context("path")?])?;
     std::fs::write(env.dir.path().join("fixed"), "")?;
-    let agent = failing_agent(&env, "none")?;
-    let run = env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
+    let FailedRun { agent, run, id, .. } = failed_run(&env, &broken, "none")?;
     ensure!(run.code != 0, "develop fails on bad-mode: {run:?}");
-    let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
     let fixed = FLOW.replace("{plan: $steps.plan.output}", "{plan: $steps.plan.output, mode: good}");
     let v2 = env.write("v2.yaml", fixed)?;
     let new = env.json(&["add", "flow", v2.to_str().context("path")?])?["hash"]
@@ -456,11 +461,7 @@ fn a_crash_in_an_upgrade_or_a_retry_leaves_the_old_or_the_new_whole() -> Result<
     }
     for point in ["retry-reopening", "retry-reopened"] {
         let env = Env::new()?;
-        let file = env.write("flow.yaml", FLOW)?;
-        env.ok(&["add", "flow", file.to_str().context("path")?])?;
-        let agent = failing_agent(&env, "develop")?;
-        env.run(&["run", "flow", "-p", "x", "--agent", &agent])?;
-        let id = env.json(&["threads", "flow"])?[0]["threadId"].as_str().context("id")?.to_string();
+        let FailedRun { agent, id, .. } = failed_run(&env, FLOW, "develop")?;
         std::fs::write(env.dir.path().join("fixed"), "")?;
         let crashed = env.run_with(
             &["retry", &id, "--agent", &agent],
@@ -489,13 +490,7 @@ fn upgrade_pauses_a_running_thread_first() -> Result<()> {
     let env = Env::new()?;
     let file = env.write("flow.yaml", FLOW)?;
     env.ok(&["add", "flow", file.to_str().context("path")?])?;
-    let gate = env.dir.path().join("gate");
-    std::fs::write(&gate, "")?;
-    let agent = env.write_script(
-        "gate.sh",
-        format!("#!/bin/sh\nwhile [ -f {} ]; do sleep 0.02; done\necho '{{}}'\n", gate.display()),
-    )?;
-    let agent = format!("command:{}", agent.display());
+    let (gate, agent) = env.gate_agent()?;
     let id = env.ok(&["run", "flow", "-p", "x", "--agent", &agent, "--detach"])?.trim().to_string();
     crate::wait_until("it runs", || Ok(crate::status(&env, &id)? == "running"))?;
     let v2 = env.write("v2.yaml", FLOW.replace("Review it.", "Review it closely."))?;

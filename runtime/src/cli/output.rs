@@ -293,6 +293,18 @@ pub fn usage_line(usage: &crate::store::records::Usage) -> String {
     line
 }
 
+/// The two steps a replay found different, under the line that says where (`replay`,
+/// `upgrade`), each escaped for the terminal.
+pub fn print_divergence(divergence: &crate::run::replay::Divergence) -> Result<()> {
+    if let Some(recorded) = &divergence.recorded {
+        outln!("    recorded: {}", terminal::line(recorded))?;
+    }
+    if let Some(replayed) = &divergence.replayed {
+        outln!("    replayed: {}", terminal::line(replayed))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

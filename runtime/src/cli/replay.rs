@@ -112,12 +112,7 @@ impl ReplayCommand {
                     }
                     Verdict::Diverges(d) => {
                         outln!("{id}  diverges at step {}: {}", d.step, terminal::line(&d.reason))?;
-                        if let Some(recorded) = &d.recorded {
-                            outln!("    recorded: {}", terminal::line(recorded))?;
-                        }
-                        if let Some(replayed) = &d.replayed {
-                            outln!("    replayed: {}", terminal::line(replayed))?;
-                        }
+                        super::output::print_divergence(d)?;
                     }
                 }
             }

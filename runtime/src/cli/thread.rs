@@ -91,7 +91,7 @@ impl ThreadCommand {
             None => {
                 let id = store.threads().resolve(self.id.as_deref().unwrap_or_default())?;
                 let thread = store.threads().read(id)?;
-                let children = crate::run::query::children_of(&store, id)?;
+                let children = crate::run::query::children_of(&store, &thread)?;
                 if self.json {
                     let children: Vec<_> = children
                         .iter()

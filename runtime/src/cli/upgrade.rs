@@ -121,12 +121,7 @@ impl UpgradeCommand {
                             divergence.step,
                             terminal::line(&divergence.reason)
                         )?;
-                        if let Some(recorded) = &divergence.recorded {
-                            outln!("    recorded: {}", terminal::line(recorded))?;
-                        }
-                        if let Some(replayed) = &divergence.replayed {
-                            outln!("    replayed: {}", terminal::line(replayed))?;
-                        }
+                        super::output::print_divergence(divergence)?;
                     }
                     Outcome::Skipped { reason } => {
                         outln!("{id}  skipped: {}", terminal::line(reason))?;

@@ -91,6 +91,8 @@ struct Tree<'a> {
     steps: &'a [uncaged_workflow_declarative::DagStep],
     roots: Vec<usize>,
     children: Vec<Vec<usize>>,
+    /// The step each is drawn under, if any.
+    parents: Vec<Option<usize>>,
 }
 
 impl<'a> Tree<'a> {
@@ -114,14 +116,16 @@ impl<'a> Tree<'a> {
         }
         let mut roots = Vec::new();
         let mut children = vec![Vec::new(); steps.len()];
+        let mut parents = Vec::with_capacity(steps.len());
         for (i, step) in steps.iter().enumerate() {
             let parent = step.depends_on.iter().filter_map(|d| index(d)).max_by_key(|j| depth[*j]);
             match parent {
                 Some(p) => children[p].push(i),
                 None => roots.push(i),
             }
+            parents.push(parent);
         }
-        Tree { steps, roots, children }
+        Tree { steps, roots, children, parents }
     }
 
     fn write(
@@ -140,7 +144,7 @@ impl<'a> Tree<'a> {
             .map(|r| short(&r.description))
             .unwrap_or_default();
         let mut notes = Vec::new();
-        let parent = self.children.iter().position(|c| c.contains(&at));
+        let parent = self.parents[at];
         let others: Vec<_> = step
             .depends_on
             .iter()

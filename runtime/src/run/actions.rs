@@ -178,7 +178,7 @@ pub async fn resume(
         return Ok(handed);
     }
     let mut resumed = 0;
-    for descendant in crate::run::query::live_descendants(store, id)? {
+    for descendant in crate::run::query::live_descendants(store, &record)? {
         let at_rest = store.threads().read(descendant)?;
         if matches!(at_rest.status(), ThreadStatus::Paused | ThreadStatus::Interrupted) {
             hand_over(store, descendant, at_rest.version(), flags, Hand::Detach).await?;

@@ -25,7 +25,7 @@ const CONTROL_WAIT: Duration = Duration::from_secs(30);
 /// is ended where it is. Its child workflows' threads that have not ended are killed after it
 /// (so none hands it a result), theirs too. Returns once it is recorded killed.
 pub async fn kill(store: &Storage, id: ThreadId) -> Result<()> {
-    let descendants = query::live_descendants(store, id)?;
+    let descendants = query::live_descendants(store, &store.threads().read(id)?)?;
     kill_one(store, id).await?;
     for child in descendants {
         match kill_one(store, child).await {
@@ -60,7 +60,7 @@ async fn kill_one(store: &Storage, id: ThreadId) -> Result<()> {
 /// Stops running thread `id` after its current step, and its child workflows' threads that
 /// run after theirs. A thread that waits on a running child is paused by pausing the child.
 pub async fn pause(store: &Storage, id: ThreadId) -> Result<()> {
-    let descendants = query::live_descendants(store, id)?;
+    let descendants = query::live_descendants(store, &store.threads().read(id)?)?;
     let own = ask(store, id, ControlRequest::Pause).await;
     let mut paused_a_child = false;
     for child in descendants {

@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::ids::ThreadId;
 use crate::store::Storage;
-use crate::store::records::{ThreadStatus, ThreadSummary};
+use crate::store::records::{ThreadRecord, ThreadStatus, ThreadSummary};
 
 /// What a listing asks for.
 #[derive(Debug, Clone, Default)]
@@ -52,12 +52,15 @@ pub fn threads(store: &Storage, query: &ThreadQuery) -> Result<ThreadPage> {
     Ok(ThreadPage { threads, next })
 }
 
-/// The children of thread `id` that have not ended, and theirs: what killing or pausing `id`
+/// The children of thread `record` that have not ended, and theirs: what killing or pausing it
 /// does the same to, parents before their children.
-pub fn live_descendants(store: &Storage, id: ThreadId) -> Result<Vec<ThreadId>> {
+pub fn live_descendants(store: &Storage, record: &ThreadRecord) -> Result<Vec<ThreadId>> {
+    if !may_have_children(record) {
+        return Ok(Vec::new());
+    }
     let summaries = store.threads().summaries()?;
     let mut found = Vec::new();
-    let mut parents = vec![id];
+    let mut parents = vec![record.id()];
     while let Some(parent) = parents.pop() {
         for summary in summaries.iter().filter(|s| s.parent == Some(parent)) {
             if !summary.status.is_ended() && found.len() < 10_000 {
@@ -69,10 +72,26 @@ pub fn live_descendants(store: &Storage, id: ThreadId) -> Result<Vec<ThreadId>> 
     Ok(found)
 }
 
-/// The children thread `id` started, oldest first, as listings show them.
-pub fn children_of(store: &Storage, id: ThreadId) -> Result<Vec<ThreadSummary>> {
+/// The children thread `record` started, oldest first, as listings show them.
+pub fn children_of(store: &Storage, record: &ThreadRecord) -> Result<Vec<ThreadSummary>> {
+    if !may_have_children(record) {
+        return Ok(Vec::new());
+    }
+    let id = record.id();
     let mut children: Vec<_> =
         store.threads().summaries()?.into_iter().filter(|s| s.parent == Some(id)).collect();
     children.sort_by_key(|s| s.thread_id);
     Ok(children)
+}
+
+/// Whether thread `record` may have started a child workflow: it is at work (a child may be
+/// starting), it waits on one, or a step of it was a child's result. Threads that cannot are
+/// answered without listing every thread of the store.
+fn may_have_children(record: &ThreadRecord) -> bool {
+    record.is_live()
+        || record.waited_child().is_some()
+        || record
+            .steps
+            .iter()
+            .any(|s| s.agent.as_deref().is_some_and(|a| a.starts_with("workflow:")))
 }

@@ -69,8 +69,7 @@ pub async fn upgrade(
             });
         }
     };
-    let from = record.version();
-    if from == to {
+    if record.version() == to {
         return Ok(skipped(format!("it runs {to} already")));
     }
     if record.is_live() {
@@ -89,6 +88,11 @@ pub async fn upgrade(
         }
         Err(e) => return Err(e),
     };
+    // Read again under the lock: another upgrade may have moved it meanwhile.
+    let from = record.version();
+    if from == to {
+        return Ok(skipped(format!("it runs {to} already")));
+    }
     let mut calls = replay::recorded_calls(store, &record)?;
     let at_step = record.steps.len();
     // A failed thread moves for a retry: the new version must do what it did before it

@@ -145,7 +145,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
     };
     let log: Vec<InfoLine> = store.threads().info_tail(hash, id, LOG_LINES)?;
     // The threads its steps started as child workflows.
-    let children: Vec<Value> = query::children_of(store, id)?
+    let children: Vec<Value> = query::children_of(store, &record)?
         .into_iter()
         .map(|c| json!({"threadId": c.thread_id, "name": c.name, "status": c.status}))
         .collect();
