@@ -190,7 +190,7 @@ contract! {
         let id = record.id();
         ensure!(record.start == start, "{:?}", record.start);
         ensure!(threads.read(id)?.status() == ThreadStatus::Running, "held: running");
-        writer.append_steps(&[step("developer", "code ✓ <&>")])?;
+        futures::executor::block_on(writer.append_steps(&[step("developer", "code ✓ <&>")]))?;
         writer.append_pause(Paused::by(PauseReason::Pause))?;
         drop(writer);
         let read = threads.read(id)?;
@@ -277,7 +277,7 @@ contract! {
         let all = threads.changes(id, -1)?.context("the thread")?;
         ensure!(all.held && all.lines.len() == 1, "{all:?}");
         let last = all.lines[0].0;
-        writer.append_steps(&[step("planner", "plan")])?;
+        futures::executor::block_on(writer.append_steps(&[step("planner", "plan")]))?;
         let after = threads.changes(id, last)?.context("the thread")?;
         ensure!(after.lines.len() == 1 && after.lines[0].1.contains("plan"), "{after:?}");
         let none = threads.changes(id, after.lines[0].0)?.context("the thread")?;

@@ -227,7 +227,7 @@ async fn run_steps(
         trace_step(&span, &steps);
         ctx.control.set_activity(None);
         taken += 1;
-        writer.append_steps(&steps)?;
+        writer.append_steps(&steps).await?;
         crash_point("step-persisted");
         generator.persisted(&steps);
         ctx.control.set_steps(count + steps.len());

@@ -156,8 +156,12 @@ impl Changes {
 pub trait ThreadWriter: Send + fmt::Debug {
     /// Appends role outputs: one step, or the steps of a parallel group, stored together
     /// (a group cut short by a crash is dropped by readers, and undone when the thread is
-    /// opened to continue).
-    fn append_steps(&mut self, steps: &[StepRecord]) -> Result<()>;
+    /// opened to continue). Resolves once they are durable; meanwhile the caller's thread is
+    /// free (a database commits the steps of many threads together).
+    fn append_steps<'a>(
+        &'a mut self,
+        steps: &'a [StepRecord],
+    ) -> futures::future::BoxFuture<'a, Result<()>>;
     /// Appends a pause marker.
     fn append_pause(&mut self, paused: Paused) -> Result<()>;
     /// Appends the end record.

@@ -264,7 +264,12 @@ impl FileWriter {
 }
 
 impl ThreadWriter for FileWriter {
-    fn append_steps(&mut self, steps: &[StepRecord]) -> Result<()> {
+    /// Written and fsynced before the future is returned: a file append is one short
+    /// system call the caller would only wait on anyway.
+    fn append_steps<'a>(
+        &'a mut self,
+        steps: &'a [StepRecord],
+    ) -> futures::future::BoxFuture<'a, Result<()>> {
         // One write: lines joined, the last newline added by `append`.
         let mut lines = Vec::new();
         for (i, step) in steps.iter().enumerate() {
@@ -273,7 +278,8 @@ impl ThreadWriter for FileWriter {
             }
             serde_json::to_writer(&mut lines, step).expect("thread records serialize");
         }
-        self.data.append(&lines).map_err(Error::io("append to thread", &self.path))
+        let appended = self.data.append(&lines).map_err(Error::io("append to thread", &self.path));
+        Box::pin(std::future::ready(appended))
     }
 
     fn append_pause(&mut self, paused: Paused) -> Result<()> {
@@ -516,7 +522,7 @@ mod tests {
         let whole = [step("a", group), step("b", group), step("c", group)];
         {
             let (mut writer, _) = threads.create(&start(id), &[], &[])?;
-            writer.append_steps(&[step("dev", None)])?;
+            futures::executor::block_on(writer.append_steps(&[step("dev", None)]))?;
         }
         let (_, path) = threads.find(id)?;
         let before = std::fs::metadata(&path).unwrap().len();
@@ -534,7 +540,7 @@ mod tests {
         let (mut writer, record) = threads.open(id)?;
         assert_eq!(record.steps.len(), 1);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), before, "the cut group is undone");
-        writer.append_steps(&whole)?;
+        futures::executor::block_on(writer.append_steps(&whole))?;
         drop(writer);
         let read = threads.read(id)?;
         assert_eq!(read.steps.len(), 4);
@@ -561,7 +567,7 @@ mod tests {
         };
         {
             let (mut writer, _) = threads.create(&start, &[], &[])?;
-            writer.append_steps(std::slice::from_ref(&step))?;
+            futures::executor::block_on(writer.append_steps(std::slice::from_ref(&step)))?;
         }
         let (_, path) = threads.find(id)?;
         // Simulate a crash in the middle of the next append.
@@ -577,7 +583,7 @@ mod tests {
 
         let (mut writer, record) = threads.open(id)?;
         assert_eq!(record.steps.len(), 1);
-        writer.append_steps(std::slice::from_ref(&step))?;
+        futures::executor::block_on(writer.append_steps(std::slice::from_ref(&step)))?;
         drop(writer);
         let repaired = threads.read(id)?;
         assert_eq!(repaired.steps, vec![step.clone(), step]);

@@ -8,6 +8,8 @@
 //! runs on the caller's async runtime, so it works the same from a CLI command, a worker's
 //! tokio task or a plain thread.
 
+mod commit;
+mod log_writer;
 pub mod queue;
 pub mod registry;
 pub mod request_keys;
@@ -55,10 +57,6 @@ struct Inner {
     /// The runtime that drives connections, on its own thread.
     driver: Handle,
     client: Mutex<Option<Arc<Client>>>,
-    /// A second shared connection whose commits do not wait for the WAL flush, opened on
-    /// first use: see [`Postgres::relaxed_client`].
-    relaxed: Mutex<Option<Arc<Client>>>,
-    relaxed_config: Config,
     /// This process as a lease owner: unique across machines and restarts.
     owner: String,
     lease: Duration,
@@ -66,6 +64,13 @@ struct Inner {
     held: Mutex<HashMap<ThreadId, i64>>,
     /// Whether the task that renews them has started.
     renewing: AtomicBool,
+    /// Gathers the durable writes of all threads into shared transactions.
+    committer: commit::Committer,
+    /// Writes the debug logs in the background.
+    logs: log_writer::LogWriter,
+    /// Journaled calls not yet written, by thread: those that need not be durable on their
+    /// own (a scripted agent's answer) go with the thread's next record, in its statement.
+    unflushed: Mutex<HashMap<ThreadId, Vec<String>>>,
 }
 
 impl fmt::Debug for Postgres {
@@ -104,20 +109,30 @@ impl Postgres {
         let target = describe(&config);
         let driver = driver();
         let client = open_client(&driver, &config, &tls, &target)?;
+        // The debug log's connection does not wait for the WAL flush: its lines are not
+        // durable in the home directory either, and reach the disk with the next step.
         let mut relaxed_config = config.clone();
         relaxed_config.options(format!("{options} -c synchronous_commit=off"));
+        let committer = commit::Committer::start(
+            &driver,
+            config.clone(),
+            tls.clone(),
+            commit::window_from_env(),
+        );
+        let logs = log_writer::LogWriter::start(&driver, relaxed_config.clone(), tls.clone());
         let inner = Inner {
             config,
             tls,
             target,
             driver,
             client: Mutex::new(Some(Arc::new(client))),
-            relaxed: Mutex::new(None),
-            relaxed_config,
             owner: format!("{}:{}:{}", hostname(), std::process::id(), ulid::Ulid::new()),
             lease: lease_from_env(),
             held: Mutex::new(HashMap::new()),
             renewing: AtomicBool::new(false),
+            committer,
+            logs,
+            unflushed: Mutex::new(HashMap::new()),
         };
         let postgres = Postgres { inner: Arc::new(inner) };
         schema::prepare(&postgres)?;
@@ -167,16 +182,6 @@ impl Postgres {
         }
     }
 
-    /// The shared connection for what need not be durable on its own: debug log lines and
-    /// call records the home directory would not fsync either (a scripted agent's answers).
-    /// Its commits (`synchronous_commit = off`) return before the WAL reaches the disk, but
-    /// they are in the WAL ahead of the thread's next step, whose synchronous commit flushes
-    /// everything before it: nothing a stored step depends on can be lost, only what came
-    /// after the last step, as with the files.
-    pub fn relaxed_client(&self) -> Result<Arc<Client>> {
-        self.open_again(&self.inner.relaxed, &self.inner.relaxed_config)
-    }
-
     /// The shared connection as it is, even if closed (for the driver's own tasks, which must
     /// not wait on the driver to reconnect).
     fn current_client(&self) -> Arc<Client> {
@@ -197,6 +202,40 @@ impl Postgres {
         query: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
         block(query).map_err(|e| self.error(action, &e))
+    }
+
+    /// Commits `sql` with `params` in the next group commit (see [`commit`]), and resolves
+    /// with its rows once it is on disk.
+    pub async fn commit(
+        &self,
+        action: &str,
+        sql: &'static str,
+        params: commit::Params,
+    ) -> Result<Vec<tokio_postgres::Row>> {
+        match self.inner.committer.write(sql, params).await {
+            Ok(rows) => Ok(rows),
+            Err(commit::Failed::Database(e)) => Err(self.error(action, &e)),
+            Err(commit::Failed::Stopped) => Err(Error::Database {
+                target: self.target().to_string(),
+                failure: DatabaseFailure::Unreachable,
+                reason: format!("{action}: this process is shutting down"),
+            }),
+        }
+    }
+
+    /// The background writer of debug logs.
+    fn logs(&self) -> &log_writer::LogWriter {
+        &self.inner.logs
+    }
+
+    /// Keeps journaled call `line` of thread `id` until the thread's next record is written.
+    fn defer_call(&self, id: ThreadId, line: String) {
+        self.inner.unflushed.lock().entry(id).or_default().push(line);
+    }
+
+    /// The calls of thread `id` waiting for its next record, taken.
+    fn take_deferred_calls(&self, id: ThreadId) -> Vec<String> {
+        self.inner.unflushed.lock().remove(&id).unwrap_or_default()
     }
 
     /// Runs a future on the driver's runtime (for work that needs tokio, such as timers).

@@ -10,14 +10,14 @@
 use std::sync::atomic::Ordering;
 
 use serde::Serialize;
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, Type};
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::store::info_log::{InfoLine, InfoLog, LogSink};
 use crate::store::journal::{CallLog, CallRecord, Journal};
-use crate::store::postgres::Postgres;
+use crate::store::postgres::{Postgres, commit};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadStatus, ThreadSummary,
@@ -279,56 +279,84 @@ pub struct PgWriter {
     record: ThreadRecord,
 }
 
+/// One statement appends a thread's records and the calls journaled since its last record,
+/// fenced by its lease token: the thread's row is updated (next sequence number, summary)
+/// only if it still carries the token, and the inserts take their rows from that update, so
+/// a writer whose lease was taken over writes nothing at all. The count of records written
+/// tells which it was.
+const APPEND: &str = "WITH held AS ( \
+         UPDATE threads SET next_seq = next_seq + cardinality($3::text[]), summary = $4 \
+         WHERE id = $1 AND lease_token = $2 \
+         RETURNING next_seq - cardinality($3::text[]) AS first), \
+     r AS ( \
+         INSERT INTO thread_records (thread, seq, line) \
+         SELECT $1, held.first + s.i - 1, s.line \
+         FROM held, unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
+         RETURNING 1), \
+     c AS ( \
+         INSERT INTO thread_calls (thread, line) \
+         SELECT $1, s.line FROM held, unnest($5::text[]) WITH ORDINALITY AS s(line, i) \
+         ORDER BY s.i) \
+     SELECT count(*) FROM r";
+
 impl PgWriter {
-    /// Appends `lines`, which took the thread to `self.record`, if the lease still holds.
+    /// Appends `lines`, which took the thread to `self.record`, with the calls journaled
+    /// since the last append, if the lease still holds; resolves once they are committed.
     /// (A failed append ends this writer's use: the thread is stopped, or taken over.)
-    fn append(&mut self, lines: Vec<String>) -> Result<()> {
-        let client = self.pg.client()?;
-        let written = self.pg.wait(
-            &format!("append to thread {}", self.id),
-            client.execute(
-                "WITH held AS ( \
-                     UPDATE threads SET next_seq = next_seq + cardinality($3::text[]), \
-                                        summary = $4 \
-                     WHERE id = $1 AND lease_token = $2 \
-                     RETURNING next_seq - cardinality($3::text[]) AS first) \
-                 INSERT INTO thread_records (thread, seq, line) \
-                 SELECT $1, held.first + s.i - 1, s.line \
-                 FROM held, unnest($3::text[]) WITH ORDINALITY AS s(line, i)",
-                &[&self.id.to_string(), &self.token, &lines, &Json(at_rest(&self.record))],
-            ),
-        )?;
-        if written as usize != lines.len() {
+    async fn append(&mut self, lines: Vec<String>) -> Result<()> {
+        let expected = lines.len() as i64;
+        let calls = self.pg.take_deferred_calls(self.id);
+        let params: commit::Params = vec![
+            (Box::new(self.id.to_string()), Type::TEXT),
+            (Box::new(self.token), Type::INT8),
+            (Box::new(lines), Type::TEXT_ARRAY),
+            (Box::new(Json(at_rest(&self.record))), Type::JSONB),
+            (Box::new(calls), Type::TEXT_ARRAY),
+        ];
+        let action = format!("append to thread {}", self.id);
+        let rows = self.pg.commit(&action, APPEND, params).await?;
+        let written: i64 = rows.first().map_or(0, |row| row.get(0));
+        if written != expected {
             self.leases.lost(self.id);
             return Err(Error::LeaseLost(self.id.to_string()));
         }
         Ok(())
     }
+
+    /// [`PgWriter::append`] for a record after which the thread comes to rest: its debug
+    /// log is written first, so whoever sees it at rest can read all of it.
+    fn append_at_rest(&mut self, lines: Vec<String>) -> Result<()> {
+        self.pg.logs().barrier();
+        futures::executor::block_on(self.append(lines))
+    }
 }
 
 impl ThreadWriter for PgWriter {
-    fn append_steps(&mut self, steps: &[StepRecord]) -> Result<()> {
+    fn append_steps<'a>(
+        &'a mut self,
+        steps: &'a [StepRecord],
+    ) -> futures::future::BoxFuture<'a, Result<()>> {
         self.record.steps.extend_from_slice(steps);
         self.record.paused = None;
         self.record.paused_at = None;
-        self.append(steps.iter().map(json_line).collect())
+        Box::pin(self.append(steps.iter().map(json_line).collect()))
     }
 
     fn append_pause(&mut self, paused: Paused) -> Result<()> {
         let timestamp = now_ms();
         self.record.paused = Some(paused.clone());
         self.record.paused_at = Some(timestamp);
-        self.append(vec![json_line(&PauseRecord { paused, timestamp })])
+        self.append_at_rest(vec![json_line(&PauseRecord { paused, timestamp })])
     }
 
     fn append_end(&mut self, end: &EndRecord) -> Result<()> {
         self.record.end = Some(end.clone());
-        self.append(vec![json_line(end)])
+        self.append_at_rest(vec![json_line(end)])
     }
 
     fn append_upgrade(&mut self, upgrade: &crate::store::upgrades::UpgradeRecord) -> Result<()> {
         self.record.upgrades.push(upgrade.upgrade.clone());
-        self.append(vec![json_line(upgrade)])
+        futures::executor::block_on(self.append(vec![json_line(upgrade)]))
     }
 
     fn append_retry(&mut self, retry: &crate::store::upgrades::RetryRecord) -> Result<()> {
@@ -338,22 +366,32 @@ impl ThreadWriter for PgWriter {
         self.record.paused = Some(Paused::by(crate::store::records::PauseReason::Pause));
         self.record.paused_at = Some(retry.timestamp);
         self.record.retries.push(retry.clone());
-        self.append(vec![json_line(retry)])
+        self.append_at_rest(vec![json_line(retry)])
     }
 }
 
 impl Drop for PgWriter {
-    /// Lets the thread go (if it is still this process's): another process may take it at
-    /// once rather than after the lease runs out.
+    /// Lets the thread go (if it is still this process's), with the calls journaled since
+    /// its last record: another process may take it at once rather than after the lease
+    /// runs out, and replays those calls rather than making them again.
     fn drop(&mut self) {
         self.leases.release(self.id);
+        let calls = self.pg.take_deferred_calls(self.id);
         let Ok(client) = self.pg.client() else { return };
         let released = self.pg.wait(
             &format!("release thread {}", self.id),
-            client.execute(
-                "UPDATE threads SET lease_owner = NULL, lease_until = NULL \
-                 WHERE id = $1 AND lease_token = $2",
-                &[&self.id.to_string(), &self.token],
+            client.execute_typed(
+                "WITH released AS ( \
+                     UPDATE threads SET lease_owner = NULL, lease_until = NULL \
+                     WHERE id = $1 AND lease_token = $2 RETURNING id) \
+                 INSERT INTO thread_calls (thread, line) \
+                 SELECT $1, s.line FROM released, unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
+                 ORDER BY s.i",
+                &[
+                    (&self.id.to_string(), Type::TEXT),
+                    (&self.token, Type::INT8),
+                    (&calls, Type::TEXT_ARRAY),
+                ],
             ),
         );
         if let Err(e) = released {
@@ -385,43 +423,60 @@ impl CallLog for PgCalls {
         Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
     }
 
-    /// Every append is committed when it returns; one that need not be `durable` (a scripted
-    /// agent's answer) does not wait for the WAL flush (see [`Postgres::relaxed_client`]).
+    /// A `durable` record is committed when this returns, with the calls deferred before
+    /// it; one that need not be (a scripted agent's answer) is kept until the thread's next
+    /// record and written in its statement, as the home directory leaves it to the page
+    /// cache: losing it only means making the call again.
     fn append(&mut self, record: &CallRecord, durable: bool) -> Result<()> {
-        let client = if durable { self.pg.client()? } else { self.pg.relaxed_client()? };
-        let action = format!("append to the call journal of thread {}", self.id);
         let line = json_line(record);
+        let action = format!("append to the call journal of thread {}", self.id);
         let id = self.id.to_string();
-        let written = match self.leases.token(self.id) {
-            Some(token) => self.pg.wait(
+        let Some(token) = self.leases.token(self.id) else {
+            // An `answer` to a waiting thread, from a process that does not run it.
+            let client = self.pg.client()?;
+            let written = self.pg.wait(
                 &action,
-                client.execute(
-                    "INSERT INTO thread_calls (thread, line) \
-                     SELECT $1, $3 FROM threads WHERE id = $1 AND lease_token = $2 FOR SHARE",
-                    &[&id, &token, &line],
-                ),
-            )?,
-            None => self.pg.wait(
-                &action,
-                client.execute(
+                client.execute_typed(
                     "INSERT INTO thread_calls (thread, line) \
                      SELECT $1, $2 FROM threads WHERE id = $1 FOR SHARE",
-                    &[&id, &line],
+                    &[(&id, Type::TEXT), (&line, Type::TEXT)],
                 ),
-            )?,
+            )?;
+            return match written {
+                0 => Err(Error::UnknownThread(id)),
+                _ => Ok(()),
+            };
         };
-        if written == 0 {
-            return Err(match self.leases.token(self.id) {
-                Some(_) => {
-                    self.leases.lost(self.id);
-                    Error::LeaseLost(self.id.to_string())
-                }
-                None => Error::UnknownThread(self.id.to_string()),
-            });
+        if !durable {
+            self.pg.defer_call(self.id, line);
+            return Ok(());
+        }
+        let mut lines = self.pg.take_deferred_calls(self.id);
+        lines.push(line);
+        let expected = lines.len() as i64;
+        let params: commit::Params = vec![
+            (Box::new(id), Type::TEXT),
+            (Box::new(token), Type::INT8),
+            (Box::new(lines), Type::TEXT_ARRAY),
+        ];
+        let rows = futures::executor::block_on(self.pg.commit(&action, JOURNAL, params))?;
+        let written: i64 = rows.first().map_or(0, |row| row.get(0));
+        if written != expected {
+            self.leases.lost(self.id);
+            return Err(Error::LeaseLost(self.id.to_string()));
         }
         Ok(())
     }
 }
+
+/// Appends journaled calls, fenced by the lease token; counts what it wrote.
+const JOURNAL: &str = "WITH c AS ( \
+         INSERT INTO thread_calls (thread, line) \
+         SELECT $1, s.line \
+         FROM (SELECT 1 FROM threads WHERE id = $1 AND lease_token = $2 FOR SHARE) held, \
+              unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
+         ORDER BY s.i RETURNING 1) \
+     SELECT count(*) FROM c";
 
 /// A thread's debug log.
 #[derive(Debug)]
@@ -431,26 +486,21 @@ struct PgLog {
 }
 
 impl LogSink for PgLog {
+    /// Handed to the background writer: not durable, as in the home directory, and never
+    /// waited for by a step.
     fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
         let lines: Vec<String> = String::from_utf8_lossy(lines)
             .lines()
             .filter(|line| !line.is_empty())
             .map(str::to_string)
             .collect();
-        // Not durable, as in the home directory: committed without waiting for the disk.
-        let client = self.pg.relaxed_client().map_err(std::io::Error::other)?;
-        self.pg
-            .wait(
-                "write a debug log",
-                client.execute(
-                    "INSERT INTO thread_log (thread, line) \
-                     SELECT $1, l FROM unnest($2::text[]) AS l \
-                     WHERE EXISTS (SELECT 1 FROM threads WHERE id = $1)",
-                    &[&self.id.to_string(), &lines],
-                ),
-            )
-            .map(drop)
-            .map_err(std::io::Error::other)
+        self.pg.logs().write(self.id.to_string(), lines);
+        Ok(())
+    }
+
+    /// The thread is about to wait: what it logged is readable before it does.
+    fn release(&mut self) {
+        self.pg.logs().barrier();
     }
 
     fn describe(&self) -> String {

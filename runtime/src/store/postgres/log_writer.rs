@@ -1,0 +1,145 @@
+//! The debug log off the hot path: every thread's log lines go to one background task that
+//! writes whatever has gathered in one statement, on the connection that does not wait for
+//! the WAL flush. A step never waits for its log; under pressure (the task cannot keep up,
+//! or the database refuses a batch) lines are dropped and counted, never the records or the
+//! journal.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, Config};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// Messages (a thread's lines, or a barrier) the task may hold before lines are dropped.
+const CAPACITY: usize = 8192;
+
+/// The most lines one statement writes.
+const MAX_LINES: usize = 4096;
+
+enum Message {
+    Lines {
+        thread: String,
+        lines: Vec<String>,
+    },
+    /// Answered once everything sent before it is written (or dropped).
+    Barrier(oneshot::Sender<()>),
+}
+
+/// The process's debug-log writer.
+#[derive(Debug)]
+pub struct LogWriter {
+    sender: mpsc::Sender<Message>,
+    dropped: Arc<AtomicU64>,
+    /// When the last warning of dropped lines was given (ms since the epoch), 0 for never.
+    warned_at: AtomicU64,
+}
+
+/// How often the count of dropped lines is told again while lines keep being dropped.
+const WARN_EVERY_MS: u64 = 60_000;
+
+impl LogWriter {
+    /// Starts the writer on `driver`; it connects with `config` when it first has lines.
+    pub fn start(driver: &tokio::runtime::Handle, config: Config, tls: MakeRustlsConnect) -> Self {
+        let (sender, receiver) = mpsc::channel(CAPACITY);
+        let dropped = Arc::new(AtomicU64::new(0));
+        driver.spawn(run(receiver, config, tls, dropped.clone()));
+        LogWriter { sender, dropped, warned_at: AtomicU64::new(0) }
+    }
+
+    /// Queues `lines` of thread `thread`'s log; drops (and counts) them if the writer is
+    /// too far behind.
+    pub fn write(&self, thread: String, lines: Vec<String>) {
+        let count = lines.len() as u64;
+        if self.sender.try_send(Message::Lines { thread, lines }).is_err() {
+            let total = self.dropped.fetch_add(count, Ordering::Relaxed) + count;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let last = self.warned_at.load(Ordering::Relaxed);
+            if now.saturating_sub(last) >= WARN_EVERY_MS
+                && self
+                    .warned_at
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                tracing::warn!(
+                    "the debug log falls behind: {total} line(s) dropped so far \
+                     (steps and journaled calls never are)"
+                );
+            }
+        }
+    }
+
+    /// Waits until every line queued before this call is written (or dropped): a thread that
+    /// comes to rest has its whole log readable.
+    pub fn barrier(&self) {
+        let (done, wait) = oneshot::channel();
+        if futures::executor::block_on(self.sender.send(Message::Barrier(done))).is_ok() {
+            let _ = futures::executor::block_on(wait);
+        }
+    }
+}
+
+async fn run(
+    mut receiver: mpsc::Receiver<Message>,
+    config: Config,
+    tls: MakeRustlsConnect,
+    dropped: Arc<AtomicU64>,
+) {
+    let mut client: Option<Client> = None;
+    while let Some(first) = receiver.recv().await {
+        let (mut threads, mut lines, mut barriers) = (Vec::new(), Vec::new(), Vec::new());
+        let mut next = Some(first);
+        while let Some(message) = next.take() {
+            match message {
+                Message::Lines { thread, lines: more } => {
+                    threads.extend(std::iter::repeat_n(thread, more.len()));
+                    lines.extend(more);
+                }
+                Message::Barrier(done) => barriers.push(done),
+            }
+            if lines.len() < MAX_LINES {
+                next = receiver.try_recv().ok();
+            }
+        }
+        if !lines.is_empty() && write(&mut client, &config, &tls, &threads, &lines).await.is_err() {
+            dropped.fetch_add(lines.len() as u64, Ordering::Relaxed);
+        }
+        for done in barriers {
+            let _ = done.send(());
+        }
+    }
+}
+
+async fn write(
+    client: &mut Option<Client>,
+    config: &Config,
+    tls: &MakeRustlsConnect,
+    threads: &[String],
+    lines: &[String],
+) -> std::result::Result<(), tokio_postgres::Error> {
+    if client.as_ref().is_none_or(Client::is_closed) {
+        let (fresh, connection) = config.connect(tls.clone()).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        *client = Some(fresh);
+    }
+    let client = client.as_ref().expect("connected above");
+    let written = client
+        .query_typed(
+            "INSERT INTO thread_log (thread, line) \
+             SELECT l.thread, l.line \
+             FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS l(thread, line, i) \
+             WHERE EXISTS (SELECT 1 FROM threads t WHERE t.id = l.thread) \
+             ORDER BY l.i",
+            &[(&threads, Type::TEXT_ARRAY), (&lines, Type::TEXT_ARRAY)],
+        )
+        .await;
+    if let Err(e) = &written {
+        tracing::warn!("{} debug log line(s) dropped: {e}", lines.len());
+    }
+    written.map(drop)
+}
