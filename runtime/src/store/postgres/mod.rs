@@ -9,7 +9,10 @@
 //! tokio task or a plain thread.
 
 mod commit;
-mod log_writer;
+mod debug_log;
+mod deferred;
+mod journal;
+mod leases;
 pub mod queue;
 pub mod registry;
 pub mod request_keys;
@@ -67,10 +70,9 @@ struct Inner {
     /// Gathers the durable writes of all threads into shared transactions.
     committer: commit::Committer,
     /// Writes the debug logs in the background.
-    logs: log_writer::LogWriter,
-    /// Journaled calls not yet written, by thread: those that need not be durable on their
-    /// own (a scripted agent's answer) go with the thread's next record, in its statement.
-    unflushed: Mutex<HashMap<ThreadId, Vec<String>>>,
+    logs: debug_log::LogWriter,
+    /// Calls and log lines waiting for their thread's next record.
+    deferred: deferred::DeferredWrites,
 }
 
 impl fmt::Debug for Postgres {
@@ -119,7 +121,7 @@ impl Postgres {
             tls.clone(),
             commit::window_from_env(),
         );
-        let logs = log_writer::LogWriter::start(&driver, relaxed_config.clone(), tls.clone());
+        let logs = debug_log::LogWriter::start(&driver, relaxed_config.clone(), tls.clone());
         let inner = Inner {
             config,
             tls,
@@ -132,7 +134,7 @@ impl Postgres {
             renewing: AtomicBool::new(false),
             committer,
             logs,
-            unflushed: Mutex::new(HashMap::new()),
+            deferred: deferred::DeferredWrites::default(),
         };
         let postgres = Postgres { inner: Arc::new(inner) };
         schema::prepare(&postgres)?;
@@ -224,18 +226,13 @@ impl Postgres {
     }
 
     /// The background writer of debug logs.
-    fn logs(&self) -> &log_writer::LogWriter {
+    fn logs(&self) -> &debug_log::LogWriter {
         &self.inner.logs
     }
 
-    /// Keeps journaled call `line` of thread `id` until the thread's next record is written.
-    fn defer_call(&self, id: ThreadId, line: String) {
-        self.inner.unflushed.lock().entry(id).or_default().push(line);
-    }
-
-    /// The calls of thread `id` waiting for its next record, taken.
-    fn take_deferred_calls(&self, id: ThreadId) -> Vec<String> {
-        self.inner.unflushed.lock().remove(&id).unwrap_or_default()
+    /// What running threads wrote that waits for their next record.
+    fn deferred(&self) -> &deferred::DeferredWrites {
+        &self.inner.deferred
     }
 
     /// Runs a future on the driver's runtime (for work that needs tokio, such as timers).
@@ -425,6 +422,11 @@ fn lease_from_env() -> Duration {
 /// This machine's name, for `ps` and lease owners.
 pub fn hostname() -> String {
     rustix::system::uname().nodename().to_string_lossy().into_owned()
+}
+
+/// A record as its JSON line (without the newline).
+fn json_line(record: &impl serde::Serialize) -> String {
+    serde_json::to_string(record).expect("thread records serialize")
 }
 
 #[cfg(test)]

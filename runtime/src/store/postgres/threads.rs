@@ -7,17 +7,17 @@
 //! token, in the same statement, so a process whose lease expired and was taken over (frozen,
 //! cut off, then back) cannot write a single line more.
 
-use std::sync::atomic::Ordering;
-
-use serde::Serialize;
 use tokio_postgres::types::{Json, Type};
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
-use crate::store::info_log::{InfoLine, InfoLog, LogSink};
-use crate::store::journal::{CallLog, CallRecord, Journal};
-use crate::store::postgres::{Postgres, commit};
+use crate::store::info_log::{InfoLine, InfoLog};
+use crate::store::journal::{CallRecord, Journal};
+use crate::store::postgres::debug_log::PgLog;
+use crate::store::postgres::journal::PgCalls;
+use crate::store::postgres::leases::{Leases, lease_ms};
+use crate::store::postgres::{Postgres, commit, json_line};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadStatus, ThreadSummary,
@@ -247,11 +247,11 @@ impl ThreadStore for PgThreads {
     }
 
     fn journal(&self, _hash: BundleHash, id: ThreadId) -> Result<Journal> {
-        Journal::new(Box::new(PgCalls { pg: self.pg.clone(), leases: self.leases.clone(), id }))
+        Journal::new(Box::new(PgCalls::new(&self.pg, &self.leases, id)))
     }
 
     fn info_log(&self, _hash: BundleHash, id: ThreadId) -> Result<InfoLog> {
-        Ok(InfoLog::new(Box::new(PgLog { pg: self.pg.clone(), id })))
+        Ok(InfoLog::new(Box::new(PgLog::new(&self.pg, &self.leases, id))))
     }
 
     fn info_tail(&self, _hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<InfoLine>> {
@@ -279,8 +279,8 @@ pub struct PgWriter {
     record: ThreadRecord,
 }
 
-/// One statement appends a thread's records and the calls journaled since its last record,
-/// fenced by its lease token: the thread's row is updated (next sequence number, summary)
+/// One statement appends a thread's records, and the calls it journaled and the lines it
+/// logged since its last record (see [`deferred`](crate::store::postgres::deferred)), fenced by its lease token: the thread's row is updated (next sequence number, summary)
 /// only if it still carries the token, and the inserts take their rows from that update, so
 /// a writer whose lease was taken over writes nothing at all. The count of records written
 /// tells which it was.
@@ -296,6 +296,10 @@ const APPEND: &str = "WITH held AS ( \
      c AS ( \
          INSERT INTO thread_calls (thread, line) \
          SELECT $1, s.line FROM held, unnest($5::text[]) WITH ORDINALITY AS s(line, i) \
+         ORDER BY s.i), \
+     l AS ( \
+         INSERT INTO thread_log (thread, line) \
+         SELECT $1, s.line FROM held, unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
          ORDER BY s.i) \
      SELECT count(*) FROM r";
 
@@ -305,13 +309,17 @@ impl PgWriter {
     /// (A failed append ends this writer's use: the thread is stopped, or taken over.)
     async fn append(&mut self, lines: Vec<String>) -> Result<()> {
         let expected = lines.len() as i64;
-        let calls = self.pg.take_deferred_calls(self.id);
+        let deferred = self.pg.deferred().take(self.id);
+        if deferred.background {
+            self.pg.logs().settled().await;
+        }
         let params: commit::Params = vec![
             (Box::new(self.id.to_string()), Type::TEXT),
             (Box::new(self.token), Type::INT8),
             (Box::new(lines), Type::TEXT_ARRAY),
             (Box::new(Json(at_rest(&self.record))), Type::JSONB),
-            (Box::new(calls), Type::TEXT_ARRAY),
+            (Box::new(deferred.calls), Type::TEXT_ARRAY),
+            (Box::new(deferred.log), Type::TEXT_ARRAY),
         ];
         let action = format!("append to thread {}", self.id);
         let rows = self.pg.commit(&action, APPEND, params).await?;
@@ -323,8 +331,9 @@ impl PgWriter {
         Ok(())
     }
 
-    /// [`PgWriter::append`] for a record after which the thread comes to rest: its debug
-    /// log is written first, so whoever sees it at rest can read all of it.
+    /// [`PgWriter::append`] for a record after which the thread comes to rest: what its
+    /// debug log handed to the background writer is written first, so whoever sees it at
+    /// rest can read all of it.
     fn append_at_rest(&mut self, lines: Vec<String>) -> Result<()> {
         self.pg.logs().barrier();
         futures::executor::block_on(self.append(lines))
@@ -371,26 +380,36 @@ impl ThreadWriter for PgWriter {
 }
 
 impl Drop for PgWriter {
-    /// Lets the thread go (if it is still this process's), with the calls journaled since
-    /// its last record: another process may take it at once rather than after the lease
-    /// runs out, and replays those calls rather than making them again.
+    /// Lets the thread go (if it is still this process's), with the calls journaled and the
+    /// lines logged since its last record: another process may take it at once rather than
+    /// after the lease runs out, and replays those calls rather than making them again.
     fn drop(&mut self) {
         self.leases.release(self.id);
-        let calls = self.pg.take_deferred_calls(self.id);
+        let deferred = self.pg.deferred().take(self.id);
+        self.pg.deferred().forget(self.id);
+        if deferred.background {
+            self.pg.logs().barrier();
+        }
         let Ok(client) = self.pg.client() else { return };
         let released = self.pg.wait(
             &format!("release thread {}", self.id),
             client.execute_typed(
                 "WITH released AS ( \
                      UPDATE threads SET lease_owner = NULL, lease_until = NULL \
-                     WHERE id = $1 AND lease_token = $2 RETURNING id) \
-                 INSERT INTO thread_calls (thread, line) \
-                 SELECT $1, s.line FROM released, unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
+                     WHERE id = $1 AND lease_token = $2 RETURNING id), \
+                 c AS ( \
+                     INSERT INTO thread_calls (thread, line) \
+                     SELECT $1, s.line \
+                     FROM released, unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
+                     ORDER BY s.i) \
+                 INSERT INTO thread_log (thread, line) \
+                 SELECT $1, s.line FROM released, unnest($4::text[]) WITH ORDINALITY AS s(line, i) \
                  ORDER BY s.i",
                 &[
                     (&self.id.to_string(), Type::TEXT),
                     (&self.token, Type::INT8),
-                    (&calls, Type::TEXT_ARRAY),
+                    (&deferred.calls, Type::TEXT_ARRAY),
+                    (&deferred.log, Type::TEXT_ARRAY),
                 ],
             ),
         );
@@ -401,190 +420,10 @@ impl Drop for PgWriter {
     }
 }
 
-/// A thread's call journal: rows appended in order, fenced by the lease when this process
-/// runs the thread (an `answer` for a waiting thread is written by a process without one).
-#[derive(Debug)]
-struct PgCalls {
-    pg: Postgres,
-    leases: Leases,
-    id: ThreadId,
-}
-
-impl CallLog for PgCalls {
-    fn read(&self) -> Result<Vec<CallRecord>> {
-        let client = self.pg.client()?;
-        let rows = self.pg.wait(
-            &format!("read the call journal of thread {}", self.id),
-            client.query(
-                "SELECT line FROM thread_calls WHERE thread = $1 ORDER BY seq",
-                &[&self.id.to_string()],
-            ),
-        )?;
-        Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
-    }
-
-    /// A `durable` record is committed when this returns, with the calls deferred before
-    /// it; one that need not be (a scripted agent's answer) is kept until the thread's next
-    /// record and written in its statement, as the home directory leaves it to the page
-    /// cache: losing it only means making the call again.
-    fn append(&mut self, record: &CallRecord, durable: bool) -> Result<()> {
-        let line = json_line(record);
-        let action = format!("append to the call journal of thread {}", self.id);
-        let id = self.id.to_string();
-        let Some(token) = self.leases.token(self.id) else {
-            // An `answer` to a waiting thread, from a process that does not run it.
-            let client = self.pg.client()?;
-            let written = self.pg.wait(
-                &action,
-                client.execute_typed(
-                    "INSERT INTO thread_calls (thread, line) \
-                     SELECT $1, $2 FROM threads WHERE id = $1 FOR SHARE",
-                    &[(&id, Type::TEXT), (&line, Type::TEXT)],
-                ),
-            )?;
-            return match written {
-                0 => Err(Error::UnknownThread(id)),
-                _ => Ok(()),
-            };
-        };
-        if !durable {
-            self.pg.defer_call(self.id, line);
-            return Ok(());
-        }
-        let mut lines = self.pg.take_deferred_calls(self.id);
-        lines.push(line);
-        let expected = lines.len() as i64;
-        let params: commit::Params = vec![
-            (Box::new(id), Type::TEXT),
-            (Box::new(token), Type::INT8),
-            (Box::new(lines), Type::TEXT_ARRAY),
-        ];
-        let rows = futures::executor::block_on(self.pg.commit(&action, JOURNAL, params))?;
-        let written: i64 = rows.first().map_or(0, |row| row.get(0));
-        if written != expected {
-            self.leases.lost(self.id);
-            return Err(Error::LeaseLost(self.id.to_string()));
-        }
-        Ok(())
-    }
-}
-
-/// Appends journaled calls, fenced by the lease token; counts what it wrote.
-const JOURNAL: &str = "WITH c AS ( \
-         INSERT INTO thread_calls (thread, line) \
-         SELECT $1, s.line \
-         FROM (SELECT 1 FROM threads WHERE id = $1 AND lease_token = $2 FOR SHARE) held, \
-              unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
-         ORDER BY s.i RETURNING 1) \
-     SELECT count(*) FROM c";
-
-/// A thread's debug log.
-#[derive(Debug)]
-struct PgLog {
-    pg: Postgres,
-    id: ThreadId,
-}
-
-impl LogSink for PgLog {
-    /// Handed to the background writer: not durable, as in the home directory, and never
-    /// waited for by a step.
-    fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
-        let lines: Vec<String> = String::from_utf8_lossy(lines)
-            .lines()
-            .filter(|line| !line.is_empty())
-            .map(str::to_string)
-            .collect();
-        self.pg.logs().write(self.id.to_string(), lines);
-        Ok(())
-    }
-
-    /// The thread is about to wait: what it logged is readable before it does.
-    fn release(&mut self) {
-        self.pg.logs().barrier();
-    }
-
-    fn describe(&self) -> String {
-        format!("the debug log of thread {} in {}", self.id, self.pg.target())
-    }
-}
-
-/// The leases this process holds, by thread, kept alive by one renewal task.
-#[derive(Debug, Clone)]
-pub struct Leases {
-    pg: Postgres,
-}
-
-impl Leases {
-    fn of(pg: &Postgres) -> Self {
-        Leases { pg: pg.clone() }
-    }
-
-    /// The token this process holds thread `id` under.
-    pub fn token(&self, id: ThreadId) -> Option<i64> {
-        self.pg.inner.held.lock().get(&id).copied()
-    }
-
-    fn hold(&self, id: ThreadId, token: i64) {
-        self.pg.inner.held.lock().insert(id, token);
-        if !self.pg.inner.renewing.swap(true, Ordering::SeqCst) {
-            self.pg.spawn(renew(self.pg.clone()));
-        }
-    }
-
-    fn release(&self, id: ThreadId) {
-        self.pg.inner.held.lock().remove(&id);
-    }
-
-    fn lost(&self, id: ThreadId) {
-        tracing::warn!("lost the lease on thread {id}: another process took it over");
-        self.release(id);
-    }
-}
-
-/// Renews every lease this process holds, three times per lease length, for as long as the
-/// process lives. One statement renews them all; a lease another process took meanwhile is
-/// not renewed (its token changed), and the next append to it finds out.
-async fn renew(pg: Postgres) {
-    let mut ticks = tokio::time::interval(pg.lease() / 3);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let (ids, tokens): (Vec<String>, Vec<i64>) =
-            pg.inner.held.lock().iter().map(|(id, token)| (id.to_string(), *token)).unzip();
-        if ids.is_empty() {
-            continue;
-        }
-        // This runs on the driver's own thread, which must never wait on itself: a lost
-        // connection is left for the next synchronous use to open again.
-        let client = pg.current_client();
-        let renewed = client
-            .execute(
-                "UPDATE threads SET lease_until = now() + $3::bigint * interval '1 millisecond' \
-                 FROM unnest($1::text[], $2::bigint[]) AS held(id, token) \
-                 WHERE threads.id = held.id AND threads.lease_token = held.token",
-                &[&ids, &tokens, &lease_ms(&pg)],
-            )
-            .await;
-        if let Err(e) = renewed {
-            tracing::warn!("renewing leases in {}: {e}", pg.target());
-        }
-    }
-}
-
-/// The lease length in milliseconds, as statements take it.
-fn lease_ms(pg: &Postgres) -> i64 {
-    pg.lease().as_millis() as i64
-}
-
 /// A thread's summary as stored: its state at rest. Whether a process runs it now comes from
 /// its lease when it is read.
 fn at_rest(record: &ThreadRecord) -> ThreadSummary {
     let mut summary = record.summary();
     summary.status = record.status_at_rest();
     summary
-}
-
-/// A record as its JSON line (without the newline).
-fn json_line(record: &impl Serialize) -> String {
-    serde_json::to_string(record).expect("thread records serialize")
 }

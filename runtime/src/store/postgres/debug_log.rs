@@ -1,16 +1,81 @@
-//! The debug log off the hot path: every thread's log lines go to one background task that
-//! writes whatever has gathered in one statement, on the connection that does not wait for
-//! the WAL flush. A step never waits for its log; under pressure (the task cannot keep up,
-//! or the database refuses a batch) lines are dropped and counted, never the records or the
-//! journal.
+//! A thread's debug log in PostgreSQL, off the hot path: a running thread's lines ride in its
+//! next record's statement (see [`deferred`](super::deferred)); the rest (a thread about to
+//! wait, or logged to by a process that does not run it) go to one background task that
+//! writes whatever has gathered in one statement, on a connection that does not wait for the
+//! WAL flush. A step never waits for its log; under pressure (the task cannot keep up, or the
+//! database refuses a batch) lines are dropped and counted, never the records or the journal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+
+use crate::ids::ThreadId;
+use crate::store::info_log::LogSink;
+use crate::store::postgres::Postgres;
+use crate::store::postgres::leases::Leases;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Config};
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// A thread's debug log.
+#[derive(Debug)]
+pub struct PgLog {
+    pg: Postgres,
+    leases: Leases,
+    id: ThreadId,
+}
+
+impl PgLog {
+    pub(super) fn new(pg: &Postgres, leases: &Leases, id: ThreadId) -> Self {
+        PgLog { pg: pg.clone(), leases: leases.clone(), id }
+    }
+}
+
+impl LogSink for PgLog {
+    /// Kept for the thread's next record while this process runs it (see [`deferred`](super::deferred));
+    /// else handed to the background writer. Not durable either way, as in the home
+    /// directory, and never waited for by a step.
+    fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
+        let lines: Vec<String> = String::from_utf8_lossy(lines)
+            .lines()
+            .filter(|line| !line.is_empty())
+            .map(str::to_string)
+            .collect();
+        if self.leases.token(self.id).is_some() {
+            self.pg.deferred().log(self.id, lines);
+        } else {
+            self.pg.logs().write(self.id.to_string(), lines);
+        }
+        Ok(())
+    }
+
+    /// The thread is about to wait, with no record to carry its log: what it logged is
+    /// written, and readable, before it does.
+    /// The thread is about to wait on an agent. Most answer within a step's time, and what
+    /// was logged goes with the step; one still waited on after [`LONG_WAIT`] has its lines
+    /// written in the background, so that a long call shows in the log while it lasts (and
+    /// is not lost with the process if it is killed meanwhile).
+    fn release(&mut self) {
+        let (pg, id) = (self.pg.clone(), self.id);
+        let waits = pg.deferred().wait_begins(id);
+        self.pg.spawn(async move {
+            tokio::time::sleep(LONG_WAIT).await;
+            let lines = pg.deferred().take_log_of_wait(id, waits);
+            if !lines.is_empty() {
+                pg.logs().write(id.to_string(), lines);
+            }
+        });
+    }
+
+    fn describe(&self) -> String {
+        format!("the debug log of thread {} in {}", self.id, self.pg.target())
+    }
+}
+
+/// How long a thread waits on a call before what it logged is written without its step.
+const LONG_WAIT: Duration = Duration::from_secs(1);
 
 /// Messages (a thread's lines, or a barrier) the task may hold before lines are dropped.
 const CAPACITY: usize = 8192;
@@ -75,9 +140,14 @@ impl LogWriter {
     /// Waits until every line queued before this call is written (or dropped): a thread that
     /// comes to rest has its whole log readable.
     pub fn barrier(&self) {
+        futures::executor::block_on(self.settled());
+    }
+
+    /// [`LogWriter::barrier`], awaited.
+    pub async fn settled(&self) {
         let (done, wait) = oneshot::channel();
-        if futures::executor::block_on(self.sender.send(Message::Barrier(done))).is_ok() {
-            let _ = futures::executor::block_on(wait);
+        if self.sender.send(Message::Barrier(done)).await.is_ok() {
+            let _ = wait.await;
         }
     }
 }

@@ -1,0 +1,109 @@
+//! What a running thread writes that need not be durable on its own — journaled calls that
+//! are free to make again (a scripted agent's answer) and its debug log — kept in memory
+//! until the thread's next record, and written in that record's statement: a step costs
+//! one statement, whatever it logged and however many such calls it made.
+//!
+//! The home directory leaves the same writes to the page cache: a crash loses what came
+//! after the last step, never what a step depends on. A thread that logs faster than it
+//! steps has its log capped here; lines past the cap are dropped and counted, never its
+//! records or its journal.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::ids::ThreadId;
+
+/// The most debug-log bytes a thread keeps waiting for its next record.
+const MAX_LOG_BYTES: usize = 1 << 20;
+
+/// What one thread has waiting.
+#[derive(Debug, Default)]
+pub struct Deferred {
+    pub calls: Vec<String>,
+    pub log: Vec<String>,
+    log_bytes: usize,
+    /// Lines of this thread went to the background writer since its last record: they are
+    /// to be written before the lines here, for the log to keep its order.
+    pub background: bool,
+    /// Waits on agents begun (to tell a wait still going on from a later one).
+    waits: u64,
+}
+
+/// The deferred writes of every thread this process runs.
+#[derive(Debug, Default)]
+pub struct DeferredWrites {
+    by_thread: Mutex<HashMap<ThreadId, Deferred>>,
+    dropped: AtomicU64,
+}
+
+impl DeferredWrites {
+    /// Keeps journaled call `line` of thread `id` for its next record.
+    pub fn call(&self, id: ThreadId, line: String) {
+        self.by_thread.lock().entry(id).or_default().calls.push(line);
+    }
+
+    /// Keeps debug-log `lines` of thread `id` for its next record, as far as its cap allows.
+    pub fn log(&self, id: ThreadId, lines: Vec<String>) {
+        let mut by_thread = self.by_thread.lock();
+        let deferred = by_thread.entry(id).or_default();
+        for line in lines {
+            if deferred.log_bytes + line.len() > MAX_LOG_BYTES {
+                let total = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if total.is_power_of_two() {
+                    tracing::warn!(
+                        "thread {id} logs faster than it steps: {total} debug log line(s) \
+                         dropped so far (steps and journaled calls never are)"
+                    );
+                }
+                continue;
+            }
+            deferred.log_bytes += line.len();
+            deferred.log.push(line);
+        }
+    }
+
+    /// Thread `id` begins to wait on an agent: the number of that wait.
+    pub fn wait_begins(&self, id: ThreadId) -> u64 {
+        let mut by_thread = self.by_thread.lock();
+        let deferred = by_thread.entry(id).or_default();
+        deferred.waits += 1;
+        deferred.waits
+    }
+
+    /// The log lines thread `id` has waiting, taken for the background writer, if it still
+    /// waits on wait number `wait` (no record was written since it began); its calls stay.
+    pub fn take_log_of_wait(&self, id: ThreadId, wait: u64) -> Vec<String> {
+        let mut by_thread = self.by_thread.lock();
+        let Some(deferred) = by_thread.get_mut(&id) else { return Vec::new() };
+        if deferred.waits != wait || deferred.log.is_empty() {
+            return Vec::new();
+        }
+        deferred.log_bytes = 0;
+        deferred.background = true;
+        std::mem::take(&mut deferred.log)
+    }
+
+    /// What thread `id` has waiting, taken (the count of its waits goes on).
+    pub fn take(&self, id: ThreadId) -> Deferred {
+        let mut by_thread = self.by_thread.lock();
+        let Some(deferred) = by_thread.get_mut(&id) else { return Deferred::default() };
+        let waits = deferred.waits;
+        std::mem::replace(deferred, Deferred { waits, ..Deferred::default() })
+    }
+
+    /// The calls thread `id` has waiting, taken (its log stays).
+    pub fn take_calls(&self, id: ThreadId) -> Vec<String> {
+        let mut by_thread = self.by_thread.lock();
+        by_thread
+            .get_mut(&id)
+            .map(|deferred| std::mem::take(&mut deferred.calls))
+            .unwrap_or_default()
+    }
+
+    /// Forgets thread `id` (this process let it go).
+    pub fn forget(&self, id: ThreadId) {
+        self.by_thread.lock().remove(&id);
+    }
+}

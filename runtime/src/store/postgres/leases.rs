@@ -1,0 +1,75 @@
+//! The leases this process holds on threads of a PostgreSQL store: a token per thread that
+//! fences every write, and one task that renews them all.
+
+use std::sync::atomic::Ordering;
+
+use crate::ids::ThreadId;
+use crate::store::postgres::Postgres;
+
+/// The leases this process holds, by thread, kept alive by one renewal task.
+#[derive(Debug, Clone)]
+pub struct Leases {
+    pg: Postgres,
+}
+
+impl Leases {
+    pub(super) fn of(pg: &Postgres) -> Self {
+        Leases { pg: pg.clone() }
+    }
+
+    /// The token this process holds thread `id` under.
+    pub fn token(&self, id: ThreadId) -> Option<i64> {
+        self.pg.inner.held.lock().get(&id).copied()
+    }
+
+    pub(super) fn hold(&self, id: ThreadId, token: i64) {
+        self.pg.inner.held.lock().insert(id, token);
+        if !self.pg.inner.renewing.swap(true, Ordering::SeqCst) {
+            self.pg.spawn(renew(self.pg.clone()));
+        }
+    }
+
+    pub(super) fn release(&self, id: ThreadId) {
+        self.pg.inner.held.lock().remove(&id);
+    }
+
+    pub(super) fn lost(&self, id: ThreadId) {
+        tracing::warn!("lost the lease on thread {id}: another process took it over");
+        self.release(id);
+    }
+}
+
+/// Renews every lease this process holds, three times per lease length, for as long as the
+/// process lives. One statement renews them all; a lease another process took meanwhile is
+/// not renewed (its token changed), and the next append to it finds out.
+async fn renew(pg: Postgres) {
+    let mut ticks = tokio::time::interval(pg.lease() / 3);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let (ids, tokens): (Vec<String>, Vec<i64>) =
+            pg.inner.held.lock().iter().map(|(id, token)| (id.to_string(), *token)).unzip();
+        if ids.is_empty() {
+            continue;
+        }
+        // This runs on the driver's own thread, which must never wait on itself: a lost
+        // connection is left for the next synchronous use to open again.
+        let client = pg.current_client();
+        let renewed = client
+            .execute(
+                "UPDATE threads SET lease_until = now() + $3::bigint * interval '1 millisecond' \
+                 FROM unnest($1::text[], $2::bigint[]) AS held(id, token) \
+                 WHERE threads.id = held.id AND threads.lease_token = held.token",
+                &[&ids, &tokens, &lease_ms(&pg)],
+            )
+            .await;
+        if let Err(e) = renewed {
+            tracing::warn!("renewing leases in {}: {e}", pg.target());
+        }
+    }
+}
+
+/// The lease length in milliseconds, as statements take it.
+pub(super) fn lease_ms(pg: &Postgres) -> i64 {
+    pg.lease().as_millis() as i64
+}
