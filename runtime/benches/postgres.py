@@ -80,6 +80,28 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class Session:
+    """One psql process kept open for many queries."""
+
+    def __init__(self, server, db):
+        self.process = subprocess.Popen([pg_bin() / "psql", "-X", "-q", "-A", "-t", "-d", server.url(db)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def query(self, sql):
+        self.process.stdin.write(f"{sql};\n\\echo __done__\n")
+        self.process.stdin.flush()
+        lines = []
+        for line in self.process.stdout:
+            if line.strip() == "__done__":
+                return "\n".join(lines)
+            lines.append(line.strip())
+        raise SystemExit("psql went away")
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+
+
 def median_spread(values):
     values = sorted(values)
     return statistics.median(values), values[0], values[-1]
@@ -127,18 +149,22 @@ def throughput(server, workers):
     with tempfile.TemporaryDirectory(dir=TARGET) as home:
         queue(server, db, home, THROUGHPUT_THREADS)
         env = dict(os.environ, UNCAGED_WORKFLOW_STORE=server.url(db))
+        # One psql session polls (a process and a server backend started every poll would
+        # take a share of this 2-core machine's CPU from what is measured).
+        poll = Session(server, db)
         started = time.perf_counter()
         processes = [start_worker(env, home, Path(home) / f"w{i}.log") for i in range(workers)]
         while True:
-            done, queued = map(int, server.psql(db, "SELECT count(*) FILTER (WHERE summary->>'returnCode' IS NOT NULL), "
-                                                    "count(*) FILTER (WHERE runnable) "
-                                                    "FROM uncaged_workflow.threads").split("|"))
+            done, queued = map(int, poll.query("SELECT count(*) FILTER (WHERE summary->>'returnCode' IS NOT NULL), "
+                                               "count(*) FILTER (WHERE runnable) "
+                                               "FROM uncaged_workflow.threads").split("|"))
             if done >= THROUGHPUT_THREADS:
                 break
             if queued == 0:
                 raise SystemExit(f"only {done} of {THROUGHPUT_THREADS} threads ended (see {home}/w*.log)")
             time.sleep(0.02)
         elapsed = time.perf_counter() - started
+        poll.close()
         for p in processes:
             p.terminate()
             p.wait()

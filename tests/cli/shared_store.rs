@@ -337,6 +337,73 @@ fn three_workers_killed_at_random_lose_and_repeat_nothing() -> Result<()> {
     Ok(())
 }
 
+/// Workers killed in the middle of group commits — just before one (the batch never reaches
+/// the database) or just after (every write of it durable, none acknowledged) — lose, repeat
+/// and re-ask nothing: each thread's steps are those of an uncrashed run, once, and no agent
+/// call journaled in a commit is made again.
+#[test]
+fn workers_killed_in_the_middle_of_group_commits_lose_and_repeat_nothing() -> Result<()> {
+    let (rig, reference) = fresh_rig()?;
+    let n = 40;
+    // The worker that ran the reference thread exits when idle.
+    wait_until("no worker is left", || {
+        Ok(rig.env.sql("SELECT count(*) FROM workers")?.trim() == "0")
+    })?;
+    // Queued first, all of them, with no worker to take them: a worker row that looks alive
+    // keeps `run` from starting one of its own (each then waits a few seconds for a worker to
+    // take its thread, so they are queued at once).
+    rig.env.sql(
+        "INSERT INTO workers (id, host, pid, max_threads, heartbeat_at) \
+         VALUES ('placeholder', 'test', 1, 1, now() + interval '1 hour')",
+    )?;
+    let queueing: Vec<Child> = (0..n)
+        .map(|_| {
+            rig.command(&["run", "solve-issue", "-p", "c", "--agent", &rig.agent, "--detach"])
+                .spawn()
+        })
+        .collect::<std::io::Result<_>>()?;
+    for mut run in queueing {
+        ensure!(run.wait()?.success(), "run --detach failed");
+    }
+    rig.env.sql("DELETE FROM workers WHERE id = 'placeholder'")?;
+    // Each worker dies at the k-th commit that carried several statements, k from a fixed
+    // seed, on one side or the other; a takeover waits out the dead worker's lease.
+    let (seed, mut random) = crate::Random::seeded();
+    eprintln!("group-commit crashes: UNCAGED_TEST_SEED={seed}");
+    let mut crashes = 0;
+    for round in 0..6 {
+        let point = if round % 2 == 0 { "group-commit" } else { "group-committed" };
+        let at = format!("{point}:{}", 2 + random.below(12));
+        let log = std::fs::File::create(rig.env.dir.path().join(format!("worker-{round}.log")))?;
+        let status = rig
+            .command(&["-v", "worker", "--max-threads", "50", "--exit-when-idle"])
+            .stderr(log)
+            .env("UNCAGED_WORKFLOW_LEASE_MS", "500")
+            .env("UNCAGED_TEST_AGENT_SLEEP", "0.01")
+            .env("UNCAGED_WORKFLOW_CRASH_AT", &at)
+            .status()?;
+        if !status.success() {
+            crashes += 1;
+        }
+    }
+    let log = std::fs::read_to_string(rig.env.dir.path().join("worker-0.log"))?;
+    ensure!(crashes >= 3, "the workers died in group commits ({crashes} of 6 did): {log}");
+    let finish = rig
+        .command(&["worker", "--exit-when-idle"])
+        .env("UNCAGED_WORKFLOW_LEASE_MS", "500")
+        .env("UNCAGED_TEST_AGENT_SLEEP", "0.01")
+        .status()?;
+    ensure!(finish.success(), "the last worker failed");
+    wait_until("every thread completes", || {
+        Ok(rig.threads()?.iter().filter(|t| t["status"] == "completed").count() == n)
+    })?;
+    let found = rig.check(&reference)?;
+    report(&format!("{n} threads, {crashes} workers killed in group commits"), 1, found);
+    ensure!(found == (0, 0), "lost or duplicated steps, repeated calls: {found:?}");
+    ensure!(rig.threads()?.len() == n, "threads were lost or added");
+    Ok(())
+}
+
 #[test]
 fn a_worker_waits_out_a_lost_database_and_its_threads_complete() -> Result<()> {
     let (rig, reference) = fresh_rig()?;

@@ -28,6 +28,8 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::faults::crash_point;
+
 /// The most statements one transaction carries.
 const MAX_BATCH: usize = 512;
 
@@ -134,7 +136,11 @@ async fn run(
             let _ = write.reply.send(answer);
             continue;
         }
+        // The crash tests kill the process on either side of a shared commit: before it (the
+        // whole batch lost) and after it (every write durable, none acknowledged).
+        crash_point("group-commit");
         let answers = together(client, &batch).await;
+        crash_point("group-committed");
         for (write, answer) in batch.into_iter().zip(answers) {
             let _ = write.reply.send(answer);
         }

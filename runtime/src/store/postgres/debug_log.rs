@@ -140,7 +140,7 @@ impl LogWriter {
     /// Waits until every line queued before this call is written (or dropped): a thread that
     /// comes to rest has its whole log readable.
     pub fn barrier(&self) {
-        futures::executor::block_on(self.settled());
+        super::block(self.settled());
     }
 
     /// [`LogWriter::barrier`], awaited.

@@ -75,7 +75,7 @@ impl CallLog for PgCalls {
             (Box::new(token), Type::INT8),
             (Box::new(lines), Type::TEXT_ARRAY),
         ];
-        let rows = futures::executor::block_on(self.pg.commit(&action, JOURNAL, params))?;
+        let rows = super::block(self.pg.commit(&action, JOURNAL, params))?;
         let written: i64 = rows.first().map_or(0, |row| row.get(0));
         if written != expected {
             self.leases.lost(self.id);

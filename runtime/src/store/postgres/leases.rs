@@ -3,6 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
+use tokio_postgres::types::Type;
+
 use crate::ids::ThreadId;
 use crate::store::postgres::Postgres;
 
@@ -52,19 +54,23 @@ async fn renew(pg: Postgres) {
         if ids.is_empty() {
             continue;
         }
-        // This runs on the driver's own thread, which must never wait on itself: a lost
-        // connection is left for the next synchronous use to open again.
-        let client = pg.current_client();
-        let renewed = client
-            .execute(
+        // Through the group committer, as every write that locks many threads' rows: two
+        // such transactions of one process would otherwise lock them in different orders.
+        let renewed = pg
+            .commit(
+                "renew leases",
                 "UPDATE threads SET lease_until = now() + $3::bigint * interval '1 millisecond' \
                  FROM unnest($1::text[], $2::bigint[]) AS held(id, token) \
                  WHERE threads.id = held.id AND threads.lease_token = held.token",
-                &[&ids, &tokens, &lease_ms(&pg)],
+                vec![
+                    (Box::new(ids), Type::TEXT_ARRAY),
+                    (Box::new(tokens), Type::INT8_ARRAY),
+                    (Box::new(lease_ms(&pg)), Type::INT8),
+                ],
             )
             .await;
         if let Err(e) = renewed {
-            tracing::warn!("renewing leases in {}: {e}", pg.target());
+            tracing::warn!("{e}");
         }
     }
 }

@@ -184,12 +184,6 @@ impl Postgres {
         }
     }
 
-    /// The shared connection as it is, even if closed (for the driver's own tasks, which must
-    /// not wait on the driver to reconnect).
-    fn current_client(&self) -> Arc<Client> {
-        self.inner.client.lock().clone().expect("the shared connection opens with the store")
-    }
-
     /// A connection of its own, for a transaction or `LISTEN` (the shared one interleaves
     /// statements of many callers). It closes when dropped.
     pub fn dedicated(&self) -> Result<Client> {
@@ -275,10 +269,17 @@ impl Postgres {
     }
 }
 
-/// Waits for `future` on this thread. (Handing the thread's other tasks to the runtime
-/// first, with `block_in_place`, measured slower for a worker's many short round trips.)
-fn block<F: Future>(future: F) -> F::Output {
-    futures::executor::block_on(future)
+/// Waits for `future` on this thread. On a multi-threaded tokio runtime (a worker) the
+/// thread's other tasks are handed to another thread first (`block_in_place`), so that a
+/// thread starting or coming to rest does not hold up the steps of the others; anywhere
+/// else (a command, a plain thread) it simply waits.
+pub(super) fn block<F: Future>(future: F) -> F::Output {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(|| futures::executor::block_on(future))
+        }
+        _ => futures::executor::block_on(future),
+    }
 }
 
 /// Starts the runtime that drives this process's connections.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio_postgres::AsyncMessage;
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, Type};
 
 use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
@@ -129,7 +129,7 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             "claim threads",
-            client.query(
+            client.query_typed(
                 "UPDATE threads t SET lease_owner = $1, \
                         lease_until = now() + $2::bigint * interval '1 millisecond', \
                         lease_token = t.lease_token + 1, control = NULL, activity = NULL \
@@ -142,44 +142,46 @@ impl WorkQueue for PgQueue {
                  WHERE t.id = c.id \
                  RETURNING t.id, t.lease_token, t.run_request, c.previous",
                 &[
-                    &self.pg.owner(),
-                    &(self.pg.lease().as_millis() as i64),
-                    &(max as i64),
-                    &running,
-                    &bundle,
-                    &only,
+                    (&self.pg.owner(), Type::TEXT),
+                    (&(self.pg.lease().as_millis() as i64), Type::INT8),
+                    (&(max as i64), Type::INT8),
+                    (&running, Type::TEXT_ARRAY),
+                    (&bundle, Type::TEXT),
+                    (&only, Type::TEXT),
                 ],
             ),
         )?;
-        let mut claimed = Vec::with_capacity(rows.len());
-        for row in rows {
-            let Ok(id) = row.get::<_, &str>(0).parse::<ThreadId>() else { continue };
-            let token: i64 = row.get(1);
-            let request = row
-                .get::<_, Option<Json<RunRequest>>>(2)
-                .map(|Json(request)| request)
-                .unwrap_or_default();
+        let taken: Vec<(ThreadId, i64, RunRequest, Option<String>)> = rows
+            .iter()
+            .filter_map(|row| {
+                let id = row.get::<_, &str>(0).parse::<ThreadId>().ok()?;
+                let request = row
+                    .get::<_, Option<Json<RunRequest>>>(2)
+                    .map(|Json(request)| request)
+                    .unwrap_or_default();
+                Some((id, row.get(1), request, row.get(3)))
+            })
+            .collect();
+        if taken.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<ThreadId> = taken.iter().map(|(id, ..)| *id).collect();
+        let mut records = self.threads.read_claimed(&ids)?;
+        let mut claimed = Vec::with_capacity(taken.len());
+        for (id, token, request, taken_from) in taken {
             // A thread whose records cannot be read cannot run here, nor anywhere: it leaves
             // the queue (and reads `interrupted`; `resume` tries again).
-            let record = match self.threads.read_lines(id) {
-                Ok(Some(record)) => record,
-                Ok(None) => continue,
-                Err(e) if e.is_database_unavailable() => return Err(e),
-                Err(e) => {
+            let record = match records.remove(&id) {
+                Some(Ok(record)) => record,
+                None => continue,
+                Some(Err(e)) => {
                     tracing::warn!("thread {id} leaves the queue: {e}");
                     self.release(id, token, Release::Settle)?;
                     continue;
                 }
             };
             let writer = Box::new(self.threads.writer(id, token, record.clone()));
-            claimed.push(Claimed {
-                id,
-                record,
-                writer,
-                request,
-                ticket: token,
-                taken_from: row.get(3),
-            });
+            claimed.push(Claimed { id, record, writer, request, ticket: token, taken_from });
         }
         Ok(claimed)
     }
@@ -202,7 +204,7 @@ impl WorkQueue for PgQueue {
         };
         self.pg.wait(
             &format!("release thread {id}"),
-            client.execute(statement, &[&id.to_string(), &token]),
+            client.execute_typed(statement, &[(&id.to_string(), Type::TEXT), (&token, Type::INT8)]),
         )?;
         if how == Release::HandBack {
             self.notify(QUEUE_CHANNEL, &id.to_string())?;
@@ -246,14 +248,18 @@ impl WorkQueue for PgQueue {
 
     /// The requests waiting for this process's threads, taken (cleared) as they are read.
     fn requests(&self, _running: &[ThreadId]) -> Result<Vec<(ThreadId, ControlRequest)>> {
+        // A row the group committer has locked this instant is skipped, not waited for (two
+        // of this process's transactions waiting on each other would deadlock): its request
+        // is read at the next look.
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             "read kill and pause requests",
-            client.query(
+            client.query_typed(
                 "UPDATE threads t SET control = NULL FROM (SELECT id, control FROM threads \
-                     WHERE lease_owner = $1 AND control IS NOT NULL FOR UPDATE) c \
+                     WHERE lease_owner = $1 AND control IS NOT NULL \
+                     FOR UPDATE SKIP LOCKED) c \
                  WHERE t.id = c.id RETURNING t.id, c.control",
-                &[&self.pg.owner()],
+                &[(&self.pg.owner(), Type::TEXT)],
             ),
         )?;
         Ok(rows
@@ -286,27 +292,23 @@ impl WorkQueue for PgQueue {
 
     /// Says this worker is alive, and what its threads are doing.
     fn heartbeat(&self, activities: &[(ThreadId, Activity)]) -> Result<()> {
-        let client = self.pg.client()?;
         let ids: Vec<String> = activities.iter().map(|(id, _)| id.to_string()).collect();
-        let states: Vec<Json<&Activity>> = activities.iter().map(|(_, a)| Json(a)).collect();
-        self.pg.wait(
+        let states: Vec<Json<Activity>> = activities.iter().map(|(_, a)| Json(a.clone())).collect();
+        // One statement, through the group committer: it updates the rows of many threads,
+        // which the committer's transactions lock too, and two transactions of one process
+        // locking them in different orders would deadlock.
+        super::block(self.pg.commit(
             "send the worker's heartbeat",
-            client.execute(
-                "UPDATE workers SET heartbeat_at = now() WHERE id = $1",
-                &[&self.pg.owner()],
-            ),
-        )?;
-        if !ids.is_empty() {
-            self.pg.wait(
-                "publish what the worker's threads do",
-                client.execute(
-                    "UPDATE threads SET activity = a.activity \
-                     FROM unnest($2::text[], $3::jsonb[]) AS a(id, activity) \
-                     WHERE threads.id = a.id AND threads.lease_owner = $1",
-                    &[&self.pg.owner(), &ids, &states],
-                ),
-            )?;
-        }
+            "WITH w AS (UPDATE workers SET heartbeat_at = now() WHERE id = $1) \
+             UPDATE threads SET activity = a.activity \
+             FROM unnest($2::text[], $3::jsonb[]) AS a(id, activity) \
+             WHERE threads.id = a.id AND threads.lease_owner = $1",
+            vec![
+                (Box::new(self.pg.owner().to_string()), Type::TEXT),
+                (Box::new(ids), Type::TEXT_ARRAY),
+                (Box::new(states), Type::JSONB_ARRAY),
+            ],
+        ))?;
         Ok(())
     }
 

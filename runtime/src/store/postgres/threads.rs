@@ -56,6 +56,41 @@ impl PgThreads {
             .ok_or_else(|| self.pg.bad_data(format!("thread {id} has no start record")))
     }
 
+    /// The records of threads `ids`, which this process has just claimed, in one read: the
+    /// claim of many threads costs two round trips, not one per thread. A thread missing
+    /// from the answer was removed meanwhile; one whose records do not read is an error of
+    /// its own.
+    pub fn read_claimed(
+        &self,
+        ids: &[ThreadId],
+    ) -> Result<std::collections::HashMap<ThreadId, Result<ThreadRecord>>> {
+        let names: Vec<String> = ids.iter().map(ThreadId::to_string).collect();
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            "read the claimed threads",
+            client.query_typed(
+                "SELECT thread, seq, line FROM thread_records WHERE thread = ANY($1) \
+                 ORDER BY thread, seq",
+                &[(&names, Type::TEXT_ARRAY)],
+            ),
+        )?;
+        let mut lines: std::collections::HashMap<ThreadId, ThreadLines> = Default::default();
+        for row in &rows {
+            let Ok(id) = row.get::<_, &str>(0).parse::<ThreadId>() else { continue };
+            let seq: i32 = row.get(1);
+            lines.entry(id).or_default().push(seq as usize + 1, row.get::<_, &str>(2).as_bytes());
+        }
+        Ok(lines
+            .into_iter()
+            .map(|(id, parsed)| {
+                let record = parsed
+                    .record(true, false)
+                    .ok_or_else(|| self.pg.bad_data(format!("thread {id} has no start record")));
+                (id, record)
+            })
+            .collect())
+    }
+
     /// What was stored for thread `id` after record `after` (its sequence number; -1 for
     /// all), with whether a worker runs or is to run it: what a follower reads each poll,
     /// without reading the thread again. `None` if there is no such thread.
@@ -336,7 +371,7 @@ impl PgWriter {
     /// rest can read all of it.
     fn append_at_rest(&mut self, lines: Vec<String>) -> Result<()> {
         self.pg.logs().barrier();
-        futures::executor::block_on(self.append(lines))
+        super::block(self.append(lines))
     }
 }
 
@@ -365,7 +400,7 @@ impl ThreadWriter for PgWriter {
 
     fn append_upgrade(&mut self, upgrade: &crate::store::upgrades::UpgradeRecord) -> Result<()> {
         self.record.upgrades.push(upgrade.upgrade.clone());
-        futures::executor::block_on(self.append(vec![json_line(upgrade)]))
+        super::block(self.append(vec![json_line(upgrade)]))
     }
 
     fn append_retry(&mut self, retry: &crate::store::upgrades::RetryRecord) -> Result<()> {
