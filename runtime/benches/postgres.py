@@ -3,7 +3,9 @@
 
 - per durable step: our runtime on PostgreSQL vs on files vs LangGraph with its Postgres
   checkpointer (langgraph-checkpoint-postgres), all against the same server;
-- throughput of short threads (10 steps, instant agent) with 1, 2 and 4 worker processes;
+- throughput of short threads (10 steps, instant agent) with 1, 2 and 4 worker processes, with
+  the CPU the workers and the database spent and the transactions group commit made;
+- the group-commit window's latency/throughput trade-off, and a capacity plan from the above;
 - takeover: from `kill -9` of a worker to the first new step of its threads on another;
 - what a thread and a step cost in the database, for the capacity plan in docs/postgres.md.
 
@@ -27,6 +29,7 @@ TARGET = ROOT / "target"
 BINARY = TARGET / "release" / "uncaged-workflow"
 PG_PACKAGES = ["langgraph-checkpoint-postgres", "psycopg[binary]"]
 THROUGHPUT_THREADS = 400
+WINDOWS_US = [0, 500, 2000]
 LEASE_MS = 3000
 
 
@@ -111,6 +114,16 @@ def fmt_us(us):
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
 
 
+def per_step_ours(server, window_us):
+    """Our durable step on PostgreSQL (one thread, N=100) with a group-commit window."""
+    env = dict(os.environ, UNCAGED_BENCH_PG=server.url(server.database()),
+               UNCAGED_WORKFLOW_PG_COMMIT_WINDOW_US=str(window_us))
+    out = subprocess.run(["cargo", "bench", "-q", "-p", "uncaged-workflow", "--bench", "workflow"], cwd=ROOT,
+                         env=env, check=True, capture_output=True, text=True).stdout
+    results = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    return [r["per_step_us"] for r in results if r["mode"] == "postgres" and r["steps"] == 100][0]
+
+
 def per_step(server, python):
     """Our durable step on PostgreSQL, and LangGraph's with its Postgres checkpointer."""
     env = dict(os.environ, UNCAGED_BENCH_PG=server.url(server.database()))
@@ -143,12 +156,46 @@ def queue(server, db, home, n):
                    check=True, capture_output=True)
 
 
-def throughput(server, workers):
-    """Seconds for `workers` worker processes to run THROUGHPUT_THREADS queued 10-step threads."""
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User + system CPU of process `pid` so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / HZ
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def postgres_cpu():
+    """CPU so far of every PostgreSQL process (server and backends), by pid."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "postgres":
+                    found[entry.name] = cpu_seconds(entry.name)
+            except OSError:
+                pass
+    return found
+
+
+def commits(server, db):
+    """Transactions committed in database `db` so far."""
+    return int(server.psql("postgres", f"SELECT xact_commit FROM pg_stat_database WHERE datname = '{db}'"))
+
+
+def throughput(server, workers, window_us=0):
+    """Seconds for `workers` worker processes to run THROUGHPUT_THREADS queued 10-step threads,
+    with the CPU the workers and the database spent meanwhile and the transactions committed."""
     db = server.database()
     with tempfile.TemporaryDirectory(dir=TARGET) as home:
         queue(server, db, home, THROUGHPUT_THREADS)
-        env = dict(os.environ, UNCAGED_WORKFLOW_STORE=server.url(db))
+        env = dict(os.environ, UNCAGED_WORKFLOW_STORE=server.url(db),
+                   UNCAGED_WORKFLOW_PG_COMMIT_WINDOW_US=str(window_us))
+        commits_before = commits(server, db)
+        db_cpu_before = postgres_cpu()
         # One psql session polls (a process and a server backend started every poll would
         # take a share of this 2-core machine's CPU from what is measured).
         poll = Session(server, db)
@@ -165,12 +212,16 @@ def throughput(server, workers):
             time.sleep(0.02)
         elapsed = time.perf_counter() - started
         poll.close()
+        worker_cpu = sum(cpu_seconds(p.pid) for p in processes)
+        db_cpu = sum(cpu - db_cpu_before.get(pid, 0.0) for pid, cpu in postgres_cpu().items())
         for p in processes:
             p.terminate()
             p.wait()
+        transactions = commits(server, db) - commits_before
         steps = int(server.psql(db, "SELECT count(*) FROM uncaged_workflow.thread_records "
                                     "WHERE line LIKE '{\"role\"%'"))
-    return elapsed, steps, db
+    return {"elapsed": elapsed, "steps": steps, "db": db, "worker_cpu": worker_cpu, "db_cpu": db_cpu,
+            "transactions": transactions}
 
 
 def takeover(server, runs=3):
@@ -227,8 +278,9 @@ def section(python):
     try:
         ours, files, peer = per_step(server, python)
         runs = {workers: throughput(server, workers) for workers in [1, 2, 4]}
+        windows = {us: (per_step_ours(server, us), throughput(server, 1, us)) for us in WINDOWS_US}
         taken = takeover(server)
-        threads, steps, table_bytes = sizes(server, runs[1][2])
+        threads, steps, table_bytes = sizes(server, runs[1]["db"])
     finally:
         server.stop()
     lines = ["## PostgreSQL store", "",
@@ -246,11 +298,48 @@ def section(python):
     lines += ["", f"### Throughput: {THROUGHPUT_THREADS} queued threads of 10 steps (instant agent)", "",
               "Worker processes started on an already filled queue, timed until the last thread ended;",
               "all on this 2-core machine, database included.", "",
-              "| workers | seconds | threads/s | steps/s | vs 1 worker |", "|---|---|---|---|---|"]
-    base = runs[1][0]
-    for workers, (elapsed, steps_run, _) in sorted(runs.items()):
-        lines.append(f"| {workers} | {elapsed:.2f} | {THROUGHPUT_THREADS / elapsed:.0f} | {steps_run / elapsed:.0f} | "
-                     f"{base / elapsed:.2f}× |")
+              "Where the time goes: CPU seconds of the worker processes and of every PostgreSQL process",
+              "(server and backends) during the drain, out of 2 × the elapsed time this machine has;",
+              "transactions are the database's own count (`pg_stat_database.xact_commit`), every one of",
+              "them (claims, releases, heartbeats, journal reads too): a thread of 10 steps makes about 16",
+              "statements, 11 of them its records, so 0.7 steps per transaction would be no grouping at all.", "",
+              "| workers | seconds | threads/s | steps/s | vs 1 worker | worker CPU | database CPU | idle | steps per transaction |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    base = runs[1]["elapsed"]
+    for workers, run in sorted(runs.items()):
+        elapsed = run["elapsed"]
+        idle = max(0.0, 1 - (run["worker_cpu"] + run["db_cpu"]) / (2 * elapsed))
+        lines.append(f"| {workers} | {elapsed:.2f} | {THROUGHPUT_THREADS / elapsed:.0f} | {run['steps'] / elapsed:.0f} | "
+                     f"{base / elapsed:.2f}× | {run['worker_cpu']:.2f} s | {run['db_cpu']:.2f} s | {idle:.0%} | "
+                     f"{run['steps'] / max(run['transactions'], 1):.1f} |")
+    lines += ["", "### Group commit: the window's latency/throughput trade-off", "",
+              "`UNCAGED_WORKFLOW_PG_COMMIT_WINDOW_US` holds a batch open that long for more statements",
+              "(0, the default, sends whatever gathered while the previous commit was flushed). Latency:",
+              "one thread's durable step at N=100; throughput: the 1-worker drain above. The window is a",
+              "tokio timer, whose resolution is a millisecond: a sub-millisecond window waits a whole one.", "",
+              "| window | one thread, per step | drain, steps/s | steps per transaction |", "|---|---|---|---|"]
+    for us, (latency, run) in sorted(windows.items()):
+        lat = median_spread(latency)
+        lines.append(f"| {us} µs | {fmt_us(lat[0])} ({fmt_us(lat[1])}–{fmt_us(lat[2])}) | "
+                     f"{run['steps'] / run['elapsed']:.0f} | {run['steps'] / max(run['transactions'], 1):.1f} |")
+    one = runs[1]
+    per_db_core = one["steps"] / max(one["db_cpu"], 1e-9)
+    per_worker_core = one["steps"] / max(one["worker_cpu"], 1e-9)
+    database = 8 * per_db_core
+    fleet = 10 * 2 * per_worker_core
+    lines += ["", "### Capacity plan", "",
+              "Measured (the 1-worker drain above, instant agent, 10-step threads): "
+              f"**{per_db_core:,.0f} steps per second of database CPU** and "
+              f"**{per_worker_core:,.0f} steps per second of worker CPU**.", "",
+              "Extrapolated, assuming CPU is what runs out (the disk's flushes are shared by group commit,",
+              "and the run above is CPU-bound on this machine): a database of 8 such cores carries about",
+              f"{database:,.0f} steps/s; 10 worker machines of 2 such cores about {fleet:,.0f} steps/s; a deployment",
+              f"of both carries about **{min(database, fleet):,.0f} steps/s**, bounded by "
+              f"{'the database' if database < fleet else 'the workers'}. Real agents take seconds, not",
+              "microseconds: at one step per agent call of 1 s, that is as many threads at work at once. Not",
+              "measured: network round trips to a remote database (each step waits for one commit; group",
+              "commit keeps that to one flush per batch, so more latency means larger batches rather than",
+              "fewer steps/s, up to the workers' `--max-threads`), and the database's disk under that load.", ""]
     t = median_spread(taken)
     lines += ["", "### Takeover after `kill -9` of a worker", "",
               f"20 threads on a worker with a {LEASE_MS} ms lease (`UNCAGED_WORKFLOW_LEASE_MS`), agents of",
