@@ -312,6 +312,27 @@ contract! {
         Ok(())
     }
 
+    /// Pruning removes the threads it is given with all they hold, in one call, except one a
+    /// process holds (it was taken up since it was listed) and one already gone.
+    fn threads_are_removed_together_except_one_held(store: &Storage) -> Result<()> {
+        let threads = store.threads();
+        let ended: Vec<ThreadId> = (0..3).map(|_| new_thread(store, hash(1))).collect::<Result<_>>()?;
+        let (held_writer, held) = threads.create(&start_record(hash(1)), &[step("planner", "p")], &[])?;
+        let gone = new_thread(store, hash(1))?;
+        threads.remove(gone)?;
+        let mut asked = ended.clone();
+        asked.extend([held.id(), gone]);
+        let mut removed = threads.remove_ended(&asked)?;
+        removed.sort();
+        ensure!(removed == ended, "{removed:?} vs {ended:?}");
+        ensure!(threads.list()? == vec![held.id()]);
+        for id in &ended {
+            ensure!(matches!(threads.read(*id), Err(Error::UnknownThread(_))));
+        }
+        drop(held_writer);
+        Ok(())
+    }
+
     /// The queue: a thread queued is claimed once, by a worker of its scope, with its run
     /// request; kill and pause reach the worker holding it, once each; settled, it leaves
     /// the queue; handed back, it is claimed again.

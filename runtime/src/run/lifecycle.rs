@@ -345,13 +345,16 @@ pub fn prune(store: &Storage, filter: &PruneFilter, dry_run: bool) -> Result<Vec
         let selected = ended <= cutoff
             && filter.statuses.contains(&status)
             && filter.workflow.as_ref().is_none_or(|w| *w == thread.name);
-        if !selected {
-            continue;
+        if selected {
+            pruned.push(Pruned { thread_id: thread.thread_id, name: thread.name, status, ended });
         }
-        if !dry_run {
-            store.threads().remove(thread.thread_id)?;
-        }
-        pruned.push(Pruned { thread_id: thread.thread_id, name: thread.name, status, ended });
+    }
+    if !dry_run {
+        let ids: Vec<ThreadId> = pruned.iter().map(|p| p.thread_id).collect();
+        let removed: std::collections::HashSet<ThreadId> =
+            store.threads().remove_ended(&ids)?.into_iter().collect();
+        // A thread resumed since it was listed is not removed, nor reported.
+        pruned.retain(|p| removed.contains(&p.thread_id));
     }
     // The keys that made retried requests start one thread (the API's Idempotency-Key, a
     // webhook's delivery id) are kept as long as threads are.

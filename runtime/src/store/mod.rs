@@ -35,7 +35,7 @@ pub mod upgrades;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 
@@ -114,6 +114,21 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// cannot leave half-done: once a removal starts the thread is gone, and what a crash
     /// leaves of it is finished by the next removal.
     fn remove(&self, id: ThreadId) -> Result<()>;
+
+    /// Removes the ended threads `ids` (what `threads prune` selected), as [`ThreadStore::remove`]
+    /// does, skipping any that a process took up meanwhile: the ones removed. A database
+    /// removes many at once.
+    fn remove_ended(&self, ids: &[ThreadId]) -> Result<Vec<ThreadId>> {
+        let mut removed = Vec::with_capacity(ids.len());
+        for &id in ids {
+            match self.remove(id) {
+                Ok(()) => removed.push(id),
+                Err(Error::ThreadBusy(_) | Error::UnknownThread(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(removed)
+    }
 
     /// Finishes removals a crash interrupted.
     fn finish_removals(&self) -> Result<()>;

@@ -277,6 +277,28 @@ impl ThreadStore for PgThreads {
         }
     }
 
+    /// One statement per chunk of threads: those nobody holds or queued meanwhile go, with
+    /// their records, calls and log (by cascade).
+    fn remove_ended(&self, ids: &[ThreadId]) -> Result<Vec<ThreadId>> {
+        let mut removed = Vec::with_capacity(ids.len());
+        let client = self.pg.client()?;
+        for chunk in ids.chunks(REMOVE_CHUNK) {
+            let names: Vec<String> = chunk.iter().map(ThreadId::to_string).collect();
+            let rows = self.pg.wait(
+                "remove threads",
+                client.query_typed(
+                    "DELETE FROM threads WHERE id = ANY($1) AND NOT runnable \
+                     AND (lease_owner IS NULL OR lease_until < now()) RETURNING id",
+                    &[(&names, Type::TEXT_ARRAY)],
+                ),
+            )?;
+            removed.extend(
+                rows.iter().filter_map(|row| row.get::<_, &str>(0).parse::<ThreadId>().ok()),
+            );
+        }
+        Ok(removed)
+    }
+
     fn finish_removals(&self) -> Result<()> {
         Ok(())
     }
@@ -462,3 +484,6 @@ fn at_rest(record: &ThreadRecord) -> ThreadSummary {
     summary.status = record.status_at_rest();
     summary
 }
+
+/// Threads one statement of [`ThreadStore::remove_ended`] removes.
+const REMOVE_CHUNK: usize = 5000;
