@@ -84,12 +84,15 @@ impl Committer {
     }
 }
 
-/// The window from the environment (microseconds), else none.
+/// The longest window: every step of the process waits for it.
+const MAX_WINDOW: Duration = Duration::from_millis(100);
+
+/// The window from the environment (microseconds, at most [`MAX_WINDOW`]), else none.
 pub fn window_from_env() -> Duration {
     std::env::var("UNCAGED_WORKFLOW_PG_COMMIT_WINDOW_US")
         .ok()
         .and_then(|us| us.parse::<u64>().ok())
-        .map(Duration::from_micros)
+        .map(|us| Duration::from_micros(us).min(MAX_WINDOW))
         .unwrap_or(Duration::ZERO)
 }
 
