@@ -47,7 +47,10 @@ impl PgQueue {
         let client = self.pg.client()?;
         self.pg.wait(
             "wake the workers",
-            client.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]),
+            client.execute_typed(
+                "SELECT pg_notify($1, $2)",
+                &[(&channel, Type::TEXT), (&payload, Type::TEXT)],
+            ),
         )?;
         Ok(())
     }
@@ -99,11 +102,11 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         self.pg.wait(
             &format!("queue thread {id}"),
-            client.execute(
+            client.execute_typed(
                 "UPDATE threads SET runnable = true, run_request = $2, queued_at = now(), \
                         control = NULL \
                  WHERE id = $1",
-                &[&id.to_string(), &Json(request)],
+                &[(&id.to_string(), Type::TEXT), (&Json(request), Type::JSONB)],
             ),
         )?;
         self.notify(QUEUE_CHANNEL, &id.to_string())

@@ -98,7 +98,7 @@ impl PgThreads {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("read thread {id}"),
-            client.query_opt(
+            client.query_typed_opt(
                 "SELECT t.lease_owner IS NOT NULL AND t.lease_until > now(), t.runnable, \
                         coalesce(array_agg(r.seq ORDER BY r.seq) \
                                  FILTER (WHERE r.seq IS NOT NULL), '{}'), \
@@ -106,7 +106,7 @@ impl PgThreads {
                                  FILTER (WHERE r.seq IS NOT NULL), '{}') \
                  FROM threads t LEFT JOIN thread_records r ON r.thread = t.id AND r.seq > $2 \
                  WHERE t.id = $1 GROUP BY t.id",
-                &[&id.to_string(), &(after as i32)],
+                &[(&id.to_string(), Type::TEXT), (&(after as i32), Type::INT4)],
             ),
         )?;
         let Some(row) = row else { return Ok(None) };
@@ -124,13 +124,17 @@ impl PgThreads {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("take thread {id}"),
-            client.query_opt(
+            client.query_typed_opt(
                 "UPDATE threads SET lease_owner = $2, \
                         lease_until = now() + $3::bigint * interval '1 millisecond', \
                         lease_token = lease_token + 1, control = NULL \
                  WHERE id = $1 AND (lease_owner IS NULL OR lease_until < now()) \
                  RETURNING lease_token",
-                &[&id.to_string(), &self.pg.owner(), &lease_ms(&self.pg)],
+                &[
+                    (&id.to_string(), Type::TEXT),
+                    (&self.pg.owner(), Type::TEXT),
+                    (&lease_ms(&self.pg), Type::INT8),
+                ],
             ),
         )?;
         Ok(row.map(|row| row.get(0)))
@@ -140,7 +144,10 @@ impl PgThreads {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("find thread {id}"),
-            client.query_opt("SELECT 1 FROM threads WHERE id = $1", &[&id.to_string()]),
+            client.query_typed_opt(
+                "SELECT 1 FROM threads WHERE id = $1",
+                &[(&id.to_string(), Type::TEXT)],
+            ),
         )?;
         Ok(row.is_some())
     }
@@ -163,7 +170,7 @@ impl ThreadStore for PgThreads {
         // at all, already leased to this process.
         self.pg.wait(
             &format!("create thread {id}"),
-            client.execute(
+            client.execute_typed(
                 "WITH t AS ( \
                      INSERT INTO threads (id, bundle, summary, next_seq, lease_owner, \
                                           lease_until, lease_token) \
@@ -180,13 +187,13 @@ impl ThreadStore for PgThreads {
                      ORDER BY s.i) \
                  SELECT 1 FROM t",
                 &[
-                    &id.to_string(),
-                    &start.hash.to_string(),
-                    &Json(at_rest(&record)),
-                    &self.pg.owner(),
-                    &lease_ms(&self.pg),
-                    &lines,
-                    &calls,
+                    (&id.to_string(), Type::TEXT),
+                    (&start.hash.to_string(), Type::TEXT),
+                    (&Json(at_rest(&record)), Type::JSONB),
+                    (&self.pg.owner(), Type::TEXT),
+                    (&lease_ms(&self.pg), Type::INT8),
+                    (&lines, Type::TEXT_ARRAY),
+                    (&calls, Type::TEXT_ARRAY),
                 ],
             ),
         )?;
@@ -222,7 +229,7 @@ impl ThreadStore for PgThreads {
         let client = self.pg.client()?;
         let rows = self
             .pg
-            .wait("list threads", client.query("SELECT id FROM threads ORDER BY id", &[]))?;
+            .wait("list threads", client.query_typed("SELECT id FROM threads ORDER BY id", &[]))?;
         Ok(rows.iter().filter_map(|row| row.get::<_, String>(0).parse().ok()).collect())
     }
 
@@ -230,7 +237,7 @@ impl ThreadStore for PgThreads {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             "list threads",
-            client.query(
+            client.query_typed(
                 "SELECT summary, lease_owner IS NOT NULL AND lease_until > now(), runnable \
                  FROM threads ORDER BY id",
                 &[],
@@ -264,10 +271,10 @@ impl ThreadStore for PgThreads {
         let client = self.pg.client()?;
         let removed = self.pg.wait(
             &format!("remove thread {id}"),
-            client.execute(
+            client.execute_typed(
                 "DELETE FROM threads WHERE id = $1 AND NOT runnable \
                  AND (lease_owner IS NULL OR lease_until < now())",
-                &[&id.to_string()],
+                &[(&id.to_string(), Type::TEXT)],
             ),
         )?;
         match removed {
@@ -315,10 +322,10 @@ impl ThreadStore for PgThreads {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             &format!("read the debug log of thread {id}"),
-            client.query(
+            client.query_typed(
                 "SELECT line FROM (SELECT seq, line FROM thread_log WHERE thread = $1 \
                                    ORDER BY seq DESC LIMIT $2) tail ORDER BY seq",
-                &[&id.to_string(), &(max as i64)],
+                &[(&id.to_string(), Type::TEXT), (&(max as i64), Type::INT8)],
             ),
         )?;
         Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
