@@ -54,21 +54,28 @@ async fn renew(pg: Postgres) {
         if ids.is_empty() {
             continue;
         }
-        // Through the group committer, as every write that locks many threads' rows: two
-        // such transactions of one process would otherwise lock them in different orders.
+        // On the shared connection, not through the group committer: a renewal must never
+        // wait behind a batch. A thread whose row a batch of this process has locked at this
+        // instant is skipped (waiting on it could deadlock the two), and renewed next tick.
+        // This runs on the driver's own thread, which must never wait on itself: a lost
+        // connection is left for the next synchronous use to open again.
         let renewed = pg
-            .commit(
-                "renew leases",
+            .current_client()
+            .execute_typed(
                 "UPDATE threads SET lease_until = now() + $3::bigint * interval '1 millisecond' \
-                 FROM unnest($1::text[], $2::bigint[]) AS held(id, token) \
-                 WHERE threads.id = held.id AND threads.lease_token = held.token",
-                vec![
-                    (Box::new(ids), Type::TEXT_ARRAY),
-                    (Box::new(tokens), Type::INT8_ARRAY),
-                    (Box::new(lease_ms(&pg)), Type::INT8),
+                     FROM (SELECT t.id FROM threads t \
+                           JOIN unnest($1::text[], $2::bigint[]) AS held(id, token) \
+                             ON t.id = held.id AND t.lease_token = held.token \
+                           FOR UPDATE OF t SKIP LOCKED) renewable \
+                     WHERE threads.id = renewable.id",
+                &[
+                    (&ids, Type::TEXT_ARRAY),
+                    (&tokens, Type::INT8_ARRAY),
+                    (&lease_ms(&pg), Type::INT8),
                 ],
             )
-            .await;
+            .await
+            .map_err(|e| pg.error("renew leases", &e));
         if let Err(e) = renewed {
             tracing::warn!("{e}");
         }

@@ -184,6 +184,12 @@ impl Postgres {
         }
     }
 
+    /// The shared connection as it is, even if closed (for the driver's own tasks, which must
+    /// not wait on the driver to reconnect).
+    fn current_client(&self) -> Arc<Client> {
+        self.inner.client.lock().clone().expect("the shared connection opens with the store")
+    }
+
     /// A connection of its own, for a transaction or `LISTEN` (the shared one interleaves
     /// statements of many callers). It closes when dropped.
     pub fn dedicated(&self) -> Result<Client> {
