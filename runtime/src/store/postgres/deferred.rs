@@ -102,8 +102,8 @@ impl DeferredWrites {
             .unwrap_or_default()
     }
 
-    /// Forgets thread `id` (this process let it go).
-    pub fn forget(&self, id: ThreadId) {
-        self.by_thread.lock().remove(&id);
+    /// Forgets thread `id` (this process lets it go): what it had waiting, taken.
+    pub fn forget(&self, id: ThreadId) -> Deferred {
+        self.by_thread.lock().remove(&id).unwrap_or_default()
     }
 }

@@ -394,14 +394,6 @@ impl PgWriter {
         }
         Ok(())
     }
-
-    /// [`PgWriter::append`] for a record after which the thread comes to rest: what its
-    /// debug log handed to the background writer is written first, so whoever sees it at
-    /// rest can read all of it.
-    fn append_at_rest(&mut self, lines: Vec<String>) -> Result<()> {
-        self.pg.logs().barrier();
-        super::block(self.append(lines))
-    }
 }
 
 impl ThreadWriter for PgWriter {
@@ -419,12 +411,12 @@ impl ThreadWriter for PgWriter {
         let timestamp = now_ms();
         self.record.paused = Some(paused.clone());
         self.record.paused_at = Some(timestamp);
-        self.append_at_rest(vec![json_line(&PauseRecord { paused, timestamp })])
+        super::block(self.append(vec![json_line(&PauseRecord { paused, timestamp })]))
     }
 
     fn append_end(&mut self, end: &EndRecord) -> Result<()> {
         self.record.end = Some(end.clone());
-        self.append_at_rest(vec![json_line(end)])
+        super::block(self.append(vec![json_line(end)]))
     }
 
     fn append_upgrade(&mut self, upgrade: &crate::store::upgrades::UpgradeRecord) -> Result<()> {
@@ -439,7 +431,7 @@ impl ThreadWriter for PgWriter {
         self.record.paused = Some(Paused::by(crate::store::records::PauseReason::Pause));
         self.record.paused_at = Some(retry.timestamp);
         self.record.retries.push(retry.clone());
-        self.append_at_rest(vec![json_line(retry)])
+        super::block(self.append(vec![json_line(retry)]))
     }
 }
 
@@ -449,8 +441,7 @@ impl Drop for PgWriter {
     /// after the lease runs out, and replays those calls rather than making them again.
     fn drop(&mut self) {
         self.leases.release(self.id);
-        let deferred = self.pg.deferred().take(self.id);
-        self.pg.deferred().forget(self.id);
+        let deferred = self.pg.deferred().forget(self.id);
         if deferred.background {
             self.pg.logs().barrier();
         }
