@@ -165,6 +165,10 @@ pub trait WorkQueue: Send + Sync + fmt::Debug {
     /// Asks the worker holding thread `id` to kill or pause it. False if no worker holds it.
     fn ask(&self, id: ThreadId, request: ControlRequest) -> Result<bool>;
 
+    /// Whether a request [`WorkQueue::ask`]ed for thread `id` still waits for its worker to
+    /// take it.
+    fn is_asked(&self, id: ThreadId) -> Result<bool>;
+
     /// The requests for threads of `running` (this worker's), taken as they are read.
     fn requests(&self, running: &[ThreadId]) -> Result<Vec<(ThreadId, ControlRequest)>>;
 

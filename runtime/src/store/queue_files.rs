@@ -209,6 +209,10 @@ impl WorkQueue for FileQueue {
         Ok(true)
     }
 
+    fn is_asked(&self, id: ThreadId) -> Result<bool> {
+        Ok(self.control(id).exists())
+    }
+
     fn requests(&self, running: &[ThreadId]) -> Result<Vec<(ThreadId, ControlRequest)>> {
         let mut requests = Vec::new();
         for &id in running {

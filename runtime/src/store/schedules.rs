@@ -367,9 +367,9 @@ pub trait ScheduleBackend: Send + Sync + fmt::Debug {
 pub enum FireLock {
     /// An `flock` on `schedules/fire.lock` in the home.
     File(File),
-    /// A session-level advisory lock, held by a connection of its own: the lock lives exactly
-    /// as long as that session, so what is written under it goes through that connection.
-    Database(tokio_postgres::Client),
+    /// A transaction-scoped advisory lock, held by an open transaction on a connection of
+    /// its own (`holder`), and the generation every write under it is fenced by.
+    Database { holder: tokio_postgres::Client, generation: i64 },
 }
 
 /// The schedules of a store, whichever keeps them.

@@ -198,7 +198,7 @@ impl Worker {
             };
             tokio::select! {
                 note = woken => if note.is_none() {
-                    tracing::warn!("lost the wake-up connection; polling every {POLL:?}");
+                    tracing::warn!("wake-ups stopped (their connection closed); polling every {POLL:?}");
                     wake = None;
                 },
                 _ = self.changed.notified() => {}

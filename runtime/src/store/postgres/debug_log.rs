@@ -1,9 +1,9 @@
 //! A thread's debug log in PostgreSQL, off the hot path: a running thread's lines ride in its
 //! next record's statement (see [`deferred`](super::deferred)); the rest (a thread about to
 //! wait, or logged to by a process that does not run it) go to one background task that
-//! writes whatever has gathered in one statement, on a connection that does not wait for the
-//! WAL flush. A step never waits for its log; under pressure (the task cannot keep up, or the
-//! database refuses a batch) lines are dropped and counted, never the records or the journal.
+//! writes whatever has gathered in one transaction that does not wait for the WAL flush. A
+//! step never waits for its log; under pressure (the task cannot keep up, or the database
+//! refuses a batch) lines are dropped and counted, never the records or the journal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +15,7 @@ use crate::ids::ThreadId;
 use crate::store::info_log::LogSink;
 use crate::store::postgres::Postgres;
 use crate::store::postgres::leases::Leases;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -34,8 +34,8 @@ impl PgLog {
 }
 
 impl LogSink for PgLog {
-    /// Kept for the thread's next record while this process runs it (see [`deferred`](super::deferred));
-    /// else handed to the background writer. Not durable either way, as in the home
+    /// Kept for the thread's next record while this process runs it (see
+    /// [`deferred`](super::deferred)); else handed to the background writer. Not durable either way, as in the home
     /// directory, and never waited for by a step.
     fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
         let lines: Vec<String> = String::from_utf8_lossy(lines)
@@ -51,8 +51,6 @@ impl LogSink for PgLog {
         Ok(())
     }
 
-    /// The thread is about to wait, with no record to carry its log: what it logged is
-    /// written, and readable, before it does.
     /// The thread is about to wait on an agent. Most answer within a step's time, and what
     /// was logged goes with the step; one still waited on after [`LONG_WAIT`] has its lines
     /// written in the background, so that a long call shows in the log while it lasts (and
@@ -198,18 +196,24 @@ async fn write(
         *client = Some(fresh);
     }
     let client = client.as_ref().expect("connected above");
-    let written = client
-        .query_typed(
-            "INSERT INTO thread_log (thread, line) \
-             SELECT l.thread, l.line \
-             FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS l(thread, line, i) \
-             WHERE EXISTS (SELECT 1 FROM threads t WHERE t.id = l.thread) \
-             ORDER BY l.i",
-            &[(&threads, Type::TEXT_ARRAY), (&lines, Type::TEXT_ARRAY)],
-        )
-        .await;
+    // One pipelined transaction (one round trip) that does not wait for the WAL flush: the
+    // lines are not durable in a home directory either, and reach the disk with the next
+    // step. `SET LOCAL` rather than a connection option, so that it holds behind a pooler.
+    let begin = client.batch_execute("BEGIN; SET LOCAL synchronous_commit TO off");
+    let params = [(&threads as &(dyn ToSql + Sync), Type::TEXT_ARRAY), (&lines, Type::TEXT_ARRAY)];
+    let insert = client.query_typed(
+        "INSERT INTO uncaged_workflow.thread_log (thread, line) \
+         SELECT l.thread, l.line \
+         FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS l(thread, line, i) \
+         WHERE EXISTS (SELECT 1 FROM uncaged_workflow.threads t WHERE t.id = l.thread) \
+         ORDER BY l.i",
+        &params,
+    );
+    let commit = client.batch_execute("COMMIT");
+    let (begun, inserted, committed) = tokio::join!(begin, insert, commit);
+    let written = begun.and(inserted.map(drop)).and(committed);
     if let Err(e) = &written {
         tracing::warn!("{} debug log line(s) dropped: {e}", lines.len());
     }
-    written.map(drop)
+    written
 }

@@ -30,9 +30,9 @@ impl CallLog for PgCalls {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             &format!("read the call journal of thread {}", self.id),
-            client.query(
-                "SELECT line FROM thread_calls WHERE thread = $1 ORDER BY seq",
-                &[&self.id.to_string()],
+            client.query_typed(
+                "SELECT line FROM uncaged_workflow.thread_calls WHERE thread = $1 ORDER BY seq",
+                &[(&self.id.to_string(), Type::TEXT)],
             ),
         )?;
         Ok(rows.iter().filter_map(|row| serde_json::from_str(row.get::<_, &str>(0)).ok()).collect())
@@ -52,8 +52,8 @@ impl CallLog for PgCalls {
             let written = self.pg.wait(
                 &action,
                 client.execute_typed(
-                    "INSERT INTO thread_calls (thread, line) \
-                     SELECT $1, $2 FROM threads WHERE id = $1 FOR SHARE",
+                    "INSERT INTO uncaged_workflow.thread_calls (thread, line) \
+                     SELECT $1, $2 FROM uncaged_workflow.threads WHERE id = $1 FOR SHARE",
                     &[(&id, Type::TEXT), (&line, Type::TEXT)],
                 ),
             )?;
@@ -87,9 +87,10 @@ impl CallLog for PgCalls {
 
 /// Appends journaled calls, fenced by the lease token; counts what it wrote.
 const JOURNAL: &str = "WITH c AS ( \
-         INSERT INTO thread_calls (thread, line) \
+         INSERT INTO uncaged_workflow.thread_calls (thread, line) \
          SELECT $1, s.line \
-         FROM (SELECT 1 FROM threads WHERE id = $1 AND lease_token = $2 FOR SHARE) held, \
+         FROM (SELECT 1 FROM uncaged_workflow.threads \
+               WHERE id = $1 AND lease_token = $2 FOR SHARE) held, \
               unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
          ORDER BY s.i RETURNING 1) \
      SELECT count(*) FROM c";

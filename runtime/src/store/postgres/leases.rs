@@ -62,8 +62,9 @@ async fn renew(pg: Postgres) {
         let renewed = pg
             .current_client()
             .execute_typed(
-                "UPDATE threads SET lease_until = now() + $3::bigint * interval '1 millisecond' \
-                     FROM (SELECT t.id FROM threads t \
+                "UPDATE uncaged_workflow.threads \
+                     SET lease_until = now() + $3::bigint * interval '1 millisecond' \
+                     FROM (SELECT t.id FROM uncaged_workflow.threads t \
                            JOIN unnest($1::text[], $2::bigint[]) AS held(id, token) \
                              ON t.id = held.id AND t.lease_token = held.token \
                            FOR UPDATE OF t SKIP LOCKED) renewable \

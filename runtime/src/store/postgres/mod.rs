@@ -67,6 +67,9 @@ struct Inner {
     held: Mutex<HashMap<ThreadId, i64>>,
     /// Whether the task that renews them has started.
     renewing: AtomicBool,
+    /// Whether notifications were found not to reach this process (behind a
+    /// transaction-pooling PgBouncer): it then polls, and does not listen again.
+    no_notifications: AtomicBool,
     /// Gathers the durable writes of all threads into shared transactions.
     committer: commit::Committer,
     /// Writes the debug logs in the background.
@@ -103,25 +106,20 @@ impl Postgres {
         if config.get_application_name().is_none() {
             config.application_name("uncaged-workflow");
         }
-        let options = match config.get_options() {
-            Some(given) => format!("{given} -c search_path={}", schema::SCHEMA),
-            None => format!("-c search_path={}", schema::SCHEMA),
-        };
-        config.options(&options);
+        // No session state is set at connect (no `options`, no `SET`): every statement names
+        // the store's schema, and settings are per transaction (`SET LOCAL`), so that a
+        // connection pooler in transaction mode (PgBouncer) may hand each transaction to
+        // another server connection.
         let target = describe(&config);
         let driver = driver();
         let client = open_client(&driver, &config, &tls, &target)?;
-        // The debug log's connection does not wait for the WAL flush: its lines are not
-        // durable in the home directory either, and reach the disk with the next step.
-        let mut relaxed_config = config.clone();
-        relaxed_config.options(format!("{options} -c synchronous_commit=off"));
         let committer = commit::Committer::start(
             &driver,
             config.clone(),
             tls.clone(),
             commit::window_from_env(),
         );
-        let logs = debug_log::LogWriter::start(&driver, relaxed_config.clone(), tls.clone());
+        let logs = debug_log::LogWriter::start(&driver, config.clone(), tls.clone());
         let inner = Inner {
             config,
             tls,
@@ -132,6 +130,7 @@ impl Postgres {
             lease: lease_from_env(),
             held: Mutex::new(HashMap::new()),
             renewing: AtomicBool::new(false),
+            no_notifications: AtomicBool::new(false),
             committer,
             logs,
             deferred: deferred::DeferredWrites::default(),

@@ -27,6 +27,10 @@ pub const QUEUE_CHANNEL: &str = "uncaged_workflow_queue";
 /// The channel a kill or pause request is announced on.
 pub const CONTROL_CHANNEL: &str = "uncaged_workflow_control";
 
+/// How long a notification this process sends itself may take before `LISTEN` counts as not
+/// working here (it takes a millisecond on a direct connection).
+const PROBE_WAIT: Duration = Duration::from_secs(1);
+
 /// A worker whose last heartbeat is older than this is dead: liveness comes from heartbeats,
 /// never from a process id (a zombie, or another process that reuses the pid, looks alive).
 pub const ALIVE_WITHIN: Duration = Duration::from_secs(3);
@@ -58,19 +62,35 @@ impl PgQueue {
     /// Listens on `channels`: each notification's channel arrives on the returned receiver,
     /// which closes if the connection is lost (callers poll as well, so nothing waits on it
     /// alone).
+    ///
+    /// `LISTEN` needs a session of its own, which a transaction-pooling PgBouncer does not
+    /// keep (it hands the listening server connection to other clients). Whether
+    /// notifications reach this process is found out by sending one to itself from the
+    /// shared connection: if it has not arrived within [`PROBE_WAIT`], that is said once,
+    /// the receiver closes, and this process does not listen again ([`PgQueue::wake_ups`]
+    /// answers `None`). The wait is in the background: nothing starts later for it.
     pub fn listen(&self, channels: &[&str]) -> Result<tokio::sync::mpsc::UnboundedReceiver<()>> {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (probed, probe_heard) = tokio::sync::oneshot::channel();
+        let probe =
+            format!("uncaged_workflow_probe_{}", ulid::Ulid::new().to_string().to_lowercase());
         let (config, tls) = (self.pg.inner.config.clone(), self.pg.inner.tls.clone());
-        let statements: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
+        let statements: String =
+            channels.iter().chain([&probe.as_str()]).map(|c| format!("LISTEN {c};")).collect();
         let target = self.pg.target().to_string();
+        let probe_channel = probe.clone();
         let listening = self.pg.spawn(async move {
             let (client, mut connection) = config.connect(tls).await?;
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
             tokio::spawn(async move {
+                let mut probed = Some(probed);
                 while let Some(Ok(message)) = messages.next().await {
-                    if let AsyncMessage::Notification(_) = message
-                        && sender.send(()).is_err()
-                    {
+                    let AsyncMessage::Notification(note) = message else { continue };
+                    if note.channel() == probe_channel {
+                        if let Some(probed) = probed.take() {
+                            let _ = probed.send(());
+                        }
+                    } else if sender.send(()).is_err() {
                         return;
                     }
                 }
@@ -81,9 +101,21 @@ impl PgQueue {
         let client = futures::executor::block_on(listening)
             .expect("the listen task is not aborted")
             .map_err(|e| super::connect_error(&target, &e))?;
-        // The client must live as long as the listening connection.
+        self.notify(&probe, "")?;
+        let pg = self.pg.clone();
+        // The client lives as long as the listening connection is of use.
         self.pg.spawn(async move {
             let client = client;
+            if tokio::time::timeout(PROBE_WAIT, probe_heard).await.is_err() {
+                pg.inner.no_notifications.store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    "{target}: a notification sent to this process did not arrive within \
+                     {PROBE_WAIT:?}: LISTEN needs a session of its own, which a \
+                     transaction-pooling connection pooler (PgBouncer) does not keep; no \
+                     wake-ups, polling instead"
+                );
+                return;
+            }
             while !client.is_closed() {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
@@ -103,8 +135,8 @@ impl WorkQueue for PgQueue {
         self.pg.wait(
             &format!("queue thread {id}"),
             client.execute_typed(
-                "UPDATE threads SET runnable = true, run_request = $2, queued_at = now(), \
-                        control = NULL \
+                "UPDATE uncaged_workflow.threads \
+                 SET runnable = true, run_request = $2, queued_at = now(), control = NULL \
                  WHERE id = $1",
                 &[(&id.to_string(), Type::TEXT), (&Json(request), Type::JSONB)],
             ),
@@ -133,10 +165,10 @@ impl WorkQueue for PgQueue {
         let rows = self.pg.wait(
             "claim threads",
             client.query_typed(
-                "UPDATE threads t SET lease_owner = $1, \
+                "UPDATE uncaged_workflow.threads t SET lease_owner = $1, \
                         lease_until = now() + $2::bigint * interval '1 millisecond', \
                         lease_token = t.lease_token + 1, control = NULL, activity = NULL \
-                 FROM (SELECT id, lease_owner AS previous FROM threads \
+                 FROM (SELECT id, lease_owner AS previous FROM uncaged_workflow.threads \
                        WHERE runnable AND (lease_owner IS NULL OR lease_until < now()) \
                              AND id <> ALL($4::text[]) \
                              AND ($5::text IS NULL OR bundle = $5) \
@@ -195,12 +227,14 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         let statement = match how {
             Release::Settle => {
-                "UPDATE threads SET runnable = false, run_request = NULL, lease_owner = NULL, \
+                "UPDATE uncaged_workflow.threads SET runnable = false, run_request = NULL, \
+                     lease_owner = NULL, \
                         lease_until = NULL, activity = NULL, control = NULL \
                  WHERE id = $1 AND lease_token = $2"
             }
             Release::HandBack => {
-                "UPDATE threads SET lease_owner = NULL, lease_until = NULL, activity = NULL, \
+                "UPDATE uncaged_workflow.threads SET lease_owner = NULL, lease_until = NULL, \
+                     activity = NULL, \
                         control = NULL, queued_at = now() \
                  WHERE id = $1 AND lease_token = $2"
             }
@@ -220,11 +254,11 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         self.pg.wait(
             &format!("withdraw thread {id} from the queue"),
-            client.execute(
-                "UPDATE threads SET runnable = false, run_request = NULL \
+            client.execute_typed(
+                "UPDATE uncaged_workflow.threads SET runnable = false, run_request = NULL \
                  WHERE id = $1 AND (lease_owner IS NULL OR lease_owner = $2 \
                                     OR lease_until < now())",
-                &[&id.to_string(), &self.pg.owner()],
+                &[(&id.to_string(), Type::TEXT), (&self.pg.owner(), Type::TEXT)],
             ),
         )?;
         Ok(())
@@ -236,10 +270,10 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         let asked = self.pg.wait(
             &format!("{} thread {id}", request.as_str()),
-            client.execute(
-                "UPDATE threads SET control = $2 \
+            client.execute_typed(
+                "UPDATE uncaged_workflow.threads SET control = $2 \
                  WHERE id = $1 AND runnable AND lease_owner IS NOT NULL AND lease_until > now()",
-                &[&id.to_string(), &request.as_str()],
+                &[(&id.to_string(), Type::TEXT), (&request.as_str(), Type::TEXT)],
             ),
         )?;
         if asked == 0 {
@@ -247,6 +281,18 @@ impl WorkQueue for PgQueue {
         }
         self.notify(CONTROL_CHANNEL, &id.to_string())?;
         Ok(true)
+    }
+
+    fn is_asked(&self, id: ThreadId) -> Result<bool> {
+        let client = self.pg.client()?;
+        let row = self.pg.wait(
+            &format!("look whether thread {id}'s worker took its request"),
+            client.query_typed_opt(
+                "SELECT 1 FROM uncaged_workflow.threads WHERE id = $1 AND control IS NOT NULL",
+                &[(&id.to_string(), Type::TEXT)],
+            ),
+        )?;
+        Ok(row.is_some())
     }
 
     /// The requests waiting for this process's threads, taken (cleared) as they are read.
@@ -258,7 +304,8 @@ impl WorkQueue for PgQueue {
         let rows = self.pg.wait(
             "read kill and pause requests",
             client.query_typed(
-                "UPDATE threads t SET control = NULL FROM (SELECT id, control FROM threads \
+                "UPDATE uncaged_workflow.threads t SET control = NULL \
+                 FROM (SELECT id, control FROM uncaged_workflow.threads \
                      WHERE lease_owner = $1 AND control IS NOT NULL \
                      FOR UPDATE SKIP LOCKED) c \
                  WHERE t.id = c.id RETURNING t.id, c.control",
@@ -279,14 +326,15 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         self.pg.wait(
             "register the worker",
-            client.execute(
-                "INSERT INTO workers (id, host, pid, max_threads) VALUES ($1, $2, $3, $4) \
+            client.execute_typed(
+                "INSERT INTO uncaged_workflow.workers (id, host, pid, max_threads) \
+                 VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()",
                 &[
-                    &self.pg.owner(),
-                    &hostname(),
-                    &(std::process::id() as i32),
-                    &(max_threads as i32),
+                    (&self.pg.owner(), Type::TEXT),
+                    (&hostname(), Type::TEXT),
+                    (&(std::process::id() as i32), Type::INT4),
+                    (&(max_threads as i32), Type::INT4),
                 ],
             ),
         )?;
@@ -302,8 +350,8 @@ impl WorkQueue for PgQueue {
         // locking them in different orders would deadlock.
         super::block(self.pg.commit(
             "send the worker's heartbeat",
-            "WITH w AS (UPDATE workers SET heartbeat_at = now() WHERE id = $1) \
-             UPDATE threads SET activity = a.activity \
+            "WITH w AS (UPDATE uncaged_workflow.workers SET heartbeat_at = now() WHERE id = $1) \
+             UPDATE uncaged_workflow.threads SET activity = a.activity \
              FROM unnest($2::text[], $3::jsonb[]) AS a(id, activity) \
              WHERE threads.id = a.id AND threads.lease_owner = $1",
             vec![
@@ -320,7 +368,10 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         self.pg.wait(
             "unregister the worker",
-            client.execute("DELETE FROM workers WHERE id = $1", &[&self.pg.owner()]),
+            client.execute_typed(
+                "DELETE FROM uncaged_workflow.workers WHERE id = $1",
+                &[(&self.pg.owner(), Type::TEXT)],
+            ),
         )?;
         Ok(())
     }
@@ -330,10 +381,10 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             "count live workers",
-            client.query_one(
-                "SELECT count(*) FROM workers \
+            client.query_typed_one(
+                "SELECT count(*) FROM uncaged_workflow.workers \
                  WHERE heartbeat_at > now() - $1::bigint * interval '1 millisecond'",
-                &[&(ALIVE_WITHIN.as_millis() as i64)],
+                &[(&(ALIVE_WITHIN.as_millis() as i64), Type::INT8)],
             ),
         )?;
         Ok(row.get::<_, i64>(0) as usize)
@@ -345,10 +396,10 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("look whether a worker took thread {id}"),
-            client.query_opt(
-                "SELECT 1 FROM threads WHERE id = $1 \
+            client.query_typed_opt(
+                "SELECT 1 FROM uncaged_workflow.threads WHERE id = $1 \
                  AND (NOT runnable OR (lease_owner IS NOT NULL AND lease_until > now()))",
-                &[&id.to_string()],
+                &[(&id.to_string(), Type::TEXT)],
             ),
         )?;
         Ok(row.is_some())
@@ -359,10 +410,11 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             "list running threads",
-            client.query(
+            client.query_typed(
                 "SELECT t.id, t.summary, t.activity, w.host, w.pid, \
                         t.lease_owner IS NOT NULL AND t.lease_until > now() \
-                 FROM threads t LEFT JOIN workers w ON w.id = t.lease_owner \
+                 FROM uncaged_workflow.threads t LEFT JOIN uncaged_workflow.workers w ON w.id = \
+                     t.lease_owner \
                  WHERE t.runnable OR (t.lease_owner IS NOT NULL AND t.lease_until > now()) \
                  ORDER BY t.id",
                 &[],
@@ -394,15 +446,19 @@ impl WorkQueue for PgQueue {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("read what thread {id} does"),
-            client.query_opt(
-                "SELECT activity FROM threads WHERE id = $1 AND lease_owner IS NOT NULL",
-                &[&id.to_string()],
+            client.query_typed_opt(
+                "SELECT activity FROM uncaged_workflow.threads \
+                 WHERE id = $1 AND lease_owner IS NOT NULL",
+                &[(&id.to_string(), Type::TEXT)],
             ),
         )?;
         Ok(row.and_then(|row| row.get::<_, Option<Json<Activity>>>(0)).map(|Json(a)| a))
     }
 
     fn wake_ups(&self) -> Result<Option<tokio::sync::mpsc::UnboundedReceiver<()>>> {
+        if self.pg.inner.no_notifications.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(None);
+        }
         self.listen(&[QUEUE_CHANNEL, CONTROL_CHANNEL]).map(Some)
     }
 

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use tokio_postgres::GenericClient;
+use tokio_postgres::types::Type;
 
 use crate::error::{DatabaseFailure, Error, Result};
 use crate::ids::BundleHash;
@@ -44,7 +45,7 @@ impl RegistryBackend for PgRegistry {
         let tx = pg.wait("change the registry", client.transaction())?;
         pg.wait(
             "lock the registry",
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&REGISTRY_LOCK]),
+            tx.execute_typed("SELECT pg_advisory_xact_lock($1)", &[(&REGISTRY_LOCK, Type::INT8)]),
         )?;
         let mut file =
             pg.wait("read the registry", read(&tx))?.map_err(|reason| corrupt(pg, reason))?;
@@ -82,9 +83,9 @@ impl PgBundles {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             &format!("read the {column} of bundle {hash}"),
-            client.query_opt(
-                &format!("SELECT {column} FROM bundles WHERE hash = $1"),
-                &[&hash.to_string()],
+            client.query_typed_opt(
+                &format!("SELECT {column} FROM uncaged_workflow.bundles WHERE hash = $1"),
+                &[(&hash.to_string(), Type::TEXT)],
             ),
         )?;
         Ok(row.map(|row| row.get(0)))
@@ -109,19 +110,20 @@ impl BundleBackend for PgBundles {
         let client = self.pg.client()?;
         self.pg.wait(
             &format!("store bundle {hash}"),
-            client.execute(
-                "INSERT INTO bundles (hash, sha256, size, summary, descriptor, bytes) \
+            client.execute_typed(
+                "INSERT INTO uncaged_workflow.bundles \
+                     (hash, sha256, size, summary, descriptor, bytes) \
                  VALUES ($1, $2, $3, $4, $5, $6) \
                  ON CONFLICT (hash) DO UPDATE SET bytes = EXCLUDED.bytes, \
                      descriptor = EXCLUDED.descriptor, summary = EXCLUDED.summary \
                  WHERE bundles.sha256 = EXCLUDED.sha256",
                 &[
-                    &hash.to_string(),
-                    &record.sha256,
-                    &(record.size as i64),
-                    &record.summary,
-                    &yaml,
-                    &bytes,
+                    (&hash.to_string(), Type::TEXT),
+                    (&record.sha256, Type::TEXT),
+                    (&(record.size as i64), Type::INT8),
+                    (&record.summary, Type::TEXT),
+                    (&yaml, Type::TEXT),
+                    (&bytes, Type::BYTEA),
                 ],
             ),
         )?;
@@ -149,7 +151,8 @@ async fn read(
     client: &impl GenericClient,
 ) -> std::result::Result<std::result::Result<RegistryFile, String>, tokio_postgres::Error> {
     let mut file = RegistryFile::default();
-    for row in client.query("SELECT name, hash, since_ms FROM workflows", &[]).await? {
+    let workflows = "SELECT name, hash, since_ms FROM uncaged_workflow.workflows";
+    for row in client.query_typed(workflows, &[]).await? {
         let name: String = row.get(0);
         let Ok(hash) = row.get::<_, &str>(1).parse() else {
             return Ok(Err(format!("workflow `{name}` has a malformed bundle id")));
@@ -158,7 +161,11 @@ async fn read(
         file.workflows.insert(name, entry);
     }
     let history = client
-        .query("SELECT name, hash, since_ms FROM workflow_history ORDER BY name, position", &[])
+        .query_typed(
+            "SELECT name, hash, since_ms FROM uncaged_workflow.workflow_history \
+             ORDER BY name, position",
+            &[],
+        )
         .await?;
     for row in history {
         let name: &str = row.get(0);
@@ -169,7 +176,8 @@ async fn read(
             entry.history.push(Version { hash, timestamp: row.get::<_, i64>(2) as u64 });
         }
     }
-    for row in client.query("SELECT hash, sha256, size, summary FROM bundles", &[]).await? {
+    let bundles = "SELECT hash, sha256, size, summary FROM uncaged_workflow.bundles";
+    for row in client.query_typed(bundles, &[]).await? {
         let Ok(hash) = row.get::<_, &str>(0).parse::<BundleHash>() else {
             return Ok(Err("a stored bundle has a malformed id".into()));
         };
@@ -188,22 +196,31 @@ async fn write_entry(
     name: &str,
     entry: Option<&WorkflowEntry>,
 ) -> std::result::Result<(), tokio_postgres::Error> {
-    client.execute("DELETE FROM workflows WHERE name = $1", &[&name]).await?;
+    client
+        .execute_typed(
+            "DELETE FROM uncaged_workflow.workflows WHERE name = $1",
+            &[(&name, Type::TEXT)],
+        )
+        .await?;
     let Some(entry) = entry else { return Ok(()) };
     client
-        .execute(
-            "INSERT INTO workflows (name, hash, since_ms) VALUES ($1, $2, $3)",
-            &[&name, &entry.hash.to_string(), &(entry.timestamp as i64)],
+        .execute_typed(
+            "INSERT INTO uncaged_workflow.workflows (name, hash, since_ms) VALUES ($1, $2, $3)",
+            &[
+                (&name, Type::TEXT),
+                (&entry.hash.to_string(), Type::TEXT),
+                (&(entry.timestamp as i64), Type::INT8),
+            ],
         )
         .await?;
     let hashes: Vec<String> = entry.history.iter().map(|v| v.hash.to_string()).collect();
     let since: Vec<i64> = entry.history.iter().map(|v| v.timestamp as i64).collect();
     client
-        .execute(
-            "INSERT INTO workflow_history (name, position, hash, since_ms) \
+        .execute_typed(
+            "INSERT INTO uncaged_workflow.workflow_history (name, position, hash, since_ms) \
              SELECT $1, (v.i - 1)::integer, v.hash, v.since \
              FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS v(hash, since, i)",
-            &[&name, &hashes, &since],
+            &[(&name, Type::TEXT), (&hashes, Type::TEXT_ARRAY), (&since, Type::INT8_ARRAY)],
         )
         .await?;
     Ok(())

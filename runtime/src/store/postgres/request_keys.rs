@@ -4,6 +4,7 @@
 use crate::error::Result;
 use crate::store::postgres::Postgres;
 use crate::store::request_keys::{Claim, RequestKey, RequestKeys};
+use tokio_postgres::types::Type;
 
 /// The request keys in the database.
 #[derive(Debug)]
@@ -24,10 +25,17 @@ impl RequestKeys for PgRequestKeys {
         let thread = key.thread.to_string();
         let claimed = self.pg.wait(
             "claim a request key",
-            client.execute(
-                "INSERT INTO request_keys (scope, key, fingerprint, thread_id, created_ms)
+            client.execute_typed(
+                "INSERT INTO uncaged_workflow.request_keys
+                     (scope, key, fingerprint, thread_id, created_ms)
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                &[&key.scope, &key.key, &key.fingerprint, &thread, &created],
+                &[
+                    (&key.scope, Type::TEXT),
+                    (&key.key, Type::TEXT),
+                    (&key.fingerprint, Type::TEXT),
+                    (&thread, Type::TEXT),
+                    (&created, Type::INT8),
+                ],
             ),
         )?;
         if claimed == 1 {
@@ -35,10 +43,10 @@ impl RequestKeys for PgRequestKeys {
         }
         let row = self.pg.wait(
             "read a request key",
-            client.query_one(
-                "SELECT fingerprint, thread_id, created_ms FROM request_keys
+            client.query_typed_one(
+                "SELECT fingerprint, thread_id, created_ms FROM uncaged_workflow.request_keys
                  WHERE scope = $1 AND key = $2",
-                &[&key.scope, &key.key],
+                &[(&key.scope, Type::TEXT), (&key.key, Type::TEXT)],
             ),
         )?;
         let thread: String = row.get(1);
@@ -59,7 +67,10 @@ impl RequestKeys for PgRequestKeys {
         let cutoff = i64::try_from(cutoff).unwrap_or(i64::MAX);
         let forgotten = self.pg.wait(
             "forget old request keys",
-            client.execute("DELETE FROM request_keys WHERE created_ms < $1", &[&cutoff]),
+            client.execute_typed(
+                "DELETE FROM uncaged_workflow.request_keys WHERE created_ms < $1",
+                &[(&cutoff, Type::INT8)],
+            ),
         )?;
         Ok(forgotten as usize)
     }

@@ -4,6 +4,7 @@
 //! this binary.
 
 use tokio_postgres::Client;
+use tokio_postgres::types::Type;
 
 use crate::error::{DatabaseFailure, Error, Result};
 use crate::store::postgres::Postgres;
@@ -20,6 +21,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "store", include_str!("migrations/0001_store.sql")),
     (2, "schedules", include_str!("migrations/0002_schedules.sql")),
     (3, "api", include_str!("migrations/0003_api.sql")),
+    (4, "fire lock", include_str!("migrations/0004_fire_lock.sql")),
 ];
 
 /// The schema version this binary writes.
@@ -70,7 +72,7 @@ pub fn prepare(postgres: &Postgres) -> Result<()> {
 /// store, another program's, or another version: [`migrate`] tells which).
 async fn is_current(client: &Client) -> std::result::Result<bool, tokio_postgres::Error> {
     let read = client
-        .query_opt(
+        .query_typed_opt(
             &format!(
                 "SELECT a.value, v.value FROM {SCHEMA}.meta a, {SCHEMA}.meta v \
                  WHERE a.key = 'application' AND v.key = 'schema_version'"
@@ -90,14 +92,20 @@ async fn is_current(client: &Client) -> std::result::Result<bool, tokio_postgres
 
 async fn migrate(client: &mut Client) -> std::result::Result<Found, tokio_postgres::Error> {
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY]).await?;
+    tx.execute_typed("SELECT pg_advisory_xact_lock($1)", &[(&LOCK_KEY, Type::INT8)]).await?;
     let has_schema: bool = tx
-        .query_one("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", &[&SCHEMA])
+        .query_typed_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+            &[(&SCHEMA, Type::TEXT)],
+        )
         .await?
         .get(0);
     let version = if has_schema {
         let has_meta: bool = tx
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&format!("{SCHEMA}.meta")])
+            .query_typed_one(
+                "SELECT to_regclass($1) IS NOT NULL",
+                &[(&format!("{SCHEMA}.meta"), Type::TEXT)],
+            )
             .await?
             .get(0);
         if !has_meta {
@@ -109,7 +117,10 @@ async fn migrate(client: &mut Client) -> std::result::Result<Found, tokio_postgr
             let tx = &tx;
             async move {
                 let row = tx
-                    .query_opt(&format!("SELECT value FROM {SCHEMA}.meta WHERE key = $1"), &[&key])
+                    .query_typed_opt(
+                        &format!("SELECT value FROM {SCHEMA}.meta WHERE key = $1"),
+                        &[(&key, Type::TEXT)],
+                    )
                     .await?;
                 Ok::<_, tokio_postgres::Error>(row.map(|row| row.get::<_, String>(0)))
             }
@@ -125,7 +136,7 @@ async fn migrate(client: &mut Client) -> std::result::Result<Found, tokio_postgr
         version
     } else {
         let tables: i64 = tx
-            .query_one(
+            .query_typed_one(
                 "SELECT count(*) FROM pg_tables \
                  WHERE schemaname NOT IN ('pg_catalog', 'information_schema')",
                 &[],
@@ -153,17 +164,27 @@ async fn migrate(client: &mut Client) -> std::result::Result<Found, tokio_postgr
     };
     for &(number, name, sql) in MIGRATIONS.iter().filter(|(number, ..)| *number > version) {
         tx.batch_execute(&format!("SET LOCAL search_path TO {SCHEMA};\n{sql}")).await?;
-        tx.execute(
+        tx.execute_typed(
             &format!("INSERT INTO {SCHEMA}.migrations (version, name) VALUES ($1, $2)"),
-            &[&number, &name],
+            &[(&number, Type::INT4), (&name, Type::TEXT)],
         )
         .await?;
-        tx.execute(
+        tx.execute_typed(
             &format!("UPDATE {SCHEMA}.meta SET value = $1 WHERE key = 'schema_version'"),
-            &[&number.to_string()],
+            &[(&number.to_string(), Type::TEXT)],
         )
         .await?;
     }
     tx.commit().await?;
     Ok(Found::Ready)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_statements_name_this_schema() {
+        // Every statement of the store names its tables with the schema, literally (no
+        // `search_path`: a transaction pooler does not keep one): renaming it means them too.
+        assert_eq!(super::SCHEMA, "uncaged_workflow");
+    }
 }

@@ -69,7 +69,8 @@ impl PgThreads {
         let rows = self.pg.wait(
             "read the claimed threads",
             client.query_typed(
-                "SELECT thread, seq, line FROM thread_records WHERE thread = ANY($1) \
+                "SELECT thread, seq, line FROM uncaged_workflow.thread_records WHERE thread = \
+                     ANY($1) \
                  ORDER BY thread, seq",
                 &[(&names, Type::TEXT_ARRAY)],
             ),
@@ -104,7 +105,8 @@ impl PgThreads {
                                  FILTER (WHERE r.seq IS NOT NULL), '{}'), \
                         coalesce(array_agg(r.line ORDER BY r.seq) \
                                  FILTER (WHERE r.seq IS NOT NULL), '{}') \
-                 FROM threads t LEFT JOIN thread_records r ON r.thread = t.id AND r.seq > $2 \
+                 FROM uncaged_workflow.threads t LEFT JOIN uncaged_workflow.thread_records r ON \
+                     r.thread = t.id AND r.seq > $2 \
                  WHERE t.id = $1 GROUP BY t.id",
                 &[(&id.to_string(), Type::TEXT), (&(after as i32), Type::INT4)],
             ),
@@ -125,7 +127,7 @@ impl PgThreads {
         let row = self.pg.wait(
             &format!("take thread {id}"),
             client.query_typed_opt(
-                "UPDATE threads SET lease_owner = $2, \
+                "UPDATE uncaged_workflow.threads SET lease_owner = $2, \
                         lease_until = now() + $3::bigint * interval '1 millisecond', \
                         lease_token = lease_token + 1, control = NULL \
                  WHERE id = $1 AND (lease_owner IS NULL OR lease_until < now()) \
@@ -145,7 +147,7 @@ impl PgThreads {
         let row = self.pg.wait(
             &format!("find thread {id}"),
             client.query_typed_opt(
-                "SELECT 1 FROM threads WHERE id = $1",
+                "SELECT 1 FROM uncaged_workflow.threads WHERE id = $1",
                 &[(&id.to_string(), Type::TEXT)],
             ),
         )?;
@@ -172,17 +174,18 @@ impl ThreadStore for PgThreads {
             &format!("create thread {id}"),
             client.execute_typed(
                 "WITH t AS ( \
-                     INSERT INTO threads (id, bundle, summary, next_seq, lease_owner, \
+                     INSERT INTO uncaged_workflow.threads (id, bundle, summary, next_seq, \
+                         lease_owner, \
                                           lease_until, lease_token) \
                      VALUES ($1, $2, $3, cardinality($6::text[]), $4, \
                              now() + $5::bigint * interval '1 millisecond', 1) \
                      RETURNING id), \
                  r AS ( \
-                     INSERT INTO thread_records (thread, seq, line) \
+                     INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
                      SELECT $1, s.i - 1, s.line \
                      FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i)), \
                  c AS ( \
-                     INSERT INTO thread_calls (thread, line) \
+                     INSERT INTO uncaged_workflow.thread_calls (thread, line) \
                      SELECT $1, s.line FROM unnest($7::text[]) WITH ORDINALITY AS s(line, i) \
                      ORDER BY s.i) \
                  SELECT 1 FROM t",
@@ -227,9 +230,10 @@ impl ThreadStore for PgThreads {
 
     fn list(&self) -> Result<Vec<ThreadId>> {
         let client = self.pg.client()?;
-        let rows = self
-            .pg
-            .wait("list threads", client.query_typed("SELECT id FROM threads ORDER BY id", &[]))?;
+        let rows = self.pg.wait(
+            "list threads",
+            client.query_typed("SELECT id FROM uncaged_workflow.threads ORDER BY id", &[]),
+        )?;
         Ok(rows.iter().filter_map(|row| row.get::<_, String>(0).parse().ok()).collect())
     }
 
@@ -239,7 +243,7 @@ impl ThreadStore for PgThreads {
             "list threads",
             client.query_typed(
                 "SELECT summary, lease_owner IS NOT NULL AND lease_until > now(), runnable \
-                 FROM threads ORDER BY id",
+                 FROM uncaged_workflow.threads ORDER BY id",
                 &[],
             ),
         )?;
@@ -272,7 +276,7 @@ impl ThreadStore for PgThreads {
         let removed = self.pg.wait(
             &format!("remove thread {id}"),
             client.execute_typed(
-                "DELETE FROM threads WHERE id = $1 AND NOT runnable \
+                "DELETE FROM uncaged_workflow.threads WHERE id = $1 AND NOT runnable \
                  AND (lease_owner IS NULL OR lease_until < now())",
                 &[(&id.to_string(), Type::TEXT)],
             ),
@@ -294,7 +298,7 @@ impl ThreadStore for PgThreads {
             let rows = self.pg.wait(
                 "remove threads",
                 client.query_typed(
-                    "DELETE FROM threads WHERE id = ANY($1) AND NOT runnable \
+                    "DELETE FROM uncaged_workflow.threads WHERE id = ANY($1) AND NOT runnable \
                      AND (lease_owner IS NULL OR lease_until < now()) RETURNING id",
                     &[(&names, Type::TEXT_ARRAY)],
                 ),
@@ -323,7 +327,8 @@ impl ThreadStore for PgThreads {
         let rows = self.pg.wait(
             &format!("read the debug log of thread {id}"),
             client.query_typed(
-                "SELECT line FROM (SELECT seq, line FROM thread_log WHERE thread = $1 \
+                "SELECT line FROM (SELECT seq, line FROM uncaged_workflow.thread_log WHERE thread \
+                     = $1 \
                                    ORDER BY seq DESC LIMIT $2) tail ORDER BY seq",
                 &[(&id.to_string(), Type::TEXT), (&(max as i64), Type::INT8)],
             ),
@@ -344,25 +349,26 @@ pub struct PgWriter {
 }
 
 /// One statement appends a thread's records, and the calls it journaled and the lines it
-/// logged since its last record (see [`deferred`](crate::store::postgres::deferred)), fenced by its lease token: the thread's row is updated (next sequence number, summary)
-/// only if it still carries the token, and the inserts take their rows from that update, so
+/// logged since its last record (see [`deferred`](crate::store::postgres::deferred)), fenced
+/// by its lease token: the thread's row is updated (next sequence number, summary) only if it still carries the token, and the inserts take their rows from that update, so
 /// a writer whose lease was taken over writes nothing at all. The count of records written
 /// tells which it was.
 const APPEND: &str = "WITH held AS ( \
-         UPDATE threads SET next_seq = next_seq + cardinality($3::text[]), summary = $4 \
+         UPDATE uncaged_workflow.threads SET next_seq = next_seq + cardinality($3::text[]), \
+             summary = $4 \
          WHERE id = $1 AND lease_token = $2 \
          RETURNING next_seq - cardinality($3::text[]) AS first), \
      r AS ( \
-         INSERT INTO thread_records (thread, seq, line) \
+         INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
          SELECT $1, held.first + s.i - 1, s.line \
          FROM held, unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
          RETURNING 1), \
      c AS ( \
-         INSERT INTO thread_calls (thread, line) \
+         INSERT INTO uncaged_workflow.thread_calls (thread, line) \
          SELECT $1, s.line FROM held, unnest($5::text[]) WITH ORDINALITY AS s(line, i) \
          ORDER BY s.i), \
      l AS ( \
-         INSERT INTO thread_log (thread, line) \
+         INSERT INTO uncaged_workflow.thread_log (thread, line) \
          SELECT $1, s.line FROM held, unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
          ORDER BY s.i) \
      SELECT count(*) FROM r";
@@ -450,14 +456,14 @@ impl Drop for PgWriter {
             &format!("release thread {}", self.id),
             client.execute_typed(
                 "WITH released AS ( \
-                     UPDATE threads SET lease_owner = NULL, lease_until = NULL \
+                     UPDATE uncaged_workflow.threads SET lease_owner = NULL, lease_until = NULL \
                      WHERE id = $1 AND lease_token = $2 RETURNING id), \
                  c AS ( \
-                     INSERT INTO thread_calls (thread, line) \
+                     INSERT INTO uncaged_workflow.thread_calls (thread, line) \
                      SELECT $1, s.line \
                      FROM released, unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
                      ORDER BY s.i) \
-                 INSERT INTO thread_log (thread, line) \
+                 INSERT INTO uncaged_workflow.thread_log (thread, line) \
                  SELECT $1, s.line FROM released, unnest($4::text[]) WITH ORDINALITY AS s(line, i) \
                  ORDER BY s.i",
                 &[

@@ -1,6 +1,7 @@
 //! API tokens in PostgreSQL: the `api_tokens` table, one row per token (its hash only).
 
 use tokio_postgres::Row;
+use tokio_postgres::types::Type;
 
 use crate::error::Result;
 use crate::store::postgres::Postgres;
@@ -33,10 +34,15 @@ impl TokenBackend for PgTokens {
         let created = i64::try_from(token.created).unwrap_or(i64::MAX);
         let added = self.pg.wait(
             "add a token",
-            client.execute(
-                "INSERT INTO api_tokens (name, hash, read_only, created_ms) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (name) DO NOTHING",
-                &[&token.name, &token.hash, &token.read_only, &created],
+            client.execute_typed(
+                "INSERT INTO uncaged_workflow.api_tokens (name, hash, read_only, created_ms)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
+                &[
+                    (&token.name, Type::TEXT),
+                    (&token.hash, Type::TEXT),
+                    (&token.read_only, Type::BOOL),
+                    (&created, Type::INT8),
+                ],
             ),
         )?;
         if added == 0 {
@@ -49,8 +55,9 @@ impl TokenBackend for PgTokens {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             "list the tokens",
-            client.query(
-                "SELECT name, hash, read_only, created_ms FROM api_tokens ORDER BY name",
+            client.query_typed(
+                "SELECT name, hash, read_only, created_ms FROM uncaged_workflow.api_tokens \
+                 ORDER BY name",
                 &[],
             ),
         )?;
@@ -61,7 +68,10 @@ impl TokenBackend for PgTokens {
         let client = self.pg.client()?;
         let removed = self.pg.wait(
             "revoke a token",
-            client.execute("DELETE FROM api_tokens WHERE name = $1", &[&name]),
+            client.execute_typed(
+                "DELETE FROM uncaged_workflow.api_tokens WHERE name = $1",
+                &[(&name, Type::TEXT)],
+            ),
         )?;
         Ok(removed > 0)
     }
@@ -70,9 +80,10 @@ impl TokenBackend for PgTokens {
         let client = self.pg.client()?;
         let row = self.pg.wait(
             "look up a token",
-            client.query_opt(
-                "SELECT name, hash, read_only, created_ms FROM api_tokens WHERE hash = $1",
-                &[&hash],
+            client.query_typed_opt(
+                "SELECT name, hash, read_only, created_ms FROM uncaged_workflow.api_tokens \
+                 WHERE hash = $1",
+                &[(&hash, Type::TEXT)],
             ),
         )?;
         Ok(row.as_ref().map(token))
