@@ -129,6 +129,18 @@ async fn ask(store: &Storage, id: ThreadId, request: ControlRequest) -> Result<(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    if request == ControlRequest::Pause {
+        // `pause` returning means its worker has the request (it stops after the step at
+        // hand), whether it was woken at once or finds it at its next look (no wake-ups
+        // behind a transaction-pooling PgBouncer). One that does not look within the wait
+        // still finds it when it does.
+        while store.queue().is_asked(id)? && store.threads().read(id)?.is_live() {
+            if Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     if request == ControlRequest::Kill {
         // `kill` returning means killed: wait for the worker to record it.
         while store.threads().read(id)?.is_live() {
