@@ -2,10 +2,12 @@
 #
 #   make demo    build everything and run the solve-issue example on the offline agent
 #   make test    run every test (unit, integration, guest fixtures, the web view in Chromium),
-#                the store contract and the CLI-only tests on both stores (a real PostgreSQL)
+#                the store contract and the CLI-only tests on both stores (a real PostgreSQL,
+#                and a PgBouncer in front of it for the contract and the crash tests)
 #   make lint    rustfmt and clippy, host and guests
 #   make fuzz    the property tests of every parser, with 20,000 cases each (make test runs 256)
 #   make test-crash  kill -9 at random points of run, fork, resume and thread rm, 100 times each
+#   make test-pgbouncer  the database store's CLI tests again, through a transaction-pooling PgBouncer
 #
 # Every target installs what it needs (the wasm32-wasip2 Rust target) when missing.
 
@@ -17,7 +19,7 @@ BIN          := target/debug/uncaged-workflow
 DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
-.PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash \
+.PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash test-pgbouncer \
 	interpreter check-interpreter browser postgres bench-postgres bench-serve install-check
 
 all: build bundles
@@ -94,13 +96,19 @@ install-check:
 	$(CARGO) install --locked --path runtime --debug --root target/install-check --target-dir target --quiet
 	target/install-check/bin/uncaged-workflow --version
 
-# PostgreSQL from the distribution's packages, installed when missing: the shared-store tests
-# start their own server with it (initdb in a temporary directory).
+# PostgreSQL and PgBouncer from the distribution's packages, installed when missing: the
+# shared-store tests start their own server with it (initdb in a temporary directory), and a
+# PgBouncer in transaction-pooling mode in front of it.
 postgres:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
-		echo "== installing postgresql (the shared-store tests start a server of their own)"; \
+	@{ ls /usr/lib/postgresql/*/bin/initdb && ls /usr/sbin/pgbouncer; } >/dev/null 2>&1 || { \
+		echo "== installing postgresql and pgbouncer (the shared-store tests start their own)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q postgresql; }
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q postgresql pgbouncer; }
+
+# Every test of the database store that goes through the CLI, again through PgBouncer in
+# transaction-pooling mode (make test runs the store contract and the crash tests through it).
+test-pgbouncer: guest-target postgres
+	UNCAGED_TEST_PG_VIA=pgbouncer $(CARGO) test -p uncaged-workflow --test cli postgres
 
 # Chromium and its WebDriver from the distribution's packages, installed when missing.
 browser:

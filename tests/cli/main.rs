@@ -126,6 +126,34 @@ pub fn pg() -> Result<&'static postgres::PgServer> {
         .map_err(|e| anyhow::anyhow!("starting PostgreSQL: {e}"))
 }
 
+/// The PgBouncer (transaction pooling) in front of [`pg`], started at first use.
+pub fn bouncer() -> Result<&'static postgres::PgBouncer> {
+    static BOUNCER: std::sync::OnceLock<std::result::Result<postgres::PgBouncer, String>> =
+        std::sync::OnceLock::new();
+    BOUNCER
+        .get_or_init(|| {
+            let server = pg().map_err(|e| format!("{e:#}"))?;
+            postgres::PgBouncer::start(server).map_err(|e| format!("{e:#}"))
+        })
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("starting PgBouncer: {e}"))
+}
+
+/// A fresh database of the test server, for a new [`Env`]: reached directly, or through
+/// [`bouncer`] for a test that asked with [`through_pgbouncer`] (and for every test with
+/// `UNCAGED_TEST_PG_VIA=pgbouncer`: `make test-pgbouncer`).
+fn new_database() -> Result<String> {
+    let url = pg()?.new_database()?;
+    let via_bouncer = THROUGH_PGBOUNCER.with(|chosen| chosen.get())
+        || std::env::var("UNCAGED_TEST_PG_VIA").is_ok_and(|via| via == "pgbouncer");
+    if via_bouncer { bouncer()?.url(&url) } else { Ok(url) }
+}
+
+/// Puts the databases of the test on this thread behind [`bouncer`].
+pub fn through_pgbouncer() {
+    THROUGH_PGBOUNCER.with(|chosen| chosen.set(true));
+}
+
 /// The store a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TestStore {
@@ -136,6 +164,8 @@ pub enum TestStore {
 thread_local! {
     /// The store [`on_both_stores!`] chose for the test on this thread.
     static TEST_STORE: std::cell::Cell<Option<TestStore>> = const { std::cell::Cell::new(None) };
+    /// Whether the test on this thread reaches its database through PgBouncer.
+    static THROUGH_PGBOUNCER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Puts the test on this thread on `store` (each test runs on a thread of its own, and its
@@ -162,13 +192,13 @@ pub struct Run {
 
 impl Env {
     pub fn new() -> Result<Self> {
-        let store = if on_postgres() { Some(pg()?.new_database()?) } else { None };
+        let store = if on_postgres() { Some(new_database()?) } else { None };
         Env::with_store(store)
     }
 
     /// A fresh home on a fresh database of the test server, whatever the run's store.
     pub fn on_postgres() -> Result<Self> {
-        Env::with_store(Some(pg()?.new_database()?))
+        Env::with_store(Some(new_database()?))
     }
 
     /// A fresh home on `store`, sharing the compiled functions of every test's home.

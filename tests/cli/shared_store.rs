@@ -12,6 +12,26 @@ use serde_json::Value;
 use crate::crash::{Rig, report};
 use crate::{Env, pg, thread_id_of, wait_until};
 
+/// Declares a test twice: `<name>::direct`, on a database reached directly, and
+/// `<name>::pgbouncer`, on one reached through a transaction-pooling PgBouncer — the kills,
+/// freezes and handovers of a shared store must hold behind the pooler most set-ups put in
+/// front of the database.
+macro_rules! on_both_connections {
+    ($(#[$attr:meta])* fn $name:ident() -> Result<()> $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $(#[$attr])*
+            fn direct() -> Result<()> $body
+            $(#[$attr])*
+            fn pgbouncer() -> Result<()> {
+                crate::through_pgbouncer();
+                $body
+            }
+        }
+    };
+}
+
 /// The lease the workers of these tests hold threads under: short, so takeovers are quick.
 const LEASE_MS: &str = "1500";
 
@@ -147,10 +167,10 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     env.add_solve_issue()?;
     env.ok(&["run", "solve-issue", "-p", "x"])?;
     let before = env.json(&["threads"])?;
-    // The store as the first release left it: schema version 1, without the schedules and
-    // the API's tables.
+    // The store as the first release left it: schema version 1, without the schedules, the
+    // API's tables and the firing lock's generation.
     env.sql(
-        "DROP TABLE schedule_firings, schedules, api_tokens, request_keys; \
+        "DROP TABLE schedule_firings, schedules, api_tokens, request_keys, fire_lock; \
          ALTER TABLE threads ADD COLUMN removing boolean NOT NULL DEFAULT false; \
          DELETE FROM migrations WHERE version > 1; \
          UPDATE meta SET value = '1' WHERE key = 'schema_version'",
@@ -160,9 +180,9 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     let applied = env.sql(
         "SELECT string_agg(version::text || ':' || name, ' ' ORDER BY version) FROM migrations",
     )?;
-    assert_eq!(applied.trim(), "1:store 2:schedules 3:api");
+    assert_eq!(applied.trim(), "1:store 2:schedules 3:api 4:fire lock");
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
-    assert_eq!(version.trim(), "3");
+    assert_eq!(version.trim(), "4");
     let removing = env.sql(
         "SELECT count(*) FROM information_schema.columns \
          WHERE table_name = 'threads' AND column_name = 'removing'",
@@ -215,6 +235,7 @@ fn both_stores_record_the_same_thread() -> Result<()> {
     Ok(())
 }
 
+on_both_connections! {
 #[test]
 fn a_frozen_worker_whose_lease_was_taken_over_writes_nothing_more() -> Result<()> {
     let rig = Rig::with(Env::on_postgres()?)?;
@@ -265,6 +286,7 @@ fn a_frozen_worker_whose_lease_was_taken_over_writes_nothing_more() -> Result<()
     drop(second);
     Ok(())
 }
+}
 
 /// A rig on a fresh database, with the steps of an uncrashed run to compare with, and no
 /// thread or agent call recorded yet.
@@ -281,6 +303,7 @@ fn crash_threads() -> usize {
     std::env::var("UNCAGED_SHARED_CRASH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
 }
 
+on_both_connections! {
 #[test]
 fn three_workers_killed_at_random_lose_and_repeat_nothing() -> Result<()> {
     let (rig, reference) = fresh_rig()?;
@@ -336,7 +359,9 @@ fn three_workers_killed_at_random_lose_and_repeat_nothing() -> Result<()> {
     ensure!(rig.threads()?.len() == n, "threads were lost or added");
     Ok(())
 }
+}
 
+on_both_connections! {
 /// Workers killed in the middle of group commits — just before one (the batch never reaches
 /// the database) or just after (every write of it durable, none acknowledged) — lose, repeat
 /// and re-ask nothing: each thread's steps are those of an uncrashed run, once, and no agent
@@ -402,6 +427,7 @@ fn workers_killed_in_the_middle_of_group_commits_lose_and_repeat_nothing() -> Re
     ensure!(found == (0, 0), "lost or duplicated steps, repeated calls: {found:?}");
     ensure!(rig.threads()?.len() == n, "threads were lost or added");
     Ok(())
+}
 }
 
 #[test]
@@ -599,6 +625,7 @@ fn a_killed_worker_left_a_zombie_does_not_hold_up_a_new_thread() -> Result<()> {
     Ok(())
 }
 
+on_both_connections! {
 /// A rolling restart: SIGTERM to a worker in the middle of 20 threads. It stops claiming,
 /// finishes the steps at hand, hands its threads back to the queue and exits; the other
 /// worker continues them with no command. Every thread completes with exact records, and no
@@ -645,6 +672,7 @@ fn a_worker_stopped_with_sigterm_hands_its_threads_to_another() -> Result<()> {
     report("SIGTERM mid-run, 20 threads", 1, found);
     ensure!(found == (0, 0), "lost or duplicated steps, repeated calls: {found:?}");
     Ok(())
+}
 }
 
 /// A queued thread follows as on the file store: each step printed with the agent that

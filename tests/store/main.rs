@@ -52,6 +52,19 @@ fn pg() -> Result<&'static postgres::PgServer> {
         .map_err(|e| anyhow::anyhow!("starting PostgreSQL: {e}"))
 }
 
+/// The PgBouncer in front of [`pg`], started at first use.
+fn bouncer() -> Result<&'static postgres::PgBouncer> {
+    static BOUNCER: std::sync::OnceLock<std::result::Result<postgres::PgBouncer, String>> =
+        std::sync::OnceLock::new();
+    BOUNCER
+        .get_or_init(|| {
+            let server = pg().map_err(|e| format!("{e:#}"))?;
+            postgres::PgBouncer::start(server).map_err(|e| format!("{e:#}"))
+        })
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("starting PgBouncer: {e}"))
+}
+
 /// A fresh store of one kind, and the directory that holds its home.
 struct Fixture {
     store: Storage,
@@ -66,14 +79,23 @@ impl Fixture {
     }
 
     fn postgres() -> Result<Self> {
+        Fixture::database(pg()?.new_database()?)
+    }
+
+    /// A fresh database reached through a transaction-pooling PgBouncer.
+    fn pgbouncer() -> Result<Self> {
+        Fixture::database(bouncer()?.url(&pg()?.new_database()?)?)
+    }
+
+    fn database(url: String) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let url = pg()?.new_database()?;
         let store = Storage::connect(&Home::new(dir.path().join("home")), Some(&url))?;
         Ok(Fixture { store, _dir: dir })
     }
 }
 
-/// Declares each contract test for both stores: `<name>::files` and `<name>::postgres`.
+/// Declares each contract test for both stores: `<name>::files`, `<name>::postgres`, and
+/// `<name>::pgbouncer` (the same database store behind a transaction-pooling PgBouncer).
 macro_rules! contract {
     ($( $(#[$attr:meta])* fn $name:ident($store:ident: &Storage) -> Result<()> $body:block )*) => {
         $(
@@ -89,6 +111,12 @@ macro_rules! contract {
                 #[test]
                 fn postgres() -> anyhow::Result<()> {
                     let fixture = super::Fixture::postgres()?;
+                    super::$name(&fixture.store)
+                }
+
+                #[test]
+                fn pgbouncer() -> anyhow::Result<()> {
+                    let fixture = super::Fixture::pgbouncer()?;
                     super::$name(&fixture.store)
                 }
             }

@@ -1,6 +1,7 @@
 //! A real PostgreSQL server for tests and benchmarks: the distribution's `postgresql` package,
 //! `initdb` into a temporary directory, listening on an ephemeral loopback port, run as the
-//! unprivileged `postgres` user when the tests run as root.
+//! unprivileged `postgres` user when the tests run as root; and a real PgBouncer in front of
+//! it, in transaction-pooling mode, as managed set-ups put one.
 //!
 //! The server is watched by a small supervisor reading its stdin from this process: when this
 //! process exits — tests done, a panic, even `kill -9` — the pipe closes and the supervisor
@@ -195,6 +196,118 @@ cat >/dev/null
 kill -QUIT "$server" 2>/dev/null
 wait "$server"
 rm -rf "$dir"
+"#;
+
+/// A PgBouncer in transaction-pooling mode in front of a [`PgServer`] (the distribution's
+/// `pgbouncer` package): each transaction of a client may run on another server connection,
+/// and the pools are small (four server connections per database), so that what needs a
+/// session of its own, or holds one too long, shows.
+pub struct PgBouncer {
+    pub port: u16,
+    /// Keeps the supervisor's stdin open: dropping it stops PgBouncer.
+    supervisor: Child,
+}
+
+impl PgBouncer {
+    /// Starts one in front of `server`.
+    pub fn start(server: &PgServer) -> Result<PgBouncer> {
+        let program = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|path| path.exists())
+            .context("PgBouncer is not installed (`make test` installs the pgbouncer package)")?;
+        let dir = tempfile::Builder::new().prefix("uncaged-pgbouncer-").tempdir()?.keep();
+        // PgBouncer refuses to run as root: as the server, it runs as `postgres`.
+        let as_postgres = running_as_root();
+        std::fs::write(dir.join("users.txt"), format!("\"{USER}\" \"\"\n"))?;
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let ini = dir.join("pgbouncer.ini");
+            std::fs::write(
+                &ini,
+                format!(
+                    "[databases]\n\
+                     * = host=127.0.0.1 port={server}\n\
+                     [pgbouncer]\n\
+                     listen_addr = 127.0.0.1\n\
+                     listen_port = {port}\n\
+                     unix_socket_dir =\n\
+                     auth_type = trust\n\
+                     auth_file = {users}\n\
+                     pool_mode = transaction\n\
+                     default_pool_size = 4\n\
+                     max_client_conn = 2000\n\
+                     query_wait_timeout = 60\n\
+                     logfile = {log}\n",
+                    server = server.port,
+                    users = dir.join("users.txt").display(),
+                    log = dir.join("pgbouncer.log").display(),
+                ),
+            )?;
+            if as_postgres {
+                let owner = Command::new("id").args(["-u", "postgres"]).output()?;
+                let uid: u32 = String::from_utf8(owner.stdout)?.trim().parse()?;
+                for path in [dir.clone(), ini.clone(), dir.join("users.txt")] {
+                    std::os::unix::fs::chown(&path, Some(uid), None)?;
+                }
+            }
+            let mut supervisor = user_command(as_postgres, Path::new("sh"))
+                .args(["-c", BOUNCER_SUPERVISOR, "supervisor"])
+                .arg(&program)
+                .arg(&ini)
+                .arg(&dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("start pgbouncer")?;
+            // Ready when it accepts connections; a port taken meanwhile makes it exit.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    return Ok(PgBouncer { port, supervisor });
+                }
+                if supervisor.try_wait()?.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = supervisor.kill();
+        }
+        bail!("pgbouncer did not start in 5 tries (see {})", dir.join("pgbouncer.log").display())
+    }
+
+    /// `url` (a database of the server behind it) as reached through this PgBouncer.
+    pub fn url(&self, url: &str) -> Result<String> {
+        let (before, db) = url.rsplit_once('/').context("a database URL")?;
+        let (host, _port) = before.rsplit_once(':').context("a URL with a port")?;
+        Ok(format!("{host}:{}/{db}", self.port))
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        drop(self.supervisor.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.supervisor.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.supervisor.kill();
+    }
+}
+
+/// Starts pgbouncer ($1 program, $2 configuration, $3 directory to delete), waits for stdin
+/// to close, stops it and deletes its directory.
+const BOUNCER_SUPERVISOR: &str = r#"
+"$1" "$2" &
+bouncer=$!
+cat >/dev/null
+kill -TERM "$bouncer" 2>/dev/null
+wait "$bouncer"
+rm -rf "$3"
 "#;
 
 /// The server's programs: the newest installed `/usr/lib/postgresql/<version>/bin`.
