@@ -7,6 +7,7 @@
   the CPU the workers and the database spent and the transactions group commit made;
 - the group-commit window's latency/throughput trade-off, and a capacity plan from the above;
 - takeover: from `kill -9` of a worker to the first new step of its threads on another;
+- `threads` over 100,000 threads;
 - what a thread and a step cost in the database, for the capacity plan in docs/postgres.md.
 
 The server is the distribution's PostgreSQL, `initdb` in a temporary directory, on an ephemeral
@@ -259,6 +260,41 @@ def takeover(server, runs=3):
     return results
 
 
+LISTED_THREADS = 100_000
+
+
+def listing(server, runs=5):
+    """`threads` over a database of 100,000 ended threads: one real thread run by the binary, and
+    copies of its row with other ids, times and prompts (the listing reads `threads` rows
+    only). Wall time of the whole process, every thread printed to a pipe."""
+    db = server.database()
+    url = server.url(db)
+    with tempfile.TemporaryDirectory(dir=TARGET) as home:
+        env = dict(os.environ, UNCAGED_WORKFLOW_HOME=home, UNCAGED_WORKFLOW_STORE=url)
+        bundle = TARGET / "wasm32-wasip2" / "guest" / "solve_issue.wasm"
+        subprocess.run([BINARY, "add", "solve-issue", bundle], env=env, check=True, capture_output=True)
+        subprocess.run([BINARY, "run", "solve-issue", "-p", "x"], env=env, check=True, capture_output=True)
+        server.psql(db, f"""
+            INSERT INTO uncaged_workflow.threads (id, bundle, next_seq, lease_token, name, status, steps,
+                started_ms, prompt, return_code, ended_ms, tokens, cost_usd)
+            SELECT lpad(i::text, 26, '0'), t.bundle, t.next_seq, 1, t.name, t.status, t.steps,
+                t.started_ms + i, left('task ' || i || ': ' ||
+                    repeat('Fix the failing test in the parser module; the reviewer wants a test. ', 3), 120),
+                t.return_code, t.ended_ms + i, t.tokens, t.cost_usd
+            FROM uncaged_workflow.threads t, generate_series(1, {LISTED_THREADS - 1}) i""")
+        server.psql(db, "VACUUM ANALYZE uncaged_workflow.threads")
+
+        def once():
+            started = time.perf_counter()
+            out = subprocess.run([BINARY, "threads"], env=env, capture_output=True)
+            elapsed = (time.perf_counter() - started) * 1e6
+            assert out.returncode == 0 and out.stdout.count(b"\n") == LISTED_THREADS + 1, out.stderr
+            return elapsed
+
+        once()  # the server's caches warm, as for any listing after the first
+        return [once() for _ in range(runs)]
+
+
 def sizes(server, db):
     """Bytes in the database per thread and per step, from the throughput run's database."""
     rows = server.psql(db, "SELECT (SELECT count(*) FROM uncaged_workflow.threads), "
@@ -280,6 +316,7 @@ def section(python):
         runs = {workers: throughput(server, workers) for workers in [1, 2, 4]}
         windows = {us: (per_step_ours(server, us), throughput(server, 1, us)) for us in WINDOWS_US}
         taken = takeover(server)
+        listed = listing(server)
         threads, steps, table_bytes = sizes(server, runs[1]["db"])
     finally:
         server.stop()
@@ -340,6 +377,13 @@ def section(python):
               "measured: network round trips to a remote database (each step waits for one commit; group",
               "commit keeps that to one flush per batch, so more latency means larger batches rather than",
               "fewer steps/s, up to the workers' `--max-threads`), and the database's disk under that load.", ""]
+    listed = median_spread(listed)
+    lines += ["", f"### Listing {LISTED_THREADS:,} threads (`threads`, whole process, release build)", "",
+              "Ended threads, each with a prompt of 120 characters as summaries keep it; every thread",
+              "printed, output to a pipe; after one listing (the server's caches warm).", "",
+              "| threads | median | spread |", "|---|---|---|",
+              f"| {LISTED_THREADS:,} | {fmt_us(listed[0])} | {fmt_us(listed[1])} – {fmt_us(listed[2])} |", "",
+              f"Target: under 200 ms, as the file store — {'met' if listed[0] < 200_000 else 'not met'}.", ""]
     t = median_spread(taken)
     lines += ["", "### Takeover after `kill -9` of a worker", "",
               f"20 threads on a worker with a {LEASE_MS} ms lease (`UNCAGED_WORKFLOW_LEASE_MS`), agents of",

@@ -168,10 +168,21 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     env.ok(&["run", "solve-issue", "-p", "x"])?;
     let before = env.json(&["threads"])?;
     // The store as the first release left it: schema version 1, without the schedules, the
-    // API's tables and the firing lock's generation.
+    // API's tables and the firing lock's generation, and each thread's summary one jsonb
+    // value (without the token count, cost and parent summaries came to hold later).
     env.sql(
         "DROP TABLE schedule_firings, schedules, api_tokens, request_keys, fire_lock; \
          ALTER TABLE threads ADD COLUMN removing boolean NOT NULL DEFAULT false; \
+         ALTER TABLE threads ADD COLUMN summary jsonb; \
+         UPDATE threads SET summary = jsonb_build_object('threadId', id, 'name', name, \
+             'hash', bundle, 'status', status, 'steps', steps, 'timestamp', started_ms, \
+             'prompt', prompt, 'returnCode', return_code, 'ended', ended_ms, \
+             'waitingRole', waiting_role, 'pausedAt', paused_at_ms, 'schedule', schedule); \
+         ALTER TABLE threads ALTER COLUMN summary SET NOT NULL, DROP COLUMN name, \
+             DROP COLUMN status, DROP COLUMN steps, DROP COLUMN started_ms, DROP COLUMN prompt, \
+             DROP COLUMN return_code, DROP COLUMN ended_ms, DROP COLUMN waiting_role, \
+             DROP COLUMN paused_at_ms, DROP COLUMN schedule, DROP COLUMN tokens, \
+             DROP COLUMN cost_usd, DROP COLUMN parent; \
          DELETE FROM migrations WHERE version > 1; \
          UPDATE meta SET value = '1' WHERE key = 'schema_version'",
     )?;
@@ -180,9 +191,9 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     let applied = env.sql(
         "SELECT string_agg(version::text || ':' || name, ' ' ORDER BY version) FROM migrations",
     )?;
-    assert_eq!(applied.trim(), "1:store 2:schedules 3:api 4:fire lock");
+    assert_eq!(applied.trim(), "1:store 2:schedules 3:api 4:fire lock 5:summary columns");
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
-    assert_eq!(version.trim(), "4");
+    assert_eq!(version.trim(), "5");
     let removing = env.sql(
         "SELECT count(*) FROM information_schema.columns \
          WHERE table_name = 'threads' AND column_name = 'removing'",

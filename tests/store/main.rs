@@ -19,16 +19,16 @@ use uncaged_workflow::agent_spec::AgentSpec;
 use uncaged_workflow::home::Home;
 use uncaged_workflow::ids::{BundleHash, ThreadId};
 use uncaged_workflow::limits::LimitOverrides;
-use uncaged_workflow::store::Storage;
 use uncaged_workflow::store::journal::{CallKind, CallRecord, CallResponse};
 use uncaged_workflow::store::queue::{ControlRequest, Release, RunRequest, Scope};
 use uncaged_workflow::store::records::{
     End, EndRecord, EndStatus, Parameters, ParentLink, PauseReason, Paused, PendingCall,
-    RunParameters, StartRecord, StepRecord, ThreadStatus,
+    RunParameters, ScheduledBy, StartRecord, StepRecord, ThreadStatus,
 };
 use uncaged_workflow::store::schedules::{
     FiringEvent, PollState, Schedule, ScheduleSource, Trigger,
 };
+use uncaged_workflow::store::{Storage, ThreadWriter};
 
 /// The PostgreSQL server of this test process, started at first use.
 fn pg() -> Result<&'static postgres::PgServer> {
@@ -201,6 +201,17 @@ fn call(step: usize, value: &str) -> CallRecord {
     }
 }
 
+/// Thread `id` opened again just after its writer was dropped: a file lock let go may linger
+/// a moment (see [`eventually`]).
+fn reopen(store: &Storage, id: ThreadId) -> Result<Box<dyn ThreadWriter>> {
+    let mut writer = None;
+    eventually("the thread opens", || {
+        writer = store.threads().open(id).ok().map(|(writer, _)| writer);
+        Ok(writer.is_some())
+    })?;
+    writer.context("opened")
+}
+
 /// A new thread, at rest (its writer dropped).
 fn new_thread(store: &Storage, hash: BundleHash) -> Result<ThreadId> {
     let (writer, record) = store.threads().create(&start_record(hash), &[], &[])?;
@@ -243,6 +254,42 @@ contract! {
         Ok(())
     }
 
+    /// A listing shows each thread as its records say — every field of its summary: name,
+    /// prompt, steps, tokens and cost, the role it waits on and since when, how it ended, the
+    /// schedule that started it — when created, waiting and ended.
+    fn a_listing_shows_each_thread_as_its_records_say(store: &Storage) -> Result<()> {
+        let threads = store.threads();
+        let mut start = start_record(hash(4));
+        start.schedule = Some(ScheduledBy { name: "nightly".into(), firing: "k1".into() });
+        let (writer, record) = threads.create(&start, &[step("planner", "plan")], &[])?;
+        drop(writer);
+        let id = record.id();
+        let agrees = |stage: &str| -> Result<()> {
+            let listed = threads.summaries()?.into_iter().find(|s| s.thread_id == id);
+            let read = threads.read(id)?;
+            let mut expected = read.summary();
+            expected.status = read.status();
+            ensure!(listed.as_ref() == Some(&expected), "{stage}: {listed:?}, not {expected:?}");
+            Ok(())
+        };
+        agrees("created")?;
+        let mut writer = reopen(store, id)?;
+        futures::executor::block_on(writer.append_steps(&[step("developer", "code")]))?;
+        writer.append_pause(Paused { role: Some("review".into()), ..Paused::by(PauseReason::Waiting) })?;
+        drop(writer);
+        agrees("waiting")?;
+        let mut writer = reopen(store, id)?;
+        let end = End::by_host(3, "gave up".into(), EndStatus::Failed);
+        writer.append_end(&EndRecord { end, timestamp: 9 })?;
+        drop(writer);
+        agrees("ended")?;
+        let listed = threads.summaries()?;
+        let summary = listed.iter().find(|s| s.thread_id == id).context("listed")?;
+        ensure!(summary.tokens > 0 && summary.cost_usd.is_some() && summary.return_code == Some(3));
+        ensure!(summary.schedule.as_deref() == Some("nightly"), "{summary:?}");
+        Ok(())
+    }
+
     /// A child workflow's thread keeps its parent link, the listing names its parent, and a
     /// parent's wait on it (the call, the child) reads back as it was written.
     fn a_child_keeps_its_parent_and_a_parent_its_wait(store: &Storage) -> Result<()> {
@@ -254,7 +301,7 @@ contract! {
         let (writer, child) = threads.create(&start, &[], &[])?;
         drop(writer);
         ensure!(threads.read(child.id())?.start.parent == start.parent);
-        let (mut writer, _) = threads.open(parent.id())?;
+        let mut writer = reopen(store, parent.id())?;
         let call = PendingCall {
             step: 0,
             seq: 2,

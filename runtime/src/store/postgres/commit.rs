@@ -189,7 +189,8 @@ async fn together(client: &Client, batch: &[Write]) -> Vec<Answer> {
     join_all(batch.iter().map(|write| alone(client, write))).await
 }
 
-fn borrowed(params: &Params) -> Vec<(&(dyn ToSql + Sync), Type)> {
+/// `params` as a statement takes them.
+pub(super) fn borrowed(params: &Params) -> Vec<(&(dyn ToSql + Sync), Type)> {
     params.iter().map(|(value, ty)| (&**value as &(dyn ToSql + Sync), ty.clone())).collect()
 }
 

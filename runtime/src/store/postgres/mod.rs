@@ -18,6 +18,7 @@ pub mod registry;
 pub mod request_keys;
 pub mod schedules;
 mod schema;
+mod summary;
 pub mod threads;
 mod tls;
 pub mod tokens;

@@ -15,11 +15,10 @@ use tokio_postgres::types::{Json, Type};
 use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
 use crate::store::postgres::threads::PgThreads;
-use crate::store::postgres::{Postgres, hostname};
+use crate::store::postgres::{Postgres, hostname, summary};
 use crate::store::queue::{
     Activity, Claimed, ControlRequest, LiveThread, Release, RunRequest, Scope, WorkQueue, Workers,
 };
-use crate::store::records::ThreadSummary;
 
 /// The channel a new runnable thread is announced on.
 pub const QUEUE_CHANNEL: &str = "uncaged_workflow_queue";
@@ -411,26 +410,29 @@ impl WorkQueue for PgQueue {
         let rows = self.pg.wait(
             "list running threads",
             client.query_typed(
-                "SELECT t.id, t.summary, t.activity, w.host, w.pid, \
-                        t.lease_owner IS NOT NULL AND t.lease_until > now() \
-                 FROM uncaged_workflow.threads t LEFT JOIN uncaged_workflow.workers w ON w.id = \
-                     t.lease_owner \
-                 WHERE t.runnable OR (t.lease_owner IS NOT NULL AND t.lease_until > now()) \
-                 ORDER BY t.id",
+                &format!(
+                    "SELECT t.activity, w.host, w.pid, \
+                            t.lease_owner IS NOT NULL AND t.lease_until > now(), {} \
+                     FROM uncaged_workflow.threads t \
+                     LEFT JOIN uncaged_workflow.workers w ON w.id = t.lease_owner \
+                     WHERE t.runnable OR (t.lease_owner IS NOT NULL AND t.lease_until > now()) \
+                     ORDER BY t.id",
+                    summary::COLUMNS
+                ),
                 &[],
             ),
         )?;
         Ok(rows
             .iter()
             .filter_map(|row| {
-                let held: bool = row.get(5);
-                let host: Option<String> = row.get(3);
-                let pid: Option<i32> = row.get(4);
+                let held: bool = row.get(3);
+                let host: Option<String> = row.get(1);
+                let pid: Option<i32> = row.get(2);
                 // A summary that does not read is left out, as listings leave it out.
-                let Json(summary) = row.try_get::<_, Json<ThreadSummary>>(1).ok()?;
+                let summary = summary::read(row, 4)?;
                 Some(LiveThread {
                     summary,
-                    activity: row.get::<_, Option<Json<Activity>>>(2).map(|Json(a)| a),
+                    activity: row.get::<_, Option<Json<Activity>>>(0).map(|Json(a)| a),
                     worker: match (held, host, pid) {
                         (true, Some(host), Some(pid)) => Some((host, pid as u32)),
                         (true, _, _) => Some((String::from("?"), 0)),

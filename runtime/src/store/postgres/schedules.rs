@@ -12,8 +12,8 @@
 //! waits for a write in flight, and then reads what it wrote). A process that lost the lock
 //! cannot record a firing another process also records.
 
-use tokio_postgres::types::{Json, ToSql, Type};
 use tokio_postgres::SimpleQueryMessage;
+use tokio_postgres::types::{Json, ToSql, Type};
 
 use crate::error::{DatabaseFailure, Error, Result};
 use crate::store::postgres::Postgres;

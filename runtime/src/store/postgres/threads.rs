@@ -7,7 +7,7 @@
 //! token, in the same statement, so a process whose lease expired and was taken over (frozen,
 //! cut off, then back) cannot write a single line more.
 
-use tokio_postgres::types::{Json, Type};
+use tokio_postgres::types::Type;
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
@@ -17,7 +17,7 @@ use crate::store::journal::{CallRecord, Journal};
 use crate::store::postgres::debug_log::PgLog;
 use crate::store::postgres::journal::PgCalls;
 use crate::store::postgres::leases::{Leases, lease_ms};
-use crate::store::postgres::{Postgres, commit, json_line};
+use crate::store::postgres::{Postgres, commit, json_line, summary};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadStatus, ThreadSummary,
@@ -170,34 +170,41 @@ impl ThreadStore for PgThreads {
         let client = self.pg.client()?;
         // One statement: the thread appears whole (its row, records and copied calls) or not
         // at all, already leased to this process.
+        let summary = at_rest(&record);
+        let mut params: commit::Params = vec![
+            (Box::new(id.to_string()), Type::TEXT),
+            (Box::new(start.hash.to_string()), Type::TEXT),
+            (Box::new(self.pg.owner().to_string()), Type::TEXT),
+            (Box::new(lease_ms(&self.pg)), Type::INT8),
+            (Box::new(lines), Type::TEXT_ARRAY),
+            (Box::new(calls), Type::TEXT_ARRAY),
+        ];
+        params.extend(summary::fixed(&summary));
+        params.extend(summary::changing(&summary));
+        let params = commit::borrowed(&params);
         self.pg.wait(
             &format!("create thread {id}"),
             client.execute_typed(
                 "WITH t AS ( \
-                     INSERT INTO uncaged_workflow.threads (id, bundle, summary, next_seq, \
-                         lease_owner, \
-                                          lease_until, lease_token) \
-                     VALUES ($1, $2, $3, cardinality($6::text[]), $4, \
-                             now() + $5::bigint * interval '1 millisecond', 1) \
+                     INSERT INTO uncaged_workflow.threads \
+                         (id, bundle, next_seq, lease_owner, lease_until, lease_token, \
+                          name, started_ms, prompt, schedule, parent, \
+                          status, steps, return_code, ended_ms, waiting_role, paused_at_ms, \
+                          tokens, cost_usd) \
+                     VALUES ($1, $2, cardinality($5::text[]), $3, \
+                             now() + $4::bigint * interval '1 millisecond', 1, \
+                             $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
                      RETURNING id), \
                  r AS ( \
                      INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
                      SELECT $1, s.i - 1, s.line \
-                     FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i)), \
+                     FROM unnest($5::text[]) WITH ORDINALITY AS s(line, i)), \
                  c AS ( \
                      INSERT INTO uncaged_workflow.thread_calls (thread, line) \
-                     SELECT $1, s.line FROM unnest($7::text[]) WITH ORDINALITY AS s(line, i) \
+                     SELECT $1, s.line FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
                      ORDER BY s.i) \
                  SELECT 1 FROM t",
-                &[
-                    (&id.to_string(), Type::TEXT),
-                    (&start.hash.to_string(), Type::TEXT),
-                    (&Json(at_rest(&record)), Type::JSONB),
-                    (&self.pg.owner(), Type::TEXT),
-                    (&lease_ms(&self.pg), Type::INT8),
-                    (&lines, Type::TEXT_ARRAY),
-                    (&calls, Type::TEXT_ARRAY),
-                ],
+                &params,
             ),
         )?;
         let writer = self.writer(id, 1, record.clone());
@@ -242,21 +249,20 @@ impl ThreadStore for PgThreads {
         let rows = self.pg.wait(
             "list threads",
             client.query_typed(
-                "SELECT summary, lease_owner IS NOT NULL AND lease_until > now(), runnable \
-                 FROM uncaged_workflow.threads ORDER BY id",
+                &format!(
+                    "SELECT {}, t.lease_owner IS NOT NULL AND t.lease_until > now(), t.runnable \
+                     FROM uncaged_workflow.threads t ORDER BY t.id",
+                    summary::COLUMNS
+                ),
                 &[],
             ),
         )?;
         let mut summaries = Vec::with_capacity(rows.len());
         for row in rows {
-            let Json(mut summary): Json<ThreadSummary> = match row.try_get(0) {
-                Ok(summary) => summary,
-                Err(e) => {
-                    tracing::warn!("a thread's summary in {} does not read: {e}", self.pg.target());
-                    continue;
-                }
-            };
-            let (held, runnable): (bool, bool) = (row.get(1), row.get(2));
+            // One that does not read is said and left out, as a damaged file is at home.
+            let Some(mut summary) = summary::read(&row, 0) else { continue };
+            let (held, runnable): (bool, bool) =
+                (row.get(summary::COUNT), row.get(summary::COUNT + 1));
             if !summary.status.is_ended() {
                 if held {
                     summary.status = ThreadStatus::Running;
@@ -350,12 +356,14 @@ pub struct PgWriter {
 
 /// One statement appends a thread's records, and the calls it journaled and the lines it
 /// logged since its last record (see [`deferred`](crate::store::postgres::deferred)), fenced
-/// by its lease token: the thread's row is updated (next sequence number, summary) only if it still carries the token, and the inserts take their rows from that update, so
-/// a writer whose lease was taken over writes nothing at all. The count of records written
+/// by its lease token: the thread's row is updated (next sequence number, summary) only if it
+/// still carries the token, and the inserts take their rows from that update, so a writer
+/// whose lease was taken over writes nothing at all. The count of records written
 /// tells which it was.
 const APPEND: &str = "WITH held AS ( \
          UPDATE uncaged_workflow.threads SET next_seq = next_seq + cardinality($3::text[]), \
-             summary = $4 \
+             status = $4, steps = $5, return_code = $6, ended_ms = $7, waiting_role = $8, \
+             paused_at_ms = $9, tokens = $10, cost_usd = $11 \
          WHERE id = $1 AND lease_token = $2 \
          RETURNING next_seq - cardinality($3::text[]) AS first), \
      r AS ( \
@@ -365,11 +373,11 @@ const APPEND: &str = "WITH held AS ( \
          RETURNING 1), \
      c AS ( \
          INSERT INTO uncaged_workflow.thread_calls (thread, line) \
-         SELECT $1, s.line FROM held, unnest($5::text[]) WITH ORDINALITY AS s(line, i) \
+         SELECT $1, s.line FROM held, unnest($12::text[]) WITH ORDINALITY AS s(line, i) \
          ORDER BY s.i), \
      l AS ( \
          INSERT INTO uncaged_workflow.thread_log (thread, line) \
-         SELECT $1, s.line FROM held, unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
+         SELECT $1, s.line FROM held, unnest($13::text[]) WITH ORDINALITY AS s(line, i) \
          ORDER BY s.i) \
      SELECT count(*) FROM r";
 
@@ -383,14 +391,14 @@ impl PgWriter {
         if deferred.background {
             self.pg.logs().settled().await;
         }
-        let params: commit::Params = vec![
+        let mut params: commit::Params = vec![
             (Box::new(self.id.to_string()), Type::TEXT),
             (Box::new(self.token), Type::INT8),
             (Box::new(lines), Type::TEXT_ARRAY),
-            (Box::new(Json(at_rest(&self.record))), Type::JSONB),
-            (Box::new(deferred.calls), Type::TEXT_ARRAY),
-            (Box::new(deferred.log), Type::TEXT_ARRAY),
         ];
+        params.extend(summary::changing(&at_rest(&self.record)));
+        params.push((Box::new(deferred.calls), Type::TEXT_ARRAY));
+        params.push((Box::new(deferred.log), Type::TEXT_ARRAY));
         let action = format!("append to thread {}", self.id);
         let rows = self.pg.commit(&action, APPEND, params).await?;
         let written: i64 = rows.first().map_or(0, |row| row.get(0));
