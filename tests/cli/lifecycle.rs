@@ -333,6 +333,33 @@ fn kill_ends_paused_waiting_and_interrupted_threads_and_prune_removes_them() -> 
 // Through the CLI only: each of these runs twice, on a home directory (`…::files`) and on a
 // fresh PostgreSQL database (`…::postgres`). A test added here covers both stores.
 on_both_stores! {
+/// A thread whose run panics — here the test's clock is taken away under its worker, which
+/// then cannot tell the time — is let go: the worker says so, leaves the thread at rest for
+/// `resume` rather than taking it up again, and exits once idle, as after any thread.
+#[test]
+fn a_thread_whose_run_panics_is_let_go_and_its_worker_exits() -> Result<()> {
+    let env = Env::new()?;
+    env.set_clock(1_795_000_000_000)?;
+    let hash = env.add_solve_issue()?;
+    let agent = slow_agent(&env, "1")?;
+    let thread = detach(&env, &["run", "solve-issue", "-p", "x", "--agent", &agent])?;
+    wait_until("the planner is asked", || Ok(!calls_log(&env)?.is_empty()))?;
+    let worker = ps(&env)?
+        .iter()
+        .find(|t| t["threadId"] == thread.as_str())
+        .and_then(|t| t["pid"].as_u64())
+        .context("the thread's worker")?;
+    std::fs::remove_file(env.dir.path().join("clock"))?;
+    wait_until("the worker exits", || Ok(!alive(worker)))?;
+    let logs = [format!("{hash}.log"), "pool-worker.log".to_string()]
+        .map(|name| std::fs::read_to_string(env.home().join("run").join(name)).unwrap_or_default());
+    let said = format!("thread {thread}: its run stopped unexpectedly");
+    ensure!(logs.iter().any(|log| log.contains(&said)), "{logs:?}");
+    let state = status(&env, &thread)?;
+    ensure!(state != "running" && state != "queued", "left {state}");
+    Ok(())
+}
+
 #[test]
 fn control_commands_refuse_unknown_finished_and_malformed_ids() -> Result<()> {
     let env = Env::new()?;

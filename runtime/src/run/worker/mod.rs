@@ -9,6 +9,7 @@
 //! SIGTERM hands its threads back to the queue. Kill and pause requests reach it through the
 //! queue either way.
 
+mod gone;
 mod socket;
 
 use std::collections::HashMap;
@@ -427,6 +428,7 @@ impl Worker {
         let worker = self.clone();
         let secrets = flags.secrets.clone();
         tokio::spawn(async move {
+            let mut gone = gone::Gone::new(worker.clone(), id, ticket);
             let ctx = RunContext {
                 runtime: &worker.runtime,
                 store: &worker.store,
@@ -483,7 +485,7 @@ impl Worker {
             // Counted as a connection while it is passed on: the worker of a home directory's
             // bundle exits with its last thread, and this work is not done yet.
             worker.connections.fetch_add(1, Ordering::SeqCst);
-            worker.running.lock().remove(&id);
+            gone.leave();
             let _ = ended_sender.send(reply);
             // A child that ended passes its result to its parent, and a parent that waits on
             // a child that ended meanwhile takes it (and may come back to this worker).
