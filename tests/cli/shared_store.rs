@@ -168,10 +168,12 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     env.ok(&["run", "solve-issue", "-p", "x"])?;
     let before = env.json(&["threads"])?;
     // The store as the first release left it: schema version 1, without the schedules, the
-    // API's tables and the firing lock's generation, and each thread's summary one jsonb
-    // value (without the token count, cost and parent summaries came to hold later).
+    // API's tables, the firing lock's generation and the append function, and each thread's
+    // summary one jsonb value (without the token count, cost and parent summaries came to
+    // hold later).
     env.sql(
         "DROP TABLE schedule_firings, schedules, api_tokens, request_keys, fire_lock; \
+         DROP FUNCTION append_records; \
          ALTER TABLE threads ADD COLUMN removing boolean NOT NULL DEFAULT false; \
          ALTER TABLE threads ADD COLUMN summary jsonb; \
          UPDATE threads SET summary = jsonb_build_object('threadId', id, 'name', name, \
@@ -191,9 +193,12 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     let applied = env.sql(
         "SELECT string_agg(version::text || ':' || name, ' ' ORDER BY version) FROM migrations",
     )?;
-    assert_eq!(applied.trim(), "1:store 2:schedules 3:api 4:fire lock 5:summary columns");
+    assert_eq!(
+        applied.trim(),
+        "1:store 2:schedules 3:api 4:fire lock 5:summary columns 6:append function"
+    );
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
-    assert_eq!(version.trim(), "5");
+    assert_eq!(version.trim(), "6");
     let removing = env.sql(
         "SELECT count(*) FROM information_schema.columns \
          WHERE table_name = 'threads' AND column_name = 'removing'",

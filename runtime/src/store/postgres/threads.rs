@@ -356,30 +356,12 @@ pub struct PgWriter {
 
 /// One statement appends a thread's records, and the calls it journaled and the lines it
 /// logged since its last record (see [`deferred`](crate::store::postgres::deferred)), fenced
-/// by its lease token: the thread's row is updated (next sequence number, summary) only if it
-/// still carries the token, and the inserts take their rows from that update, so a writer
-/// whose lease was taken over writes nothing at all. The count of records written
-/// tells which it was.
-const APPEND: &str = "WITH held AS ( \
-         UPDATE uncaged_workflow.threads SET next_seq = next_seq + cardinality($3::text[]), \
-             status = $4, steps = $5, return_code = $6, ended_ms = $7, waiting_role = $8, \
-             paused_at_ms = $9, tokens = $10, cost_usd = $11 \
-         WHERE id = $1 AND lease_token = $2 \
-         RETURNING next_seq - cardinality($3::text[]) AS first), \
-     r AS ( \
-         INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
-         SELECT $1, held.first + s.i - 1, s.line \
-         FROM held, unnest($3::text[]) WITH ORDINALITY AS s(line, i) \
-         RETURNING 1), \
-     c AS ( \
-         INSERT INTO uncaged_workflow.thread_calls (thread, line) \
-         SELECT $1, s.line FROM held, unnest($12::text[]) WITH ORDINALITY AS s(line, i) \
-         ORDER BY s.i), \
-     l AS ( \
-         INSERT INTO uncaged_workflow.thread_log (thread, line) \
-         SELECT $1, s.line FROM held, unnest($13::text[]) WITH ORDINALITY AS s(line, i) \
-         ORDER BY s.i) \
-     SELECT count(*) FROM r";
+/// by its lease token: a call of `append_records` (migration 0006), which updates the thread's
+/// row (next sequence number, summary) only if it still carries the token, and inserts only
+/// then, so a writer whose lease was taken over writes nothing at all. The count of records
+/// written tells which it was.
+const APPEND: &str = "SELECT uncaged_workflow.append_records( \
+         $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
 
 impl PgWriter {
     /// Appends `lines`, which took the thread to `self.record`, with the calls journaled
