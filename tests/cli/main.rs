@@ -128,15 +128,7 @@ pub fn pg() -> Result<&'static postgres::PgServer> {
 
 /// The PgBouncer (transaction pooling) in front of [`pg`], started at first use.
 pub fn bouncer() -> Result<&'static postgres::PgBouncer> {
-    static BOUNCER: std::sync::OnceLock<std::result::Result<postgres::PgBouncer, String>> =
-        std::sync::OnceLock::new();
-    BOUNCER
-        .get_or_init(|| {
-            let server = pg().map_err(|e| format!("{e:#}"))?;
-            postgres::PgBouncer::start(server).map_err(|e| format!("{e:#}"))
-        })
-        .as_ref()
-        .map_err(|e| anyhow::anyhow!("starting PgBouncer: {e}"))
+    postgres::PgBouncer::shared(pg)
 }
 
 /// A fresh database of the test server, for a new [`Env`]: reached directly, or through

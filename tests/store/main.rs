@@ -52,17 +52,9 @@ fn pg() -> Result<&'static postgres::PgServer> {
         .map_err(|e| anyhow::anyhow!("starting PostgreSQL: {e}"))
 }
 
-/// The PgBouncer in front of [`pg`], started at first use.
+/// The PgBouncer (transaction pooling) in front of [`pg`], started at first use.
 fn bouncer() -> Result<&'static postgres::PgBouncer> {
-    static BOUNCER: std::sync::OnceLock<std::result::Result<postgres::PgBouncer, String>> =
-        std::sync::OnceLock::new();
-    BOUNCER
-        .get_or_init(|| {
-            let server = pg().map_err(|e| format!("{e:#}"))?;
-            postgres::PgBouncer::start(server).map_err(|e| format!("{e:#}"))
-        })
-        .as_ref()
-        .map_err(|e| anyhow::anyhow!("starting PgBouncer: {e}"))
+    postgres::PgBouncer::shared(pg)
 }
 
 /// A fresh store of one kind, and the directory that holds its home.

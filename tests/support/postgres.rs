@@ -169,17 +169,21 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
-        // Closing stdin stops the server; wait for the supervisor to clean up.
-        drop(self.supervisor.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.supervisor.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.supervisor.kill();
+        stop(&mut self.supervisor, Duration::from_secs(30));
     }
+}
+
+/// Stops a supervisor by closing its stdin, and waits (at most `wait`) for it to clean up.
+fn stop(supervisor: &mut Child, wait: Duration) {
+    drop(supervisor.stdin.take());
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = supervisor.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = supervisor.kill();
 }
 
 /// Starts postgres ($1 binary, $2 data dir, $3 port, $4 directory to delete, then settings),
@@ -277,6 +281,22 @@ impl PgBouncer {
         bail!("pgbouncer did not start in 5 tries (see {})", dir.join("pgbouncer.log").display())
     }
 
+    /// The PgBouncer of this test process, in front of the server `server` gives, started at
+    /// first use.
+    pub fn shared(
+        server: impl FnOnce() -> Result<&'static PgServer>,
+    ) -> Result<&'static PgBouncer> {
+        static BOUNCER: std::sync::OnceLock<std::result::Result<PgBouncer, String>> =
+            std::sync::OnceLock::new();
+        BOUNCER
+            .get_or_init(|| {
+                let server = server().map_err(|e| format!("{e:#}"))?;
+                PgBouncer::start(server).map_err(|e| format!("{e:#}"))
+            })
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("starting PgBouncer: {e}"))
+    }
+
     /// `url` (a database of the server behind it) as reached through this PgBouncer.
     pub fn url(&self, url: &str) -> Result<String> {
         let (before, db) = url.rsplit_once('/').context("a database URL")?;
@@ -287,15 +307,7 @@ impl PgBouncer {
 
 impl Drop for PgBouncer {
     fn drop(&mut self) {
-        drop(self.supervisor.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.supervisor.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.supervisor.kill();
+        stop(&mut self.supervisor, Duration::from_secs(10));
     }
 }
 
