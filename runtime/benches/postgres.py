@@ -203,7 +203,7 @@ def throughput(server, workers, window_us=0):
         started = time.perf_counter()
         processes = [start_worker(env, home, Path(home) / f"w{i}.log") for i in range(workers)]
         while True:
-            done, queued = map(int, poll.query("SELECT count(*) FILTER (WHERE summary->>'returnCode' IS NOT NULL), "
+            done, queued = map(int, poll.query("SELECT count(*) FILTER (WHERE return_code IS NOT NULL), "
                                                "count(*) FILTER (WHERE runnable) "
                                                "FROM uncaged_workflow.threads").split("|"))
             if done >= THROUGHPUT_THREADS:

@@ -227,14 +227,12 @@ impl WorkQueue for PgQueue {
         let statement = match how {
             Release::Settle => {
                 "UPDATE uncaged_workflow.threads SET runnable = false, run_request = NULL, \
-                     lease_owner = NULL, \
-                        lease_until = NULL, activity = NULL, control = NULL \
+                     lease_owner = NULL, lease_until = NULL, activity = NULL, control = NULL \
                  WHERE id = $1 AND lease_token = $2"
             }
             Release::HandBack => {
                 "UPDATE uncaged_workflow.threads SET lease_owner = NULL, lease_until = NULL, \
-                     activity = NULL, \
-                        control = NULL, queued_at = now() \
+                     activity = NULL, control = NULL, queued_at = now() \
                  WHERE id = $1 AND lease_token = $2"
             }
         };

@@ -143,8 +143,8 @@ impl ScheduleBackend for PgSchedules {
         let removed = self.fenced(
             "remove a schedule",
             lock,
-            "DELETE FROM uncaged_workflow.schedules WHERE name = $2 AND EXISTS (SELECT 1 FROM \
-                 held)",
+            "DELETE FROM uncaged_workflow.schedules \
+             WHERE name = $2 AND EXISTS (SELECT 1 FROM held)",
             &[(&name, Type::TEXT)],
         )?;
         Ok(removed > 0)
@@ -154,8 +154,8 @@ impl ScheduleBackend for PgSchedules {
         self.fenced(
             "record a firing",
             lock,
-            "INSERT INTO uncaged_workflow.schedule_firings (schedule, event) SELECT $2, $3 FROM \
-                 held",
+            "INSERT INTO uncaged_workflow.schedule_firings (schedule, event) \
+             SELECT $2, $3 FROM held",
             &[(&name, Type::TEXT), (&Json(event), Type::JSONB)],
         )?;
         Ok(())

@@ -105,8 +105,8 @@ impl PgThreads {
                                  FILTER (WHERE r.seq IS NOT NULL), '{}'), \
                         coalesce(array_agg(r.line ORDER BY r.seq) \
                                  FILTER (WHERE r.seq IS NOT NULL), '{}') \
-                 FROM uncaged_workflow.threads t LEFT JOIN uncaged_workflow.thread_records r ON \
-                     r.thread = t.id AND r.seq > $2 \
+                 FROM uncaged_workflow.threads t \
+                 LEFT JOIN uncaged_workflow.thread_records r ON r.thread = t.id AND r.seq > $2 \
                  WHERE t.id = $1 GROUP BY t.id",
                 &[(&id.to_string(), Type::TEXT), (&(after as i32), Type::INT4)],
             ),
@@ -333,9 +333,9 @@ impl ThreadStore for PgThreads {
         let rows = self.pg.wait(
             &format!("read the debug log of thread {id}"),
             client.query_typed(
-                "SELECT line FROM (SELECT seq, line FROM uncaged_workflow.thread_log WHERE thread \
-                     = $1 \
-                                   ORDER BY seq DESC LIMIT $2) tail ORDER BY seq",
+                "SELECT line FROM (SELECT seq, line FROM uncaged_workflow.thread_log \
+                                   WHERE thread = $1 ORDER BY seq DESC LIMIT $2) tail \
+                 ORDER BY seq",
                 &[(&id.to_string(), Type::TEXT), (&(max as i64), Type::INT8)],
             ),
         )?;
