@@ -202,6 +202,14 @@ pub trait WorkQueue: Send + Sync + fmt::Debug {
     /// lock, which dies with its process.
     fn hold(&self) -> Option<Duration>;
 
+    /// How long until the first lease another worker holds on a runnable thread runs out, if
+    /// one does within `within`: a worker with room looks again then, so that a dead worker's
+    /// thread is taken over as its lease ends, not at the next poll. None where nothing is
+    /// held under a lease (a home directory's locks die with their process).
+    fn next_takeover(&self, _within: Duration) -> Result<Option<Duration>> {
+        Ok(None)
+    }
+
     /// This process as the queue knows it (for messages).
     fn owner(&self) -> String;
 }

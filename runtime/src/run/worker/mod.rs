@@ -44,6 +44,9 @@ pub const KILLED_RETURN_CODE: i32 = crate::error::exit::INTERRUPTED;
 /// How often a worker looks at the queue and its requests when nothing woke it.
 const POLL: Duration = Duration::from_millis(500);
 
+/// How long after a lease runs out (by the database's clock) a worker looks to take it over.
+const TAKEOVER_MARGIN: Duration = Duration::from_millis(10);
+
 /// How often a pool worker says it is alive (and what its threads do).
 const HEARTBEAT: Duration = Duration::from_secs(1);
 
@@ -191,6 +194,7 @@ impl Worker {
                 tracing::info!("worker {} exiting: nothing to run", std::process::id());
                 break;
             }
+            let look_again = self.look_again();
             let woken = async {
                 match &mut wake {
                     Some(receiver) => receiver.recv().await,
@@ -203,7 +207,7 @@ impl Worker {
                     wake = None;
                 },
                 _ = self.changed.notified() => {}
-                _ = tokio::time::sleep(POLL) => {}
+                _ = tokio::time::sleep(look_again) => {}
                 _ = &mut stop => {
                     tracing::info!(
                         "worker {} stopping: handing its threads back to the queue",
@@ -215,6 +219,18 @@ impl Worker {
             }
         }
         self.queue.unregister()
+    }
+
+    /// When to look at the queue again without being woken: at the next poll, or — with room
+    /// for a thread — just after another worker's lease on one runs out, should it sooner.
+    fn look_again(&self) -> Duration {
+        if self.running.lock().len() >= self.options.max_threads {
+            return POLL;
+        }
+        match self.queue.next_takeover(POLL) {
+            Ok(Some(runs_out)) => (runs_out + TAKEOVER_MARGIN).min(POLL),
+            _ => POLL,
+        }
     }
 
     /// One look at the queue: kill and pause requests for threads here, queued threads to

@@ -466,6 +466,21 @@ impl WorkQueue for PgQueue {
         Some(self.pg.lease())
     }
 
+    fn next_takeover(&self, within: Duration) -> Result<Option<Duration>> {
+        let client = self.pg.client()?;
+        let row = self.pg.wait(
+            "look when a lease runs out",
+            client.query_typed_one(
+                "SELECT (EXTRACT(EPOCH FROM min(lease_until) - now()) * 1000)::bigint \
+                 FROM uncaged_workflow.threads \
+                 WHERE runnable AND lease_owner <> $1 AND lease_until > now() \
+                   AND lease_until < now() + $2::bigint * interval '1 millisecond'",
+                &[(&self.pg.owner(), Type::TEXT), (&(within.as_millis() as i64), Type::INT8)],
+            ),
+        )?;
+        Ok(row.get::<_, Option<i64>>(0).map(|ms| Duration::from_millis(ms.max(0) as u64)))
+    }
+
     fn owner(&self) -> String {
         self.pg.owner().to_string()
     }
