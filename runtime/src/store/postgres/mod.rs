@@ -13,6 +13,7 @@ mod debug_log;
 mod deferred;
 mod journal;
 mod leases;
+mod listing;
 pub mod queue;
 pub mod registry;
 pub mod request_keys;

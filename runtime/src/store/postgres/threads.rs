@@ -7,8 +7,7 @@
 //! token, in the same statement, so a process whose lease expired and was taken over (frozen,
 //! cut off, then back) cannot write a single line more.
 
-use futures::TryStreamExt;
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::Type;
 
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
@@ -18,10 +17,10 @@ use crate::store::journal::{CallRecord, Journal};
 use crate::store::postgres::debug_log::PgLog;
 use crate::store::postgres::journal::PgCalls;
 use crate::store::postgres::leases::{Leases, lease_ms};
-use crate::store::postgres::{Postgres, commit, json_line, summary};
+use crate::store::postgres::{Postgres, commit, json_line, listing, summary};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
-    ThreadStatus, ThreadSummary,
+    ThreadSummary,
 };
 use crate::store::{Changes, ThreadStore, ThreadWriter};
 
@@ -245,44 +244,9 @@ impl ThreadStore for PgThreads {
         Ok(rows.iter().filter_map(|row| row.get::<_, String>(0).parse().ok()).collect())
     }
 
-    /// Read as the rows arrive, each row let go once read (100,000 rows held at once cost
-    /// more in page faults than in reading them), on the driver's thread, where the
-    /// connection is (handing each batch of rows to the caller's thread cost more than
-    /// reading them); put in order here rather than by the server (a sequential scan, not a
-    /// walk of the primary key's index).
+    /// See [`listing`](crate::store::postgres::listing).
     fn summaries(&self) -> Result<Vec<ThreadSummary>> {
-        let client = self.pg.client()?;
-        let sql = format!(
-            "SELECT {}, t.lease_owner IS NOT NULL AND t.lease_until > now(), t.runnable \
-             FROM uncaged_workflow.threads t",
-            summary::COLUMNS
-        );
-        let reading = self.pg.spawn(async move {
-            let none: [(&(dyn ToSql + Sync), Type); 0] = [];
-            let rows = client.query_typed_raw(&sql, none).await?;
-            futures::pin_mut!(rows);
-            let mut summaries = Vec::new();
-            while let Some(row) = rows.try_next().await? {
-                // One that does not read is said and left out, as a damaged file is at home.
-                let Some(mut summary) = summary::read(&row, 0) else { continue };
-                let (held, runnable): (bool, bool) =
-                    (row.get(summary::COUNT), row.get(summary::COUNT + 1));
-                if !summary.status.is_ended() {
-                    if held {
-                        summary.status = ThreadStatus::Running;
-                    } else if runnable {
-                        summary.status = ThreadStatus::Queued;
-                    }
-                }
-                summaries.push(summary);
-            }
-            Ok(summaries)
-        });
-        let mut summaries = self.pg.wait("list threads", async {
-            reading.await.expect("the listing task is not aborted")
-        })?;
-        summaries.sort_unstable_by_key(|summary| summary.thread_id);
-        Ok(summaries)
+        listing::summaries(&self.pg)
     }
 
     /// One statement deletes the thread and (by cascade) its records, calls and log, unless
