@@ -11,6 +11,7 @@
 
 mod gone;
 mod socket;
+mod takeover;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,9 +44,6 @@ pub const KILLED_RETURN_CODE: i32 = crate::error::exit::INTERRUPTED;
 
 /// How often a worker looks at the queue and its requests when nothing woke it.
 const POLL: Duration = Duration::from_millis(500);
-
-/// How long after a lease runs out (by the database's clock) a worker looks to take it over.
-const TAKEOVER_MARGIN: Duration = Duration::from_millis(10);
 
 /// How often a pool worker says it is alive (and what its threads do).
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -173,6 +171,7 @@ impl Worker {
         tokio::pin!(stop);
         // Whether the database was out of reach at the last look (said once, not every poll).
         let mut unavailable = false;
+        let mut takeover = takeover::Takeover::default();
         loop {
             match self.poll(&mut last_heartbeat, &mut wake) {
                 Ok(()) if unavailable => {
@@ -194,7 +193,8 @@ impl Worker {
                 tracing::info!("worker {} exiting: nothing to run", std::process::id());
                 break;
             }
-            let look_again = self.look_again();
+            let room = self.running.lock().len() < self.options.max_threads;
+            let look_again = takeover.look_again(&*self.queue, room);
             let woken = async {
                 match &mut wake {
                     Some(receiver) => receiver.recv().await,
@@ -203,7 +203,9 @@ impl Worker {
             };
             tokio::select! {
                 note = woken => if note.is_none() {
-                    tracing::warn!("wake-ups stopped (their connection closed); polling every {POLL:?}");
+                    tracing::warn!(
+                        "wake-ups stopped (their connection closed); polling every {POLL:?}"
+                    );
                     wake = None;
                 },
                 _ = self.changed.notified() => {}
@@ -219,18 +221,6 @@ impl Worker {
             }
         }
         self.queue.unregister()
-    }
-
-    /// When to look at the queue again without being woken: at the next poll, or — with room
-    /// for a thread — just after another worker's lease on one runs out, should it sooner.
-    fn look_again(&self) -> Duration {
-        if self.running.lock().len() >= self.options.max_threads {
-            return POLL;
-        }
-        match self.queue.next_takeover(POLL) {
-            Ok(Some(runs_out)) => (runs_out + TAKEOVER_MARGIN).min(POLL),
-            _ => POLL,
-        }
     }
 
     /// One look at the queue: kill and pause requests for threads here, queued threads to

@@ -35,8 +35,8 @@ impl PgLog {
 
 impl LogSink for PgLog {
     /// Kept for the thread's next record while this process runs it (see
-    /// [`deferred`](super::deferred)); else handed to the background writer. Not durable either way, as in the home
-    /// directory, and never waited for by a step.
+    /// [`deferred`](super::deferred)); else handed to the background writer. Not durable
+    /// either way, as in the home directory, and never waited for by a step.
     fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
         let lines: Vec<String> = String::from_utf8_lossy(lines)
             .lines()

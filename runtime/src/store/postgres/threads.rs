@@ -50,9 +50,19 @@ impl PgThreads {
         let (held, queued) = (stored.held, stored.queued);
         let mut parsed = ThreadLines::default();
         stored.add_to(&mut parsed);
-        parsed
+        self.record_of(id, parsed, held, queued).map(Some)
+    }
+
+    /// Thread `id` as its parsed `lines` make it, held by a process or `queued` or neither.
+    fn record_of(
+        &self,
+        id: ThreadId,
+        lines: ThreadLines,
+        held: bool,
+        queued: bool,
+    ) -> Result<ThreadRecord> {
+        lines
             .record(held, queued)
-            .map(Some)
             .ok_or_else(|| self.pg.bad_data(format!("thread {id} has no start record")))
     }
 
@@ -69,9 +79,8 @@ impl PgThreads {
         let rows = self.pg.wait(
             "read the claimed threads",
             client.query_typed(
-                "SELECT thread, seq, line FROM uncaged_workflow.thread_records WHERE thread = \
-                     ANY($1) \
-                 ORDER BY thread, seq",
+                "SELECT thread, seq, line FROM uncaged_workflow.thread_records \
+                 WHERE thread = ANY($1) ORDER BY thread, seq",
                 &[(&names, Type::TEXT_ARRAY)],
             ),
         )?;
@@ -81,14 +90,10 @@ impl PgThreads {
             let seq: i32 = row.get(1);
             lines.entry(id).or_default().push(seq as usize + 1, row.get::<_, &str>(2).as_bytes());
         }
+        // Claimed just now: held by this process.
         Ok(lines
             .into_iter()
-            .map(|(id, parsed)| {
-                let record = parsed
-                    .record(true, false)
-                    .ok_or_else(|| self.pg.bad_data(format!("thread {id} has no start record")));
-                (id, record)
-            })
+            .map(|(id, parsed)| (id, self.record_of(id, parsed, true, false)))
             .collect())
     }
 
