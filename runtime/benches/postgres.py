@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -263,10 +264,55 @@ def takeover(server, runs=3):
 LISTED_THREADS = 100_000
 
 
+# Packing a listing summary as the binary does (`store/postgres/summary.rs`: layout byte 1, then
+# postcard of `ThreadSummary`'s fields in order), for the rows this bench makes without running
+# them; checked against what the binary packed for the thread it ran, so that the listing
+# measured reads packed summaries (a row it could not read would be read from its columns).
+SUMMARY_LAYOUT = 1
+STATUSES = ["running", "paused", "waiting", "interrupted", "completed", "failed", "killed", "queued"]
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | 0x80 if n else byte)
+        if not n:
+            return bytes(out)
+
+
+def crockford(text):
+    value = 0
+    for c in text:
+        value = value * 32 + CROCKFORD.index(c)
+    return value
+
+
+def packed_text(text):
+    data = text.encode()
+    return varint(len(data)) + data
+
+
+def packed_option(value, pack):
+    return b"\0" if value is None else b"\1" + pack(value)
+
+
+def packed_summary(t):
+    return (bytes([SUMMARY_LAYOUT]) + varint(crockford(t["id"])) + packed_text(t["name"])
+            + varint(crockford(t["bundle"])) + varint(STATUSES.index(t["status"]))
+            + varint(t["steps"]) + varint(t["started_ms"]) + packed_text(t["prompt"])
+            + packed_option(t["return_code"], lambda c: varint((c << 1) ^ (c >> 31)))
+            + packed_option(t["ended_ms"], varint) + packed_option(None, packed_text)  # waiting role
+            + packed_option(None, varint) + packed_option(None, packed_text)  # paused, schedule
+            + varint(t["tokens"]) + packed_option(t["cost_usd"], lambda f: struct.pack("<d", f))
+            + packed_option(None, varint))  # parent
+
+
 def listing(server, runs=5):
     """`threads` over a database of 100,000 ended threads: one real thread run by the binary, and
-    copies of its row with other ids, times and prompts (the listing reads `threads` rows
-    only). Wall time of the whole process, every thread printed to a pipe."""
+    copies of its row with other ids, times and prompts, packed summary included (the listing
+    reads `threads` rows only). Wall time of the whole process, every thread printed to a pipe."""
     db = server.database()
     url = server.url(db)
     with tempfile.TemporaryDirectory(dir=TARGET) as home:
@@ -274,14 +320,23 @@ def listing(server, runs=5):
         bundle = TARGET / "wasm32-wasip2" / "guest" / "solve_issue.wasm"
         subprocess.run([BINARY, "add", "solve-issue", bundle], env=env, check=True, capture_output=True)
         subprocess.run([BINARY, "run", "solve-issue", "-p", "x"], env=env, check=True, capture_output=True)
-        server.psql(db, f"""
-            INSERT INTO uncaged_workflow.threads (id, bundle, next_seq, lease_token, name, status, steps,
-                started_ms, prompt, return_code, ended_ms, tokens, cost_usd)
-            SELECT lpad(i::text, 26, '0'), t.bundle, t.next_seq, 1, t.name, t.status, t.steps,
-                t.started_ms + i, left('task ' || i || ': ' ||
-                    repeat('Fix the failing test in the parser module; the reviewer wants a test. ', 3), 120),
-                t.return_code, t.ended_ms + i, t.tokens, t.cost_usd
-            FROM uncaged_workflow.threads t, generate_series(1, {LISTED_THREADS - 1}) i""")
+        real = json.loads(server.psql(db, """
+            SELECT row_to_json(t) FROM (SELECT id, bundle, next_seq, name, status, steps,
+                started_ms, prompt, return_code, ended_ms, tokens, cost_usd,
+                encode(listing, 'hex') AS listing FROM uncaged_workflow.threads) t"""))
+        assert packed_summary(real).hex() == real["listing"], "bench packs as the binary does"
+        columns = ["id", "bundle", "next_seq", "lease_token", "name", "status", "steps", "started_ms",
+                   "prompt", "return_code", "ended_ms", "tokens", "cost_usd", "listing"]
+        lines = []
+        for i in range(1, LISTED_THREADS):
+            task = f"task {i}: " + "Fix the failing test in the parser module; the reviewer wants a test. " * 3
+            t = dict(real, id=str(i).rjust(26, "0"), lease_token=1, prompt=task[:120],
+                     started_ms=real["started_ms"] + i, ended_ms=real["ended_ms"] + i)
+            t["listing"] = "\\\\x" + packed_summary(t).hex()
+            lines.append("\t".join(r"\N" if t[c] is None else str(t[c]) for c in columns))
+        subprocess.run([pg_bin() / "psql", "-X", "-q", "-d", url, "-c",
+                        f"COPY uncaged_workflow.threads ({', '.join(columns)}) FROM STDIN"],
+                       input="\n".join(lines) + "\n", text=True, check=True, capture_output=True)
         server.psql(db, "VACUUM ANALYZE uncaged_workflow.threads")
 
         def once():

@@ -168,12 +168,15 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     env.ok(&["run", "solve-issue", "-p", "x"])?;
     let before = env.json(&["threads"])?;
     // The store as the first release left it: schema version 1, without the schedules, the
-    // API's tables, the firing lock's generation and the append function, and each thread's
-    // summary one jsonb value (without the token count, cost and parent summaries came to
-    // hold later).
-    env.sql(
+    // API's tables, the firing lock's generation, the append functions and the packed
+    // listing, and each thread's summary one jsonb value (without the token count, cost and
+    // parent summaries came to hold later).
+    let append = "append_records(text, bigint, text[], text, bigint, integer, bigint, text, \
+                  bigint, bigint, double precision, text[], text[]";
+    env.sql(&format!(
         "DROP TABLE schedule_firings, schedules, api_tokens, request_keys, fire_lock; \
-         DROP FUNCTION append_records; \
+         DROP FUNCTION {append}), {append}, bytea); \
+         ALTER TABLE threads DROP COLUMN listing; \
          ALTER TABLE threads ADD COLUMN removing boolean NOT NULL DEFAULT false; \
          ALTER TABLE threads ADD COLUMN summary jsonb; \
          UPDATE threads SET summary = jsonb_build_object('threadId', id, 'name', name, \
@@ -187,7 +190,7 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
              DROP COLUMN cost_usd, DROP COLUMN parent; \
          DELETE FROM migrations WHERE version > 1; \
          UPDATE meta SET value = '1' WHERE key = 'schema_version'",
-    )?;
+    ))?;
     // Any command migrates it; what it held is still there, and schedules work.
     assert_eq!(env.json(&["threads"])?, before);
     let applied = env.sql(
@@ -195,10 +198,11 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     )?;
     assert_eq!(
         applied.trim(),
-        "1:store 2:schedules 3:api 4:fire lock 5:summary columns 6:append function"
+        "1:store 2:schedules 3:api 4:fire lock 5:summary columns 6:append function \
+         7:packed listing"
     );
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
-    assert_eq!(version.trim(), "6");
+    assert_eq!(version.trim(), "7");
     let removing = env.sql(
         "SELECT count(*) FROM information_schema.columns \
          WHERE table_name = 'threads' AND column_name = 'removing'",
@@ -209,6 +213,37 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     env.ok(&["schedule", "tick"])?;
     let fired = env.sql("SELECT count(*) FROM schedule_firings")?;
     ensure!(fired.trim() != "0", "nothing fired");
+    Ok(())
+}
+
+/// A listing reads each thread's packed summary; a row without one in this binary's layout
+/// (left by an older version) is listed from its columns, as it was before.
+#[test]
+fn a_thread_without_a_packed_summary_of_this_layout_is_listed_from_its_columns() -> Result<()> {
+    let env = Env::on_postgres()?;
+    env.add_solve_issue()?;
+    for prompt in ["one", "two", "three"] {
+        env.ok(&["run", "solve-issue", "-p", prompt])?;
+    }
+    let packed = env.sql("SELECT count(*) FROM threads WHERE listing IS NOT NULL")?;
+    assert_eq!(packed.trim(), "3", "every thread this version wrote is packed");
+    let before = env.json(&["threads"])?;
+    // One row as an older version left it, one packed in a layout this binary does not know,
+    // and the columns of each made to differ from what the packed value said.
+    env.sql(
+        "UPDATE threads SET listing = NULL, steps = 7 WHERE prompt = 'one'; \
+         UPDATE threads SET listing = set_byte(listing, 0, 200), steps = 8 \
+             WHERE prompt = 'two'",
+    )?;
+    let after = env.json(&["threads"])?;
+    let steps: Vec<&Value> =
+        after.as_array().context("a list")?.iter().map(|t| &t["steps"]).collect();
+    let packed_steps = &before[2]["steps"];
+    assert_eq!(steps, [&7.into(), &8.into(), packed_steps], "the columns of two, one packed");
+    let mut expected = before;
+    expected[0]["steps"] = 7.into();
+    expected[1]["steps"] = 8.into();
+    assert_eq!(after, expected);
     Ok(())
 }
 

@@ -24,6 +24,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (4, "fire lock", include_str!("migrations/0004_fire_lock.sql")),
     (5, "summary columns", include_str!("migrations/0005_summary_columns.sql")),
     (6, "append function", include_str!("migrations/0006_append_function.sql")),
+    (7, "packed listing", include_str!("migrations/0007_packed_listing.sql")),
 ];
 
 /// The schema version this binary writes.

@@ -1,6 +1,9 @@
-//! A thread's listing summary as columns of its row in `threads` (migration 0005): written
-//! whole when the thread is created, its changing part with each append, and read back typed,
-//! with no JSON to render or parse — a listing of 100,000 threads is mostly that.
+//! A thread's listing summary in its row of `threads`: as columns (migration 0005), written
+//! whole when the thread is created and its changing part with each append, which an operator
+//! can query; and packed, the same summary as one value (`listing`, migration 0007), which is
+//! what a listing reads: the server sends one value a row where it sent seventeen (most of the
+//! time of listing 100,000 threads was the server turning columns into messages), and the
+//! client decodes it without a field name.
 
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
@@ -15,6 +18,25 @@ pub const COLUMNS: &str = "t.id, t.bundle, t.name, t.status, t.steps, t.started_
 
 /// How many columns [`COLUMNS`] names.
 pub const COUNT: usize = 15;
+
+/// The layout of a packed summary, its first byte: postcard of [`ThreadSummary`] as this
+/// binary declares it. Counted up when that changes; a row packed in another layout is read
+/// from its columns instead.
+pub const LAYOUT: u8 = 1;
+
+/// `summary` packed, for the `listing` column.
+pub fn pack(summary: &ThreadSummary) -> Vec<u8> {
+    postcard::to_extend(summary, vec![LAYOUT]).expect("a summary packs")
+}
+
+/// The summary `packed` holds, if it is of this [`LAYOUT`] and reads whole.
+pub fn unpack(packed: &[u8]) -> Option<ThreadSummary> {
+    let (&LAYOUT, body) = packed.split_first()? else { return None };
+    match postcard::take_from_bytes(body) {
+        Ok((summary, [])) => Some(summary),
+        _ => None,
+    }
+}
 
 /// The summary in `row`'s columns from `first` on; `None` (said) if a value does not read.
 pub fn read(row: &Row, first: usize) -> Option<ThreadSummary> {
@@ -76,4 +98,48 @@ pub fn fixed(summary: &ThreadSummary) -> Params {
         (Box::new(summary.schedule.clone()), Type::TEXT),
         (Box::new(summary.parent.map(|p| p.to_string())), Type::TEXT),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary() -> ThreadSummary {
+        ThreadSummary {
+            thread_id: "01J0000000000000000000000A".parse().unwrap(),
+            name: "solve-issue".into(),
+            hash: "9HQM4RY420P4C".parse().unwrap(),
+            status: ThreadStatus::Waiting,
+            steps: 3,
+            timestamp: 1_893_456_000_500,
+            prompt: "Fix the parser: \u{1b}[31mred\u{1b}[0m".into(),
+            return_code: None,
+            ended: None,
+            waiting_role: Some("reviewer".into()),
+            paused_at: Some(1_893_456_001_000),
+            schedule: Some("nightly".into()),
+            tokens: 1234,
+            cost_usd: Some(0.0125),
+            parent: Some("01J0000000000000000000000B".parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn a_packed_summary_unpacks_to_itself() {
+        let summary = summary();
+        assert_eq!(unpack(&pack(&summary)), Some(summary));
+    }
+
+    #[test]
+    fn another_layout_or_a_damaged_value_does_not_unpack() {
+        let packed = pack(&summary());
+        let mut other = packed.clone();
+        other[0] = LAYOUT + 1;
+        assert_eq!(unpack(&other), None, "another layout");
+        assert_eq!(unpack(&packed[..packed.len() - 1]), None, "cut short");
+        let mut longer = packed.clone();
+        longer.push(0);
+        assert_eq!(unpack(&longer), None, "trailing bytes");
+        assert_eq!(unpack(&[]), None, "empty");
+    }
 }

@@ -186,6 +186,7 @@ impl ThreadStore for PgThreads {
         ];
         params.extend(summary::fixed(&summary));
         params.extend(summary::changing(&summary));
+        params.push((Box::new(summary::pack(&summary)), Type::BYTEA));
         let params = commit::borrowed(&params);
         self.pg.wait(
             &format!("create thread {id}"),
@@ -195,10 +196,11 @@ impl ThreadStore for PgThreads {
                          (id, bundle, next_seq, lease_owner, lease_until, lease_token, \
                           name, started_ms, prompt, schedule, parent, \
                           status, steps, return_code, ended_ms, waiting_role, paused_at_ms, \
-                          tokens, cost_usd) \
+                          tokens, cost_usd, listing) \
                      VALUES ($1, $2, cardinality($5::text[]), $3, \
                              now() + $4::bigint * interval '1 millisecond', 1, \
-                             $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) \
+                             $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
+                             $20) \
                      RETURNING id), \
                  r AS ( \
                      INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
@@ -335,12 +337,12 @@ pub struct PgWriter {
 
 /// One statement appends a thread's records, and the calls it journaled and the lines it
 /// logged since its last record (see [`deferred`](crate::store::postgres::deferred)), fenced
-/// by its lease token: a call of `append_records` (migration 0006), which updates the thread's
-/// row (next sequence number, summary) only if it still carries the token, and inserts only
-/// then, so a writer whose lease was taken over writes nothing at all. The count of records
-/// written tells which it was.
+/// by its lease token: a call of `append_records` (migrations 0006 and 0007), which updates the
+/// thread's row (next sequence number, summary, packed summary) only if it still carries the
+/// token, and inserts only then, so a writer whose lease was taken over writes nothing at all.
+/// The count of records written tells which it was.
 const APPEND: &str = "SELECT uncaged_workflow.append_records( \
-         $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+         $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 impl PgWriter {
     /// Appends `lines`, which took the thread to `self.record`, with the calls journaled
@@ -357,9 +359,11 @@ impl PgWriter {
             (Box::new(self.token), Type::INT8),
             (Box::new(lines), Type::TEXT_ARRAY),
         ];
-        params.extend(summary::changing(&at_rest(&self.record)));
+        let summary = at_rest(&self.record);
+        params.extend(summary::changing(&summary));
         params.push((Box::new(deferred.calls), Type::TEXT_ARRAY));
         params.push((Box::new(deferred.log), Type::TEXT_ARRAY));
+        params.push((Box::new(summary::pack(&summary)), Type::BYTEA));
         let action = format!("append to thread {}", self.id);
         let rows = self.pg.commit(&action, APPEND, params).await?;
         let written: i64 = rows.first().map_or(0, |row| row.get(0));
