@@ -18,8 +18,13 @@ pub fn step_label(index: usize, step: &StepRecord) -> String {
 
 /// Prints `value` as pretty JSON on stdout.
 pub fn print_json(value: &impl Serialize) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).expect("output values serialize");
-    outln!("{text}")
+    use std::io::Write as _;
+    // Written as it is serialized, not built whole first: a listing of 100,000 threads is
+    // tens of megabytes of JSON.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, value)
+        .map_err(|e| Error::stdout(std::io::Error::from(e)))?;
+    writeln!(out).and_then(|()| out.flush()).map_err(Error::stdout)
 }
 
 /// Prints rows under a header with columns padded to their widest cell; every cell is shown

@@ -3,14 +3,15 @@
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use serde_json::json;
+use serde::Serialize;
 
 use super::GlobalOptions;
 use super::output::{Age, Table, print_json};
 use crate::clock::now_ms;
+use crate::ids::{BundleHash, ThreadId};
 use crate::run::lifecycle::{self, PruneFilter};
 use crate::run::query::{self, ThreadQuery};
-use crate::store::records::{EndStatus, ThreadStatus};
+use crate::store::records::{EndStatus, ThreadStatus, ThreadSummary};
 
 /// List threads, oldest first, with status, step count and age; or prune ended ones.
 #[derive(Debug, Parser)]
@@ -69,6 +70,45 @@ pub enum ThreadsAction {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A thread as `threads --json` prints it, borrowed from its summary (100,000 of them are
+/// printed as they are serialized, none built as a JSON value first). Fields in the order of
+/// their names, as they were printed from a JSON object.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Listed<'a> {
+    cost_usd: Option<f64>,
+    hash: BundleHash,
+    name: &'a str,
+    parent: Option<ThreadId>,
+    prompt: &'a str,
+    return_code: Option<i32>,
+    schedule: Option<&'a str>,
+    status: ThreadStatus,
+    steps: usize,
+    thread_id: ThreadId,
+    timestamp: u64,
+    tokens: u64,
+}
+
+impl<'a> From<&'a ThreadSummary> for Listed<'a> {
+    fn from(thread: &'a ThreadSummary) -> Self {
+        Listed {
+            cost_usd: thread.cost_usd,
+            hash: thread.hash,
+            name: &thread.name,
+            parent: thread.parent,
+            prompt: &thread.prompt,
+            return_code: thread.return_code,
+            schedule: thread.schedule.as_deref(),
+            status: thread.status,
+            steps: thread.steps,
+            thread_id: thread.thread_id,
+            timestamp: thread.timestamp,
+            tokens: thread.tokens,
+        }
+    }
 }
 
 /// `--status`: a thread status by name.
@@ -133,18 +173,7 @@ impl ThreadsCommand {
         let page = query::threads(&store, &query)?;
         let selected = page.threads.iter().rev();
         if self.json {
-            let list: Vec<_> = selected
-                .map(|thread| {
-                    json!({
-                        "threadId": thread.thread_id, "name": thread.name, "hash": thread.hash,
-                        "status": thread.status, "steps": thread.steps,
-                        "timestamp": thread.timestamp, "prompt": thread.prompt,
-                        "returnCode": thread.return_code, "schedule": thread.schedule,
-                        "tokens": thread.tokens, "costUsd": thread.cost_usd,
-                        "parent": thread.parent,
-                    })
-                })
-                .collect();
+            let list: Vec<_> = selected.map(Listed::from).collect();
             print_json(&list)?;
             return Ok(0);
         }
