@@ -164,7 +164,7 @@ on_both_stores! {
 #[test]
 fn a_damaged_function_cache_is_only_a_miss() -> Result<()> {
     let env = Env::new()?;
-    env.own_compiled_functions()?;
+    env.own_cache()?;
     env.ok(&["add", "one", &example("plan-develop-review.yaml")])?;
     // Every compiled function garbled, or cut to nothing: the next compile redoes them.
     let mut damaged = 0;

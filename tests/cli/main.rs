@@ -200,22 +200,23 @@ impl Env {
         Ok(env)
     }
 
-    /// Points the home's function cache (`cache/functions/`: compiled code by the hash of
-    /// its function, written by rename, safe to share) at one shared by all the tests: the
-    /// interpreter of YAML workflows is compiled once, not once per test.
-    /// [`Env::own_compiled_functions`] undoes it for a test that damages the cache.
+    /// Points the home's cache of compiled code (`cache/`: each bundle's native code by its
+    /// hash and the engine's, and `functions/`, compiled functions by the hash of their code;
+    /// all written by rename, safe to share) at one shared by all the tests and kept between
+    /// runs: a bundle, and the interpreter of YAML workflows, is compiled once, not once per
+    /// test. [`Env::own_cache`] undoes it for a test that looks into the cache or damages it.
     fn share_compiled_functions(&self) -> Result<()> {
         use std::os::unix::fs::DirBuilderExt;
-        let shared = Path::new(env!("CARGO_TARGET_TMPDIR")).join("function-cache");
-        std::fs::create_dir_all(&shared)?;
-        let cache = self.home().join("cache");
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&cache)?;
-        std::os::unix::fs::symlink(shared, cache.join("functions"))?;
+        let shared = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled-code");
+        std::fs::create_dir_all(shared.join("functions"))?;
+        // Private, as the product makes a home.
+        std::fs::DirBuilder::new().mode(0o700).create(self.home())?;
+        std::os::unix::fs::symlink(shared, self.home().join("cache"))?;
         Ok(())
     }
 
-    /// What the product wrote in the home: every file and folder in it, but the shared
-    /// function cache this test put there.
+    /// What the product wrote in the home: every file and folder in it, but the shared cache
+    /// of compiled code this test put there.
     pub fn written(&self) -> Result<Vec<PathBuf>> {
         let home = self.home();
         let mut found = Vec::new();
@@ -223,14 +224,11 @@ impl Env {
         while let Some(dir) = dirs.pop() {
             for entry in std::fs::read_dir(&dir)? {
                 let path = entry?.path();
-                if path == home.join("cache/functions") {
+                if path == home.join("cache") && path.is_symlink() {
                     continue;
                 }
                 if path.is_dir() {
                     dirs.push(path.clone());
-                    if path == home.join("cache") {
-                        continue;
-                    }
                 }
                 found.push(path.strip_prefix(&home)?.to_path_buf());
             }
@@ -238,11 +236,11 @@ impl Env {
         Ok(found)
     }
 
-    /// Gives this home a function cache of its own (empty).
-    pub fn own_compiled_functions(&self) -> Result<()> {
-        let functions = self.home().join("cache/functions");
-        std::fs::remove_file(&functions)?;
-        std::fs::create_dir(&functions)?;
+    /// Gives this home a cache of compiled code of its own (empty).
+    pub fn own_cache(&self) -> Result<()> {
+        let cache = self.home().join("cache");
+        std::fs::remove_file(&cache)?;
+        std::fs::create_dir(&cache)?;
         Ok(())
     }
 

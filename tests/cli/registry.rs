@@ -14,6 +14,7 @@ fn expected_hash(bytes: &[u8]) -> String {
 #[test]
 fn add_prints_the_xxh64_id_and_stores_the_bundle() -> Result<()> {
     let env = Env::new()?;
+    env.own_cache()?;
     let out = env.ok(&["add", "solve-issue", artifacts::SOLVE_ISSUE])?;
     let bytes = std::fs::read(artifacts::SOLVE_ISSUE)?;
     let hash = expected_hash(&bytes);

@@ -79,6 +79,7 @@ fn run_prints_steps_and_records_the_thread() -> Result<()> {
 #[test]
 fn second_run_loads_precompiled_code() -> Result<()> {
     let env = Env::new()?;
+    env.own_cache()?;
     env.add_solve_issue()?;
     let hash = env.json(&["show", "solve-issue"])?["hash"].as_str().unwrap().to_string();
     // What the thread's debug log says about where its code came from.

@@ -233,6 +233,7 @@ fn an_xxh64_collision_is_refused() -> Result<()> {
 #[test]
 fn a_stale_or_foreign_aot_cache_file_is_a_miss() -> Result<()> {
     let env = Env::new()?;
+    env.own_cache()?;
     let hash = env.add_solve_issue()?;
     let cache = std::fs::read_dir(env.home().join("cache"))?
         .map(|e| e.unwrap().path())
