@@ -338,6 +338,9 @@ def listing(server, runs=5):
                         f"COPY uncaged_workflow.threads ({', '.join(columns)}) FROM STDIN"],
                        input="\n".join(lines) + "\n", text=True, check=True, capture_output=True)
         server.psql(db, "VACUUM ANALYZE uncaged_workflow.threads")
+        # The earlier parts of the bench leave the server writing out their steps; the listing
+        # is measured once that is done, not against it.
+        server.psql(db, "CHECKPOINT")
 
         def once():
             started = time.perf_counter()
