@@ -221,6 +221,9 @@ pub struct ThreadRecord {
 
 /// A thread as listings show it (`threads`, `ps`, `threads prune`): what a store can keep in
 /// an index so that a listing reads no thread (the file store's is binary: no field names).
+/// Its fields, in this order, are a binary layout (postcard) in the file store's index and in
+/// the database's packed listings: a change to them counts up `thread_index::VERSION` and
+/// `postgres::summary::LAYOUT`, so that what was written before is read again, not misread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ThreadSummary {
