@@ -159,6 +159,12 @@ fn exit_130_interrupted() -> Result<()> {
     let out = child.wait_with_output()?;
     std::fs::write(&gate, "")?;
     assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    // The worker finishes the step and pauses the thread: waited for, so that the agent sees
+    // the gate before the test's directory (and the gate with it) is deleted. Otherwise it
+    // waits for a gate that is gone, and its worker with it, after the test.
+    wait_until("the worker lets the thread go", || {
+        Ok(env.json(&["ps"])?.as_array().is_some_and(|p| p.is_empty()))
+    })?;
     Ok(())
 }
 
