@@ -193,10 +193,10 @@ impl Env {
         Env::with_store(Some(new_database()?))
     }
 
-    /// A fresh home on `store`, sharing the compiled functions of every test's home.
+    /// A fresh home on `store`, sharing the compiled code of every test's home.
     fn with_store(store: Option<String>) -> Result<Self> {
         let env = Env { dir: tempfile::tempdir()?, store };
-        env.share_compiled_functions()?;
+        env.share_compiled_code()?;
         Ok(env)
     }
 
@@ -205,7 +205,7 @@ impl Env {
     /// all written by rename, safe to share) at one shared by all the tests and kept between
     /// runs: a bundle, and the interpreter of YAML workflows, is compiled once, not once per
     /// test. [`Env::own_cache`] undoes it for a test that looks into the cache or damages it.
-    fn share_compiled_functions(&self) -> Result<()> {
+    fn share_compiled_code(&self) -> Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         let shared = Path::new(env!("CARGO_TARGET_TMPDIR")).join("compiled-code");
         std::fs::create_dir_all(shared.join("functions"))?;
