@@ -30,7 +30,7 @@ fn descriptor_bundle(env: &Env, name: &str, spec: &Value) -> Result<PathBuf> {
 /// A script outside any test home (so it can be named before the home exists).
 fn script(body: &str) -> Result<(tempfile::TempDir, String)> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir()?;
+    let dir = super::scratch::tempdir()?;
     let path = dir.path().join("agent.sh");
     std::fs::write(&path, body)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
@@ -76,7 +76,7 @@ fn agent_programs_get_the_hosts_thread_id_whatever_the_bundle_says() -> Result<(
 
 #[test]
 fn no_agent_answers_a_role_the_bundle_does_not_declare() -> Result<()> {
-    let called = tempfile::tempdir()?;
+    let called = super::scratch::tempdir()?;
     let mark = called.path().join("called");
     let (_dir, agent) = script(&format!("#!/bin/sh\ntouch {}\necho hi\n", mark.display()))?;
     let (_env, outcome) = attack_with("ghost-role", &[], &[], &["--agent", &agent])?;

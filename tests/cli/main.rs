@@ -76,6 +76,8 @@ pub mod web;
 
 #[path = "../support/postgres.rs"]
 pub mod postgres;
+#[path = "../support/scratch.rs"]
+pub mod scratch;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -110,7 +112,7 @@ pub fn pg() -> Result<&'static postgres::PgServer> {
             // Every test's database starts as a copy of one the binary migrated.
             server
                 .prepare_template(|url| {
-                    let home = tempfile::tempdir()?;
+                    let home = scratch::tempdir()?;
                     let out = Command::new(env!("CARGO_BIN_EXE_uncaged-workflow"))
                         .arg("threads")
                         .env("UNCAGED_WORKFLOW_HOME", home.path())
@@ -195,7 +197,7 @@ impl Env {
 
     /// A fresh home on `store`, sharing the compiled code of every test's home.
     fn with_store(store: Option<String>) -> Result<Self> {
-        let env = Env { dir: tempfile::tempdir()?, store };
+        let env = Env { dir: scratch::tempdir()?, store };
         env.share_compiled_code()?;
         Ok(env)
     }

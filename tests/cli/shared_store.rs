@@ -279,7 +279,7 @@ fn comparable(env: &Env, thread: &str) -> Result<Value> {
 
 #[test]
 fn both_stores_record_the_same_thread() -> Result<()> {
-    let files = Env { dir: tempfile::tempdir()?, store: None };
+    let files = Env { dir: super::scratch::tempdir()?, store: None };
     let database = Env::on_postgres()?;
     let mut records = Vec::new();
     for env in [&files, &database] {
@@ -575,7 +575,7 @@ fn certificates() -> Result<Certificates> {
 
 #[test]
 fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()> {
-    let dir = tempfile::tempdir()?;
+    let dir = super::scratch::tempdir()?;
     let certs = certificates()?;
     let other = certificates()?;
     let write = |name: &str, text: &str| -> Result<String> {
@@ -608,7 +608,7 @@ fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()
     ])?;
     let url = server.new_database()?;
     let env = |query: &str| -> Result<Env> {
-        Ok(Env { dir: tempfile::tempdir()?, store: Some(format!("{url}{query}")) })
+        Ok(Env { dir: super::scratch::tempdir()?, store: Some(format!("{url}{query}")) })
     };
 
     // The default (`prefer`) and `require` encrypt; the server would refuse them otherwise.
@@ -648,7 +648,7 @@ fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()
     server.sql("postgres", &format!("ALTER DATABASE {db} OWNER TO certuser"))?;
     let as_certuser = |query: &str| -> Result<Env> {
         let store = format!("{}{query}", own.replacen("uncaged@", "certuser@", 1));
-        Ok(Env { dir: tempfile::tempdir()?, store: Some(store) })
+        Ok(Env { dir: super::scratch::tempdir()?, store: Some(store) })
     };
     let with_cert =
         format!("?sslmode=verify-full&sslrootcert={ca}&sslcert={client_cert}&sslkey={client_key}");

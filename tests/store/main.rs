@@ -10,6 +10,9 @@
 #[allow(dead_code)]
 #[path = "../support/postgres.rs"]
 mod postgres;
+#[allow(dead_code)]
+#[path = "../support/scratch.rs"]
+mod scratch;
 
 use std::collections::BTreeMap;
 
@@ -41,7 +44,7 @@ fn pg() -> Result<&'static postgres::PgServer> {
             // Every test's database starts as a copy of one the store migrated.
             server
                 .prepare_template(|url| {
-                    let dir = tempfile::tempdir()?;
+                    let dir = scratch::tempdir()?;
                     Storage::connect(&Home::new(dir.path().join("home")), Some(url))?;
                     Ok(())
                 })
@@ -65,7 +68,7 @@ struct Fixture {
 
 impl Fixture {
     fn files() -> Result<Self> {
-        let dir = tempfile::tempdir()?;
+        let dir = scratch::tempdir()?;
         let store = Storage::open(&Home::new(dir.path().join("home")));
         Ok(Fixture { store, _dir: dir })
     }
@@ -80,7 +83,7 @@ impl Fixture {
     }
 
     fn database(url: String) -> Result<Self> {
-        let dir = tempfile::tempdir()?;
+        let dir = scratch::tempdir()?;
         let store = Storage::connect(&Home::new(dir.path().join("home")), Some(&url))?;
         Ok(Fixture { store, _dir: dir })
     }
