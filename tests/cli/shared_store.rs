@@ -162,6 +162,36 @@ fn the_store_named_in_the_config_file_is_used() -> Result<()> {
 }
 
 #[test]
+fn a_removed_or_pruned_thread_leaves_no_rows_behind() -> Result<()> {
+    let env = Env::on_postgres()?;
+    env.add_solve_issue()?;
+    let run = || thread_id_of(&env.ok(&["run", "solve-issue", "-p", "x"])?);
+    let (removed, pruned) = (run()?, run()?);
+    let kept = env.ok(&["thread", "start", "solve-issue", "-p", "x"])?.trim().to_string();
+    // Rows of a thread, per table: records, journaled calls, debug log.
+    let rows = |id: &str| -> Result<Vec<usize>> {
+        ["thread_records", "thread_calls", "thread_log"]
+            .iter()
+            .map(|table| {
+                let count =
+                    env.sql(&format!("SELECT count(*) FROM {table} WHERE thread = '{id}'"))?;
+                Ok(count.trim().parse()?)
+            })
+            .collect()
+    };
+    for id in [&removed, &pruned] {
+        assert!(rows(id)?.iter().all(|&n| n > 0), "{id} has rows in each table: {:?}", rows(id)?);
+    }
+    let kept_rows = rows(&kept)?;
+    env.ok(&["thread", "rm", &removed])?;
+    env.ok(&["threads", "prune", "--older-than", "0s"])?;
+    assert_eq!(rows(&removed)?, [0, 0, 0], "thread rm left rows");
+    assert_eq!(rows(&pruned)?, [0, 0, 0], "threads prune left rows");
+    assert_eq!(rows(&kept)?, kept_rows, "a thread not removed keeps its rows");
+    Ok(())
+}
+
+#[test]
 fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<()> {
     let env = Env::on_postgres()?;
     env.add_solve_issue()?;
@@ -169,13 +199,20 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     let before = env.json(&["threads"])?;
     // The store as the first release left it: schema version 1, without the schedules, the
     // API's tables, the firing lock's generation, the append functions and the packed
-    // listing, and each thread's summary one jsonb value (without the token count, cost and
-    // parent summaries came to hold later).
+    // listing, with foreign keys from a thread's rows to it, and each thread's summary one
+    // jsonb value (without the token count, cost and parent summaries came to hold later).
     let append = "append_records(text, bigint, text[], text, bigint, integer, bigint, text, \
                   bigint, bigint, double precision, text[], text[]";
     env.sql(&format!(
         "DROP TABLE schedule_firings, schedules, api_tokens, request_keys, fire_lock; \
          DROP FUNCTION {append}), {append}, bytea); \
+         DROP TRIGGER threads_deleted ON threads; DROP FUNCTION threads_deleted(); \
+         ALTER TABLE thread_records ADD CONSTRAINT thread_records_thread_fkey \
+             FOREIGN KEY (thread) REFERENCES threads (id) ON DELETE CASCADE; \
+         ALTER TABLE thread_calls ADD CONSTRAINT thread_calls_thread_fkey \
+             FOREIGN KEY (thread) REFERENCES threads (id) ON DELETE CASCADE; \
+         ALTER TABLE thread_log ADD CONSTRAINT thread_log_thread_fkey \
+             FOREIGN KEY (thread) REFERENCES threads (id) ON DELETE CASCADE; \
          ALTER TABLE threads DROP COLUMN listing; \
          ALTER TABLE threads ADD COLUMN removing boolean NOT NULL DEFAULT false; \
          ALTER TABLE threads ADD COLUMN summary jsonb; \
@@ -199,10 +236,10 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     assert_eq!(
         applied.trim(),
         "1:store 2:schedules 3:api 4:fire lock 5:summary columns 6:append function \
-         7:packed listing"
+         7:packed listing 8:cascade by statement"
     );
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
-    assert_eq!(version.trim(), "7");
+    assert_eq!(version.trim(), "8");
     let removing = env.sql(
         "SELECT count(*) FROM information_schema.columns \
          WHERE table_name = 'threads' AND column_name = 'removing'",

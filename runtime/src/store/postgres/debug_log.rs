@@ -205,8 +205,9 @@ async fn write(
         "INSERT INTO uncaged_workflow.thread_log (thread, line) \
          SELECT l.thread, l.line \
          FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS l(thread, line, i) \
-         WHERE EXISTS (SELECT 1 FROM uncaged_workflow.threads t WHERE t.id = l.thread) \
-         ORDER BY l.i",
+         JOIN uncaged_workflow.threads t ON t.id = l.thread \
+         ORDER BY l.i \
+         FOR KEY SHARE OF t",
         &params,
     );
     let commit = client.batch_execute("COMMIT");

@@ -25,6 +25,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (5, "summary columns", include_str!("migrations/0005_summary_columns.sql")),
     (6, "append function", include_str!("migrations/0006_append_function.sql")),
     (7, "packed listing", include_str!("migrations/0007_packed_listing.sql")),
+    (8, "cascade by statement", include_str!("migrations/0008_cascade_by_statement.sql")),
 ];
 
 /// The schema version this binary writes.
