@@ -256,8 +256,8 @@ impl ThreadStore for PgThreads {
         listing::summaries(&self.pg)
     }
 
-    /// One statement deletes the thread and (by cascade) its records, calls and log, unless
-    /// a live process holds it: nothing is ever left half-removed.
+    /// One statement deletes the thread and (by its trigger, migration 0008) its records,
+    /// calls and log, unless a live process holds it: nothing is ever left half-removed.
     fn remove(&self, id: ThreadId) -> Result<()> {
         let client = self.pg.client()?;
         let removed = self.pg.wait(
@@ -276,7 +276,7 @@ impl ThreadStore for PgThreads {
     }
 
     /// One statement per chunk of threads: those nobody holds or queued meanwhile go, with
-    /// their records, calls and log (by cascade).
+    /// their records, calls and log (by the trigger, one statement per table).
     fn remove_ended(&self, ids: &[ThreadId]) -> Result<Vec<ThreadId>> {
         let mut removed = Vec::with_capacity(ids.len());
         let client = self.pg.client()?;

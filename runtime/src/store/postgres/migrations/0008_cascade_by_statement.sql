@@ -13,11 +13,16 @@ ALTER TABLE thread_records DROP CONSTRAINT thread_records_thread_fkey;
 ALTER TABLE thread_calls DROP CONSTRAINT thread_calls_thread_fkey;
 ALTER TABLE thread_log DROP CONSTRAINT thread_log_thread_fkey;
 
+-- By an array of the deleted ids, not a join with the transition table: the planner knows
+-- nothing of that table's size and joined it with a scan of each whole table (pruning 80,000
+-- threads took 17 s instead of the cascade's 6-7 s; by index, as here, 6-7 s).
 CREATE FUNCTION threads_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    ids text[] := ARRAY(SELECT id FROM gone);
 BEGIN
-    DELETE FROM uncaged_workflow.thread_records r USING gone WHERE r.thread = gone.id;
-    DELETE FROM uncaged_workflow.thread_calls c USING gone WHERE c.thread = gone.id;
-    DELETE FROM uncaged_workflow.thread_log l USING gone WHERE l.thread = gone.id;
+    DELETE FROM uncaged_workflow.thread_records WHERE thread = ANY (ids);
+    DELETE FROM uncaged_workflow.thread_calls WHERE thread = ANY (ids);
+    DELETE FROM uncaged_workflow.thread_log WHERE thread = ANY (ids);
     RETURN NULL;
 END
 $$;
