@@ -119,7 +119,12 @@ fn ended_of_schedule(env: &Env, name: &str) -> Result<Vec<String>> {
     let mut statuses = Vec::new();
     let Ok(bundles) = std::fs::read_dir(env.home().join("logs")) else { return Ok(statuses) };
     for bundle in bundles {
-        for file in std::fs::read_dir(bundle?.path())? {
+        let bundle = bundle?.path();
+        // `logs/` holds the threads' index beside a folder per bundle.
+        if !bundle.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(bundle)? {
             let path = file?.path();
             if !path.to_string_lossy().ends_with(".data.jsonl") {
                 continue;
@@ -279,9 +284,9 @@ fn a_slow_poll_command_does_not_hold_up_the_other_schedules_or_schedule_add() ->
     let script = env.write_script(
         "slow.sh",
         format!(
-            "#!/bin/sh\ntouch {}\nwhile [ ! -e {} ]; do sleep 0.05; done\necho '[]'\n",
+            "#!/bin/sh\ntouch {}\n{}\necho '[]'\n",
             started.display(),
-            gate.display()
+            crate::sh_wait_for(&gate)
         ),
     )?;
     let script = script.display().to_string();
