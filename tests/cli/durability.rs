@@ -11,9 +11,7 @@ use crate::{Env, alive, read_jsonl, status, thread_id_of, wait_until};
 
 /// An agent for solve-issue that answers each role, after `gate` exists if one is given.
 fn agent(env: &Env, gate: Option<&Path>) -> Result<String> {
-    let wait = gate.map_or(String::new(), |gate| {
-        format!("while [ ! -f {} ]; do sleep 0.02; done\n", gate.display())
-    });
+    let wait = gate.map_or(String::new(), |gate| format!("{}\n", crate::sh_wait_for(gate)));
     let path = env.write_script(
         "agent.sh",
         format!(
@@ -377,7 +375,7 @@ fn a_full_disk_stops_only_the_thread_that_could_not_write() -> Result<()> {
             r#"#!/bin/sh
 input=$(cat)
 gate=$(printf '%s' "$input" | sed -n 's/.*"prompt":"\([a-z]*\)".*/\1/p')
-while [ ! -f {}/"$gate" ]; do sleep 0.02; done
+while [ ! -f {0}/"$gate" ]; do [ -d {0} ] || exit 1; sleep 0.02; done
 case "$input" in
   *'"role":{{"name":"planner"'*) echo '{{"steps": ["do it"]}}' ;;
   *'"role":{{"name":"developer"'*) echo '{{"summary": "done"}}' ;;

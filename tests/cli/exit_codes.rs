@@ -144,7 +144,7 @@ fn exit_130_interrupted() -> Result<()> {
     let gate = env.dir.path().join("gate");
     let agent = env.write_script(
         "slow.sh",
-        format!("#!/bin/sh\nwhile [ ! -f {} ]; do sleep 0.02; done\necho '{{}}'\n", gate.display()),
+        format!("#!/bin/sh\n{}\necho '{{}}'\n", crate::sh_wait_for(&gate)),
     )?;
     let child = env
         .command()

@@ -180,10 +180,8 @@ fn the_key_comes_from_the_command_that_runs_the_thread_not_the_worker() -> Resul
     )?;
     // A worker started from a shell without the key, kept alive by a thread that waits.
     let gate = env.dir.path().join("gate");
-    let held = env.write_script(
-        "held.sh",
-        format!("#!/bin/sh\nwhile [ ! -f {} ]; do sleep 0.02; done\necho ok\n", gate.display()),
-    )?;
+    let held = env
+        .write_script("held.sh", format!("#!/bin/sh\n{}\necho ok\n", crate::sh_wait_for(&gate)))?;
     let spec = format!("command:{}", held.display());
     env.ok(&["run", "solve-issue", "-p", "hold", "--agent", &spec, "--detach"])?;
     crate::wait_until("the worker runs", || {

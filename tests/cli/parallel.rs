@@ -23,10 +23,9 @@ fn add_review_panel(env: &Env) -> Result<String> {
 fn panel_agent(env: &Env, delay: &str, gate: Option<&Path>) -> Result<String> {
     let log = env.dir.path().join("agents.log");
     let wait_gate = match gate {
-        Some(gate) => format!(
-            "if [ \"$role\" = style-reviewer ]; then while [ ! -e {} ]; do sleep 0.05; done; fi",
-            gate.display()
-        ),
+        Some(gate) => {
+            format!("if [ \"$role\" = style-reviewer ]; then {}; fi", crate::sh_wait_for(gate))
+        }
         None => String::new(),
     };
     let script = env.write_script(

@@ -260,10 +260,8 @@ fn worker_refuses_threads_over_its_limit_and_rounds_over_the_cap() -> Result<()>
         "limits:\n  max-threads: 1\n  max-rounds: 50\n",
     )?;
     let gate = env.dir.path().join("gate");
-    let agent = env.write_script(
-        "gated.sh",
-        format!("#!/bin/sh\nwhile [ ! -f {} ]; do sleep 0.02; done\necho ok\n", gate.display()),
-    )?;
+    let agent = env
+        .write_script("gated.sh", format!("#!/bin/sh\n{}\necho ok\n", crate::sh_wait_for(&gate)))?;
     let spec = format!("command:{}", agent.display());
     env.ok(&["run", "adversary", "-p", "ok", "--agent", &spec, "--detach"])?;
     let err = env.fails(&["run", "adversary", "-p", "ok", "--agent", &spec], 75)?;

@@ -338,9 +338,9 @@ fn a_frozen_worker_whose_lease_was_taken_over_writes_nothing_more() -> Result<()
     let agent = rig.env.write_script(
         "gated.sh",
         format!(
-            "#!/bin/sh\ninput=$(cat)\necho \"$$ start\" >> {log}\ncase \"$input\" in\n  *'\"role\":{{\"name\":\"developer\"'*) while [ ! -e {gate} ]; do sleep 0.05; done; echo '{{\"summary\": \"done\"}}' ;;\n  *'\"role\":{{\"name\":\"planner\"'*) echo '{{\"steps\": [\"one\"]}}' ;;\n  *) echo '{{\"approved\": true}}' ;;\nesac\n",
+            "#!/bin/sh\ninput=$(cat)\necho \"$$ start\" >> {log}\ncase \"$input\" in\n  *'\"role\":{{\"name\":\"developer\"'*) {wait}; echo '{{\"summary\": \"done\"}}' ;;\n  *'\"role\":{{\"name\":\"planner\"'*) echo '{{\"steps\": [\"one\"]}}' ;;\n  *) echo '{{\"approved\": true}}' ;;\nesac\n",
             log = rig.env.dir.path().join("gated.log").display(),
-            gate = gate.display()
+            wait = crate::sh_wait_for(&gate)
         ),
     )?;
     let agent = format!("command:{}", agent.display());
@@ -803,10 +803,7 @@ fn a_queued_thread_shows_its_agents_durations_and_queued_status() -> Result<()> 
     let gate = rig.env.dir.path().join("gate");
     let gated = rig.env.write_script(
         "gated.sh",
-        format!(
-            "#!/bin/sh\ncat >/dev/null\nwhile [ ! -e {} ]; do sleep 0.05; done\necho '{{}}'\n",
-            gate.display()
-        ),
+        format!("#!/bin/sh\ncat >/dev/null\n{}\necho '{{}}'\n", crate::sh_wait_for(&gate)),
     )?;
     let gated = format!("command:{}", gated.display());
     let mut worker =

@@ -117,13 +117,14 @@ fn gated_agent(env: &Env) -> Result<String> {
         format!(
             r#"#!/bin/sh
 input=$(cat)
-while [ ! -e {gate} ]; do sleep 0.05; done
+{wait}
 rm -f {gate}
 case "$input" in
   *'"name":"reviewer"'*) echo '{{"content": "LGTM", "meta": {{"approved": true}}}}' ;;
   *) echo 'Done. {{"steps": ["a"], "summary": "did a"}}' ;;
 esac
 "#,
+            wait = crate::sh_wait_for(&gate),
             gate = gate.display()
         ),
     )?;
