@@ -551,7 +551,6 @@ impl Drop for Serve {
     }
 }
 
-/// Polls `check` until it holds (60 s at most: a bound for a hung test, not a timing claim).
 /// A shell loop that waits until `path` exists, or exits 1 once the directory holding it is
 /// gone: an agent still waiting when its test returned (and its directory went) would
 /// otherwise wait for ever, and keep its worker alive after the tests.
@@ -564,6 +563,7 @@ pub fn sh_wait_for(path: &Path) -> String {
     )
 }
 
+/// Polls `check` until it holds (60 s at most: a bound for a hung test, not a timing claim).
 pub fn wait_until(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !check()? {

@@ -84,12 +84,12 @@ fn exactly_once(env: &Env, name: &str) -> Result<usize> {
     // Watched in the store itself (a command per look would take the CPU the threads need),
     // then checked once as `threads` lists them.
     wait_until("the scheduled threads end", || {
-        Ok(ended_of_schedule(env, name)?.iter().all(|status| status == "completed"))
+        Ok(scheduled_statuses(env, name)?.iter().all(|status| status == "completed"))
     })
     // What was left, and who had it: the rare run that ends here is then one to read.
     .with_context(|| {
         let ps = env.run(&["ps"]).map(|run| run.stdout + &run.stderr);
-        format!("statuses {:?}; ps: {ps:?}", ended_of_schedule(env, name))
+        format!("statuses {:?}; ps: {ps:?}", scheduled_statuses(env, name))
     })?;
     let threads = scheduled_threads(env, name)?;
     ensure!(threads.iter().all(|t| t["status"] == "completed"), "not all completed: {threads:#?}");
@@ -109,9 +109,9 @@ fn exactly_once(env: &Env, name: &str) -> Result<usize> {
     Ok(keys.len())
 }
 
-/// How each thread schedule `name` started has come to rest so far (`completed`, …), or
-/// `running`: read from the store directly (rows, or the records' files).
-fn ended_of_schedule(env: &Env, name: &str) -> Result<Vec<String>> {
+/// The status of each thread schedule `name` started (`completed`, …, or `running` while it
+/// has no end record), read from the store directly (rows, or the records' files).
+fn scheduled_statuses(env: &Env, name: &str) -> Result<Vec<String>> {
     if env.store.is_some() {
         let statuses = env.sql(&format!("SELECT status FROM threads WHERE schedule = '{name}'"))?;
         return Ok(statuses.lines().map(str::to_string).collect());

@@ -34,7 +34,7 @@ pub fn root() -> &'static Path {
 
 /// A new temporary directory under [`root`], deleted when dropped.
 pub fn tempdir() -> std::io::Result<tempfile::TempDir> {
-    tempfile::Builder::new().prefix("uncaged-test-").tempdir_in(root())
+    tempdir_named("uncaged-test-")
 }
 
 /// A new temporary directory under [`root`] named `prefix…`, deleted when dropped.
