@@ -193,3 +193,40 @@ fn a_plain_build_needs_no_guest_target() {
     let (normal, dev) = runtime.split_once("[dev-dependencies]").unwrap();
     assert!(!normal.contains("uncaged-test-artifacts") && dev.contains("uncaged-test-artifacts"));
 }
+
+/// Every crate a plain build of the runtime compiles (`make demo`, `cargo install`) resolves
+/// to the features `cargo test` compiles it with, so that the two share one build of wasmtime
+/// and its tree (see the feature unification in runtime/Cargo.toml). A test-only dependency
+/// that turns on a feature of a shared crate fails here, naming the crate.
+#[test]
+fn a_build_and_the_tests_share_one_dependency_build() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Each package's feature sets as `cargo tree` resolves them for `edges` (a package built
+    // for the host and for the target may show two sets).
+    let features = |args: &[&str]| -> BTreeMap<String, BTreeSet<String>> {
+        let out = std::process::Command::new(&cargo)
+            .current_dir(&root)
+            .args(["tree", "--offline", "--prefix", "none", "--format", "{p}|{f}"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+        let mut packages = BTreeMap::<String, BTreeSet<String>>::new();
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            let Some((package, rest)) = line.split_once('|') else { continue };
+            let features = rest.trim_end_matches(" (*)").to_string();
+            packages.entry(package.to_string()).or_default().insert(features);
+        }
+        packages
+    };
+    let build = features(&["-p", "uncaged-workflow", "--edges", "normal,build"]);
+    let test = features(&["--edges", "normal,build,dev"]);
+    assert!(build.len() > 100, "cargo tree listed {} packages", build.len());
+    let split: Vec<String> = build
+        .iter()
+        .filter(|(package, features)| test.get(*package) != Some(features))
+        .map(|(package, features)| format!("{package}: {features:?} vs {:?}", test.get(package)))
+        .collect();
+    assert!(split.is_empty(), "built twice, with other features for the tests: {split:#?}");
+}
