@@ -89,7 +89,13 @@ fn exactly_once(env: &Env, name: &str) -> Result<usize> {
     // What was left, and who had it: the rare run that ends here is then one to read.
     .with_context(|| {
         let ps = env.run(&["ps"]).map(|run| run.stdout + &run.stderr);
-        format!("statuses {:?}; ps: {ps:?}", scheduled_statuses(env, name))
+        let queue = env.store.as_ref().map(|_| {
+            env.sql(&format!(
+                "SELECT id, status, steps, runnable, lease_owner, lease_until, now(), lease_token \
+                 FROM threads WHERE schedule = '{name}'; SELECT * FROM workers"
+            ))
+        });
+        format!("statuses {:?}; ps: {ps:?}; queue: {queue:?}", scheduled_statuses(env, name))
     })?;
     let threads = scheduled_threads(env, name)?;
     ensure!(threads.iter().all(|t| t["status"] == "completed"), "not all completed: {threads:#?}");

@@ -339,6 +339,27 @@ contract! {
         Ok(())
     }
 
+    /// A thread created at rest is held by nobody, at once: it reads as interrupted (what a
+    /// thread whose creator died before handing it over is), and queued, a worker claims it
+    /// without waiting for anyone to let it go.
+    fn a_thread_created_at_rest_is_held_by_nobody(store: &Storage) -> Result<()> {
+        let record = store.threads().create_at_rest(&start_record(hash(3)), &[], &[])?;
+        let id = record.id();
+        ensure!(!record.running, "{record:?}");
+        let status = store.threads().read(id)?.status();
+        ensure!(status == ThreadStatus::Interrupted, "{status:?}");
+        let queue = store.queue();
+        ensure!(queue.register(Scope::Bundle(hash(3)), 4)?);
+        queue.enqueue(id, hash(3), &RunRequest::default())?;
+        let claimed = queue.claim(Scope::Bundle(hash(3)), 4, &[], None)?;
+        ensure!(claimed.len() == 1 && claimed[0].id == id, "{claimed:?}");
+        let claimed = claimed.into_iter().next().unwrap();
+        queue.release(id, claimed.ticket, Release::Settle)?;
+        drop(claimed.writer);
+        queue.unregister()?;
+        Ok(())
+    }
+
     /// What a follower reads: only the records after the last it saw, and whether the thread
     /// is held.
     fn changes_hold_only_what_came_after(store: &Storage) -> Result<()> {

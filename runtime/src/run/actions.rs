@@ -58,8 +58,7 @@ async fn start_checked(
     checked: lifecycle::Checked,
     hand: Hand,
 ) -> Result<Handed> {
-    let (writer, record) = lifecycle::start_checked(store, request, checked)?;
-    drop(writer);
+    let record = lifecycle::start_at_rest(store, request, checked)?;
     hand_over(store, record.id(), record.version(), &AgentFlags::default(), hand).await
 }
 
@@ -144,9 +143,8 @@ async fn create_and_hand(
     id: ThreadId,
 ) -> Result<()> {
     request.origin.thread_id = Some(id);
-    match lifecycle::start_checked(store, request, checked) {
-        Ok((writer, record)) => {
-            drop(writer);
+    match lifecycle::start_at_rest(store, request, checked) {
+        Ok(record) => {
             hand_over(store, id, record.version(), &AgentFlags::default(), Hand::Detach).await?;
             Ok(())
         }

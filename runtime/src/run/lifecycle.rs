@@ -81,7 +81,12 @@ fn create_with(
     forked_from: Option<ForkedFrom>,
     calls: &[crate::store::journal::CallRecord],
 ) -> Result<OpenThread> {
-    let start = StartRecord {
+    store.threads().create(&start_record(new, origin, forked_from), steps, calls)
+}
+
+/// The start record of thread `new`, started as `origin` says (from `forked_from`'s steps).
+fn start_record(new: NewThread, origin: Origin, forked_from: Option<ForkedFrom>) -> StartRecord {
+    StartRecord {
         name: new.name,
         hash: new.hash,
         thread_id: origin.thread_id.unwrap_or_default(),
@@ -101,8 +106,7 @@ fn create_with(
         trigger_data: new.trigger_data,
         schedule: origin.schedule,
         parent: origin.parent,
-    };
-    store.threads().create(&start, steps, calls)
+    }
 }
 
 /// A thread of a workflow, by name, as a person or a schedule asks for it.
@@ -133,23 +137,35 @@ pub struct Checked {
     pub budget: Budget,
 }
 
-/// Creates the thread `request` asks for, as [`check_start`] found it (`checked`).
+/// Creates the thread `request` asks for, as [`check_start`] found it (`checked`), held by
+/// this process.
 pub fn start_checked(
     store: &Storage,
     request: StartRequest,
     checked: Checked,
 ) -> Result<OpenThread> {
+    store.threads().create(&requested(request, checked), &[], &[])
+}
+
+/// Creates the thread `request` asks for, as [`start_checked`] does, held by nobody: for a
+/// thread handed to a worker next (see [`ThreadStore::create_at_rest`]).
+///
+/// [`ThreadStore::create_at_rest`]: crate::store::ThreadStore::create_at_rest
+pub fn start_at_rest(
+    store: &Storage,
+    request: StartRequest,
+    checked: Checked,
+) -> Result<ThreadRecord> {
+    store.threads().create_at_rest(&requested(request, checked), &[], &[])
+}
+
+/// The start record of the thread `request` asks for, as `checked`.
+fn requested(request: StartRequest, checked: Checked) -> StartRecord {
     let Checked { hash, max_rounds, budget } = checked;
     let StartRequest { name, prompt, options, origin } = request;
     let RunOptions { agents, limits, trigger_data, .. } = options;
-    create_with(
-        store,
-        NewThread { name, hash, prompt, max_rounds, agents, limits, trigger_data, budget },
-        origin,
-        &[],
-        None,
-        &[],
-    )
+    let new = NewThread { name, hash, prompt, max_rounds, agents, limits, trigger_data, budget };
+    start_record(new, origin, None)
 }
 
 /// Checks a [`StartRequest`] as [`start_new`] does, without creating anything: the bundle the

@@ -403,11 +403,10 @@ impl Firer {
                     }),
                     parent: None,
                 };
-                match lifecycle::start_new(&self.store, request) {
-                    Ok((writer, record)) => {
-                        drop(writer);
-                        record.start.hash
-                    }
+                let created = lifecycle::check_start(&self.store, &request)
+                    .and_then(|checked| lifecycle::start_at_rest(&self.store, request, checked));
+                match created {
+                    Ok(record) => record.start.hash,
                     // The home could not be written: the firing stays pending, for the next
                     // pass.
                     Err(e @ (Error::Io { .. } | Error::Host(_))) => return Err(e),

@@ -59,6 +59,22 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         calls: &[CallRecord],
     ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)>;
 
+    /// Creates a thread as [`create`](Self::create) does, held by nobody: for a thread handed
+    /// to a worker next. A creator that dies before the hand-over leaves a thread at rest
+    /// (`interrupted`, which a schedule's next pass or `resume` hands over), never one held by
+    /// a dead process until its lease runs out.
+    fn create_at_rest(
+        &self,
+        start: &StartRecord,
+        steps: &[StepRecord],
+        calls: &[CallRecord],
+    ) -> Result<ThreadRecord> {
+        let (writer, mut record) = self.create(start, steps, calls)?;
+        drop(writer);
+        record.running = false;
+        Ok(record)
+    }
+
     /// Takes a thread's run lock and reads it back, to continue it. Fails with
     /// [`Error::ThreadBusy`](crate::Error::ThreadBusy) if another process runs it.
     fn open(&self, id: ThreadId) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)>;

@@ -160,27 +160,33 @@ impl PgThreads {
     }
 }
 
-impl ThreadStore for PgThreads {
-    fn create(
+impl PgThreads {
+    /// Inserts thread `start` with `steps` and `calls`, leased to this process if `held`
+    /// (under token 1), else to nobody; returns its record as created.
+    fn insert(
         &self,
         start: &StartRecord,
         steps: &[StepRecord],
         calls: &[CallRecord],
-    ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
+        held: bool,
+    ) -> Result<ThreadRecord> {
         let id = start.thread_id;
-        let record = ThreadRecord::created(start, steps);
+        let mut record = ThreadRecord::created(start, steps);
+        record.running = held;
         let mut lines = vec![json_line(start)];
         lines.extend(steps.iter().map(json_line));
         let calls: Vec<String> = calls.iter().map(json_line).collect();
         let client = self.pg.client()?;
         // One statement: the thread appears whole (its row, records and copied calls) or not
-        // at all, already leased to this process.
+        // at all, already leased to this process if it holds it (a NULL owner and expiry
+        // otherwise).
         let summary = at_rest(&record);
+        let owner = held.then(|| self.pg.owner().to_string());
         let mut params: commit::Params = vec![
             (Box::new(id.to_string()), Type::TEXT),
             (Box::new(start.hash.to_string()), Type::TEXT),
-            (Box::new(self.pg.owner().to_string()), Type::TEXT),
-            (Box::new(lease_ms(&self.pg)), Type::INT8),
+            (Box::new(owner), Type::TEXT),
+            (Box::new(held.then(|| lease_ms(&self.pg))), Type::INT8),
             (Box::new(lines), Type::TEXT_ARRAY),
             (Box::new(calls), Type::TEXT_ARRAY),
         ];
@@ -214,8 +220,31 @@ impl ThreadStore for PgThreads {
                 &params,
             ),
         )?;
-        let writer = self.writer(id, 1, record.clone());
+        Ok(record)
+    }
+}
+
+impl ThreadStore for PgThreads {
+    fn create(
+        &self,
+        start: &StartRecord,
+        steps: &[StepRecord],
+        calls: &[CallRecord],
+    ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
+        let record = self.insert(start, steps, calls, true)?;
+        let writer = self.writer(start.thread_id, 1, record.clone());
         Ok((Box::new(writer), record))
+    }
+
+    /// Inserted with no lease: a worker may claim it as soon as it is queued, and a creator
+    /// that dies first leaves nothing held (one statement, where create-then-release is two).
+    fn create_at_rest(
+        &self,
+        start: &StartRecord,
+        steps: &[StepRecord],
+        calls: &[CallRecord],
+    ) -> Result<ThreadRecord> {
+        self.insert(start, steps, calls, false)
     }
 
     fn open(&self, id: ThreadId) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
