@@ -60,11 +60,18 @@ impl Rig {
         let hash = env.add_solve_issue()?;
         let log = env.dir.path().join("agent.log");
         // Each call logs its start and its answer with the thread and step, in milliseconds.
+        // An input cut short (its worker was killed while handing it over, so its stdin
+        // closed early) is no call: nobody is left to read the answer, and its step, counted
+        // from what arrived, would be an earlier one's.
         let script = env.write_script(
             "agent.sh",
             format!(
                 r#"#!/bin/sh
 input=$(cat)
+case "$input" in
+  *'}}') ;;
+  *) echo "cut $1 $(date +%s%3N)" >> {log}; exit 1 ;;
+esac
 n=$(printf '%s' "$input" | grep -o '"role":"[a-z]*","content"' | wc -l)
 echo "start $1 $n $(date +%s%3N)" >> {log}
 sleep ${{UNCAGED_TEST_AGENT_SLEEP:-0.03}}
@@ -178,6 +185,10 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
         }
         // Calls by (thread, step): their start times; and when each answer was journaled.
         let log = std::fs::read_to_string(self.env.dir.path().join("agent.log"))?;
+        let cut = log.lines().filter(|line| line.starts_with("cut ")).count();
+        if cut > 0 {
+            eprintln!("{cut} agent input(s) cut short by a killed process (not calls)");
+        }
         let mut starts: BTreeMap<(String, u64), Vec<u64>> = BTreeMap::new();
         for line in log.lines() {
             let words: Vec<&str> = line.split(' ').collect();
@@ -197,7 +208,11 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
                 .into_iter()
                 .find(|c| c["kind"] == "agent" && c["step"].as_u64() == Some(*step));
             if let Some(at) = journaled.and_then(|c| c["timestamp"].as_u64()) {
-                repeated += times.iter().filter(|&&t| t > at).count();
+                let again = times.iter().filter(|&&t| t > at).count();
+                if again > 0 {
+                    eprintln!("thread {thread} step {step}: journaled at {at}, started {times:?}");
+                }
+                repeated += again;
             }
         }
         Ok((wrong_steps, repeated))
