@@ -184,6 +184,34 @@ pub struct Run {
     pub stderr: String,
 }
 
+/// A test's processes end with it: workers waiting out their five idle seconds would take the
+/// CPU the tests after it need (and, once its directory is gone, fail to read its clock).
+/// Every process started on this home — workers, `serve`, agents — carries it in its
+/// environment.
+impl Drop for Env {
+    fn drop(&mut self) {
+        let mark = format!("UNCAGED_WORKFLOW_HOME={}", self.home().display());
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            if !pid.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+            if environ.split(|&b| b == 0).any(|variable| variable == mark.as_bytes()) {
+                pids.push(pid);
+            }
+        }
+        if !pids.is_empty() {
+            let _ = std::process::Command::new("kill")
+                .arg("-9")
+                .args(&pids)
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
 impl Env {
     pub fn new() -> Result<Self> {
         let store = if on_postgres() { Some(new_database()?) } else { None };

@@ -656,7 +656,7 @@ fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()
     verified.ok(&["run", "solve-issue", "-p", "x"])?;
     // `verify-ca` checks the chain only: `localhost` is not the certificate's name.
     let mut by_name = env(&format!("?sslmode=verify-ca&sslrootcert={ca}"))?;
-    by_name.store = by_name.store.map(|u| u.replacen("127.0.0.1", "localhost", 1));
+    by_name.store = by_name.store.take().map(|u| u.replacen("127.0.0.1", "localhost", 1));
     by_name.ok(&["list"])?;
 
     // Refused, one line each: a server signed by another CA, one no public root vouches for,
@@ -668,7 +668,7 @@ fn tls_is_used_as_sslmode_asks_and_an_untrusted_server_is_refused() -> Result<()
     let public = env("?sslmode=verify-full")?.fails(&["list"], 77)?;
     ensure!(public.contains("certificate is not trusted"), "{public}");
     let mut wrong_name = env(&format!("?sslmode=verify-full&sslrootcert={ca}"))?;
-    wrong_name.store = wrong_name.store.map(|u| u.replacen("127.0.0.1", "localhost", 1));
+    wrong_name.store = wrong_name.store.take().map(|u| u.replacen("127.0.0.1", "localhost", 1));
     let wrong_name = wrong_name.fails(&["list"], 77)?;
     ensure!(wrong_name.contains("certificate is not trusted"), "{wrong_name}");
     let plain = env("?sslmode=disable")?.fails(&["list"], 77)?;

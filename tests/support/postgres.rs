@@ -7,10 +7,12 @@
 //! process exits — tests done, a panic, even `kill -9` — the pipe closes and the supervisor
 //! stops the server and deletes its directory, so no server outlives its tests.
 
+use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -29,6 +31,9 @@ pub struct PgServer {
     databases: AtomicUsize,
     /// A database every new one is copied from (see [`PgServer::prepare_template`]).
     template: std::sync::OnceLock<String>,
+    /// [`PgServer::sql`]'s open session to each database: tests poll with it, and a session
+    /// per look made the server fork (and tear down) a backend every 20 ms of every test.
+    sessions: Mutex<HashMap<String, Arc<tokio_postgres::Client>>>,
 }
 
 impl PgServer {
@@ -71,6 +76,7 @@ impl PgServer {
                 supervisor,
                 databases: AtomicUsize::new(0),
                 template: std::sync::OnceLock::new(),
+                sessions: Mutex::default(),
             };
             if server.wait_ready(stderr)? {
                 return Ok(server);
@@ -147,37 +153,30 @@ impl PgServer {
     }
 
     /// Runs `statements` in database `db`, returning the rows they gave as `psql -A -t`
-    /// prints them: one line a row, columns joined by `|`, NULL as nothing. A client in this
-    /// process rather than `psql` itself: tests poll with it, and a process per look cost
-    /// them ~20 ms each.
+    /// prints them: one line a row, columns joined by `|`, NULL as nothing. A session of this
+    /// process's, kept open per database, rather than `psql` itself: tests poll with it, and a
+    /// process per look cost them ~20 ms each. Usable from inside a test's own async runtime.
     pub fn sql(&self, db: &str, statements: &str) -> Result<String> {
-        let mut config = tokio_postgres::Config::new();
-        config.host_path(&self.socket_dir).port(self.port).user(USER).dbname(db);
-        // On a thread of its own: a test may call this from inside its own async runtime.
-        std::thread::scope(|scope| {
-            scope.spawn(|| simple_query(&config, statements)).join().expect("the query thread")
-        })
-    }
-}
-
-/// [`PgServer::sql`]'s query, on a runtime of its own.
-fn simple_query(config: &tokio_postgres::Config, statements: &str) -> Result<String> {
-    use tokio_postgres::SimpleQueryMessage;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    runtime.block_on(async {
-        let (client, connection) = config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .with_context(|| format!("connect to database {:?}", config.get_dbname()))?;
-        let connection = tokio::spawn(connection);
-        let messages = client.simple_query(statements).await.map_err(|e| match e.as_db_error() {
-            Some(db) => anyhow::anyhow!("{}: {}", db.severity(), db.message()),
-            None => anyhow::anyhow!("{e}"),
-        });
-        drop(client);
-        let _ = connection.await;
+        use tokio_postgres::SimpleQueryMessage;
+        // A session cut since its last use (a test that ends every session of its database)
+        // is opened again, once.
+        let mut retried = false;
+        let messages = loop {
+            let client = self.session(db)?;
+            match futures::executor::block_on(client.simple_query(statements)) {
+                Ok(messages) => break messages,
+                Err(e) if e.is_closed() && !retried => {
+                    self.sessions.lock().unwrap().remove(db);
+                    retried = true;
+                }
+                Err(e) => bail!(match e.as_db_error() {
+                    Some(db) => format!("{}: {}", db.severity(), db.message()),
+                    None => e.to_string(),
+                }),
+            }
+        };
         let mut out = String::new();
-        for message in messages? {
+        for message in messages {
             if let SimpleQueryMessage::Row(row) = message {
                 for column in 0..row.len() {
                     if column > 0 {
@@ -189,6 +188,41 @@ fn simple_query(config: &tokio_postgres::Config, statements: &str) -> Result<Str
             }
         }
         Ok(out)
+    }
+
+    /// The open session to database `db`, connected if there is none (or it closed).
+    fn session(&self, db: &str) -> Result<Arc<tokio_postgres::Client>> {
+        if let Some(client) = self.sessions.lock().unwrap().get(db)
+            && !client.is_closed()
+        {
+            return Ok(client.clone());
+        }
+        let mut config = tokio_postgres::Config::new();
+        config.host_path(&self.socket_dir).port(self.port).user(USER).dbname(db);
+        // Connected, and its connection driven, on the sessions' own runtime.
+        let connecting = sessions_runtime().spawn(async move {
+            let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+            tokio::spawn(connection);
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        let client = futures::executor::block_on(connecting)?
+            .with_context(|| format!("connect to database {db:?}"))?;
+        let client = Arc::new(client);
+        self.sessions.lock().unwrap().insert(db.to_string(), client.clone());
+        Ok(client)
+    }
+}
+
+/// The runtime that drives [`PgServer::sql`]'s sessions, on a thread of its own.
+fn sessions_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("pg-sessions")
+            .enable_all()
+            .build()
+            .expect("the sessions' runtime")
     })
 }
 
