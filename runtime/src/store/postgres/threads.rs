@@ -158,9 +158,7 @@ impl PgThreads {
         )?;
         Ok(row.is_some())
     }
-}
 
-impl PgThreads {
     /// Inserts thread `start` with `steps` and `calls`, leased to this process if `held`
     /// (under token 1), else to nobody; returns its record as created.
     fn insert(
