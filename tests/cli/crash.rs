@@ -122,16 +122,10 @@ echo "done $1 $n $(date +%s%3N)" >> {log}
     /// `kill -9` of every worker of this home.
     fn kill_workers(&self) {
         let home = self.env.home().display().to_string();
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-            let args: Vec<String> =
-                cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into()).collect();
-            if args.iter().any(|a| a == &home) && args.iter().any(|a| a == "worker") {
-                let _ = Command::new("kill")
-                    .args(["-9", &entry.file_name().to_string_lossy()])
-                    .status();
-            }
-        }
+        crate::kill_9(&crate::processes_where("cmdline", |cmdline| {
+            let mut args = cmdline.split(|&b| b == 0);
+            args.clone().any(|a| a == home.as_bytes()) && args.any(|a| a == b"worker")
+        }));
     }
 
     pub fn threads(&self) -> Result<Vec<Value>> {

@@ -827,11 +827,10 @@ fn a_step_past_its_timeout_is_cancelled_and_fails_under_its_policy() -> Result<(
     // The agent was stopped, not left waiting at its gate.
     let script = env.dir.path().join("triage-agent.py").display().to_string();
     wait_until("the timed-out agent is gone", || {
-        let alive = std::fs::read_dir("/proc")?.flatten().any(|p| {
-            std::fs::read(p.path().join("cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&script))
+        let alive = crate::processes_where("cmdline", |c| {
+            String::from_utf8_lossy(c).contains(&script)
         });
-        Ok(!alive)
+        Ok(alive.is_empty())
     })?;
     assert!(!agent_log(&env).contains(&"done docs".to_string()));
     Ok(())

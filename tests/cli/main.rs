@@ -80,7 +80,7 @@ pub mod postgres;
 pub mod scratch;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
@@ -191,24 +191,32 @@ pub struct Run {
 impl Drop for Env {
     fn drop(&mut self) {
         let mark = format!("UNCAGED_WORKFLOW_HOME={}", self.home().display());
-        let mut pids = Vec::new();
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let pid = entry.file_name().to_string_lossy().into_owned();
-            if !pid.bytes().all(|b| b.is_ascii_digit()) {
-                continue;
-            }
-            let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-            if environ.split(|&b| b == 0).any(|variable| variable == mark.as_bytes()) {
-                pids.push(pid);
-            }
+        kill_9(&processes_where("environ", |variables| {
+            variables.split(|&b| b == 0).any(|variable| variable == mark.as_bytes())
+        }));
+    }
+}
+
+/// The pids of the processes whose `/proc/<pid>/<file>` (`cmdline`, `environ`: NUL-separated)
+/// `matches`; a process that is gone, or not ours to read, is left out.
+pub fn processes_where(file: &str, matches: impl Fn(&[u8]) -> bool) -> Vec<String> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
         }
-        if !pids.is_empty() {
-            let _ = std::process::Command::new("kill")
-                .arg("-9")
-                .args(&pids)
-                .stderr(std::process::Stdio::null())
-                .status();
+        if std::fs::read(entry.path().join(file)).is_ok_and(|bytes| matches(&bytes)) {
+            pids.push(pid);
         }
+    }
+    pids
+}
+
+/// `kill -9` of `pids` (any already gone is no error).
+pub fn kill_9(pids: &[String]) {
+    if !pids.is_empty() {
+        let _ = Command::new("kill").arg("-9").args(pids).stderr(Stdio::null()).status();
     }
 }
 

@@ -124,7 +124,7 @@ pub struct StartRequest {
 /// hard cap — so that a mistake is reported without leaving a thread behind.
 pub fn start_new(store: &Storage, request: StartRequest) -> Result<OpenThread> {
     let checked = check_start(store, &request)?;
-    start_checked(store, request, checked)
+    store.threads().create(&requested(request, checked), &[], &[])
 }
 
 /// What [`check_start`] found a new thread will run with.
@@ -138,17 +138,7 @@ pub struct Checked {
 }
 
 /// Creates the thread `request` asks for, as [`check_start`] found it (`checked`), held by
-/// this process.
-pub fn start_checked(
-    store: &Storage,
-    request: StartRequest,
-    checked: Checked,
-) -> Result<OpenThread> {
-    store.threads().create(&requested(request, checked), &[], &[])
-}
-
-/// Creates the thread `request` asks for, as [`start_checked`] does, held by nobody: for a
-/// thread handed to a worker next (see [`ThreadStore::create_at_rest`]).
+/// nobody: for a thread handed to a worker next (see [`ThreadStore::create_at_rest`]).
 ///
 /// [`ThreadStore::create_at_rest`]: crate::store::ThreadStore::create_at_rest
 pub fn start_at_rest(
