@@ -236,15 +236,20 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     assert_eq!(
         applied.trim(),
         "1:store 2:schedules 3:api 4:fire lock 5:summary columns 6:append function \
-         7:packed listing 8:cascade by statement"
+         7:packed listing 8:cascade by statement 9:bundle compression"
     );
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
-    assert_eq!(version.trim(), "8");
+    assert_eq!(version.trim(), "9");
     let removing = env.sql(
         "SELECT count(*) FROM information_schema.columns \
          WHERE table_name = 'threads' AND column_name = 'removing'",
     )?;
     assert_eq!(removing.trim(), "0", "0002 drops the unused column");
+    let compression = env.sql(
+        "SELECT attcompression FROM pg_attribute \
+         WHERE attrelid = 'bundles'::regclass AND attname = 'bytes'",
+    )?;
+    assert_eq!(compression.trim(), "l", "0009 stores bundle bytes with LZ4");
     // On the test's clock: a second passes without waiting for one.
     env.set_clock(1_893_456_000_500)?;
     env.ok(&["schedule", "add", "solve-issue", "--cron", "* * * * * *", "-p", "x", "--name", "c"])?;
