@@ -202,6 +202,38 @@ on_both_stores! {
     }
 
     #[test]
+    fn a_keyed_start_whose_server_died_before_handing_it_over_runs_when_retried() -> Result<()> {
+        let env = Env::new()?;
+        // How long the dead request had is counted on the test's clock: moved, not waited for.
+        env.set_clock(1_893_456_000_500)?;
+        env.add_solve_issue()?;
+        let token = env.ok(&["token", "create", "--name", "ci"])?.trim().to_string();
+        let asked = json!({"workflow": "solve-issue", "prompt": "once"});
+        let send = |api: &Api| {
+            Api::send(api.post("/threads").header("idempotency-key", "k").json(&asked))
+        };
+        // The server dies after creating the keyed thread, before handing it to a worker.
+        let crash = [("UNCAGED_WORKFLOW_CRASH_AT", "start-once-created:1")];
+        let mut dying = Serve::start(&env, &["--no-schedules"], &crash)?;
+        let api = Api::new(&dying, &token)?;
+        let answer = runtime()?.block_on(send(&api));
+        ensure!(answer.is_err(), "the server answered: {answer:?}");
+        ensure!(!dying.child.wait()?.success());
+        let left = env.json(&["threads"])?;
+        let id = left[0]["threadId"].as_str().context("the thread it created")?.to_string();
+        assert_eq!((left[0]["status"].clone(), left[0]["steps"].clone()), (json!("interrupted"), json!(0)));
+        // The client retries with the key: the same thread, handed over now, runs to its end.
+        env.advance(Duration::from_secs(2))?;
+        let serve = Serve::start(&env, &["--no-schedules"], &[])?;
+        let api = Api::new(&serve, &token)?;
+        let (status, replayed) = runtime()?.block_on(send(&api))?;
+        assert_eq!((status, replayed["id"].clone()), (200, json!(id)), "{replayed}");
+        wait_until("the thread ends", || Ok(crate::status(&env, &id)? == "completed"))?;
+        assert_eq!(env.json(&["threads"])?.as_array().context("a list")?.len(), 1);
+        Ok(())
+    }
+
+    #[test]
     fn tokens_none_wrong_read_only_and_revoked() -> Result<()> {
         let env = Env::new()?;
         let (serve, token) = serving(&env)?;

@@ -81,8 +81,9 @@ pub enum Once {
 /// Starts a thread as [`start`] does (detached), once per `key`: a request that comes again
 /// with the key gets the thread the first one started, and nothing starts twice — also when
 /// the requests reach two processes at once, or the first died between claiming the key and
-/// creating its thread (the thread is then created with the id the key holds). The key is
-/// claimed only after the request is checked, so a bad request holds no key.
+/// creating its thread (the thread is then created with the id the key holds), or between
+/// creating it and handing it over (it is then handed over). The key is claimed only after the
+/// request is checked, so a bad request holds no key.
 pub async fn start_once(
     store: &Storage,
     request: StartRequest,
@@ -108,23 +109,62 @@ pub async fn start_once(
             Err(Error::KeyReused(crate::terminal::line(&claim.key).into_owned()))
         }
         Claim::Taken(taken) => {
-            // The request that claimed the key creates its thread a moment later; if it died
-            // first, the thread is created here, with the id the key holds.
-            let deadline = tokio::time::Instant::now() + CLAIMER_WAIT;
-            while !exists(store, taken.thread)? {
-                if tokio::time::Instant::now() >= deadline {
-                    create_and_hand(store, request, checked, taken.thread).await?;
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
+            finish_claim(store, request, checked, &taken).await?;
             Ok(Once::Replayed(taken.thread))
         }
     }
 }
 
-/// How long a request that finds its key taken waits for the claimer to create the thread.
+/// How long the request that claimed a key has to create its thread and hand it over before
+/// a request that comes again with the key does it instead.
 const CLAIMER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Makes sure the thread of a key another request claimed exists and was handed to a worker.
+/// The claimer creates it (at rest) and hands it over a moment later; if it died or failed
+/// before either, this does what it left undone — once the claimer has had [`CLAIMER_WAIT`],
+/// counted on the clock from its claim or waited out here (a clock held still by a test must
+/// not make this wait for ever).
+async fn finish_claim(
+    store: &Storage,
+    request: StartRequest,
+    checked: lifecycle::Checked,
+    taken: &RequestKey,
+) -> Result<()> {
+    let id = taken.thread;
+    let waited_out = tokio::time::Instant::now() + CLAIMER_WAIT;
+    let claimer_had_its_time = || {
+        crate::clock::now_ms() >= taken.created.saturating_add(CLAIMER_WAIT.as_millis() as u64)
+            || tokio::time::Instant::now() >= waited_out
+    };
+    loop {
+        match store.threads().read(id) {
+            Ok(record) if !record.never_ran() => return Ok(()),
+            Ok(record) if claimer_had_its_time() => {
+                return hand_over_left(store, id, record.version()).await;
+            }
+            Err(Error::UnknownThread(_)) if claimer_had_its_time() => {
+                return create_and_hand(store, request, checked, id).await;
+            }
+            Ok(_) | Err(Error::UnknownThread(_)) => {}
+            Err(e) => return Err(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Hands over thread `id`, created and left at rest by a request that died, unless another
+/// request with its key did so first (then the worker has it, and that is what was wanted).
+async fn hand_over_left(store: &Storage, id: ThreadId, hash: BundleHash) -> Result<()> {
+    tracing::info!("thread {id} was created for its key but never handed over: handing it over");
+    match hand_over(store, id, hash, &AgentFlags::default(), Hand::Detach).await {
+        Ok(_) => Ok(()),
+        Err(e) if !store.threads().read(id)?.never_ran() => {
+            tracing::debug!("thread {id} was handed over by another request with its key ({e})");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
 
 fn exists(store: &Storage, id: ThreadId) -> Result<bool> {
     match store.threads().read(id) {
@@ -145,6 +185,7 @@ async fn create_and_hand(
     request.origin.thread_id = Some(id);
     match lifecycle::start_at_rest(store, request, checked) {
         Ok(record) => {
+            crate::faults::crash_point("start-once-created");
             hand_over(store, id, record.version(), &AgentFlags::default(), Hand::Detach).await?;
             Ok(())
         }

@@ -380,11 +380,7 @@ impl Firer {
         let id = firing.thread_id;
         let hash = match self.store.threads().read(id) {
             Ok(record) => {
-                let never_ran = record.steps.is_empty()
-                    && record.end.is_none()
-                    && record.paused.is_none()
-                    && !record.is_live();
-                if !never_ran {
+                if !record.never_ran() {
                     // Handed over before the crash: it runs, or ran, on its own.
                     let event = FiringEvent::Started { thread_id: id, at: now_ms() };
                     schedules.record(&schedule.name, &event, lock)?;

@@ -414,6 +414,13 @@ impl ThreadRecord {
         matches!(self.status(), ThreadStatus::Running | ThreadStatus::Queued)
     }
 
+    /// Whether the thread never ran: no step, no end, no pause, and no worker runs it or has
+    /// it queued. What its creator leaves when it dies between creating a thread (at rest) and
+    /// handing it to a worker; whoever finishes that creator's work hands it over.
+    pub fn never_ran(&self) -> bool {
+        self.steps.is_empty() && self.end.is_none() && self.paused.is_none() && !self.is_live()
+    }
+
     /// The status the thread has when no process runs it: ended, paused, waiting, or
     /// interrupted (its process died mid-run).
     pub fn status_at_rest(&self) -> ThreadStatus {
