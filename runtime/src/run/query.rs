@@ -30,24 +30,25 @@ pub struct ThreadPage {
 
 /// The threads `query` asks for.
 pub fn threads(store: &Storage, query: &ThreadQuery) -> Result<ThreadPage> {
-    let mut summaries = store.threads().summaries()?;
+    let mut threads = store.threads().summaries()?;
     // A thread id orders by its creation: newest first is the reverse of id order, and "older
     // than the cursor" an id comparison.
-    summaries.sort_unstable_by_key(|t| t.thread_id);
-    let mut matching = summaries
-        .into_iter()
-        .rev()
-        .filter(|t| query.before.is_none_or(|before| t.thread_id < before))
-        .filter(|t| query.workflow.as_ref().is_none_or(|w| *w == t.name))
-        .filter(|t| query.statuses.is_empty() || query.statuses.contains(&t.status))
-        .filter(|t| query.started_after.is_none_or(|after| t.timestamp >= after));
-    let threads: Vec<ThreadSummary> = match query.limit {
-        Some(limit) => matching.by_ref().take(limit).collect(),
-        None => matching.by_ref().collect(),
-    };
-    let next = match matching.next() {
-        Some(_) => threads.last().map(|t| t.thread_id),
-        None => None,
+    threads.sort_unstable_by_key(|t| t.thread_id);
+    // Filtered in place: a listing of 100,000 threads copied into a second list spent more
+    // in page faults than in filtering.
+    threads.retain(|t| {
+        query.before.is_none_or(|before| t.thread_id < before)
+            && query.workflow.as_ref().is_none_or(|w| *w == t.name)
+            && (query.statuses.is_empty() || query.statuses.contains(&t.status))
+            && query.started_after.is_none_or(|after| t.timestamp >= after)
+    });
+    threads.reverse();
+    let next = match query.limit {
+        Some(limit) if threads.len() > limit => {
+            threads.truncate(limit);
+            threads.last().map(|t| t.thread_id)
+        }
+        _ => None,
     };
     Ok(ThreadPage { threads, next })
 }
