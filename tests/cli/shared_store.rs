@@ -261,34 +261,45 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
 }
 
 /// A listing reads each thread's packed summary; a row without one in this binary's layout
-/// (left by an older version) is listed from its columns, as it was before.
+/// (left by an older version), or with one damaged after its id, is listed from its columns.
 #[test]
 fn a_thread_without_a_packed_summary_of_this_layout_is_listed_from_its_columns() -> Result<()> {
     let env = Env::on_postgres()?;
     env.add_solve_issue()?;
-    for prompt in ["one", "two", "three"] {
+    for prompt in ["one", "two", "three", "four"] {
         env.ok(&["run", "solve-issue", "-p", prompt])?;
     }
     let packed = env.sql("SELECT count(*) FROM threads WHERE listing IS NOT NULL")?;
-    assert_eq!(packed.trim(), "3", "every thread this version wrote is packed");
+    assert_eq!(packed.trim(), "4", "every thread this version wrote is packed");
     let before = env.json(&["threads"])?;
     // One row as an older version left it, one packed in a layout this binary does not know,
-    // and one appended to by the previous version's function (which cannot pack); the columns
-    // of each made to differ from what the packed value said.
+    // one appended to by the previous version's function (which cannot pack), and one whose
+    // packed value was damaged after the id it starts with; the columns of each made to
+    // differ from what the packed value said.
     env.sql(
         "UPDATE threads SET listing = NULL, steps = 7 WHERE prompt = 'one'; \
          UPDATE threads SET listing = set_byte(listing, 0, 200), steps = 8 \
              WHERE prompt = 'two'; \
          SELECT append_records(id, lease_token, ARRAY[]::text[], status, 9::bigint, \
              return_code, ended_ms, waiting_role, paused_at_ms, tokens, cost_usd, \
-             ARRAY[]::text[], ARRAY[]::text[]) FROM threads WHERE prompt = 'three'",
+             ARRAY[]::text[], ARRAY[]::text[]) FROM threads WHERE prompt = 'three'; \
+         UPDATE threads SET listing = substring(listing FROM 1 FOR length(listing) - 3), \
+             steps = 10 WHERE prompt = 'four'",
     )?;
-    let after = env.json(&["threads"])?;
+    let listed = env.run(&["threads", "--json"])?;
+    ensure!(listed.code == 0, "{listed:?}");
+    let after: Value = serde_json::from_str(&listed.stdout)?;
     let steps: Vec<&Value> =
         after.as_array().context("a list")?.iter().map(|t| &t["steps"]).collect();
-    assert_eq!(steps, [7, 8, 9], "each listed from its columns");
+    assert_eq!(steps, [7, 8, 9, 10], "each listed from its columns");
+    let damaged = before[3]["threadId"].as_str().context("an id")?;
+    ensure!(
+        listed.stderr.contains(&format!("thread {damaged}: its packed summary")),
+        "the damaged one is named: {}",
+        listed.stderr
+    );
     let mut expected = before;
-    for (i, steps) in [7, 8, 9].into_iter().enumerate() {
+    for (i, steps) in [7, 8, 9, 10].into_iter().enumerate() {
         expected[i]["steps"] = steps.into();
     }
     assert_eq!(after, expected);

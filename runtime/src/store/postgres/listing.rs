@@ -5,14 +5,15 @@
 //! primary key's index).
 //!
 //! A row's packed summary is what is read (see [`summary`]); the few rows without one in this
-//! binary's layout (written before migration 0007, or by a process of an older version) are
-//! read again, by id, from their columns.
+//! binary's layout (written before migration 0007, or by a process of an older version), or
+//! with one damaged after the id it starts with, are read again, by id, from their columns.
 
 use futures::TryStreamExt;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
 use crate::error::Result;
+use crate::ids::ThreadId;
 use crate::store::postgres::{Postgres, summary};
 use crate::store::records::{ThreadStatus, ThreadSummary};
 
@@ -44,6 +45,7 @@ async fn read(client: &Client) -> std::result::Result<Vec<ThreadSummary>, tokio_
     futures::pin_mut!(rows);
     let mut summaries = Vec::new();
     let mut unpacked = Vec::new();
+    let mut damaged: Vec<ThreadId> = Vec::new();
     while let Some(row) = rows.try_next().await? {
         if let Some(id) = row.get::<_, Option<String>>(1) {
             unpacked.push(id);
@@ -52,10 +54,27 @@ async fn read(client: &Client) -> std::result::Result<Vec<ThreadSummary>, tokio_
         let packed: &[u8] = row.get(0);
         match summary::unpack(packed) {
             Some(summary) => summaries.push(live(summary, &row, 2)),
-            None => {
-                tracing::warn!("a thread's packed summary in the database does not read; left out")
-            }
+            // Damaged after its id: listed from its columns, which every append keeps too.
+            None => match summary::unpack_id(packed) {
+                Some(id) => {
+                    tracing::warn!(
+                        "thread {id}: its packed summary in the database does not read; \
+                         listed from its columns"
+                    );
+                    damaged.push(id);
+                }
+                None => tracing::warn!(
+                    "a thread's packed summary in the database does not read, not even its \
+                     id; left out"
+                ),
+            },
         }
+    }
+    // A damaged value may name a thread listed already: it is listed once.
+    if !damaged.is_empty() {
+        let listed: std::collections::HashSet<ThreadId> =
+            summaries.iter().map(|s| s.thread_id).collect();
+        unpacked.extend(damaged.iter().filter(|id| !listed.contains(id)).map(ThreadId::to_string));
     }
     if !unpacked.is_empty() {
         // A row gone meanwhile is not listed, one changed is listed as it is now: as a

@@ -8,6 +8,7 @@
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
+use crate::ids::ThreadId;
 use crate::store::postgres::commit::Params;
 use crate::store::records::{ThreadStatus, ThreadSummary};
 
@@ -36,6 +37,13 @@ pub fn unpack(packed: &[u8]) -> Option<ThreadSummary> {
         Ok((summary, [])) => Some(summary),
         _ => None,
     }
+}
+
+/// The thread id a packed summary of this [`LAYOUT`] starts with, when the rest of it does not
+/// read: which row to read again from its columns.
+pub fn unpack_id(packed: &[u8]) -> Option<ThreadId> {
+    let (&LAYOUT, body) = packed.split_first()? else { return None };
+    postcard::take_from_bytes::<ThreadId>(body).ok().map(|(id, _)| id)
 }
 
 /// The summary in `row`'s columns from `first` on; `None` (said) if a value does not read.
