@@ -360,6 +360,23 @@ contract! {
         Ok(())
     }
 
+    /// Every store lists threads oldest first (by id, which orders by creation): listings,
+    /// pages and cursors take the order as it comes.
+    fn summaries_come_oldest_first(store: &Storage) -> Result<()> {
+        // Created newest first, so that a store listing them as stored would list them wrong.
+        let mut ids: Vec<ThreadId> = (0..6).map(|_| ThreadId::new()).collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        for &id in &ids {
+            let start = StartRecord { thread_id: id, ..start_record(hash(5)) };
+            store.threads().create_at_rest(&start, &[], &[])?;
+        }
+        let listed: Vec<ThreadId> =
+            store.threads().summaries()?.iter().map(|s| s.thread_id).collect();
+        ids.reverse();
+        ensure!(listed == ids, "{listed:?} against {ids:?}");
+        Ok(())
+    }
+
     /// What a follower reads: only the records after the last it saw, and whether the thread
     /// is held.
     fn changes_hold_only_what_came_after(store: &Storage) -> Result<()> {

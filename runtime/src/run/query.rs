@@ -30,10 +30,9 @@ pub struct ThreadPage {
 
 /// The threads `query` asks for.
 pub fn threads(store: &Storage, query: &ThreadQuery) -> Result<ThreadPage> {
+    // Oldest first, as every store lists them: a thread id orders by its creation, so newest
+    // first is the reverse, and "older than the cursor" an id comparison.
     let mut threads = store.threads().summaries()?;
-    // A thread id orders by its creation: newest first is the reverse of id order, and "older
-    // than the cursor" an id comparison.
-    threads.sort_unstable_by_key(|t| t.thread_id);
     // Filtered in place: a listing of 100,000 threads copied into a second list spent more
     // in page faults than in filtering.
     threads.retain(|t| {
