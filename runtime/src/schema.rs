@@ -63,7 +63,7 @@ pub fn compile(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
 /// Why `value` does not match `validator`, on one line naming where (`None` if it matches).
 pub fn first_error(validator: &jsonschema::Validator, value: &Value) -> Option<String> {
     let error = validator.validate(value).err()?;
-    let path = error.instance_path.to_string();
+    let path = error.instance_path().to_string();
     let at = if path.is_empty() { "at the top level".to_string() } else { format!("at `{path}`") };
     Some(format!("{error} ({at})"))
 }

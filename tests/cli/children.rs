@@ -113,7 +113,15 @@ fn threads_of(env: &Env, workflow: &str) -> Result<Vec<Value>> {
 /// file as its trigger data, the children's results as the fan-out's output in order, and
 /// every agent call asked exactly once.
 fn check_finished(env: &Env, parent: &str) -> Result<()> {
-    ensure!(status(env, parent)? == "completed", "parent {parent} is {}", status(env, parent)?);
+    let record = env.json(&["thread", parent])?;
+    // Why it ended otherwise, when it did: its end record and its children.
+    ensure!(
+        record["status"] == "completed",
+        "parent {parent} is {}: end {}; children {}",
+        record["status"],
+        record["end"],
+        record["children"]
+    );
     let children = threads_of(env, "review-file")?;
     ensure!(children.len() == FILES.len(), "one child per file: {children:?}");
     let mut files = Vec::new();
