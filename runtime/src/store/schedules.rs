@@ -368,8 +368,15 @@ pub enum FireLock {
     /// An `flock` on `schedules/fire.lock` in the home.
     File(File),
     /// A transaction-scoped advisory lock, held by an open transaction on a connection of
-    /// its own (`holder`), and the generation every write under it is fenced by.
-    Database { holder: tokio_postgres::Client, generation: i64 },
+    /// its own (`holder`, rolled back when dropped), and the generation every write under it
+    /// is fenced by.
+    Database { holder: Box<dyn LockHolder>, generation: i64 },
+}
+
+/// What holds a database's firing lock; dropping it releases the lock.
+pub trait LockHolder: Send + Sync + fmt::Debug {
+    /// Whether the lock was lost with the connection that held it.
+    fn lost(&self) -> bool;
 }
 
 /// The schedules of a store, whichever keeps them.

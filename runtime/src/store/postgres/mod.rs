@@ -78,6 +78,9 @@ struct Inner {
     logs: debug_log::LogWriter,
     /// Calls and log lines waiting for their thread's next record.
     deferred: deferred::DeferredWrites,
+    /// A dedicated connection given back, for the next caller: a `serve` takes the firing
+    /// lock every second, and a connection is a process forked on the server, ~5 ms of its CPU.
+    spare: Mutex<Option<Client>>,
 }
 
 impl fmt::Debug for Postgres {
@@ -136,6 +139,7 @@ impl Postgres {
             committer,
             logs,
             deferred: deferred::DeferredWrites::default(),
+            spare: Mutex::new(None),
         };
         let postgres = Postgres { inner: Arc::new(inner) };
         schema::prepare(&postgres)?;
@@ -191,10 +195,18 @@ impl Postgres {
         self.inner.client.lock().clone().expect("the shared connection opens with the store")
     }
 
-    /// A connection of its own, for a transaction or `LISTEN` (the shared one interleaves
-    /// statements of many callers). It closes when dropped.
-    pub fn dedicated(&self) -> Result<Client> {
-        open_client(&self.inner.driver, &self.inner.config, &self.inner.tls, self.target())
+    /// A connection of its own, for a transaction or a lock held across statements (the
+    /// shared one interleaves statements of many callers): the one the last such caller gave
+    /// back, else a new one. See [`Dedicated`].
+    pub fn dedicated(&self) -> Result<Dedicated> {
+        let spare = self.inner.spare.lock().take().filter(|client| !client.is_closed());
+        let client = match spare {
+            Some(client) => client,
+            None => {
+                open_client(&self.inner.driver, &self.inner.config, &self.inner.tls, self.target())?
+            }
+        };
+        Ok(Dedicated { client: Some(client), pg: self.clone(), holds_transaction: false })
     }
 
     /// Runs `query` and waits for it, turning a database error into one line that says what
@@ -273,6 +285,75 @@ impl Postgres {
             failure: DatabaseFailure::Query,
             reason,
         }
+    }
+}
+
+/// A connection of this process's own (from [`Postgres::dedicated`]). When dropped it is
+/// given back for the next caller rather than closed: at once if it is idle (a transaction of
+/// tokio-postgres's rolls back when dropped), else, if it was marked as holding a transaction
+/// open ([`Dedicated::holds_transaction`]), once that transaction is rolled back, which the
+/// driver does at once in the background, so that what it held (a lock) is not held longer
+/// than when the connection closed instead.
+pub struct Dedicated {
+    client: Option<Client>,
+    pg: Postgres,
+    holds_transaction: bool,
+}
+
+impl Dedicated {
+    /// Marks the connection as holding a transaction open (begun in SQL, not through
+    /// [`Client::transaction`]): it is rolled back when this is dropped.
+    pub fn holds_transaction(&mut self) {
+        self.holds_transaction = true;
+    }
+}
+
+impl std::ops::Deref for Dedicated {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        self.client.as_ref().expect("the client is taken only when dropped")
+    }
+}
+
+impl std::ops::DerefMut for Dedicated {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client.as_mut().expect("the client is taken only when dropped")
+    }
+}
+
+impl fmt::Debug for Dedicated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dedicated").field("target", &self.pg.target()).finish_non_exhaustive()
+    }
+}
+
+impl crate::store::schedules::LockHolder for Dedicated {
+    fn lost(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+impl Drop for Dedicated {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take().filter(|client| !client.is_closed()) else {
+            return;
+        };
+        let spare = |pg: &Postgres, client: Client| {
+            // One is kept: a second caller at the same time has its own, closed when done.
+            let mut slot = pg.inner.spare.lock();
+            if slot.is_none() {
+                *slot = Some(client);
+            }
+        };
+        if !self.holds_transaction {
+            return spare(&self.pg, client);
+        }
+        let pg = self.pg.clone();
+        self.pg.inner.driver.spawn(async move {
+            if client.batch_execute("ROLLBACK").await.is_ok() {
+                spare(&pg, client);
+            }
+        });
     }
 }
 

@@ -41,7 +41,7 @@ impl PgSchedules {
     /// The generation a write under `lock` is fenced by.
     fn generation(&self, lock: &FireLock) -> Result<i64> {
         match lock {
-            FireLock::Database { holder, generation } if !holder.is_closed() => Ok(*generation),
+            FireLock::Database { holder, generation } if !holder.lost() => Ok(*generation),
             FireLock::Database { .. } => Err(self.lost()),
             FireLock::File(_) => Err(Error::Host("a home's firing lock used on a database".into())),
         }
@@ -60,7 +60,8 @@ impl PgSchedules {
 
 impl ScheduleBackend for PgSchedules {
     fn lock(&self) -> Result<FireLock> {
-        let holder = self.pg.dedicated()?;
+        let mut holder = self.pg.dedicated()?;
+        holder.holds_transaction();
         // Tried, not waited for inside the transaction: a process waiting there would hold a
         // server connection of a pooler's few for as long as it waits.
         loop {
@@ -90,7 +91,7 @@ impl ScheduleBackend for PgSchedules {
                 &[],
             ),
         )?;
-        Ok(FireLock::Database { holder, generation: row.get(0) })
+        Ok(FireLock::Database { holder: Box::new(holder), generation: row.get(0) })
     }
 
     fn list(&self) -> Result<Vec<Schedule>> {
