@@ -152,14 +152,15 @@ async fn finish_claim(
     }
 }
 
-/// Hands over thread `id`, created and left at rest by a request that died, unless another
-/// request with its key did so first (then the worker has it, and that is what was wanted).
+/// Hands over thread `id`, created and left at rest by a request that died, unless someone
+/// did so first — another request with its key, or a `resume` of it — (then a worker has it,
+/// or is about to: the thread is busy, and that is what was wanted).
 async fn hand_over_left(store: &Storage, id: ThreadId, hash: BundleHash) -> Result<()> {
     tracing::info!("thread {id} was created for its key but never handed over: handing it over");
     match hand_over(store, id, hash, &AgentFlags::default(), Hand::Detach).await {
         Ok(_) => Ok(()),
-        Err(e) if !store.threads().read(id)?.never_ran() => {
-            tracing::debug!("thread {id} was handed over by another request with its key ({e})");
+        Err(e) if e.is_busy() || !store.threads().read(id)?.never_ran() => {
+            tracing::debug!("thread {id} was handed over by someone else meanwhile ({e})");
             Ok(())
         }
         Err(e) => Err(e),
@@ -186,8 +187,12 @@ async fn create_and_hand(
     match lifecycle::start_at_rest(store, request, checked) {
         Ok(record) => {
             crate::faults::crash_point("start-once-created");
-            hand_over(store, id, record.version(), &AgentFlags::default(), Hand::Detach).await?;
-            Ok(())
+            match hand_over(store, id, record.version(), &AgentFlags::default(), Hand::Detach).await
+            {
+                // At rest, it lists as interrupted: a `resume` may have handed it over first.
+                Err(e) if !e.is_busy() => Err(e),
+                _ => Ok(()),
+            }
         }
         Err(e) if exists(store, id)? => {
             tracing::debug!("thread {id} was created by another request with its key ({e})");
