@@ -152,11 +152,16 @@ async fn finish_claim(
     }
 }
 
-/// Hands over thread `id`, created and left at rest by a request that died, unless someone
-/// did so first — another request with its key, or a `resume` of it — (then a worker has it,
-/// or is about to: the thread is busy, and that is what was wanted).
+/// Hands over thread `id`, created and left at rest by a request that died.
 async fn hand_over_left(store: &Storage, id: ThreadId, hash: BundleHash) -> Result<()> {
     tracing::info!("thread {id} was created for its key but never handed over: handing it over");
+    hand_over_keyed(store, id, hash).await
+}
+
+/// Hands over thread `id`, created at rest for a key, unless someone did so first — another
+/// request with its key, or a `resume` of it, since at rest it lists as interrupted — (then a
+/// worker has it, or is about to: the thread is busy, and that is what was wanted).
+async fn hand_over_keyed(store: &Storage, id: ThreadId, hash: BundleHash) -> Result<()> {
     match hand_over(store, id, hash, &AgentFlags::default(), Hand::Detach).await {
         Ok(_) => Ok(()),
         Err(e) if e.is_busy() || !store.threads().read(id)?.never_ran() => {
@@ -187,12 +192,7 @@ async fn create_and_hand(
     match lifecycle::start_at_rest(store, request, checked) {
         Ok(record) => {
             crate::faults::crash_point("start-once-created");
-            match hand_over(store, id, record.version(), &AgentFlags::default(), Hand::Detach).await
-            {
-                // At rest, it lists as interrupted: a `resume` may have handed it over first.
-                Err(e) if !e.is_busy() => Err(e),
-                _ => Ok(()),
-            }
+            hand_over_keyed(store, id, record.version()).await
         }
         Err(e) if exists(store, id)? => {
             tracing::debug!("thread {id} was created by another request with its key ({e})");

@@ -325,7 +325,8 @@ async fn alone(connection: &mut Connected, write: &Write) -> Answer {
 /// transaction did not commit: each is then sent again on its own.
 async fn together(connection: &mut Connected, batch: &[Write]) -> Vec<Answer> {
     // Prepared first (once per connection and statement), so that the batch stays one
-    // round trip.
+    // round trip. One that does not prepare is sent unnamed: it fails in the batch as it
+    // would have failed to prepare, and its retry alone says why.
     let mut statements = Vec::with_capacity(batch.len());
     for write in batch {
         statements.push(match connection.statement(write).await {
@@ -335,14 +336,9 @@ async fn together(connection: &mut Connected, batch: &[Write]) -> Vec<Answer> {
     }
     let client = &connection.client;
     let begin = client.batch_execute("BEGIN");
-    let runs = join_all(
-        batch
-            .iter()
-            .zip(&statements)
-            .map(|(write, statement)| connection.run(write, statement.as_ref())),
-    );
+    let all = run_all(connection, batch, &statements);
     let commit = client.batch_execute("COMMIT");
-    let (began, answers, committed) = tokio::join!(begin, runs, commit);
+    let (began, answers, committed) = tokio::join!(begin, all, commit);
     if let Err(e) = began.and(committed) {
         // The connection went, or the server refused the transaction: nobody knows
         // whether it committed, as with a lone statement whose answer was lost.
@@ -353,11 +349,29 @@ async fn together(connection: &mut Connected, batch: &[Write]) -> Vec<Answer> {
         return answers;
     }
     // `COMMIT` of an aborted transaction rolls it back: nothing of the batch was written.
-    let mut again = Vec::with_capacity(batch.len());
-    for write in batch {
-        again.push(alone(connection, write).await);
+    // Each is sent again on its own (pipelined, each its own transaction).
+    let again = run_all(connection, batch, &statements).await;
+    for ((write, statement), answer) in batch.iter().zip(&statements).zip(&again) {
+        if answer.is_err() && statement.is_some() {
+            connection.forget(write.sql);
+        }
     }
     again
+}
+
+/// Every write of `batch` with its statement (see [`Connected::run`]), pipelined.
+async fn run_all(
+    connection: &Connected,
+    batch: &[Write],
+    statements: &[Option<Statement>],
+) -> Vec<Answer> {
+    join_all(
+        batch
+            .iter()
+            .zip(statements)
+            .map(|(write, statement)| connection.run(write, statement.as_ref())),
+    )
+    .await
 }
 
 /// `params` as a prepared statement takes them.
