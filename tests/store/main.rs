@@ -397,6 +397,31 @@ contract! {
         Ok(())
     }
 
+    /// A thread's debug log shows while it waits long on an agent (a store may hold lines
+    /// back for its next record, but not for the whole of a long wait), and keeps its order
+    /// with what it logs after.
+    fn the_debug_log_shows_during_a_long_wait_and_keeps_its_order(store: &Storage) -> Result<()> {
+        use uncaged_workflow::store::info_log::LogLevel;
+        let threads = store.threads();
+        let (mut writer, record) = threads.create(&start_record(hash(1)), &[], &[])?;
+        let id = record.id();
+        let log = threads.info_log(hash(1), id)?;
+        log.write(LogLevel::Info, "host", "asking the planner");
+        log.release();
+        let tail = || -> Result<Vec<String>> {
+            Ok(threads.info_tail(hash(1), id, 10)?.into_iter().map(|l| l.content).collect())
+        };
+        eventually("the line logged before the wait shows", || {
+            Ok(tail()? == ["asking the planner"])
+        })?;
+        log.write(LogLevel::Info, "host", "the planner answered");
+        log.flush();
+        futures::executor::block_on(writer.append_steps(&[step("planner", "plan")]))?;
+        let lines = tail()?;
+        ensure!(lines == ["asking the planner", "the planner answered"], "{lines:?}");
+        Ok(())
+    }
+
     /// A fork's prefix keeps the calls its steps made: the journal hands them back.
     fn the_journal_keeps_the_calls_a_thread_was_created_with(store: &Storage) -> Result<()> {
         let calls = [call(0, "first answer")];

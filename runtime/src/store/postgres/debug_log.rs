@@ -56,15 +56,8 @@ impl LogSink for PgLog {
     /// written in the background, so that a long call shows in the log while it lasts (and
     /// is not lost with the process if it is killed meanwhile).
     fn release(&mut self) {
-        let (pg, id) = (self.pg.clone(), self.id);
-        let waits = pg.deferred().wait_begins(id);
-        self.pg.spawn(async move {
-            tokio::time::sleep(LONG_WAIT).await;
-            let lines = pg.deferred().take_log_of_wait(id, waits);
-            if !lines.is_empty() {
-                pg.logs().write(id.to_string(), lines);
-            }
-        });
+        self.pg.deferred().wait_begins(self.id);
+        watch_long_waits(&self.pg);
     }
 
     fn describe(&self) -> String {
@@ -74,6 +67,31 @@ impl LogSink for PgLog {
 
 /// How long a thread waits on a call before what it logged is written without its step.
 const LONG_WAIT: Duration = Duration::from_secs(1);
+
+/// How often the waits are looked at: a long wait's lines are written between [`LONG_WAIT`]
+/// and this much later.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// Starts, once per process, the task that hands the lines of threads in a long wait to the
+/// background writer. One task looking a few times a second, not one timer per wait: a step
+/// on PostgreSQL is a fraction of a millisecond, and a task spawned on the driver's thread
+/// for each agent call woke that thread, and took its time, once more per step.
+fn watch_long_waits(pg: &Postgres) {
+    if pg.inner.watching_waits.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let pg = pg.clone();
+    pg.clone().spawn(async move {
+        let mut ticks = tokio::time::interval(LOOK_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            for (id, lines) in pg.deferred().take_logs_of_long_waits(LONG_WAIT) {
+                pg.logs().write(id.to_string(), lines);
+            }
+        }
+    });
+}
 
 /// Messages (a thread's lines, or a barrier) the task may hold before lines are dropped.
 const CAPACITY: usize = 8192;

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -27,8 +28,8 @@ pub struct Deferred {
     /// Lines of this thread went to the background writer since its last record: they are
     /// to be written before the lines here, for the log to keep its order.
     pub background: bool,
-    /// Waits on agents begun (to tell a wait still going on from a later one).
-    waits: u64,
+    /// Since when the thread waits on an agent, if it does: it waits until its next record.
+    waiting_since: Option<Instant>,
 }
 
 /// The deferred writes of every thread this process runs.
@@ -64,33 +65,34 @@ impl DeferredWrites {
         }
     }
 
-    /// Thread `id` begins to wait on an agent: the number of that wait.
-    pub fn wait_begins(&self, id: ThreadId) -> u64 {
-        let mut by_thread = self.by_thread.lock();
-        let deferred = by_thread.entry(id).or_default();
-        deferred.waits += 1;
-        deferred.waits
+    /// Thread `id` begins to wait on an agent (a wait lasts until its next record).
+    pub fn wait_begins(&self, id: ThreadId) {
+        self.by_thread.lock().entry(id).or_default().waiting_since = Some(Instant::now());
     }
 
-    /// The log lines thread `id` has waiting, taken for the background writer, if it still
-    /// waits on wait number `wait` (no record was written since it began); its calls stay.
-    pub fn take_log_of_wait(&self, id: ThreadId, wait: u64) -> Vec<String> {
+    /// The log lines of every thread that has waited on an agent for `longer_than` or more,
+    /// taken for the background writer (their calls stay), by thread.
+    pub fn take_logs_of_long_waits(&self, longer_than: Duration) -> Vec<(ThreadId, Vec<String>)> {
         let mut by_thread = self.by_thread.lock();
-        let Some(deferred) = by_thread.get_mut(&id) else { return Vec::new() };
-        if deferred.waits != wait || deferred.log.is_empty() {
-            return Vec::new();
-        }
-        deferred.log_bytes = 0;
-        deferred.background = true;
-        std::mem::take(&mut deferred.log)
+        by_thread
+            .iter_mut()
+            .filter(|(_, deferred)| {
+                !deferred.log.is_empty()
+                    && deferred.waiting_since.is_some_and(|since| since.elapsed() >= longer_than)
+            })
+            .map(|(id, deferred)| {
+                deferred.log_bytes = 0;
+                deferred.background = true;
+                (*id, std::mem::take(&mut deferred.log))
+            })
+            .collect()
     }
 
-    /// What thread `id` has waiting, taken (the count of its waits goes on).
+    /// What thread `id` has waiting, taken for its record (which ends any wait).
     pub fn take(&self, id: ThreadId) -> Deferred {
         let mut by_thread = self.by_thread.lock();
         let Some(deferred) = by_thread.get_mut(&id) else { return Deferred::default() };
-        let waits = deferred.waits;
-        std::mem::replace(deferred, Deferred { waits, ..Deferred::default() })
+        std::mem::take(deferred)
     }
 
     /// The calls thread `id` has waiting, taken (its log stays).

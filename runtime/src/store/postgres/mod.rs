@@ -69,6 +69,8 @@ struct Inner {
     held: Mutex<HashMap<ThreadId, i64>>,
     /// Whether the task that renews them has started.
     renewing: AtomicBool,
+    /// Whether the task that writes the logs of threads in a long wait has started.
+    watching_waits: AtomicBool,
     /// Whether notifications were found not to reach this process (behind a
     /// transaction-pooling PgBouncer): it then polls, and does not listen again.
     no_notifications: AtomicBool,
@@ -135,6 +137,7 @@ impl Postgres {
             lease: lease_from_env(),
             held: Mutex::new(HashMap::new()),
             renewing: AtomicBool::new(false),
+            watching_waits: AtomicBool::new(false),
             no_notifications: AtomicBool::new(false),
             committer,
             logs,
