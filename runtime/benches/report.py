@@ -281,7 +281,9 @@ def main():
                                ("memory", "memory", "In memory vs in memory: home on tmpfs vs LangGraph's in-memory saver")]:
         lines += [f"## {title}", "",
                   "Per-step cost of the planner → developer → reviewer loop for N steps, an agent that",
-                  "answers instantly with a fixed string, the same meta on both sides.", "",
+                  "answers instantly with a fixed string, the same meta on both sides. LangGraph persists each",
+                  "step's checkpoint before the next step starts (`durability=\"sync\"`), as ours stores each",
+                  "step before the next agent call.", "",
                   "| N | uncaged-workflow | native Rust floor | LangGraph | ours / native | LangGraph / ours |",
                   "|---|---|---|---|---|---|"]
         for n in SIZES:

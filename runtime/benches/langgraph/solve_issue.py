@@ -6,6 +6,11 @@ records {role, content, meta} the way uncaged-workflow records a step.
 
     python solve_issue.py --steps 100 --saver sqlite --repeat 5   # prints JSON
     python solve_issue.py --steps 100 --saver postgres --dsn postgresql://…
+
+Checkpoints are written with `durability="sync"`: each step's checkpoint is persisted before
+the next step starts, as uncaged-workflow stores each step before its thread's next agent call.
+LangGraph's default, `"async"`, persists it while the next step already runs (a crash may lose
+a step whose successor was acted on); `--durability async` measures that.
 """
 
 import argparse
@@ -85,6 +90,8 @@ def main():
     parser.add_argument("--saver", choices=["memory", "sqlite", "postgres"], default="sqlite")
     parser.add_argument("--dsn", help="the PostgreSQL database, for --saver postgres")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--durability", choices=["sync", "async"], default="sync",
+                        help="when a step's checkpoint is persisted (see the module's text)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         app = build(make_saver(args.saver, directory, args.dsn))
@@ -92,7 +99,8 @@ def main():
         for i in range(args.repeat):
             config = {"configurable": {"thread_id": f"t{i}"}, "recursion_limit": args.steps + 10}
             started = time.perf_counter()
-            result = app.invoke({"prompt": "Fix the crash", "limit": args.steps, "steps": []}, config)
+            result = app.invoke({"prompt": "Fix the crash", "limit": args.steps, "steps": []}, config,
+                                durability=args.durability)
             elapsed = time.perf_counter() - started
             assert len(result["steps"]) == args.steps, len(result["steps"])
             per_step.append(elapsed / args.steps * 1e6)
