@@ -114,6 +114,38 @@ fn stalled_connections_neither_starve_requests_nor_stay_open() -> Result<()> {
     Ok(())
 }
 
+/// Past the cap, a client whose request goes out after its 503 came (a slow client, or one
+/// that writes its request in pieces) still reads the 503: the server reads what it sends
+/// rather than answering it with a reset.
+#[test]
+fn a_refused_client_reads_its_503_whenever_it_sends_its_request() -> Result<()> {
+    let env = Env::new()?;
+    std::fs::create_dir_all(env.home())?;
+    std::fs::write(env.home().join("config.yaml"), "serve:\n  max_connections: 2\n")?;
+    let serve = Serve::start(&env, &["--no-schedules"], &[])?;
+    let addr = serve.addr.clone();
+    // Accepted in order: these two hold the cap.
+    let _held: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut stream = TcpStream::connect(&addr)?;
+            stream.write_all(b"GET / HTTP/1.1\r\n")?;
+            Ok(stream)
+        })
+        .collect::<Result<_>>()?;
+    let mut refused = TcpStream::connect(&addr)?;
+    refused.set_read_timeout(Some(Duration::from_secs(30)))?;
+    refused.peek(&mut [0u8; 1]).context("the answer arrives")?;
+    for piece in ["GET /api/v1/health HTTP/1.1\r\n", &format!("Host: {addr}\r\n"), "\r\n"] {
+        refused.write_all(piece.as_bytes()).with_context(|| format!("sending {piece:?}"))?;
+        std::thread::yield_now();
+    }
+    refused.shutdown(std::net::Shutdown::Write)?;
+    let mut answer = String::new();
+    refused.read_to_string(&mut answer).context("reading the answer")?;
+    ensure!(answer.starts_with("HTTP/1.1 503") && answer.contains("limit of 2"), "{answer}");
+    Ok(())
+}
+
 /// 2,000 live views of one thread holding 2 MiB of steps: the thread is watched once, the
 /// server's memory stays bounded while they watch and after they close, and each view still
 /// hears of a change.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
@@ -100,8 +100,29 @@ async fn refuse(mut stream: TcpStream, max: usize) {
         stream.write_all(response.as_bytes()).await?;
         stream.shutdown().await
     };
-    let _ = tokio::time::timeout(Duration::from_secs(5), write).await;
+    if !matches!(tokio::time::timeout(Duration::from_secs(5), write).await, Ok(Ok(()))) {
+        return;
+    }
+    // The answer went before the request was read. Closed now, the socket would answer the
+    // request arriving after it with a reset: the client's next write fails ("broken pipe"),
+    // and it may never read why it was refused. What it sends is read and dropped until it
+    // closes its side, for a moment and a few kilobytes at most.
+    let drain = async {
+        let mut sink = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
 }
+
+/// How long a refused connection is read from after its answer, and how much of it.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 * 1024;
 
 /// Serves one connection's requests until it closes, goes quiet for the idle timeout, or the
 /// server stops.
