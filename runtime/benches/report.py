@@ -396,11 +396,19 @@ def main():
         ok = not big.get("error") and big["rss_kib"] < 1024 * 1024
         lines.append(f"| 10,000 waiting threads in one worker under 1 GiB RSS | {big['rss_kib'] / 1024:.0f} MiB | {'yes' if ok else 'no'} |")
     lines.append("")
-    notes = ROOT / "runtime" / "benches" / "NOTES.md"
-    if notes.exists():
-        lines += [notes.read_text().strip(), ""]
-    (ROOT / "BENCHMARKS.md").write_text("\n".join(lines))
+    (ROOT / "BENCHMARKS.md").write_text("\n".join(with_notes(lines)))
     print("\n".join(lines))
+
+
+NOTES = ROOT / "runtime" / "benches" / "NOTES.md"
+
+
+def with_notes(lines):
+    """`lines` of BENCHMARKS.md with what the numbers say at the end, from NOTES.md (the one
+    place that text is written: a run of one section keeps it current too)."""
+    heading = NOTES.read_text().splitlines()[0]
+    end = next((i for i, l in enumerate(lines) if l == heading), len(lines))
+    return lines[:end] + [NOTES.read_text().strip(), ""]
 
 
 def only_postgres():
@@ -423,7 +431,7 @@ def in_place(section):
         start = end = next(i for i, l in enumerate(lines) if l == "## Targets")
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    path.write_text("\n".join(lines[:start] + section + lines[end:]) + "\n")
+    path.write_text("\n".join(with_notes(lines[:start] + section + lines[end:])))
     print("\n".join(section))
 
 
