@@ -2,6 +2,7 @@
 //! followers): a pause request, the role at work, the steps recorded, and where its `human`
 //! agents' questions go.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
@@ -20,8 +21,10 @@ pub struct ThreadControl {
     /// What the thread does now, and since when (for `ps`)…
     activity: Mutex<Option<(Activity, u64)>>,
     /// …and, in the order they happen, each change of it and each step stored (for
-    /// followers: a role is seen at work before its step lands).
-    progress: broadcast::Sender<Progress>,
+    /// followers: a role is seen at work before its step lands). Made when the first follower
+    /// comes: its buffer holds [`FOLLOWER_LAG`] events, a few hundred KiB that a worker's
+    /// thousands of unwatched waiting threads would otherwise each keep.
+    progress: OnceLock<broadcast::Sender<Progress>>,
     steps: AtomicUsize,
     /// Where `human` agents put their questions.
     pub human: HumanPort,
@@ -36,6 +39,9 @@ pub enum Progress {
     Step { index: usize, step: StepRecord },
 }
 
+/// How many events a follower may fall behind by before it misses some.
+const FOLLOWER_LAG: usize = 1024;
+
 /// What a thread is doing: which role is at work, with which agent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Activity {
@@ -49,7 +55,7 @@ impl Default for ThreadControl {
             pause: AtomicBool::new(false),
             hand_back: AtomicBool::new(false),
             activity: Mutex::new(None),
-            progress: broadcast::channel(1024).0,
+            progress: OnceLock::new(),
             steps: AtomicUsize::new(0),
             human: HumanPort::default(),
         }
@@ -75,20 +81,25 @@ impl ThreadControl {
     /// Records what the thread is doing.
     pub fn set_activity(&self, activity: Option<Activity>) {
         if let Some(activity) = &activity {
-            let _ = self.progress.send(Progress::Working(activity.clone()));
+            self.publish(|| Progress::Working(activity.clone()));
         }
         *self.activity.lock() = activity.map(|a| (a, crate::clock::now_ms()));
     }
 
     /// Follows what the thread does from now on: roles at work and steps stored, in order.
     pub fn watch(&self) -> broadcast::Receiver<Progress> {
-        self.progress.subscribe()
+        self.progress.get_or_init(|| broadcast::channel(FOLLOWER_LAG).0).subscribe()
     }
 
     /// Tells followers that step `index` was stored (nothing, if nobody follows).
     pub fn publish_step(&self, index: usize, step: &StepRecord) {
-        if self.progress.receiver_count() > 0 {
-            let _ = self.progress.send(Progress::Step { index, step: step.clone() });
+        self.publish(|| Progress::Step { index, step: step.clone() });
+    }
+
+    /// Sends what `event` makes to the followers, if there are any.
+    fn publish(&self, event: impl FnOnce() -> Progress) {
+        if let Some(progress) = self.progress.get().filter(|p| p.receiver_count() > 0) {
+            let _ = progress.send(event());
         }
     }
 
