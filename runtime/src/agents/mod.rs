@@ -174,8 +174,11 @@ impl Agent {
                 }
                 agent.answer(context)
             }
-            Agent::Command(agent) => agent.answer(context, processes).await,
-            Agent::OpenAi(agent) => agent.answer(context).await,
+            // Boxed: these futures are kilobytes (a process, an HTTP exchange), and a thread
+            // waiting on a call holds its future on its fiber stack, where every size a call
+            // could take is held for each of a worker's thousands of waiting threads.
+            Agent::Command(agent) => Box::pin(agent.answer(context, processes)).await,
+            Agent::OpenAi(agent) => Box::pin(agent.answer(context)).await,
             Agent::Human => Err(AgentFailure::Waiting),
         }
     }

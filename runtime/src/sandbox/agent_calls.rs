@@ -49,18 +49,22 @@ struct Fresh {
 }
 
 /// An agent's answer within the step's `timeout`, if it has one: past it the call is dropped
-/// — a command agent's process group with it — and fails as timed out.
-async fn within(
+/// — a command agent's process group with it — and fails as timed out. Either way `answer` is
+/// held once (an `async fn` would hold it twice: as its argument, and moved into the timer).
+fn within(
     timeout: Option<Duration>,
     answer: impl std::future::Future<Output = Result<AgentAnswer, AgentFailure>>,
-) -> Result<AgentAnswer, AgentFailure> {
-    let Some(limit) = timeout else { return answer.await };
-    tokio::time::timeout(limit, answer).await.unwrap_or_else(|_| {
-        Err(AgentFailure::Timeout(format!(
-            "the step's timeout of {} passed",
-            humantime::format_duration(limit)
-        )))
-    })
+) -> impl std::future::Future<Output = Result<AgentAnswer, AgentFailure>> {
+    let Some(limit) = timeout else { return futures::future::Either::Left(answer) };
+    let timed = tokio::time::timeout(limit, answer);
+    futures::future::Either::Right(futures::FutureExt::map(timed, move |answer| {
+        answer.unwrap_or_else(|_| {
+            Err(AgentFailure::Timeout(format!(
+                "the step's timeout of {} passed",
+                humantime::format_duration(limit)
+            )))
+        })
+    }))
 }
 
 /// What an agent call came to, on its span: its tokens, or why it failed.
