@@ -253,3 +253,25 @@ impl Bound {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker holds, on each waiting thread's fiber stack, the future of the call it waits
+    /// on: that future must not hold room for every kind of agent's exchange (a process, an
+    /// HTTP request), kilobytes each, for every one of thousands of threads.
+    #[test]
+    fn a_calls_future_holds_no_agent_kinds_exchange_inline() {
+        let context = AgentContext {
+            thread_id: "t".into(),
+            prompt: String::new(),
+            steps: Arc::new(Vec::new()),
+            role: RoleRef { name: "r".into(), system_prompt: String::new() },
+            input: None,
+        };
+        let call = Agent::Human.answer(&context, None);
+        let size = std::mem::size_of_val(&call);
+        assert!(size <= 1024, "an agent call's future is {size} bytes");
+    }
+}

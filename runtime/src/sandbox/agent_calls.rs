@@ -472,3 +472,25 @@ pub(super) fn agent_request_digest(thread_id: ThreadId, request: &v0_1::AgentReq
     }
     crate::ids::Digest::from_value(hasher.finish()).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The step timeout holds the call it times once: a waiting thread keeps the call's future
+    /// on its fiber stack.
+    #[test]
+    fn a_timed_call_is_held_once() {
+        let call = async {
+            let room = [0u8; 4096];
+            std::future::pending::<()>().await;
+            std::hint::black_box(room);
+            Err(AgentFailure::Waiting)
+        };
+        let alone = std::mem::size_of_val(&call);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let _in_runtime = runtime.enter();
+        let timed = std::mem::size_of_val(&within(Some(Duration::from_secs(1)), call));
+        assert!(timed < alone + 1024, "{alone} bytes alone, {timed} with a timeout");
+    }
+}
