@@ -320,7 +320,7 @@ def main():
     lines.append("")
 
     group = next((r for r in results if r.get("bench") == "parallel"), None)
-    fan_out = median_spread(langgraph_fan_out())
+    send = median_spread(langgraph_fan_out())
     if group:
         g = median_spread(group["group_ms"])
         lines += ["## Three agents at once: a parallel group vs LangGraph's `Send` fan-out", "",
@@ -329,7 +329,7 @@ def main():
                   "persisted as one group; LangGraph: three `Send` tasks that sleep 100 ms, then the join).", "",
                   "| | group wall time | spread | overhead above 100 ms |", "|---|---|---|---|",
                   f"| uncaged-workflow | {g[0]:.1f} ms | {g[1]:.1f} – {g[2]:.1f} ms | {g[0] - 100:.1f} ms |",
-                  f"| LangGraph | {fan_out[0]:.1f} ms | {fan_out[1]:.1f} – {fan_out[2]:.1f} ms | {fan_out[0] - 100:.1f} ms |", ""]
+                  f"| LangGraph | {send[0]:.1f} ms | {send[1]:.1f} – {send[2]:.1f} ms | {send[0] - 100:.1f} ms |", ""]
 
     ours, peer = whole_process()
     o, p = median_spread(ours), median_spread(peer)
