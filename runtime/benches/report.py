@@ -406,9 +406,10 @@ NOTES = ROOT / "runtime" / "benches" / "NOTES.md"
 def with_notes(lines):
     """`lines` of BENCHMARKS.md with what the numbers say at the end, from NOTES.md (the one
     place that text is written: a run of one section keeps it current too)."""
-    heading = NOTES.read_text().splitlines()[0]
+    notes = NOTES.read_text().strip()
+    heading = notes.splitlines()[0]
     end = next((i for i, l in enumerate(lines) if l == heading), len(lines))
-    return lines[:end] + [NOTES.read_text().strip(), ""]
+    return lines[:end] + [notes, ""]
 
 
 def only_postgres():

@@ -56,6 +56,18 @@ fn closed_by_server(stream: &mut TcpStream, wait: Duration) -> bool {
     }
 }
 
+/// `n` connections to `addr` that began a request and never finish its headers: each holds
+/// one of the server's connections until its header timeout.
+fn hold_connections(addr: &str, n: usize) -> Result<Vec<TcpStream>> {
+    (0..n)
+        .map(|_| {
+            let mut stream = TcpStream::connect(addr)?;
+            write!(stream, "GET / HTTP/1.1\r\nHost: {addr}\r\n")?;
+            Ok(stream)
+        })
+        .collect()
+}
+
 /// 1,100 connections that never finish their headers: a normal request is still answered, the
 /// stalled ones are cut off after the header timeout, and past the cap new connections are
 /// refused with a clear answer.
@@ -97,13 +109,7 @@ fn stalled_connections_neither_starve_requests_nor_stay_open() -> Result<()> {
     std::fs::write(env.home().join("config.yaml"), "serve:\n  max_connections: 20\n")?;
     let serve = Serve::start(&env, &["--no-schedules"], &[])?;
     let addr = serve.addr.clone();
-    let _held: Vec<TcpStream> = (0..20)
-        .map(|_| {
-            let mut stream = TcpStream::connect(&addr)?;
-            write!(stream, "GET / HTTP/1.1\r\nHost: {addr}\r\n")?;
-            Ok(stream)
-        })
-        .collect::<Result<_>>()?;
+    let _held = hold_connections(&addr, 20)?;
     std::thread::sleep(Duration::from_millis(200));
     let (code, answer) = get(&addr, "/api/v1/health")?;
     assert_eq!(code, 503, "{answer}");
@@ -125,13 +131,7 @@ fn a_refused_client_reads_its_503_whenever_it_sends_its_request() -> Result<()> 
     let serve = Serve::start(&env, &["--no-schedules"], &[])?;
     let addr = serve.addr.clone();
     // Accepted in order: these two hold the cap.
-    let _held: Vec<TcpStream> = (0..2)
-        .map(|_| {
-            let mut stream = TcpStream::connect(&addr)?;
-            stream.write_all(b"GET / HTTP/1.1\r\n")?;
-            Ok(stream)
-        })
-        .collect::<Result<_>>()?;
+    let _held = hold_connections(&addr, 2)?;
     let mut refused = TcpStream::connect(&addr)?;
     refused.set_read_timeout(Some(Duration::from_secs(30)))?;
     refused.peek(&mut [0u8; 1]).context("the answer arrives")?;

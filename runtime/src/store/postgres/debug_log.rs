@@ -77,17 +77,19 @@ const LOOK_EVERY: Duration = Duration::from_millis(250);
 /// on PostgreSQL is a fraction of a millisecond, and a task spawned on the driver's thread
 /// for each agent call woke that thread, and took its time, once more per step.
 fn watch_long_waits(pg: &Postgres) {
-    if pg.inner.watching_waits.swap(true, Ordering::SeqCst) {
+    // Called for every agent call: a read, not a write of the shared flag, once it is set.
+    let watching = &pg.inner.watching_waits;
+    if watching.load(Ordering::Relaxed) || watching.swap(true, Ordering::SeqCst) {
         return;
     }
-    let pg = pg.clone();
-    pg.clone().spawn(async move {
+    let watcher = pg.clone();
+    pg.spawn(async move {
         let mut ticks = tokio::time::interval(LOOK_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            for (id, lines) in pg.deferred().take_logs_of_long_waits(LONG_WAIT) {
-                pg.logs().write(id.to_string(), lines);
+            for (id, lines) in watcher.deferred().take_logs_of_long_waits(LONG_WAIT) {
+                watcher.logs().write(id.to_string(), lines);
             }
         }
     });
