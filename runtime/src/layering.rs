@@ -18,6 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "durable",
             "schema",
             "limits",
+            "procfs",
             "faults",
             "agent_spec",
             "scaffold",

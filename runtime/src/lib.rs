@@ -4,7 +4,7 @@
 //! The library is layered; each layer uses only the ones before it:
 //!
 //! 1. base — [`error`], [`ids`], [`clock`], [`cron`], [`home`], [`durable`], [`schema`],
-//!    [`limits`], [`faults`], [`scaffold`], [`terminal`], [`telemetry`]: no knowledge of
+//!    [`limits`], [`procfs`], [`faults`], [`scaffold`], [`terminal`], [`telemetry`]: no knowledge of
 //!    workflows beyond names and numbers.
 //! 2. [`declarative`] — a YAML workflow validated and composed with the interpreter into a
 //!    bundle: bytes in, bytes out.
@@ -32,6 +32,7 @@ pub mod faults;
 pub mod home;
 pub mod ids;
 pub mod limits;
+pub mod procfs;
 pub mod run;
 pub mod sandbox;
 pub mod scaffold;

@@ -847,3 +847,87 @@ fn a_queued_thread_shows_its_agents_durations_and_queued_status() -> Result<()> 
     }
     Ok(())
 }
+
+/// The rig's agent, waiting before each answer until the file it names (the first returned;
+/// not there yet) exists.
+fn gated_agent(rig: &Rig) -> Result<(std::path::PathBuf, String)> {
+    let gate = rig.env.dir.path().join("gate");
+    let script = std::fs::read_to_string(rig.env.dir.path().join("agent.sh"))?;
+    let gated =
+        script.replace("sleep ${UNCAGED_TEST_AGENT_SLEEP:-0.03}", &crate::sh_wait_for(&gate));
+    Ok((gate, format!("command:{}", rig.env.write_script("gated.sh", gated)?.display())))
+}
+
+/// A start answers once its thread is queued, whatever the workers are doing: with the only
+/// worker alive but busy (one thread at most, held by an agent that waits), each `run
+/// --detach` returns at once, its thread `queued` (at 4abdda5 each waited 4 s for the busy
+/// worker to take it), and the worker takes them when it has room.
+#[test]
+fn a_start_does_not_wait_for_a_busy_worker_to_take_its_thread() -> Result<()> {
+    let (rig, _) = fresh_rig()?;
+    // The worker the rig's reference run started on demand exits once idle first.
+    wait_until("no worker is left", || {
+        Ok(rig.env.sql("SELECT count(*) FROM workers")?.trim() == "0")
+    })?;
+    let (gate, gated) = gated_agent(&rig)?;
+    let mut worker =
+        rig.command(&["worker", "--max-threads", "1"]).stdout(Stdio::piped()).spawn()?;
+    let mut ready = String::new();
+    std::io::BufReader::new(worker.stdout.take().context("stdout")?).read_line(&mut ready)?;
+    ensure!(ready.starts_with("ready"), "the worker did not come up: {ready:?}");
+    let _worker = Worker { child: worker };
+    let busy = rig.env.ok(&["run", "solve-issue", "-p", "a", "--agent", &gated, "--detach"])?;
+    let busy = busy.trim().to_string();
+    wait_until("the worker is busy", || Ok(crate::status(&rig.env, &busy)? == "running"))?;
+    let mut queued = Vec::new();
+    for n in 0..3 {
+        let started = Instant::now();
+        let out = rig.env.ok(&["run", "solve-issue", "-p", "q", "--agent", &gated, "--detach"])?;
+        let took = started.elapsed();
+        // Not a speed figure: the bound only tells "answered" from "waited for a worker".
+        ensure!(took < Duration::from_secs(3), "start {n} waited for the busy worker: {took:?}");
+        let thread = out.trim().to_string();
+        let status = crate::status(&rig.env, &thread)?;
+        ensure!(status == "queued", "start {n} is {status}, not queued");
+        queued.push(thread);
+    }
+    let workers = rig.env.sql("SELECT count(*) FROM workers")?;
+    ensure!(workers.trim() == "1", "no worker was started beside the busy one: {workers}");
+    std::fs::write(&gate, "")?;
+    for thread in queued.iter().chain([&busy]) {
+        wait_until("it completes", || Ok(crate::status(&rig.env, thread)? == "completed"))?;
+    }
+    Ok(())
+}
+
+/// With no worker service, a thread whose on-demand worker was killed is not stranded: once
+/// the lease has run out it reads `queued` with no worker alive, and `resume` (at 4abdda5:
+/// "is running", exit 75) makes sure a worker takes it, which runs it to its end.
+#[test]
+fn a_thread_whose_on_demand_worker_died_is_resumed_by_a_new_worker() -> Result<()> {
+    let (rig, _) = fresh_rig()?;
+    wait_until("no worker is left", || {
+        Ok(rig.env.sql("SELECT count(*) FROM workers")?.trim() == "0")
+    })?;
+    let lease = [("UNCAGED_WORKFLOW_LEASE_MS", LEASE_MS)];
+    let (gate, gated) = gated_agent(&rig)?;
+    let run = rig
+        .env
+        .run_with(&["run", "solve-issue", "-p", "s", "--agent", &gated, "--detach"], &lease)?;
+    ensure!(run.code == 0, "{run:?}");
+    let thread = run.stdout.trim().to_string();
+    wait_until("its worker runs it", || Ok(crate::status(&rig.env, &thread)? == "running"))?;
+    rig.env.kill_the_worker()?;
+    wait_until("its lease runs out", || Ok(crate::status(&rig.env, &thread)? == "queued"))?;
+    std::fs::write(&gate, "")?;
+    let resumed = rig.env.run_with(&["resume", &thread, "--detach"], &lease)?;
+    ensure!(resumed.code == 0, "resume of a thread nobody holds: {resumed:?}");
+    let ended = wait_until("a new worker runs it to its end", || {
+        Ok(crate::status(&rig.env, &thread)? == "completed")
+    });
+    if ended.is_err() {
+        let log = std::fs::read_to_string(rig.env.home().join("run/pool-worker.log"))?;
+        anyhow::bail!("{}: {log}", crate::status(&rig.env, &thread)?);
+    }
+    Ok(())
+}

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::durable;
 use crate::error::{Error, Result};
+use crate::procfs::{boot_id, group_runs, start_time};
 
 /// How long a killed group may take to be gone.
 const KILL_WAIT: Duration = Duration::from_secs(5);
@@ -158,51 +159,9 @@ impl Drop for GroupGuard {
     }
 }
 
-/// The fields of a `/proc/<pid>/stat` file that follow the command name, from field 3
-/// (`state`) on: the name may hold spaces and parentheses, so they are counted from the last
-/// `)`. `None` if there is no such process.
-fn stat_fields(stat_file: &Path) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(stat_file).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    Some(after.split_whitespace().map(str::to_string).collect())
-}
-
-/// When process `pid` started, in clock ticks after boot (field 22); `None` if there is no
-/// such process.
-fn start_time(pid: i32) -> Option<u64> {
-    stat_fields(Path::new(&format!("/proc/{pid}/stat")))?.get(19)?.parse().ok()
-}
-
-/// Whether a process of group `pgid` (field 5) still runs; a zombie (field 3 `Z`: dead,
-/// waiting for its parent to collect it) does not.
-fn group_runs(pgid: i32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
-    entries.flatten().any(|entry| {
-        let Some(fields) = stat_fields(&entry.path().join("stat")) else { return false };
-        let state = fields.first().map(String::as_str);
-        fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid)
-            && !matches!(state, Some("Z" | "X"))
-    })
-}
-
-/// This boot's id (empty where the kernel does not say).
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|id| id.trim().to_string())
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn start_times_are_read_from_proc() {
-        let me = std::process::id() as i32;
-        let started = start_time(me).expect("this process has a start time");
-        assert_eq!(start_time(me), Some(started), "stable");
-        assert!(start_time(i32::MAX).is_none());
-    }
 
     #[test]
     fn leftover_groups_are_killed_and_foreign_ones_spared() -> Result<()> {

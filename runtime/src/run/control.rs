@@ -201,11 +201,13 @@ pub async fn ps(store: &Storage) -> Result<Vec<PsEntry>> {
     Ok(all)
 }
 
-/// Thread `id`, if it can be resumed: not running, not ended.
+/// Thread `id`, if it can be resumed: not running, not ended. A thread queued for a worker
+/// can: nobody holds it (a worker that held it died, and its lease ran out), and resuming it
+/// makes sure a worker is alive to take it.
 pub fn resumable(store: &Storage, id: ThreadId) -> Result<ThreadRecord> {
     let record = store.threads().read(id)?;
     match record.status() {
-        ThreadStatus::Running | ThreadStatus::Queued => Err(Error::ThreadBusy(id.to_string())),
+        ThreadStatus::Running => Err(Error::ThreadBusy(id.to_string())),
         status if status.is_ended() => Err(Error::ended(id, status.as_str())),
         _ => Ok(record),
     }

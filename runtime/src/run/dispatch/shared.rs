@@ -34,10 +34,6 @@ const WORKER_CHECK: Duration = Duration::from_secs(2);
 /// How long a worker started on demand waits for work before it exits.
 pub const ON_DEMAND_IDLE: Duration = Duration::from_secs(5);
 
-/// A worker that looks alive may have just died: how long a queued thread is watched for a
-/// worker to take it before it is left to the live ones (a heartbeat's going stale).
-const TAKE_WITHIN: Duration = Duration::from_secs(4);
-
 /// Dispatch over a shared store's queue and pool workers.
 pub struct SharedDispatch {
     store: Storage,
@@ -109,7 +105,9 @@ impl Dispatch for SharedDispatch {
     }
 }
 
-/// Queues thread `id` (its agents overridden by `flags`) and makes sure a worker takes it.
+/// Queues thread `id` (its agents overridden by `flags`), with a worker alive to take it.
+/// Returns once the thread is queued: a worker that is alive but busy takes it when it has
+/// room, and one that died holding it is taken over from when its lease runs out.
 async fn enqueue(
     store: &Storage,
     id: ThreadId,
@@ -117,28 +115,15 @@ async fn enqueue(
     flags: &AgentFlags,
 ) -> Result<()> {
     store.queue().enqueue(id, hash, &request_of(flags))?;
-    ensure_taken(store, Some(id)).await
+    ensure_worker(store)
 }
 
-/// Makes sure some worker takes queued thread `id` (or, with none, that some worker is alive).
-/// A worker that looks alive may have just died (its heartbeat has not aged yet): until the
-/// thread is taken, or for as long as a heartbeat takes to go stale, a worker is started here
-/// as soon as none is alive. Workers alive but busy past that take the thread when they can.
-async fn ensure_taken(store: &Storage, id: Option<ThreadId>) -> Result<()> {
-    let queue = store.queue();
-    let deadline = Instant::now() + TAKE_WITHIN;
-    loop {
-        if queue.live_workers()? == 0 {
-            return start_worker(store);
-        }
-        let taken = match id {
-            Some(id) => queue.is_taken(id)?,
-            None => true,
-        };
-        if taken || Instant::now() >= deadline {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+/// Starts a worker on this machine if none is alive anywhere (no daemon to set up for one
+/// machine).
+fn ensure_worker(store: &Storage) -> Result<()> {
+    match store.queue().live_workers()? {
+        0 => start_worker(store),
+        _ => Ok(()),
     }
 }
 
@@ -333,9 +318,7 @@ impl QueuedThread {
             return Ok(());
         }
         if self.checked_workers.elapsed() >= WORKER_CHECK {
-            if self.store.queue().live_workers()? == 0 {
-                start_worker(&self.store)?;
-            }
+            ensure_worker(&self.store)?;
             self.checked_workers = Instant::now();
         }
         Ok(())

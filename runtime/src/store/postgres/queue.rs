@@ -30,8 +30,10 @@ pub const CONTROL_CHANNEL: &str = "uncaged_workflow_control";
 /// working here (it takes a millisecond on a direct connection).
 const PROBE_WAIT: Duration = Duration::from_secs(1);
 
-/// A worker whose last heartbeat is older than this is dead: liveness comes from heartbeats,
-/// never from a process id (a zombie, or another process that reuses the pid, looks alive).
+/// A worker whose last heartbeat is older than this is dead. Liveness comes from heartbeats:
+/// a process id alone would call a zombie, or another process that reuses the pid, alive. A
+/// pid only ever says the opposite, for a worker of this machine whose process is gone (or a
+/// zombie): it is dead at once, not a heartbeat later (see [`PgQueue::live_workers`]).
 pub const ALIVE_WITHIN: Duration = Duration::from_secs(3);
 
 /// The queue of the store `pg` is connected to.
@@ -128,14 +130,16 @@ impl WorkQueue for PgQueue {
         Workers::Pool
     }
 
-    /// Makes thread `id` runnable with `request`, and wakes the workers.
+    /// Makes thread `id` runnable with `request`, and wakes the workers. A thread queued
+    /// already keeps its place (a `resume` of a thread waiting for a worker).
     fn enqueue(&self, id: ThreadId, _hash: BundleHash, request: &RunRequest) -> Result<()> {
         let client = self.pg.client()?;
         self.pg.wait(
             &format!("queue thread {id}"),
             client.execute_typed(
                 "UPDATE uncaged_workflow.threads \
-                 SET runnable = true, run_request = $2, queued_at = now(), control = NULL \
+                 SET runnable = true, run_request = $2, control = NULL, \
+                     queued_at = CASE WHEN runnable THEN queued_at ELSE now() END \
                  WHERE id = $1",
                 &[(&id.to_string(), Type::TEXT), (&Json(request), Type::JSONB)],
             ),
@@ -373,18 +377,25 @@ impl WorkQueue for PgQueue {
         Ok(())
     }
 
-    /// How many workers are alive: those that sent a heartbeat within [`ALIVE_WITHIN`].
+    /// How many workers are alive: those that sent a heartbeat within [`ALIVE_WITHIN`], but
+    /// for those of this machine whose process has gone. A start does not wait for a worker to
+    /// take its thread, so a worker killed a moment ago must not count: on one machine with
+    /// no worker service, the thread would wait for the next command to start one.
     fn live_workers(&self) -> Result<usize> {
         let client = self.pg.client()?;
-        let row = self.pg.wait(
+        let rows = self.pg.wait(
             "count live workers",
-            client.query_typed_one(
-                "SELECT count(*) FROM uncaged_workflow.workers \
+            client.query_typed(
+                "SELECT host, pid FROM uncaged_workflow.workers \
                  WHERE heartbeat_at > now() - $1::bigint * interval '1 millisecond'",
                 &[(&(ALIVE_WITHIN.as_millis() as i64), Type::INT8)],
             ),
         )?;
-        Ok(row.get::<_, i64>(0) as usize)
+        let here = hostname();
+        Ok(rows
+            .iter()
+            .filter(|row| row.get::<_, &str>(0) != here || crate::procfs::runs(row.get(1)))
+            .count())
     }
 
     /// Whether a worker took thread `id` from the queue: it holds it under a live lease, or
