@@ -137,11 +137,16 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(Error::io("sync directory", dir))
 }
 
-/// An append-only file whose every [`append`](AppendFile::append) is on disk when it returns.
+/// An append-only file whose every [`append`](AppendFile::append) is on disk when it returns,
+/// or not in the file at all: an append that fails (a full disk, an I/O error) is cut back
+/// off, so that no fragment of it is left for the next record to land after.
 #[derive(Debug)]
 pub struct AppendFile {
     file: File,
     durable: bool,
+    /// Where its last whole record ends: what a failed append is cut back to. (One process
+    /// appends to a file at a time, under the file's lock or its thread's.)
+    len: u64,
 }
 
 impl AppendFile {
@@ -162,19 +167,22 @@ impl AppendFile {
         {
             sync_dir(dir)?;
         }
-        Ok(AppendFile { file, durable })
+        let len = file.metadata().map_err(Error::io("read", path))?.len();
+        Ok(AppendFile { file, durable, len })
     }
 
     /// Appends to `file`, whose position is its end (a file [`create_atomic`] made).
-    pub fn from_file(file: File, durable: bool) -> Self {
-        AppendFile { file, durable }
+    pub fn from_file(file: File, durable: bool) -> std::io::Result<Self> {
+        let len = file.metadata()?.len();
+        Ok(AppendFile { file, durable, len })
     }
 
     /// Opens a file that `open` has already checked and repaired, for more appends: one
     /// `open` call, where `open` also inspects the file's tail.
     pub fn reopen(path: &Path, durable: bool) -> Result<Self> {
         let file = OpenOptions::new().append(true).open(path).map_err(Error::io("open", path))?;
-        Ok(AppendFile { file, durable })
+        let len = file.metadata().map_err(Error::io("read", path))?.len();
+        Ok(AppendFile { file, durable, len })
     }
 
     /// Takes an exclusive lock on the file, held until it is closed (or the process dies).
@@ -191,7 +199,9 @@ impl AppendFile {
     /// left half-written and nobody was told was stored.
     pub fn cut_to(&mut self, len: u64) -> std::io::Result<()> {
         self.file.set_len(len)?;
-        self.file.sync_data()
+        self.file.sync_data()?;
+        self.len = len;
+        Ok(())
     }
 
     /// Appends one line (a newline is added) and, if the file is durable, fsyncs it.
@@ -206,10 +216,18 @@ impl AppendFile {
         buf.push(b'\n');
         // One write call, so that concurrent readers see whole lines or a torn tail, never
         // two interleaved halves.
-        self.file.write_all(&buf)?;
-        if sync {
-            self.file.sync_data()?;
+        let written = self.file.write_all(&buf).and_then(|()| match sync {
+            true => self.file.sync_data(),
+            false => Ok(()),
+        });
+        if let Err(e) = written {
+            // What reached the file is no record: cut it off, or the next append (once there
+            // is room again) would leave it as a damaged line in the middle of the file. A
+            // failed cut leaves a torn tail, which readers skip and the next `open` ends.
+            let _ = self.file.set_len(self.len).and_then(|()| self.file.sync_data());
+            return Err(e);
         }
+        self.len += buf.len() as u64;
         Ok(())
     }
 }

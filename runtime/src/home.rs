@@ -99,6 +99,12 @@ impl Home {
         self.logs_dir().join("threads.index")
     }
 
+    /// `logs/threads.reopened`: the ended threads that were reopened (retried, moved to
+    /// another version), for the listing cache (see `store::thread_index`).
+    pub fn thread_reopen_log(&self) -> PathBuf {
+        self.logs_dir().join("threads.reopened")
+    }
+
     /// `logs/<HASH>/`: the threads of one bundle version.
     pub fn thread_dir(&self, hash: BundleHash) -> PathBuf {
         self.logs_dir().join(hash.to_string())

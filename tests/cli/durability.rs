@@ -98,6 +98,73 @@ fn a_full_disk_interrupts_a_thread_and_resume_continues_it() -> Result<()> {
     Ok(())
 }
 
+/// An append the disk has room for only part of leaves no fragment: the part that was written
+/// is cut back off, so that once there is room again, the records that follow are whole and
+/// no damaged line sits in the middle of the thread's files (at 4abdda5 the fragment stayed,
+/// and the next append landed after it). A real full file system: a small tmpfs.
+#[test]
+fn an_append_cut_short_by_a_full_disk_leaves_no_fragment() -> Result<()> {
+    let env = Env::new()?;
+    if env.store.is_some() {
+        return Ok(());
+    }
+    let Some(disk) = crate::Mount::tmpfs(&env.home(), "64M")? else { return Ok(()) };
+    let hash = env.add_solve_issue()?;
+    let gate = env.dir.path().join("gate");
+    // Each answer is 256 KiB: an append of it has room for a part only.
+    let script = env.write_script(
+        "big.sh",
+        format!(
+            r#"#!/bin/sh
+input=$(cat)
+{}
+pad=$(head -c 262144 /dev/zero | tr '\0' x)
+case "$input" in
+  *'"role":{{"name":"planner"'*) echo "{{\"steps\": [\"$pad\"]}}" ;;
+  *'"role":{{"name":"developer"'*) echo "{{\"summary\": \"$pad\"}}" ;;
+  *) echo '{{"approved": true}}' ;;
+esac
+"#,
+            crate::sh_wait_for(&gate)
+        ),
+    )?;
+    let agent = format!("command:{}", script.display());
+    let thread = env.ok(&["run", "solve-issue", "-p", "x", "--agent", &agent, "--detach"])?;
+    let thread = thread.trim();
+    wait_until("the planner's agent runs", || Ok(env.json(&["ps"])?[0]["role"] == "planner"))?;
+    let filler = disk.fill()?;
+    // Room for 64 KiB of the answer's 256.
+    let len = std::fs::metadata(&filler)?.len();
+    std::fs::OpenOptions::new().write(true).open(&filler)?.set_len(len - (64 << 10))?;
+    std::fs::write(&gate, "")?;
+    wait_until("the thread stops", || Ok(status(&env, thread)? != "running"))?;
+    assert_eq!(status(&env, thread)?, "interrupted", "a full disk ends nothing");
+    let files = [
+        env.home().join(format!("logs/{hash}/{thread}.data.jsonl")),
+        env.home().join(format!("logs/{hash}/{thread}.calls.jsonl")),
+    ];
+    for file in &files {
+        let bytes = std::fs::read(file).unwrap_or_default();
+        ensure!(bytes.is_empty() || bytes.ends_with(b"\n"), "{}: a fragment at its end", file.display());
+    }
+    std::fs::remove_file(filler)?;
+    let out = env.ok(&["resume", thread])?;
+    assert!(out.contains("completed (0)"), "{out}");
+    for file in &files {
+        let text = std::fs::read_to_string(file)?;
+        for (n, line) in text.lines().enumerate() {
+            ensure!(
+                serde_json::from_str::<serde_json::Value>(line).is_ok(),
+                "{} line {}: not a record: {:.80}",
+                file.display(),
+                n + 1,
+                line
+            );
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn an_agent_process_does_not_outlive_its_worker() -> Result<()> {
     let env = Env::new()?;
@@ -214,11 +281,17 @@ fn a_read_only_home_lists_quietly_and_fails_in_one_line() -> Result<()> {
     if env.store.is_some() {
         return Ok(());
     }
+    // A cache of its own, in the home: read-only with it.
+    env.own_cache()?;
     let hash = env.add_solve_issue()?;
     let thread = thread_id_of(&env.ok(&["run", "solve-issue", "-p", "x"])?)?;
     // The listing index is not written yet for a thread made since the last listing.
     std::fs::remove_file(env.home().join("logs/threads.index")).ok();
     let Some(_mount) = crate::Mount::read_only(&env.home())? else { return Ok(()) };
+    // A bundle not compiled yet: its code cannot be cached either, and that is not said
+    // before the one-line error (at 4abdda5 a WARN line came first).
+    let err = env.fails(&["add", "develop", crate::artifacts::DEVELOP], 74)?;
+    assert!(err.contains("Read-only"), "{err}");
     let listed = env.run(&["threads"])?;
     assert_eq!((listed.code, listed.stderr.as_str()), (0, ""), "{}", listed.stdout);
     assert!(listed.stdout.contains(&thread), "{}", listed.stdout);

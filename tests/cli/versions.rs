@@ -511,3 +511,34 @@ fn upgrade_pauses_a_running_thread_first() -> Result<()> {
     assert_eq!(crate::status(&env, &id)?, "paused");
     Ok(())
 }
+
+on_both_stores! {
+/// A listing follows a retried thread: `threads` read before the retry (so a listing cache
+/// holds its failed summary) and after it agree with `thread` — completed, with its steps —
+/// and `threads prune --dry-run` offers no retried thread (at 4abdda5 the home's index kept
+/// it `failed` with its old step count).
+#[test]
+fn a_retried_thread_is_listed_as_it_is_now() -> Result<()> {
+    let env = Env::new()?;
+    let FailedRun { agent, run, id, .. } = failed_run(&env, FLOW, "develop")?;
+    ensure!(run.code != 0, "develop fails: {run:?}");
+    let listed = |env: &Env| -> Result<Value> {
+        let all = env.json(&["threads"])?;
+        all.as_array()
+            .and_then(|a| a.iter().find(|t| t["threadId"] == id.as_str()).cloned())
+            .context("listed")
+    };
+    assert_eq!(listed(&env)?["status"], "failed");
+    std::fs::write(env.dir.path().join("fixed"), "")?;
+    let retried = env.run(&["retry", &id, "--agent", &agent])?;
+    assert_eq!(retried.code, 0, "{retried:?}");
+    let thread = env.json(&["thread", &id])?;
+    assert_eq!(thread["status"], "completed");
+    let now = listed(&env)?;
+    assert_eq!(now["status"], "completed", "{now}");
+    assert_eq!(now["steps"], thread["steps"].as_array().map(Vec::len).context("steps")?, "{now}");
+    let pruned = env.json(&["threads", "prune", "--older-than", "0s", "--status", "failed", "--dry-run"])?;
+    ensure!(!pruned.to_string().contains(&id), "a completed thread offered as failed: {pruned}");
+    Ok(())
+}
+}

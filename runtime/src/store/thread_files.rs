@@ -54,7 +54,7 @@ impl FileThreads {
     /// Takes thread `id`'s run lock and reads it.
     pub(crate) fn hold(&self, id: ThreadId) -> Result<(FileWriter, ThreadRecord)> {
         let (_, path) = self.find(id)?;
-        FileWriter::open(&path)
+        FileWriter::open(&path, self.home.thread_reopen_log())
     }
 }
 
@@ -78,7 +78,9 @@ impl ThreadStore for FileThreads {
             crate::faults::crash_point("thread-create");
             file.lock()
         })?;
-        let writer = FileWriter { data: AppendFile::from_file(file, true), path };
+        let data = AppendFile::from_file(file, true).map_err(Error::io("read", &path))?;
+        let writer =
+            FileWriter { data, path, ended: false, reopen_log: self.home.thread_reopen_log() };
         // A fork's copy of the calls its kept steps made: history only (the fork continues
         // after those steps, so none is replayed), put in place atomically once the thread is.
         if !calls.is_empty() {
@@ -131,8 +133,12 @@ impl ThreadStore for FileThreads {
     /// not ended are read.
     fn summaries(&self) -> Result<Vec<ThreadSummary>> {
         let index = self.home.thread_index_file();
-        thread_index::summaries(&index, bundle_log_dirs(&self.home)?, |path| {
-            read_thread(path).map(|thread| thread.summary())
+        let reopened = self.home.thread_reopen_log();
+        thread_index::summaries(&index, &reopened, bundle_log_dirs(&self.home)?, |path| {
+            read_thread(path).map(|thread| thread_index::Listed {
+                summary: thread.summary(),
+                held: thread.running,
+            })
         })
     }
 
@@ -235,6 +241,11 @@ impl FileThreads {
 pub struct FileWriter {
     data: AppendFile,
     path: PathBuf,
+    /// Whether the thread has an end record: a record after it reopens the thread, which the
+    /// listing index must hear of (see [`thread_index`]).
+    ended: bool,
+    /// `logs/threads.reopened`, where a reopening is noted.
+    reopen_log: PathBuf,
 }
 
 impl FileWriter {
@@ -244,7 +255,7 @@ impl FileWriter {
     ///
     /// A parallel group a crash cut short is undone here: its steps were never reported
     /// stored, their calls are in the journal, and the group is made again whole.
-    pub fn open(path: &Path) -> Result<(Self, ThreadRecord)> {
+    pub fn open(path: &Path, reopen_log: PathBuf) -> Result<(Self, ThreadRecord)> {
         let mut data = AppendFile::open(path, true)?;
         let locked = data.try_lock();
         let (mut record, cut_group) = read_thread_lines(path)?;
@@ -254,12 +265,23 @@ impl FileWriter {
             data.cut_to(offset).map_err(Error::io("undo a cut-short group in", path))?;
         }
         record.running = true;
-        Ok((FileWriter { data, path: path.to_path_buf() }, record))
+        let ended = record.end.is_some();
+        Ok((FileWriter { data, path: path.to_path_buf(), ended, reopen_log }, record))
     }
 
     fn append(&mut self, record: &impl Serialize) -> Result<()> {
         let line = serde_json::to_vec(record).expect("thread records serialize");
         self.data.append(&line).map_err(Error::io("append to thread", &self.path))
+    }
+
+    /// Appends a record that follows the end of an ended thread (a retry, a move to another
+    /// version), noting the reopening first, under the run lock, where listings look for it.
+    fn append_reopening(&mut self, record: &impl Serialize) -> Result<()> {
+        if self.ended {
+            let id = self.path.file_name().and_then(|n| n.to_str()).and_then(|n| n.get(..26));
+            thread_index::note_reopened(&self.reopen_log, id.unwrap_or_default())?;
+        }
+        self.append(record)
     }
 }
 
@@ -287,15 +309,19 @@ impl ThreadWriter for FileWriter {
     }
 
     fn append_end(&mut self, end: &EndRecord) -> Result<()> {
-        self.append(end)
+        self.append(end)?;
+        self.ended = true;
+        Ok(())
     }
 
     fn append_upgrade(&mut self, upgrade: &crate::store::upgrades::UpgradeRecord) -> Result<()> {
-        self.append(upgrade)
+        self.append_reopening(upgrade)
     }
 
     fn append_retry(&mut self, retry: &crate::store::upgrades::RetryRecord) -> Result<()> {
-        self.append(retry)
+        self.append_reopening(retry)?;
+        self.ended = false;
+        Ok(())
     }
 }
 

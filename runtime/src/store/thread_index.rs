@@ -1,12 +1,20 @@
 //! The listing index of a home's threads (`logs/threads.index`), so that `threads` and `ps` over
 //! 100,000 threads read neither 100,000 files nor a directory of 300,000 names.
 //!
-//! Two facts make it safe. An ended thread never changes again, so its summary can be kept.
-//! And a directory's modification time changes whenever a name in it is added, removed or
+//! Two facts make it safe. An ended thread changes again only when it is reopened (a retry,
+//! a move to another version), and a reopening is noted first in `logs/threads.reopened`
+//! (see [`note_reopened`]): so the summary of an ended thread can be kept until the log names
+//! it. And a directory's modification time changes whenever a name in it is added, removed or
 //! renamed (a thread created, forked, removed or pruned), so a bundle's directory whose time
 //! has not moved since the index was written still holds exactly the threads the index lists.
 //! Only the threads that had not ended are then read again. Everything else is found by
 //! listing the directory, as without an index.
+//!
+//! The reopening is noted under the thread's run lock, before the record that reopens it is
+//! appended; the index keeps how much of the log it has read. A listing that read the log
+//! before the note kept the old summary but not the note, which the next listing reads; one
+//! that read the note reads the thread, and a thread read while a process holds it is not kept
+//! as ended, whatever it says (its reopening may not be written yet).
 //!
 //! A directory time is trusted only once it lies [`SETTLE`] behind the clock when it was read:
 //! file systems stamp with a coarse clock, and a change in the same tick as the listing would
@@ -33,7 +41,7 @@ use crate::store::records::ThreadSummary;
 const MAGIC: &[u8; 8] = b"UWTHIDX\n";
 
 /// The layout this code writes; an index of another is rebuilt.
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 
 /// How far behind the clock a directory time must be to be trusted.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -42,6 +50,40 @@ const SETTLE: Duration = Duration::from_secs(2);
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Index {
     dirs: Vec<DirEntry>,
+    /// How much of the reopening log (its length in bytes) it has taken into account.
+    reopened: u64,
+}
+
+/// A thread as read for a listing: its summary, and whether a process held it then.
+#[derive(Debug)]
+pub struct Listed {
+    pub summary: ThreadSummary,
+    pub held: bool,
+}
+
+/// Notes that thread `id` (its ULID) is being reopened, in the log at `path`: durably, before
+/// the record that reopens it is appended (see the module).
+pub fn note_reopened(path: &Path, id: &str) -> Result<()> {
+    durable::AppendFile::open(path, true)?
+        .append(id.as_bytes())
+        .map_err(Error::io("note a reopened thread in", path))
+}
+
+/// The threads the reopening log at `path` names after its first `from` bytes, and its length
+/// up to its last whole line. A log shorter than `from` (replaced) is read from its start.
+fn reopened_since(path: &Path, from: u64) -> Result<(std::collections::HashSet<ThreadId>, u64)> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(Error::io("read", path)(e)),
+    };
+    let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |at| at + 1);
+    let from = if from as usize > whole { 0 } else { from as usize };
+    let ids = bytes[from..whole]
+        .split(|&b| b == b'\n')
+        .filter_map(|line| std::str::from_utf8(line).ok()?.trim().parse().ok())
+        .collect();
+    Ok((ids, whole as u64))
 }
 
 /// What the index knows of one bundle's directory.
@@ -74,9 +116,9 @@ impl DirStamp {
     }
 }
 
-/// Reads the index at `path`, by bundle; `None` when it is missing, damaged or of another
-/// version.
-fn load(path: &Path) -> Option<HashMap<BundleHash, DirEntry>> {
+/// Reads the index at `path`, by bundle, and how much of the reopening log it read; `None`
+/// when it is missing, damaged or of another version.
+fn load(path: &Path) -> Option<(HashMap<BundleHash, DirEntry>, u64)> {
     let file = std::fs::File::open(path).ok()?;
     // Mapped, not read: read whole, the index of 100,000 threads is 16 MB of fresh memory
     // whose page faults and copy cost a seventh of the listing; mapped, its pages are the
@@ -99,19 +141,33 @@ fn load(path: &Path) -> Option<HashMap<BundleHash, DirEntry>> {
     }
     let consistent =
         |dir: &DirEntry| dir.ended.iter().all(|s| s.status.is_ended() && s.hash == dir.hash);
-    index.dirs.iter().all(consistent).then(|| index.dirs.into_iter().map(|d| (d.hash, d)).collect())
+    let reopened = index.reopened;
+    index
+        .dirs
+        .iter()
+        .all(consistent)
+        .then(|| (index.dirs.into_iter().map(|d| (d.hash, d)).collect(), reopened))
 }
 
-/// Writes the index: `dirs` with their live threads, and the summaries of ended threads.
-fn store(path: &Path, mut dirs: Vec<DirEntry>, summaries: &[ThreadSummary]) -> Result<()> {
+/// Writes the index: `dirs` with their live threads, the summaries of the other ended threads,
+/// and how much of the reopening log it took into account.
+fn store(
+    path: &Path,
+    mut dirs: Vec<DirEntry>,
+    summaries: &[ThreadSummary],
+    reopened: u64,
+) -> Result<()> {
+    let live: std::collections::HashSet<ThreadId> =
+        dirs.iter().flat_map(|d| d.live.iter().copied()).collect();
     let mut by_dir: HashMap<BundleHash, Vec<ThreadSummary>> = HashMap::new();
-    for summary in summaries.iter().filter(|s| s.status.is_ended()) {
+    for summary in summaries.iter().filter(|s| s.status.is_ended() && !live.contains(&s.thread_id))
+    {
         by_dir.entry(summary.hash).or_default().push(summary.clone());
     }
     for dir in &mut dirs {
         dir.ended = by_dir.remove(&dir.hash).unwrap_or_default();
     }
-    let body = postcard::to_stdvec(&Index { dirs }).expect("the index serializes");
+    let body = postcard::to_stdvec(&Index { dirs, reopened }).expect("the index serializes");
     let mut bytes = Vec::with_capacity(body.len() + 20);
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&VERSION.to_le_bytes());
@@ -126,23 +182,27 @@ fn store(path: &Path, mut dirs: Vec<DirEntry>, summaries: &[ThreadSummary]) -> R
 }
 
 /// The summaries of every thread in `dirs` (each bundle's hash and directory), ordered by id,
-/// using and refreshing the index at `index_path`. `read` summarises one thread file; a thread
-/// it cannot read is skipped with a warning.
+/// using and refreshing the index at `index_path`, and the reopening log at `reopen_log`.
+/// `read` reads one thread file; a thread it cannot read is skipped with a warning.
 pub fn summaries(
     index_path: &Path,
+    reopen_log: &Path,
     dirs: Vec<(BundleHash, PathBuf)>,
-    read: impl Fn(&Path) -> Result<ThreadSummary>,
+    read: impl Fn(&Path) -> Result<Listed>,
 ) -> Result<Vec<ThreadSummary>> {
     let loaded = load(index_path);
     let mut dirty = loaded.is_none();
-    let mut index_dirs = loaded.unwrap_or_default();
+    let (mut index_dirs, log_read) = loaded.unwrap_or_default();
+    // Read before any summary is trusted: a reopening noted after this is read next time.
+    let (reopened, log_len) = reopened_since(reopen_log, log_read)?;
+    dirty |= log_len != log_read;
     let mut entries = Vec::with_capacity(dirs.len());
     let mut summaries = Vec::new();
     for (hash, dir) in dirs {
         // The stamp is taken before the listing: a change after it moves the time past it.
         let stamp = DirStamp::settled(&dir, SystemTime::now())?;
         let indexed = index_dirs.remove(&hash);
-        let (ended, to_read) = match indexed {
+        let (mut ended, mut to_read) = match indexed {
             Some(known) if known.stamp.is_some() && known.stamp == stamp => {
                 (known.ended, known.live)
             }
@@ -161,6 +221,16 @@ pub fn summaries(
                 (ended, to_read)
             }
         };
+        if !reopened.is_empty() {
+            // Reopened since it was kept: read again.
+            ended.retain(|summary| match reopened.contains(&summary.thread_id) {
+                true => {
+                    to_read.push(summary.thread_id);
+                    false
+                }
+                false => true,
+            });
+        }
         if summaries.is_empty() {
             // Moved, not copied: with one bundle, that is 100,000 summaries.
             summaries = ended;
@@ -171,8 +241,8 @@ pub fn summaries(
         for id in to_read {
             let path = dir.join(format!("{id}.data.jsonl"));
             match read(&path) {
-                Ok(summary) => {
-                    if summary.status.is_ended() {
+                Ok(Listed { summary, held }) => {
+                    if summary.status.is_ended() && !held {
                         dirty = true;
                     } else {
                         live.push(id);
@@ -198,7 +268,7 @@ pub fn summaries(
         // The index only saves time: failing to write it must not fail a listing.
         // A home that cannot be written to (read-only, another user's) is read as it is;
         // the listing says nothing of a cache it could not keep.
-        if let Err(e) = store(index_path, entries, &summaries) {
+        if let Err(e) = store(index_path, entries, &summaries, log_len) {
             match &e {
                 crate::Error::Io { cause, .. }
                     if matches!(
@@ -304,14 +374,11 @@ mod tests {
         let read = |path: &Path| {
             let id: ThreadId = path.file_name().unwrap().to_str().unwrap()[..26].parse().unwrap();
             reads.borrow_mut().push(id);
-            Ok(summary(
-                id,
-                hash,
-                if id == a { ThreadStatus::Completed } else { ThreadStatus::Paused },
-            ))
+            let status = if id == a { ThreadStatus::Completed } else { ThreadStatus::Paused };
+            Ok(Listed { summary: summary(id, hash, status), held: false })
         };
         let dirs = || vec![(hash, dir.clone())];
-        let first = summaries(&index, dirs(), read)?;
+        let first = summaries(&index, &index.with_extension("reopened"), dirs(), read)?;
         assert_eq!(first.len(), 2);
         assert_eq!(reads.take().len(), 2, "no index yet: every file is read");
 
@@ -320,16 +387,58 @@ mod tests {
         let hidden = ThreadId::new();
         std::fs::write(dir.join(format!("{hidden}.data.jsonl")), "").unwrap();
         age(&dir);
-        let second = summaries(&index, dirs(), read)?;
+        let second = summaries(&index, &index.with_extension("reopened"), dirs(), read)?;
         let listed: Vec<ThreadId> = second.iter().map(|s| s.thread_id).collect();
         assert_eq!(listed, vec![a.min(b), a.max(b)], "the index alone, ordered by id");
         assert_eq!(reads.take(), vec![b], "only the thread that had not ended is read again");
 
         // A real change moves the directory's time: the listing finds the new thread.
         std::fs::write(dir.join("other"), "").unwrap();
-        let third = summaries(&index, dirs(), read)?;
+        let third = summaries(&index, &index.with_extension("reopened"), dirs(), read)?;
         assert_eq!(third.len(), 3);
         assert_eq!(reads.take().len(), 2, "the paused thread and the new one");
+        Ok(())
+    }
+
+    /// An ended thread's kept summary is read again once the log names it, and a thread read
+    /// while a process holds it is not kept as ended (its reopening may be half-written).
+    #[test]
+    fn a_reopened_thread_is_read_again() -> Result<()> {
+        let (a, b) = (ThreadId::new(), ThreadId::new());
+        let (_home, hash, dir, index) = bundle_dir(&[a, b]);
+        let log = index.with_extension("reopened");
+        let states = std::cell::RefCell::new(HashMap::from([
+            (a, (ThreadStatus::Failed, false)),
+            (b, (ThreadStatus::Completed, false)),
+        ]));
+        let reads = std::cell::RefCell::new(Vec::new());
+        let read = |path: &Path| {
+            let id: ThreadId = path.file_name().unwrap().to_str().unwrap()[..26].parse().unwrap();
+            reads.borrow_mut().push(id);
+            let (status, held) = states.borrow()[&id];
+            Ok(Listed { summary: summary(id, hash, status), held })
+        };
+        let status_of = |listed: &[ThreadSummary], id| {
+            listed.iter().find(|s| s.thread_id == id).map(|s| s.status)
+        };
+        summaries(&index, &log, vec![(hash, dir.clone())], read)?;
+        reads.take();
+        // Reopened, its record not written yet: still failed, and held.
+        note_reopened(&log, &a.to_string())?;
+        states.borrow_mut().insert(a, (ThreadStatus::Failed, true));
+        let listed = summaries(&index, &log, vec![(hash, dir.clone())], read)?;
+        assert_eq!(reads.take(), vec![a], "the reopened thread alone is read again");
+        assert_eq!(status_of(&listed, a), Some(ThreadStatus::Failed));
+        states.borrow_mut().insert(a, (ThreadStatus::Paused, false));
+        let listed = summaries(&index, &log, vec![(hash, dir.clone())], read)?;
+        assert_eq!(reads.take(), vec![a], "a thread held when read is read again");
+        assert_eq!(status_of(&listed, a), Some(ThreadStatus::Paused));
+        states.borrow_mut().insert(a, (ThreadStatus::Completed, false));
+        summaries(&index, &log, vec![(hash, dir.clone())], read)?;
+        reads.take();
+        let listed = summaries(&index, &log, vec![(hash, dir)], read)?;
+        assert_eq!(reads.take(), vec![], "ended again, it is kept again");
+        assert_eq!(status_of(&listed, a), Some(ThreadStatus::Completed));
         Ok(())
     }
 
@@ -339,9 +448,9 @@ mod tests {
         let (_home, hash, dir, index) = bundle_dir(&ids);
         let read = |path: &Path| {
             let id = path.file_name().unwrap().to_str().unwrap()[..26].parse().unwrap();
-            Ok(summary(id, hash, ThreadStatus::Completed))
+            Ok(Listed { summary: summary(id, hash, ThreadStatus::Completed), held: false })
         };
-        summaries(&index, vec![(hash, dir.clone())], read)?;
+        summaries(&index, &index.with_extension("reopened"), vec![(hash, dir.clone())], read)?;
         let bytes = std::fs::read(&index).unwrap();
         assert!(load(&index).is_some());
         std::fs::write(&index, &bytes[..bytes.len() - 1]).unwrap();
@@ -350,9 +459,16 @@ mod tests {
         *flipped.last_mut().unwrap() ^= 1;
         std::fs::write(&index, &flipped).unwrap();
         assert!(load(&index).is_none(), "nor one with a changed byte");
-        assert_eq!(summaries(&index, vec![(hash, dir.clone())], read)?.len(), 3);
+        assert_eq!(
+            summaries(&index, &index.with_extension("reopened"), vec![(hash, dir.clone())], read)?
+                .len(),
+            3
+        );
         std::fs::write(&index, "not json\n").unwrap();
-        assert_eq!(summaries(&index, vec![(hash, dir)], read)?.len(), 3);
+        assert_eq!(
+            summaries(&index, &index.with_extension("reopened"), vec![(hash, dir)], read)?.len(),
+            3
+        );
         Ok(())
     }
 }
