@@ -243,6 +243,11 @@ pub enum Error {
     #[error("{message}")]
     Remote { message: String, code: i32 },
 
+    /// The connection to a bundle's worker broke (the worker died) while it was handed
+    /// thread `thread`, or ran it; the thread is left at rest, as a crash leaves it.
+    #[error("lost the worker of bundle {hash} (thread {thread}): {cause}")]
+    WorkerLost { thread: String, hash: String, cause: String },
+
     /// The host itself failed (wasmtime setup, an internal invariant).
     #[error("{0}")]
     Host(String),
@@ -321,7 +326,7 @@ impl Error {
             },
             Error::LeaseLost(_) => exit::STATE,
             Error::CorruptBundle { .. } => exit::DATA,
-            Error::Host(_) => exit::SOFTWARE,
+            Error::Host(_) | Error::WorkerLost { .. } => exit::SOFTWARE,
             Error::Remote { code, .. } => *code,
         }
     }

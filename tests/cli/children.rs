@@ -336,3 +336,60 @@ fn a_child_step_is_checked_at_add_and_drawn_on_the_graph() -> Result<()> {
     assert!(graph.contains("runs workflow review-file"), "{graph}");
     Ok(())
 }
+
+/// A child's worker that dies while the parent's worker hands it a new child thread (frozen,
+/// then killed with `kill -9`) fails nothing: the hand-over is made again to a worker started
+/// for it, the parent completes, and each item has one child (at 4abdda5 the parent's step
+/// failed for good with "lost the worker", its children left interrupted). A home directory's
+/// workers: a database's pool has no hand-over to lose.
+#[test]
+fn a_child_worker_lost_in_the_hand_over_fails_nothing_and_starts_no_second_child() -> Result<()> {
+    let env = Env::new()?;
+    if env.store.is_some() {
+        return Ok(());
+    }
+    add_both(&env)?;
+    let agent = agent(&env)?;
+    // A thread of the child workflow keeps its worker up, waiting at the gate; frozen, the
+    // worker still accepts connections but answers none.
+    std::fs::write(env.dir.path().join("gate"), "")?;
+    let held = env.ok(&[
+        "run",
+        "review-file",
+        "-p",
+        "x",
+        "--agent",
+        &agent,
+        "--trigger-data",
+        "{}",
+        "--detach",
+    ])?;
+    let held = held.trim().to_string();
+    wait_until("the child workflow's worker runs", || Ok(status(&env, &held)? == "running"))?;
+    let worker = env.json(&["ps"])?[0]["pid"].as_u64().context("worker pid")?.to_string();
+    std::process::Command::new("kill").args(["-STOP", &worker]).status()?;
+    let parent = env.ok(&["run", "review-all", "-p", "x", "--agent", &agent, "--detach"])?;
+    let parent = parent.trim().to_string();
+    let queue = env.home().join("run/queue");
+    wait_until("the parent's worker hands children to the frozen worker", || {
+        let children = threads_of(&env, "review-file")?.len() - 1;
+        let queued = std::fs::read_dir(&queue).map_or(0, |d| {
+            d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".json")).count()
+        });
+        Ok(children == 2 && queued == 2)
+    })?;
+    crate::kill_9(&[worker]);
+    std::fs::remove_file(env.dir.path().join("gate"))?;
+    wait_until("the parent ends", || {
+        Ok(!matches!(status(&env, &parent)?.as_str(), "running" | "waiting" | "queued"))
+    })?;
+    let record = env.json(&["thread", &parent])?;
+    ensure!(record["status"] == "completed", "the parent {}: {}", record["status"], record["end"]);
+    let children: Vec<Value> = threads_of(&env, "review-file")?
+        .into_iter()
+        .filter(|t| t["parent"] == parent.as_str())
+        .collect();
+    ensure!(children.len() == FILES.len(), "one child per file: {children:?}");
+    ensure!(children.iter().all(|c| c["status"] == "completed"), "{children:?}");
+    Ok(())
+}

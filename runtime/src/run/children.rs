@@ -45,6 +45,15 @@ impl Children for StoreChildren {
             let flags = call.flags.clone();
             let id = match start(&self.store, call).await {
                 Ok(id) => id,
+                // The child exists, at rest, and could not be handed to a worker: the parent
+                // waits on it, as on a child whose worker died later (`resume` of the parent
+                // resumes it).
+                Err(Error::WorkerLost { thread, cause, .. })
+                    if let Ok(thread) = thread.parse::<ThreadId>() =>
+                {
+                    tracing::warn!("child thread {thread} was not handed over: {cause}");
+                    return ChildState::Running(thread);
+                }
                 Err(e) => return ChildState::Ended(Err(failed(&workflow, &e))),
             };
             crash_point("child-started");
@@ -59,8 +68,11 @@ impl Children for StoreChildren {
                 Ok(record) if record.status() == ThreadStatus::Interrupted => {
                     match actions::resume(&self.store, id, &flags, Hand::Detach).await {
                         Ok(_) => ChildState::Running(id),
-                        // Resumed meanwhile by someone else.
-                        Err(e) if e.is_busy() => ChildState::Running(id),
+                        // Resumed meanwhile by someone else, or left at rest again by a
+                        // worker that died: the parent waits on it.
+                        Err(e) if e.is_busy() || matches!(e, Error::WorkerLost { .. }) => {
+                            ChildState::Running(id)
+                        }
                         Err(e) => ChildState::Ended(Err(failed(&workflow, &e))),
                     }
                 }

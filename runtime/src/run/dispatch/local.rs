@@ -14,6 +14,10 @@ use crate::run::ipc::{self, ClientMessage, Connection, PsEntry, Reply, Request};
 use crate::run::worker::{self, WorkerOptions, request_of};
 use crate::store::Storage;
 
+/// How many times a thread is handed to its bundle's worker when the worker dies during the
+/// hand-over.
+const HAND_OVER_ATTEMPTS: usize = 3;
+
 /// Dispatch over a home directory's per-bundle workers.
 pub struct LocalDispatch {
     store: Storage,
@@ -40,8 +44,32 @@ impl LocalDispatch {
         taken
     }
 
-    /// Hands queued thread `id` to its bundle's worker (started if none is live).
+    /// Hands queued thread `id` to its bundle's worker (started if none is live). A worker
+    /// that dies while it is handed the thread (its connection breaks before it says it took
+    /// it) is no failure of the thread: the hand-over is made again, to a worker started for
+    /// it, a few times.
     async fn take_queued(
+        &self,
+        id: ThreadId,
+        hash: BundleHash,
+        follow: bool,
+    ) -> Result<(Box<dyn Follower>, Accepted)> {
+        let mut attempt = 1;
+        loop {
+            match self.hand_to_worker(id, hash, follow).await {
+                Err(Error::WorkerLost { cause, .. }) if attempt < HAND_OVER_ATTEMPTS => {
+                    tracing::warn!(
+                        "thread {id}: the worker of bundle {hash} died while it was handed the                          thread ({cause}); handing it over again"
+                    );
+                    attempt += 1;
+                }
+                taken => return taken,
+            }
+        }
+    }
+
+    /// One hand-over of queued thread `id` to its bundle's worker.
+    async fn hand_to_worker(
         &self,
         id: ThreadId,
         hash: BundleHash,
@@ -52,13 +80,14 @@ impl LocalDispatch {
         // worker may have been started by another shell, before a key was exported or changed.
         let secrets = Secrets::from_env(&self.store.config()?);
         let request = Request::Take { thread: id, follow, interactive: follow, secrets };
-        connection.send(&request).await.map_err(|e| lost(hash, e))?;
-        match connection.receive::<Reply>().await.map_err(|e| lost(hash, e))? {
+        connection.send(&request).await.map_err(|e| lost(id, hash, e))?;
+        match connection.receive::<Reply>().await.map_err(|e| lost(id, hash, e))? {
             Some(Reply::Accepted { pid, cache_hit, steps, .. }) => {
                 let follower = LocalFollower { connection, id, hash };
                 Ok((Box::new(follower), Accepted { pid: Some(pid), cache_hit, steps }))
             }
             Some(Reply::Error { message, code }) => Err(Error::Remote { message, code }),
+            None => Err(lost(id, hash, std::io::ErrorKind::UnexpectedEof.into())),
             other => {
                 Err(Error::Host(format!("unexpected answer from the worker of {hash}: {other:?}")))
             }
@@ -70,8 +99,8 @@ impl LocalDispatch {
         let Some(mut connection) = ipc::connect(self.store.home(), hash).await? else {
             return Ok(None);
         };
-        connection.send(request).await.map_err(|e| lost(hash, e))?;
-        connection.receive::<Reply>().await.map_err(|e| lost(hash, e))
+        connection.send(request).await.map_err(|e| worker_gone(hash, e))?;
+        connection.receive::<Reply>().await.map_err(|e| worker_gone(hash, e))
     }
 }
 
@@ -136,7 +165,11 @@ struct LocalFollower {
 impl Follower for LocalFollower {
     fn next(&mut self) -> BoxFuture<'_, Result<Option<Heard>>> {
         async move {
-            let reply = self.connection.receive::<Reply>().await.map_err(|e| lost(self.hash, e))?;
+            let reply = self
+                .connection
+                .receive::<Reply>()
+                .await
+                .map_err(|e| lost(self.id, self.hash, e))?;
             let thread = self.id;
             Ok(reply.map(|reply| match reply {
                 Reply::Working { role, agent } => {
@@ -167,13 +200,18 @@ impl Follower for LocalFollower {
             self.connection
                 .send(&ClientMessage::Answer { text })
                 .await
-                .map_err(|e| lost(self.hash, e))
+                .map_err(|e| lost(self.id, self.hash, e))
         }
         .boxed()
     }
 }
 
-/// The error for a worker connection that broke.
-fn lost(hash: BundleHash, e: std::io::Error) -> Error {
+/// The error for the connection to the worker handed thread `thread` that broke.
+fn lost(thread: ThreadId, hash: BundleHash, e: std::io::Error) -> Error {
+    Error::WorkerLost { thread: thread.to_string(), hash: hash.to_string(), cause: e.to_string() }
+}
+
+/// The error for a connection to a worker, asked about no thread, that broke.
+fn worker_gone(hash: BundleHash, e: std::io::Error) -> Error {
     Error::Host(format!("lost the worker of bundle {hash}: {e}"))
 }
