@@ -655,4 +655,97 @@ contract! {
         ensure!(store.request_keys().claim(&key("token:ci", "c"))? == Claim::New);
         Ok(())
     }
+
+    /// A listing follows a thread reopened after its end (a retry): read before and after,
+    /// it says what `read` says. (A home directory keeps ended threads' summaries in an
+    /// index; at 4abdda5 it kept the failed one.)
+    fn a_reopened_thread_is_listed_as_it_is_now(store: &Storage) -> Result<()> {
+        use uncaged_workflow::store::upgrades::{Retry, RetryRecord};
+        let threads = store.threads();
+        let (mut writer, record) = threads.create(&start_record(hash(9)), &[], &[])?;
+        let id = record.id();
+        futures::executor::block_on(writer.append_steps(&[step("planner", "plan")]))?;
+        let end = End::by_workflow(1, "failed".into());
+        writer.append_end(&EndRecord { end: End { status: EndStatus::Failed, ..end }, timestamp: 5 })?;
+        drop(writer);
+        let listed = |store: &Storage| -> Result<(ThreadStatus, usize)> {
+            let all = store.threads().summaries()?;
+            let one = all.iter().find(|s| s.thread_id == id).context("listed")?;
+            Ok((one.status, one.steps))
+        };
+        ensure!(listed(store)? == (ThreadStatus::Failed, 1));
+        ensure!(listed(store)? == (ThreadStatus::Failed, 1), "as the listing keeps it");
+        let mut writer = reopen(store, id)?;
+        let retry = Retry { from_step: 1, reason: "failed".into(), steps: vec![] };
+        writer.append_retry(&RetryRecord { retry, timestamp: 6 })?;
+        futures::executor::block_on(writer.append_steps(&[step("developer", "again")]))?;
+        drop(writer);
+        eventually("let go", || Ok(!threads.read(id)?.running))?;
+        ensure!(threads.read(id)?.status() == ThreadStatus::Interrupted);
+        ensure!(listed(store)? == (ThreadStatus::Interrupted, 2), "{:?}", listed(store)?);
+        let mut writer = reopen(store, id)?;
+        let end = End::by_workflow(0, "done".into());
+        writer.append_end(&EndRecord { end, timestamp: 7 })?;
+        drop(writer);
+        eventually("let go", || Ok(!threads.read(id)?.running))?;
+        ensure!(listed(store)? == (ThreadStatus::Completed, 2));
+        ensure!(listed(store)? == (ThreadStatus::Completed, 2), "as the listing keeps it");
+        Ok(())
+    }
+
+    /// A follower hears each rest of a thread in the order of its records: a thread that
+    /// waits, is answered and waits again between two looks is heard waiting twice (at
+    /// 4abdda5, once: its status was the same at both looks), and a budget raised at rest is
+    /// no rest.
+    fn events_follow_the_records_not_samples_of_the_status(store: &Storage) -> Result<()> {
+        use uncaged_workflow::run::events::Event;
+        use uncaged_workflow::run::watch::ThreadEvents;
+        let names = |events: Vec<Event>| -> Vec<String> {
+            events
+                .iter()
+                .map(|e| match e {
+                    Event::Step { index, .. } => format!("step {index}"),
+                    Event::Waiting { role, .. } => format!("waiting {role}"),
+                    Event::Paused { steps, .. } => format!("paused {steps}"),
+                    Event::Ended { .. } => "ended".into(),
+                    other => format!("{other:?}"),
+                })
+                .collect()
+        };
+        let waiting = || Paused { role: Some("reviewer".into()), ..Paused::by(PauseReason::Waiting) };
+        let (mut writer, record) = store.threads().create(&start_record(hash(10)), &[], &[])?;
+        let id = record.id();
+        let mut events = ThreadEvents::new(store, id);
+        futures::executor::block_on(writer.append_steps(&[step("planner", "p"), step("developer", "d")]))?;
+        writer.append_pause(waiting())?;
+        drop(writer);
+        eventually("let go", || Ok(!store.threads().read(id)?.running))?;
+        ensure!(names(events.poll()?) == ["step 1", "step 2", "waiting reviewer"]);
+        // Answered, two steps, and waiting again, all between two looks.
+        let mut writer = reopen(store, id)?;
+        futures::executor::block_on(writer.append_steps(&[step("reviewer", "changes")]))?;
+        futures::executor::block_on(writer.append_steps(&[step("developer", "again")]))?;
+        writer.append_pause(waiting())?;
+        drop(writer);
+        eventually("let go", || Ok(!store.threads().read(id)?.running))?;
+        let heard = names(events.poll()?);
+        ensure!(heard == ["step 3", "step 4", "waiting reviewer"], "{heard:?}");
+        ensure!(events.poll()?.is_empty(), "told once");
+        // Paused, resumed and paused again between two looks; a budget raised at rest.
+        let mut writer = reopen(store, id)?;
+        writer.append_pause(Paused::by(PauseReason::Pause))?;
+        futures::executor::block_on(writer.append_steps(&[step("reviewer", "ok")]))?;
+        writer.append_pause(Paused::by(PauseReason::Pause))?;
+        let raised = uncaged_workflow::store::records::Budget { max_tokens: Some(9), ..Default::default() };
+        writer.append_pause(Paused { budget: Some(raised), ..Paused::by(PauseReason::Pause) })?;
+        let heard = names(events.poll()?);
+        ensure!(heard == ["paused 4", "step 5", "paused 5"], "{heard:?}");
+        writer.append_end(&EndRecord { end: End::by_workflow(0, "done".into()), timestamp: 8 })?;
+        drop(writer);
+        ensure!(names(events.poll()?) == ["ended"]);
+        // A follower that comes later hears the steps and the rest the thread is in.
+        let late = names(ThreadEvents::new(store, id).poll()?);
+        ensure!(late == ["step 1", "step 2", "step 3", "step 4", "step 5", "ended"], "{late:?}");
+        Ok(())
+    }
 }

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::ids::ThreadId;
 use crate::run::events::Event;
 use crate::store::Storage;
-use crate::store::records::{ThreadLines, ThreadRecord, ThreadStatus};
+use crate::store::records::{Rest, RestKind, ThreadLines, ThreadRecord, ThreadStatus};
 
 /// A thread's records as read so far.
 #[derive(Debug)]
@@ -66,49 +66,65 @@ impl ThreadReader {
     }
 }
 
-/// A thread's events: each step as it is stored, then how the thread rests each time it comes
-/// to rest (waiting, paused, ended).
+/// A thread's events: each step as it is stored, then each time the thread comes to rest
+/// (waiting, paused, ended), in the order of its records, not sampled from its status: a
+/// thread that waits, is answered and waits again between two looks is told waiting twice.
 #[derive(Debug)]
 pub struct ThreadEvents {
     reader: ThreadReader,
     /// Steps already told.
     told: usize,
-    /// The status last told, so a rest is told once.
-    rest: Option<ThreadStatus>,
+    /// Rests already told (of the record's [`rests`](ThreadRecord::rests)); none before the
+    /// first look.
+    rests_told: Option<usize>,
 }
 
 impl ThreadEvents {
     /// Watches thread `id` from its first step.
     pub fn new(store: &Storage, id: ThreadId) -> Self {
-        ThreadEvents { reader: ThreadReader::new(store, id), told: 0, rest: None }
+        ThreadEvents { reader: ThreadReader::new(store, id), told: 0, rests_told: None }
     }
 
-    /// What happened since the last call; empty if nothing did.
+    /// What happened since the last call; empty if nothing did. The first call tells the
+    /// steps so far and the rest the thread is in, if it is at rest (not every rest it had).
     pub fn poll(&mut self) -> Result<Vec<Event>> {
         let record = self.reader.catch_up()?;
         let thread = record.id();
         let mut events = Vec::new();
-        for (offset, step) in record.steps.iter().enumerate().skip(self.told) {
-            events.push(Event::Step { thread, index: offset + 1, step: step.clone() });
+        let rests = match self.rests_told {
+            Some(told) => record.rests.get(told..).unwrap_or_default(),
+            None => match record.status() {
+                ThreadStatus::Waiting | ThreadStatus::Paused => last_rest(&record),
+                status if status.is_ended() => last_rest(&record),
+                _ => &[],
+            },
+        };
+        for rest in rests {
+            self.tell_steps(&record, rest.steps, &mut events);
+            events.push(match &rest.kind {
+                RestKind::Waiting { role } => Event::Waiting { thread, role: role.clone() },
+                RestKind::Paused => Event::Paused { thread, steps: rest.steps },
+                RestKind::Ended(end) => Event::Ended { thread, end: end.clone() },
+            });
         }
-        self.told = self.told.max(record.steps.len());
-        let status = record.status();
-        if self.rest != Some(status) {
-            let rest = match status {
-                _ if record.end.is_some() => {
-                    let end = record.end.clone().expect("an ended thread").end;
-                    Some(Event::Ended { thread, end })
-                }
-                ThreadStatus::Waiting => Some(Event::Waiting {
-                    thread,
-                    role: record.paused.as_ref().and_then(|p| p.role.clone()).unwrap_or_default(),
-                }),
-                ThreadStatus::Paused => Some(Event::Paused { thread, steps: record.steps.len() }),
-                _ => None,
-            };
-            events.extend(rest);
-            self.rest = Some(status);
-        }
+        self.rests_told = Some(record.rests.len());
+        self.tell_steps(&record, record.steps.len(), &mut events);
         Ok(events)
     }
+
+    /// Tells the steps of `record` not told yet, up to its first `upto`.
+    fn tell_steps(&mut self, record: &ThreadRecord, upto: usize, events: &mut Vec<Event>) {
+        let thread = record.id();
+        let upto = upto.min(record.steps.len());
+        for (offset, step) in record.steps.iter().enumerate().take(upto).skip(self.told) {
+            events.push(Event::Step { thread, index: offset + 1, step: step.clone() });
+        }
+        self.told = self.told.max(upto);
+    }
+}
+
+/// The last rest of `record`, as a slice.
+fn last_rest(record: &ThreadRecord) -> &[Rest] {
+    let len = record.rests.len();
+    &record.rests[len.saturating_sub(1)..]
 }

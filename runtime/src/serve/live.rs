@@ -126,7 +126,9 @@ async fn fingerprint(
     if let Some(id) = thread
         && let Ok(record) = store.threads().read(id)
     {
-        parts.push(format!("{} {:?}", record.steps.len(), record.status()));
+        // Each rest counts: a thread that waits, is answered and waits again between two
+        // looks has the same steps and status, and its page must still be fetched again.
+        parts.push(format!("{} {:?} {}", record.steps.len(), record.status(), record.rests.len()));
         if let Ok(log) = store.threads().info_tail(record.start.hash, id, 1) {
             parts.push(format!("{:?}", log.first().map(|l| l.timestamp)));
         }

@@ -211,12 +211,37 @@ pub struct ThreadRecord {
     /// Its retries after failing, oldest first (each with when it was made).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retries: Vec<RetryRecord>,
+    /// Each time the thread came to rest, in the order of its records: what its followers
+    /// are told, so that a rest between two looks at it is not missed.
+    #[serde(skip)]
+    pub rests: Vec<Rest>,
     /// Whether a process held the thread's run lock when it was read.
     #[serde(skip)]
     pub running: bool,
     /// Whether it waited in a shared store's queue for a worker to take it (and none held it).
     #[serde(skip)]
     pub queued: bool,
+}
+
+/// A time a thread came to rest (waited for a person or a child, paused, ended), as its
+/// records tell it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rest {
+    /// How many steps it had then.
+    pub steps: usize,
+    pub kind: RestKind,
+}
+
+/// How a thread came to rest.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RestKind {
+    /// It waits for an answer for `role` (a person's, or a child workflow's end).
+    Waiting {
+        role: String,
+    },
+    /// It paused (asked to, over its budget, created or stepped and not run on, retried).
+    Paused,
+    Ended(End),
 }
 
 /// A thread as listings show it (`threads`, `ps`, `threads prune`): what a store can keep in
@@ -285,6 +310,7 @@ impl ThreadRecord {
             raised_budget: None,
             upgrades: Vec::new(),
             retries: Vec::new(),
+            rests: Vec::new(),
             running: true,
             queued: false,
         }
@@ -464,6 +490,7 @@ pub struct ThreadLines {
     raised_budget: Option<Budget>,
     upgrades: Vec<Upgrade>,
     retries: Vec<RetryRecord>,
+    rests: Vec<Rest>,
     skipped_lines: Vec<usize>,
 }
 
@@ -484,15 +511,25 @@ impl ThreadLines {
         let parsed = if self.start.is_none() {
             serde_json::from_value(value).map(|s| self.start = Some(s))
         } else if value.get("end").is_some() {
-            serde_json::from_value(value).map(|e| self.end = Some(e))
+            serde_json::from_value::<EndRecord>(value).map(|e| {
+                self.rested(RestKind::Ended(e.end.clone()));
+                self.end = Some(e)
+            })
         } else if value.get("upgrade").is_some() {
             serde_json::from_value::<UpgradeRecord>(value).map(|u| self.upgrades.push(u.upgrade))
         } else if value.get("retry").is_some() {
             serde_json::from_value::<RetryRecord>(value).map(|r| self.retried(number, r))
         } else if value.get("paused").is_some() {
             serde_json::from_value::<PauseRecord>(value).map(|p| {
-                if let Some(budget) = &p.paused.budget {
-                    self.raised_budget = Some(budget.clone());
+                match &p.paused.budget {
+                    // A budget raised while at rest: the rest goes on.
+                    Some(budget) => self.raised_budget = Some(budget.clone()),
+                    None => self.rested(match p.paused.by {
+                        PauseReason::Waiting => {
+                            RestKind::Waiting { role: p.paused.role.clone().unwrap_or_default() }
+                        }
+                        _ => RestKind::Paused,
+                    }),
                 }
                 self.paused = Some(p)
             })
@@ -506,6 +543,11 @@ impl ThreadLines {
         if parsed.is_err() {
             self.skipped_lines.push(number);
         }
+    }
+
+    /// The thread came to rest, after the steps read so far.
+    fn rested(&mut self, kind: RestKind) {
+        self.rests.push(Rest { steps: self.steps.len(), kind });
     }
 
     /// A retry: the thread's end is undone, the steps it carries are the thread's, and it is
@@ -522,6 +564,7 @@ impl ThreadLines {
         let paused = Paused::by(PauseReason::Pause);
         self.paused = Some(PauseRecord { paused, timestamp: record.timestamp });
         self.retries.push(record);
+        self.rested(RestKind::Paused);
     }
 
     /// The thread as these lines make it (held by a process if `held`, waiting in a queue if
@@ -562,6 +605,7 @@ impl ThreadLines {
             raised_budget: self.raised_budget,
             upgrades: self.upgrades,
             retries: self.retries,
+            rests: self.rests,
             running,
             queued: false,
         };
