@@ -393,4 +393,65 @@ on_both_stores! {
             Ok(())
         })
     }
+
+    /// Every error is `{"error": {"code", "message"}}`, as docs/api.md says: a query or a path
+    /// that does not parse, a method a route does not take, a route of the old unversioned API
+    /// (at 4abdda5: plain text, or an empty body). A malformed id's 400 is documented. The
+    /// scheme of `Authorization` is read in any case. Each request is logged in one line at
+    /// `-v`, with the token's name and never the token.
+    #[test]
+    fn every_error_is_the_json_error_and_every_request_is_logged() -> Result<()> {
+        let env = Env::new()?;
+        env.add_solve_issue()?;
+        let token = env.ok(&["token", "create", "--name", "ci"])?.trim().to_string();
+        let serve = Serve::start(&env, &["--no-schedules", "-v"], &[])?;
+        let api = Api::new(&serve, &token)?;
+        let root = format!("http://{}", serve.addr);
+        runtime()?.block_on(async {
+            let thread = api.start("solve-issue", "errors").await?;
+            let http = &api.http;
+            let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
+                (api.get("/threads?limit=-1"), 400, "invalid_query"),
+                (api.get("/threads?limit=abc"), 400, "invalid_query"),
+                (api.get("/threads?limit=1000000000000000000000000000000"), 400, "invalid_query"),
+                (api.get(&format!("/threads/{thread}/events?after=-1")), 400, "invalid_query"),
+                (api.get("/threads/%FF%FE"), 400, "invalid"),
+                (api.get("/threads/0"), 400, "invalid"),
+                (http.delete(format!("{}/threads", api.base)).bearer_auth(&token), 405, "method_not_allowed"),
+                (http.put(format!("{}/threads", api.base)).bearer_auth(&token), 405, "method_not_allowed"),
+                (api.get(&format!("/threads/{thread}/kill")), 405, "method_not_allowed"),
+                (http.get(format!("{root}/api/threads")).bearer_auth(&token), 404, "not_found"),
+                (http.get(format!("{root}/api/workflows")).bearer_auth(&token), 404, "not_found"),
+                (http.get(format!("{root}/api/schedules")).bearer_auth(&token), 404, "not_found"),
+            ];
+            for (request, status, code) in cases {
+                let response = request.send().await?;
+                let url = response.url().to_string();
+                let got = response.status().as_u16();
+                let kind = response.headers().get("content-type").map(|k| k.to_str().unwrap_or("").to_string());
+                let text = response.text().await?;
+                let body: Value = serde_json::from_str(&text).with_context(|| format!("{url}: {got} {kind:?} {text:?}"))?;
+                ensure!(got == status && body["error"]["code"] == code, "{url}: {got} {body}");
+                ensure!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{url}: {body}");
+            }
+            // RFC 7235: the scheme's name in any case.
+            for scheme in ["bearer", "BEARER", "Bearer"] {
+                let request = http.get(format!("{}/threads", api.base)).header("authorization", format!("{scheme} {token}"));
+                ensure!(Api::send(request).await?.0 == 200, "`{scheme}` refused");
+            }
+            // The 400 of a malformed id is in the document.
+            let (_, doc) = Api::send(api.get("/openapi.json")).await?;
+            for path in ["/api/v1/threads/{id}", "/api/v1/threads/{id}/events", "/api/v1/threads/{id}/{action}"] {
+                let method = if path.ends_with("{action}") { "post" } else { "get" };
+                ensure!(doc["paths"][path][method]["responses"]["400"].is_object(), "{path}: no 400");
+            }
+            Ok::<_, anyhow::Error>(())
+        })?;
+        drop(serve);
+        let log = std::fs::read_to_string(env.dir.path().join("serve.err"))?;
+        ensure!(log.contains("GET /api/v1/threads/{id} 400"), "no request line: {log}");
+        ensure!(log.lines().any(|l| l.contains("POST /api/v1/threads 201") && l.contains("token:ci")), "{log}");
+        ensure!(!log.contains(&token), "a token in the log: {log}");
+        Ok(())
+    }
 }

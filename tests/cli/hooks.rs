@@ -117,13 +117,20 @@ on_both_stores! {
         assert_eq!(deliver(&base, "nope", body, &good).await?.0, 404);
         let text = github("d2", github_signature(SECRET, "hello"));
         assert_eq!(deliver(&base, "triage", "hello", &text).await?.0, 400);
+        // A delivery over the body limit (1 MiB): the API's JSON error, counted as refused
+        // (at 4abdda5 a plain-text 413, counted nowhere).
+        let huge = format!("{{\"blob\": \"{}\"}}", "x".repeat(1 << 20));
+        let signed = github("d3", github_signature(SECRET, &huge));
+        let (code, refused) = deliver(&base, "triage", &huge, &signed).await?;
+        assert_eq!((code, refused["error"]["code"].clone()), (413, json!("too_large")), "{refused}");
+        ensure!(refused["error"]["message"].as_str().is_some_and(|m| m.contains("max_body_bytes")), "{refused}");
         assert_eq!(env.json(&["threads"])?.as_array().map(Vec::len), Some(1));
         // What serve saw, for Prometheus.
         let metrics = reqwest::get(format!("{base}/metrics")).await?.text().await?;
         for line in [
             "uncaged_workflow_webhook_deliveries_total{outcome=\"started\"} 1",
             "uncaged_workflow_webhook_deliveries_total{outcome=\"replayed\"} 1",
-            "uncaged_workflow_webhook_deliveries_total{outcome=\"refused\"} 5",
+            "uncaged_workflow_webhook_deliveries_total{outcome=\"refused\"} 6",
             "uncaged_workflow_threads{status=\"completed\"} 1",
             "uncaged_workflow_queue_depth 0",
             "uncaged_workflow_steps 1",

@@ -117,6 +117,10 @@ fn stalled_connections_neither_starve_requests_nor_stay_open() -> Result<()> {
         answer.contains("limit of 20 connections") && answer.contains("application/json"),
         "{answer}"
     );
+    // The API's error shape, `{"error": {"code", "message"}}` (at 4abdda5 `error` was text).
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).context("a body")?)?;
+    assert_eq!(body["error"]["code"], "too_many_connections", "{body}");
+    ensure!(body["error"]["message"].as_str().is_some_and(|m| m.contains("limit of 20")), "{body}");
     Ok(())
 }
 
@@ -202,6 +206,74 @@ fn two_thousand_live_views_of_a_large_thread_keep_memory_bounded() -> Result<()>
         "2,000 streams took the server from {before} to {watching} MiB"
     );
     ensure!(after < before + 300, "{after} MiB stayed after the streams closed (from {before})");
+    Ok(())
+}
+
+/// 2,000 clients follow the API's event stream of one thread holding 2 MiB of steps, each
+/// reading its first bytes and then nothing more: every client is sent the feed's own frames,
+/// serialized once, so the server stays under 200 MiB above where it started, while they
+/// follow and after they close (at 4abdda5 each kept a copy of every event it had not sent:
+/// 4 GB).
+#[test]
+fn two_thousand_event_streams_of_a_large_thread_share_one_copy_of_it() -> Result<()> {
+    many_descriptors()?;
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let agent = env.write_script(
+        "big.sh",
+        "#!/bin/sh\ninput=$(cat)\nhead -c 700000 /dev/zero | tr '\\0' x\necho\ncase \"$input\" in\n  *'\"role\":{\"name\":\"planner\"'*) echo '{\"steps\": [\"a\"]}' ;;\n  *'\"role\":{\"name\":\"developer\"'*) echo '{\"summary\": \"b\"}' ;;\n  *) echo '{\"approved\": true}' ;;\nesac\n",
+    )?;
+    let agent = format!("command:{}", agent.display());
+    let thread =
+        crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "big", "--agent", &agent])?)?;
+    let token = env.ok(&["token", "create", "--name", "reader", "--read-only"])?.trim().to_string();
+    let serve = Serve::start(&env, &["--no-schedules"], &[])?;
+    let (pid, addr) = (serve.child.id(), serve.addr.clone());
+    let before = rss_mib(pid)?;
+    let request = format!(
+        "GET /api/v1/threads/{thread}/events HTTP/1.1\r\nHost: {addr}\r\n\
+         Authorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+    );
+    let mut streams: Vec<TcpStream> = Vec::with_capacity(2000);
+    for i in 0..2000 {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        // A slow reader's window: what the kernel holds for it stays small.
+        socket.set_recv_buffer_size(16 << 10)?;
+        socket.connect(&addr.parse::<std::net::SocketAddr>()?.into())?;
+        let mut stream: TcpStream = socket.into();
+        stream.write_all(request.as_bytes())?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !String::from_utf8_lossy(&seen).contains("event: step") {
+            let n = stream.read(&mut buf).with_context(|| format!("stream {i}"))?;
+            ensure!(n > 0, "stream {i} ended: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        streams.push(stream);
+    }
+    // What the server holds for them once it can send no more: measured when it settles.
+    let mut following = rss_mib(pid)?;
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = rss_mib(pid)?;
+        let settled = now.abs_diff(following) < 2;
+        following = now;
+        if settled {
+            break;
+        }
+    }
+    drop(streams);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = rss_mib(pid)?;
+    eprintln!(
+        "serve figure: RSS {before} MiB before, {following} MiB at 2,000 event streams, {after} MiB after they closed"
+    );
+    ensure!(
+        following < before + 200,
+        "2,000 event streams took the server from {before} to {following} MiB"
+    );
+    ensure!(after < before + 200, "{after} MiB stayed after the streams closed (from {before})");
     Ok(())
 }
 

@@ -87,10 +87,14 @@ pub async fn serve(
 
 /// Tells a client over the cap so, in one response, and closes.
 async fn refuse(mut stream: TcpStream, max: usize) {
-    let body = format!(
-        "{{\"error\": \"the server is at its limit of {max} connections (serve.max_connections); \
-         try again shortly\"}}"
-    );
+    let body = serde_json::json!({"error": {
+        "code": "too_many_connections",
+        "message": format!(
+            "the server is at its limit of {max} connections (serve.max_connections); try \
+             again shortly"
+        ),
+    }})
+    .to_string();
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
          content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
@@ -196,6 +200,25 @@ impl AsyncWrite for Watched {
             self.moved();
         }
         poll
+    }
+
+    /// Vectored, as the socket is: hyper then queues a response's chunks (the event feeds'
+    /// shared frames) and writes them as they are, where it would copy each into a buffer of
+    /// the connection's own (a thousand followers of a large step, a thousand copies).
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(poll, Poll::Ready(Ok(n)) if n > 0) {
+            self.moved();
+        }
+        poll
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {

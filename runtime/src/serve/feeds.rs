@@ -1,12 +1,15 @@
 //! The event feeds of `GET /api/v1/threads/{id}/events`: each followed thread is read by one
-//! task, however many clients follow it, into one shared log of its events; a client holds
-//! only a receiver and its place in that log. Reading the store is bounded by the threads
-//! followed, not by the clients following them, and a feed ends with its last follower.
+//! task, however many clients follow it, into one shared log of its events, each serialized
+//! once as its server-sent-event frame; a client holds only a receiver and its place in that
+//! log, and is sent the shared bytes (never a copy of its own). Reading the store is bounded
+//! by the threads followed, memory by their events, not by the clients following them, and a
+//! feed ends with its last follower.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -19,12 +22,78 @@ use crate::store::Storage;
 /// How often a followed thread is read for what it stored.
 const INTERVAL: Duration = Duration::from_millis(200);
 
+/// An event as every follower is sent it.
+#[derive(Debug)]
+pub struct Told {
+    /// The step it tells, if it tells one (where a client that heard step N starts again).
+    pub step: Option<usize>,
+    /// Its frame: `event: TYPE`, `id: LAST-STEP`, `data: JSON`, and a blank line.
+    pub frame: Bytes,
+}
+
+impl Told {
+    /// `event`, with `last_step` (the last step told at or before it) as its id.
+    fn of(event: &Event, last_step: usize) -> Told {
+        let json = serde_json::to_string(event).expect("events serialize");
+        let name = match event {
+            Event::Started { .. } => "started",
+            Event::Working { .. } => "working",
+            Event::Step { .. } => "step",
+            Event::Waiting { .. } => "waiting",
+            Event::Paused { .. } => "paused",
+            Event::Ended { .. } => "ended",
+        };
+        // JSON text holds no newline (serde_json escapes them), so it is one `data` line.
+        let frame = format!("event: {name}\nid: {last_step}\ndata: {json}\n\n");
+        let step = match event {
+            Event::Step { index, .. } => Some(*index),
+            _ => None,
+        };
+        Told { step, frame: Bytes::from(frame) }
+    }
+}
+
 /// A thread's events so far, in order.
 #[derive(Debug, Default)]
 pub struct Log {
-    pub events: Vec<Arc<Event>>,
+    pub events: Vec<Arc<Told>>,
     /// Set when the thread can say no more (it ended, or it can no longer be read).
     pub closed: bool,
+    /// Set when it can no longer be read (removed, or its store is gone): the feed is not kept
+    /// for those who come later, who are told why when they read it themselves.
+    pub unreadable: bool,
+}
+
+impl Log {
+    /// The log with `events` added after the ones it has.
+    fn extended(&self, events: Vec<Event>, failed: bool) -> Log {
+        let mut last_step = self.events.iter().rev().find_map(|t| t.step).unwrap_or(0);
+        let mut log = Log {
+            events: self.events.clone(),
+            closed: self.closed || failed,
+            unreadable: self.unreadable || failed,
+        };
+        for event in events {
+            log.closed |= matches!(event, Event::Ended { .. });
+            if let Event::Step { index, .. } = &event {
+                last_step = *index;
+            }
+            log.events.push(Arc::new(Told::of(&event, last_step)));
+        }
+        log
+    }
+
+    /// Where a client that heard step `after` starts (0: from the first event); past the end
+    /// if the log does not hold that step yet.
+    pub fn start_of(&self, after: usize) -> usize {
+        if after == 0 {
+            return 0;
+        }
+        self.events
+            .iter()
+            .position(|t| t.step == Some(after))
+            .map_or(self.events.len(), |at| at + 1)
+    }
 }
 
 type Feed = watch::Sender<Arc<Log>>;
@@ -50,8 +119,7 @@ impl Feeds {
         }
         let mut reader = ThreadEvents::new(store, id);
         let first = reader.poll()?;
-        let closed = first.iter().any(|e| matches!(e, Event::Ended { .. }));
-        let log = Log { events: first.into_iter().map(Arc::new).collect(), closed };
+        let log = Log::default().extended(first, false);
         let mut followed = self.followed.lock();
         // Another request may have started the feed meanwhile: one reader per thread.
         if let Some(feed) = followed.get(&id) {
@@ -70,7 +138,9 @@ impl Feeds {
 }
 
 /// Reads thread `id` every [`INTERVAL`] and publishes what it stored, until nobody follows it,
-/// it ended, or the server stops.
+/// it can no longer be read, or the server stops. Once it has ended there is nothing more to
+/// read, but the feed stays while anyone follows it: those who come then share its log too,
+/// rather than each reading the thread (and holding its events) for itself.
 async fn read(
     mut reader: ThreadEvents,
     id: ThreadId,
@@ -83,10 +153,17 @@ async fn read(
             // Under the map's lock: a new follower either finds this feed still there, or
             // starts another.
             let mut map = followed.lock();
-            if feed.receiver_count() == 0 || *stopping.borrow() || feed.borrow().closed {
+            if feed.receiver_count() == 0 || *stopping.borrow() || feed.borrow().unreadable {
                 map.remove(&id);
                 return;
             }
+        }
+        if feed.borrow().closed {
+            tokio::select! {
+                _ = feed.closed() => {}
+                _ = stopping.changed() => {}
+            }
+            continue;
         }
         tokio::select! {
             _ = tokio::time::sleep(INTERVAL) => {}
@@ -101,12 +178,7 @@ async fn read(
         if events.is_empty() && !failed {
             continue;
         }
-        let last = feed.borrow().clone();
-        let mut log = Log { events: last.events.clone(), closed: failed };
-        for event in events {
-            log.closed |= matches!(event, Event::Ended { .. });
-            log.events.push(Arc::new(event));
-        }
+        let log = feed.borrow().extended(events, failed);
         feed.send_replace(Arc::new(log));
     }
 }

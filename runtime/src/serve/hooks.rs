@@ -37,20 +37,44 @@ const TOLERANCE_MS: u64 = 5 * 60 * 1000;
 /// The longest delivery id taken.
 const MAX_ID_LEN: usize = 200;
 
-/// `POST /hooks/{workflow}`.
+/// `POST /hooks/{workflow}`. Every refusal — a body over the limit included, refused before
+/// it is read whole — is the API's JSON error, counted, and logged at `warn`.
 pub async fn deliver(
     State(app): State<Arc<App>>,
     Path(workflow): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let answer = answer(&app, &workflow, &headers, &body).await;
+    let answer = match body {
+        Ok(body) => answer(&app, &workflow, &headers, &body).await,
+        Err(rejection) => Err(match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                &format!(
+                    "the delivery is over the server's limit of {} (serve.max_body_bytes in \
+                     config.yaml raises it)",
+                    crate::limits::Size(app.max_body)
+                ),
+            ),
+            status => refusal(status, "invalid", &rejection.body_text()),
+        }),
+    };
     let outcome = match &answer {
         Ok((StatusCode::CREATED, _)) => &app.deliveries.started,
         Ok(_) => &app.deliveries.replayed,
         Err(_) => &app.deliveries.refused,
     };
     Deliveries::count(outcome);
+    if let Err(refused) = &answer {
+        tracing::warn!(
+            "webhook delivery to /hooks/{} refused: {} {} ({})",
+            crate::terminal::line(&workflow),
+            refused.status.as_u16(),
+            refused.code,
+            refused.message
+        );
+    }
     let (status, id) = answer?;
     Ok((status, axum::Json(Started { id: id.to_string() })).into_response())
 }

@@ -52,12 +52,43 @@ pub fn router(app: Arc<App>) -> Router {
             "/hooks/{workflow}",
             post(hooks::deliver).layer(axum::extract::DefaultBodyLimit::max(app.max_body)),
         )
+        .fallback(api::no_route)
+        .method_not_allowed_fallback(api::wrong_method)
         .layer(axum::middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)
 }
 
-/// The guards (see the module documentation), and the security headers on every response.
-async fn guard(State(app): Shared, mut request: Request, next: Next) -> Response {
+/// Every request, guarded (see the module documentation), with the security headers on its
+/// response, and logged in one line at `-v`: method, route (the matched pattern, or the path
+/// escaped: never a query string, which may hold a token), status, duration, and who called
+/// (a token's name, never the token).
+async fn guard(State(app): Shared, request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let method = request.method().clone();
+    let route = match request.extensions().get::<axum::extract::MatchedPath>() {
+        Some(matched) => matched.as_str().to_string(),
+        None => crate::terminal::line(request.uri().path()).into_owned(),
+    };
+    let mut caller = None;
+    let response = checked(&app, request, next, &mut caller).await;
+    tracing::info!(
+        "{method} {route} {} {} ms{}",
+        response.status().as_u16(),
+        started.elapsed().as_millis(),
+        caller.map(|c| format!(" ({c})")).unwrap_or_default()
+    );
+    response
+}
+
+/// The guards, and the request run if they let it through; `caller` is set to who called
+/// when a token or the page's session says.
+async fn checked(
+    app: &Arc<App>,
+    mut request: Request,
+    next: Next,
+    caller_name: &mut Option<String>,
+) -> Response {
+    let app = app.clone();
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     if !app.hosts.is_empty() && !app.hosts.iter().any(|h| h == host) {
@@ -73,6 +104,7 @@ async fn guard(State(app): Shared, mut request: Request, next: Next) -> Response
             Ok(caller) => caller,
             Err(refusal) => return secure(refusal.into_response()),
         };
+        *caller_name = Some(caller.name.clone());
         if request.method() != Method::GET && request.method() != Method::HEAD && !caller.may_act {
             return secure(api::error(
                 StatusCode::FORBIDDEN,
@@ -105,7 +137,9 @@ async fn guard(State(app): Shared, mut request: Request, next: Next) -> Response
             return secure(response);
         }
         let given = cookie(headers, &app.cookie).or_else(|| bearer(headers).map(str::to_string));
-        let ok = given.is_some_and(|g| matches!(token_caller(&app, &g), Ok(Some(_))));
+        let page_caller = given.and_then(|g| token_caller(&app, &g).ok().flatten());
+        let ok = page_caller.is_some();
+        *caller_name = page_caller.map(|c| c.name);
         if !ok {
             return refuse(
                 StatusCode::UNAUTHORIZED,
@@ -183,12 +217,12 @@ fn token_caller(app: &App, given: &str) -> crate::error::Result<Option<Caller>> 
         .map(|t| Caller { name: format!("token:{}", t.name), may_act: !t.read_only }))
 }
 
+/// The token of an `Authorization: Bearer TOKEN` header; the scheme's name is read as RFC
+/// 7235 says, in any case (`bearer`, `BEARER`).
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .map(str::trim)
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }
 
 fn secure(mut response: Response) -> Response {

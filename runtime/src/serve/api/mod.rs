@@ -46,10 +46,82 @@ pub fn routes(max_body: usize) -> Router<Arc<App>> {
         .route("/threads/{id}/{action}", post(threads::act))
         .route("/workflows", get(workflows))
         .route("/schedules", get(schedules))
-        .fallback(|| async {
-            error(StatusCode::NOT_FOUND, "not_found", "no such route (see /api/v1/openapi.json)")
-        })
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(max_body))
+}
+
+/// A path no route has, as the JSON error.
+pub async fn no_route(request: Request) -> Response {
+    let path = request.uri().path();
+    let message = match path.strip_prefix("/api/").filter(|_| !path.starts_with("/api/v1")) {
+        Some(_) => format!(
+            "no such route: `{}` (the API is under /api/v1; see /api/v1/openapi.json)",
+            crate::terminal::line(path)
+        ),
+        None => {
+            format!("no such route: `{}` (see /api/v1/openapi.json)", crate::terminal::line(path))
+        }
+    };
+    error(StatusCode::NOT_FOUND, "not_found", &message)
+}
+
+/// A route asked with a method it does not take, as the JSON error.
+pub async fn wrong_method(request: Request) -> Response {
+    let message = format!(
+        "`{}` is not a method `{}` takes (see /api/v1/openapi.json)",
+        request.method(),
+        crate::terminal::line(request.uri().path())
+    );
+    error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", &message)
+}
+
+/// A path's parameters, refused with the API's JSON error (400 `invalid`: an id that is not
+/// text, say) where axum's own `Path` answers in plain text.
+pub struct ApiPath<T>(pub T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for ApiPath<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(ApiPath(value)),
+            Err(rejection) => {
+                Err(error(StatusCode::BAD_REQUEST, "invalid", &rejection.body_text()))
+            }
+        }
+    }
+}
+
+/// A query string, refused with the API's JSON error (400 `invalid_query`: `?limit=-1`, say)
+/// where axum's own `Query` answers in plain text.
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for ApiQuery<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(ApiQuery(value)),
+            Err(rejection) => {
+                Err(error(StatusCode::BAD_REQUEST, "invalid_query", &rejection.body_text()))
+            }
+        }
+    }
 }
 
 /// The OpenAPI 3.1 document of the API.

@@ -3,15 +3,14 @@
 
 use std::convert::Infallible;
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 
 use super::types::{
     ActionBody, ActionDone, ErrorBody, ListQuery, StartThread, Started, ThreadItem, ThreadList,
 };
-use super::{ApiError, Caller, JsonBody, Shared};
+use super::{ApiError, ApiPath, ApiQuery, Caller, JsonBody, Shared};
 use crate::agents::AgentFlags;
 use crate::clock::now_ms;
 use crate::error::Error;
@@ -19,7 +18,6 @@ use crate::ids::ThreadId;
 use crate::run::actions::{self, Hand, Once, OnceKey};
 use crate::run::catalog::Catalog;
 use crate::run::control;
-use crate::run::events::Event;
 use crate::run::lifecycle::{ForkAt, Origin, RunOptions, StartRequest};
 use crate::run::query::{self, ThreadQuery};
 use crate::serve::views;
@@ -105,7 +103,7 @@ fn fingerprint(body: &StartThread) -> String {
         (status = 401, description = "No valid token", body = ErrorBody)))]
 pub async fn list(
     State(app): Shared,
-    Query(asked): Query<ListQuery>,
+    ApiQuery(asked): ApiQuery<ListQuery>,
 ) -> Result<axum::Json<ThreadList>, ApiError> {
     let bad = |what: String| ApiError::from(Error::Usage(what));
     let statuses = match asked.status.as_deref().filter(|s| !s.is_empty()) {
@@ -150,9 +148,10 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/v1/threads/{id}",
     params(("id" = String, Path, description = "A thread id, or a unique prefix of one")),
     responses((status = 200, description = "The thread", body = Object),
+        (status = 400, description = "A malformed id", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "No such thread", body = ErrorBody)))]
-pub async fn one(State(app): Shared, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn one(State(app): Shared, ApiPath(id): ApiPath<String>) -> Result<Response, ApiError> {
     let id = app.store.threads().resolve(&id)?;
     Ok(axum::Json(views::thread(&app.store, id).await?).into_response())
 }
@@ -167,12 +166,14 @@ pub async fn one(State(app): Shared, Path(id): Path<String>) -> Result<Response,
     responses((status = 200, description = "A stream of events (text/event-stream); each \
             `data` is a JSON event whose `type` names it, as `run --json` prints them",
             content_type = "text/event-stream", body = String),
+        (status = 400, description = "A malformed id, or `after` not a step number",
+            body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "No such thread", body = ErrorBody)))]
 pub async fn events(
     State(app): Shared,
-    Path(id): Path<String>,
-    Query(after): Query<AfterQuery>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(after): ApiQuery<AfterQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let id = app.store.threads().resolve(&id)?;
@@ -185,19 +186,18 @@ pub async fn events(
     // place in the shared log. Reading it first makes a thread that does not read a 4xx/5xx,
     // not a stream that ends at once.
     let log = app.feeds.follow(&app.store, id, app.stopping.subscribe())?;
-    let state = Follow { log, stopping: app.stopping.subscribe(), next: None, after, told: after };
-    let stream = futures::stream::unfold(state, |mut state| async move {
+    let state = Follow { log, stopping: app.stopping.subscribe(), next: None, after };
+    let frames = futures::stream::unfold(state, |mut state| async move {
+        let mut keep_alive =
+            tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
         loop {
             let snapshot = state.log.borrow_and_update().clone();
             // Where this client starts: after its step `after` (from the first event if 0).
-            let next = *state.next.get_or_insert_with(|| start_of(&snapshot.events, state.after));
-            if let Some(event) = snapshot.events.get(next) {
+            let next = *state.next.get_or_insert_with(|| snapshot.start_of(state.after));
+            if let Some(told) = snapshot.events.get(next) {
                 state.next = Some(next + 1);
-                if let Event::Step { index, .. } = &**event {
-                    state.told = *index;
-                }
-                let sse = to_sse(event, state.told);
-                return Some((Ok::<_, Infallible>(sse), state));
+                // The log's own bytes: a thousand followers share one copy of a large step.
+                return Some((Ok::<_, Infallible>(told.frame.clone()), state));
             }
             if snapshot.closed || *state.stopping.borrow() {
                 return None;
@@ -205,11 +205,25 @@ pub async fn events(
             tokio::select! {
                 changed = state.log.changed() => changed.ok()?,
                 _ = state.stopping.changed() => return None,
+                _ = keep_alive.tick() => {
+                    return Some((Ok(axum::body::Bytes::from_static(b":\n\n")), state));
+                }
             }
         }
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response())
+    Ok((
+        [
+            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::from_stream(frames),
+    )
+        .into_response())
 }
+
+/// How long a stream stays silent before a comment tells the client (and any proxy between)
+/// that it is still there.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// A client's place in a thread's shared log.
 struct Follow {
@@ -219,33 +233,12 @@ struct Follow {
     next: Option<usize>,
     /// The step the client had heard (`Last-Event-ID`).
     after: usize,
-    /// The last step told.
-    told: usize,
-}
-
-/// The first event after step `after` in `events` (0: the first event); past the end if the
-/// log does not hold that step yet.
-fn start_of(events: &[std::sync::Arc<Event>], after: usize) -> usize {
-    if after == 0 {
-        return 0;
-    }
-    events
-        .iter()
-        .position(|e| matches!(&**e, Event::Step { index, .. } if *index == after))
-        .map_or(events.len(), |at| at + 1)
 }
 
 /// `?after=N`.
 #[derive(Debug, serde::Deserialize)]
 pub struct AfterQuery {
     after: Option<usize>,
-}
-
-/// An event as SSE: named by its type, with the last step told as its id.
-fn to_sse(event: &Event, told: usize) -> SseEvent {
-    let json = serde_json::to_value(event).expect("events serialize");
-    let name = json["type"].as_str().unwrap_or("event").to_string();
-    SseEvent::default().event(name).id(told.to_string()).data(json.to_string())
 }
 
 /// `kill`, `pause`, `resume`, `answer` (`{"text": …}`) or `fork` (`{"at": N}`): what the CLI
@@ -255,7 +248,8 @@ fn to_sse(event: &Event, told: usize) -> SseEvent {
         ("action" = String, Path, description = "kill, pause, resume, answer or fork")),
     responses((status = 200, description = "Done: the thread (for fork, the new one)",
             body = ActionDone),
-        (status = 400, description = "What the action needs is missing", body = ErrorBody),
+        (status = 400, description = "A malformed id, or what the action needs is missing",
+            body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "A read-only token", body = ErrorBody),
         (status = 404, description = "No such thread, or no such action", body = ErrorBody),
@@ -264,7 +258,7 @@ fn to_sse(event: &Event, told: usize) -> SseEvent {
         (status = 422, description = "An answer of the wrong shape", body = ErrorBody)))]
 pub async fn act(
     State(app): Shared,
-    Path((id, action)): Path<(String, String)>,
+    ApiPath((id, action)): ApiPath<(String, String)>,
     body: Option<JsonBody<ActionBody>>,
 ) -> Result<axum::Json<ActionDone>, ApiError> {
     let store = &app.store;
