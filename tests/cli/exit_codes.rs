@@ -68,6 +68,18 @@ fn exit_65_bad_data_in_a_file() -> Result<()> {
     std::fs::write(env.home().join("config.yaml"), "agent: nobody\n")?;
     let err = env.fails(&["run", "solve-issue", "-p", "p"], 65)?;
     assert!(err.contains("agent binding `nobody` in config.yaml"), "{err}");
+    // A binding whose answers file is missing is a bad binding in config.yaml too (at 4abdda5
+    // it exited 66, as a file named on the command line does).
+    std::fs::write(
+        env.home().join("config.yaml"),
+        "agent: offline\nagents:\n  offline: {kind: scripted, answers: missing.yaml}\n",
+    )?;
+    let err = env.fails(&["run", "solve-issue", "-p", "p"], 65)?;
+    assert!(err.contains("agent binding `offline` in config.yaml"), "{err}");
+    assert!(err.contains("missing.yaml") && err.contains("does not exist"), "{err}");
+    std::fs::write(env.home().join("config.yaml"), "agent: scripted:missing.yaml\n")?;
+    let err = env.fails(&["run", "solve-issue", "-p", "p"], 65)?;
+    assert!(err.contains("in config.yaml") && err.contains("does not exist"), "{err}");
     Ok(())
 }
 

@@ -228,7 +228,12 @@ impl Binder<'_> {
         }
         let agent = match spec {
             AgentSpec::Scripted { answers } => {
-                Agent::Scripted(ScriptedAgent::new(answers.as_deref(), self.descriptor)?)
+                let agent = ScriptedAgent::new(answers.as_deref(), self.descriptor);
+                Agent::Scripted(if in_config {
+                    agent.map_err(in_binding(&invalid))?
+                } else {
+                    agent?
+                })
             }
             AgentSpec::Human => Agent::Human,
             AgentSpec::Command { program, args } => Agent::Command(
@@ -262,7 +267,8 @@ impl Binder<'_> {
         let agent = match &config.kind {
             AgentKind::Scripted { answers, delay } => {
                 let file = answers.as_ref().map(|path| self.config.base_dir.join(path));
-                let agent = ScriptedAgent::new(file.as_deref(), self.descriptor)?;
+                let agent = ScriptedAgent::new(file.as_deref(), self.descriptor)
+                    .map_err(in_binding(&invalid))?;
                 Agent::Scripted(agent.with_delay(delay.map(|d| d.0)))
             }
             AgentKind::Command { command, args } => Agent::Command(
@@ -292,6 +298,16 @@ impl Binder<'_> {
             processes: None,
             prices: self.prices.clone(),
         })
+    }
+}
+
+/// A binding written in config.yaml whose file (scripted answers) is missing or does not parse
+/// is a bad binding in config.yaml (exit 65), as the exit-code table says; only a file named on
+/// the command line that is missing is "not found" (66).
+fn in_binding(invalid: &impl Fn(String) -> Error) -> impl Fn(Error) -> Error + '_ {
+    move |e| match e {
+        Error::MissingFile { .. } | Error::Corrupt { .. } => invalid(e.to_string()),
+        other => other,
     }
 }
 

@@ -219,15 +219,25 @@ impl Runtime {
 
     fn store_cached(&self, hash: BundleHash, component: &Component) {
         let path = self.cache_file(hash);
-        let written = component
-            .serialize()
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| durable::write_atomic(&path, &bytes).map_err(|e| e.to_string()));
-        match written {
+        let bytes = match component.serialize() {
+            Ok(bytes) => bytes,
+            Err(e) => return tracing::warn!("cannot serialize compiled bundle {hash}: {e}"),
+        };
+        match durable::write_atomic(&path, &bytes) {
             Ok(()) => {
                 tracing::info!(target: "uncaged_workflow::cache", "AOT cache miss: compiled and wrote {}", path.display())
             }
-            // The cache only saves time; failing to fill it must not fail the command.
+            // The cache only saves time; failing to fill it must not fail the command. A home
+            // that cannot be written to is used as it is, quietly: the command says so itself
+            // if it must write (in one line), and a read is no reason to warn.
+            Err(crate::Error::Io { cause, .. })
+                if matches!(
+                    cause.kind(),
+                    std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                tracing::debug!("cannot write AOT cache file {}: {cause}", path.display())
+            }
             Err(e) => tracing::warn!("cannot write AOT cache file {}: {e}", path.display()),
         }
     }
