@@ -864,3 +864,64 @@ fn yaml_and_rust_solve_issue_give_the_same_steps_and_return_codes() -> Result<()
     Ok(())
 }
 }
+
+on_both_stores! {
+/// `${…}` in a step's `description` and `expected_output` is resolved for each call, as in its
+/// `inputs`, and checked at `add` by the same rule (at 4abdda5 the agent got the text with
+/// `${steps.list.output}` in it, and a reference outside `depends_on` was accepted): the agent
+/// is given the resolved instructions in its input, its prompt says so, and the unresolved
+/// text reaches it nowhere.
+#[test]
+fn references_in_a_description_are_resolved_for_each_call() -> Result<()> {
+    let env = Env::new()?;
+    let flow = |sum: &str| {
+        format!(
+            "description: Sum up\nsteps:\n  - id: list\n    description: List the files.\n  \
+             - id: sum\n{sum}    depends_on: [list]\n"
+        )
+    };
+    let good = env.write(
+        "sum.yaml",
+        flow("    description: \"Summarise ${steps.list.output.files} for ${prompt}.\"\n    \
+              expected_output: \"A verdict on ${steps.list.output.title}\"\n"),
+    )?;
+    env.ok(&["add", "sum", good.to_str().context("path")?])?;
+    let log = env.dir.path().join("contexts.jsonl");
+    let agent = env.write_script(
+        "agent.py",
+        format!(
+            r#"#!/usr/bin/env python3
+import json, sys
+ctx = json.load(sys.stdin)
+with open("{}", "a") as f:
+    f.write(json.dumps(ctx) + "\n")
+if ctx["role"]["name"] == "list":
+    print(json.dumps({{"files": ["a.rs", "b.rs"], "title": "Crash"}}))
+else:
+    print(json.dumps({{"verdict": "fine"}}))
+"#,
+            log.display()
+        ),
+    )?;
+    let run = env.run(&["run", "sum", "-p", "the release", "--agent", &format!("command:{}", agent.display())])?;
+    ensure!(run.code == 0, "{run:?}");
+    let contexts = read_jsonl(&log)?;
+    let sum = contexts.iter().find(|c| c["role"]["name"] == "sum").context("the sum step's call")?;
+    let input: Value = serde_json::from_str(sum["input"].as_str().context("an input")?)?;
+    assert_eq!(input["instructions"], "Summarise [\"a.rs\",\"b.rs\"] for the release.", "{input}");
+    assert_eq!(input["expected_output"], "A verdict on Crash", "{input}");
+    let prompt = sum["role"]["systemPrompt"].as_str().context("a system prompt")?;
+    ensure!(prompt.contains("`instructions`") && prompt.contains("`expected_output`"), "{prompt}");
+    ensure!(!sum.to_string().contains("${"), "unresolved text reached the agent: {sum}");
+
+    // Checked at `add`: a step the description reads must be one it depends on.
+    let outside = env.write(
+        "outside.yaml",
+        "description: d\nsteps:\n  - id: list\n    description: List.\n  - id: sum\n    \
+         description: \"Summarise ${steps.list.output}\"\n",
+    )?;
+    let e = env.fails(&["add", "outside", outside.to_str().context("path")?], 65)?;
+    ensure!(e.contains("outside.yaml:6:18") && e.contains("is not in the `depends_on` of `sum`"), "{e}");
+    Ok(())
+}
+}

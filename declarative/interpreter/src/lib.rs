@@ -222,7 +222,7 @@ fn graph_step(
     let content = answer.map_err(|e| {
         end(RETURN_FAILED, format!("agent for role `{name}` failed: {}", agent_error(e)))
     })?;
-    let meta = extract(role, &content).map_err(|e| {
+    let meta = extract(role, &role.extract_prompt, &content).map_err(|e| {
         end(RETURN_FAILED, format!("could not extract the meta of role `{name}`: {e}"))
     })?;
     Ok(vec![output(&name, content, meta)])
@@ -374,23 +374,28 @@ fn run_stage(
                     true
                 }
             });
-            let calls: Vec<wit::AgentCall> = wave
+            let context = |u: usize| {
+                let item = units[u].item.as_ref().map(|(i, v)| (*i, v, items_of[units[u].step]));
+                Inputs { state, statuses: &statuses, limit, item }
+            };
+            let role_of = |step: &DagStep| {
+                def.roles.iter().find(|r| r.name == step.id).expect("a step has its role")
+            };
+            let (calls, prompts): (Vec<wit::AgentCall>, Vec<String>) = wave
                 .iter()
                 .map(|&u| {
                     let step = planned[units[u].step];
-                    let item =
-                        units[u].item.as_ref().map(|(i, v)| (*i, v, items_of[units[u].step]));
-                    let context = Inputs { state, statuses: &statuses, limit, item };
-                    wit::AgentCall { role: step.id.clone(), input: Some(context.text(step)) }
+                    let input = Some(context(u).text(step));
+                    let prompt = context(u).extract_prompt(step, role_of(step));
+                    (wit::AgentCall { role: step.id.clone(), input }, prompt)
                 })
-                .collect();
+                .unzip();
             let answers = host::agents(&calls);
-            for (&u, answer) in wave.iter().zip(answers) {
-                let id = &planned[units[u].step].id;
-                let role = def.roles.iter().find(|r| &r.name == id).expect("a step has its role");
+            for ((&u, answer), prompt) in wave.iter().zip(answers).zip(prompts) {
+                let role = role_of(planned[units[u].step]);
                 units[u].result = Some(match answer {
                     Err(e) => Err(format!("agent failed: {}", agent_error(e))),
-                    Ok(content) => match extract(role, &content) {
+                    Ok(content) => match extract(role, &prompt, &content) {
                         Ok(meta) => Ok((content, meta)),
                         Err(e) => Err(format!("no valid meta in the answer: {e}")),
                     },
@@ -491,7 +496,26 @@ impl Inputs<'_> {
         if let Some((index, _, of)) = self.item {
             input["item"] = json!({ "index": index, "of": of });
         }
+        // A description or expected output with references, resolved for this call (the
+        // role's prompt points here).
+        if let Some(instructions) = &step.instructions {
+            input["instructions"] = self.resolve(&Value::String(instructions.clone()));
+        }
+        if let Some(expected) = &step.expected_output {
+            input["expected_output"] = self.resolve(&Value::String(expected.clone()));
+        }
         serde_json::to_string_pretty(&input).expect("JSON serializes")
+    }
+
+    /// The extractor's prompt for a call of `step` as `role`: its `expected_output` resolved
+    /// for the call, where that is the role's extract prompt.
+    fn extract_prompt(&self, step: &DagStep, role: &Role) -> String {
+        match &step.expected_output {
+            Some(expected) if *expected == role.extract_prompt => {
+                reference::as_text(&self.resolve(&Value::String(expected.clone())))
+            }
+            _ => role.extract_prompt.clone(),
+        }
     }
 
     /// The value a reference names.
@@ -535,10 +559,10 @@ impl Inputs<'_> {
     }
 }
 
-fn extract(role: &Role, content: &str) -> Result<String, String> {
+fn extract(role: &Role, prompt: &str, content: &str) -> Result<String, String> {
     host::extract(&wit::ExtractRequest {
         schema: role.schema.to_string(),
-        prompt: role.extract_prompt.clone(),
+        prompt: prompt.to_string(),
         content: content.to_string(),
     })
     .map_err(|e| match e {

@@ -327,6 +327,8 @@ mod tests {
             for_each: None,
             timeout_ms: None,
             workflow: None,
+            instructions: None,
+            expected_output: None,
         }
     }
 

@@ -98,6 +98,15 @@ pub struct DagStep {
     /// output (the host starts it, and answers the step's call when it ends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow: Option<String>,
+    /// The step's `description` when it embeds `${…}` references: resolved at each of its
+    /// calls, as its inputs are, and given to the agent as the input's `instructions` (the
+    /// role's prompt says to follow them); for a child workflow, the child's prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Its `expected_output` when it embeds references: resolved at each call, given as the
+    /// input's `expected_output`, and the extractor's prompt where it is the role's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_output: Option<String>,
 }
 
 /// A step run once per item: `items` is a JSONata expression (over the variables a `when`

@@ -118,9 +118,14 @@ async fn start(store: &Storage, call: ChildCall) -> Result<ThreadId> {
         Some(inputs) => inputs.clone(),
         None => Value::Object(Default::default()),
     };
+    // A description with references is resolved for the call: the input's `instructions`.
+    let prompt = match input.get("instructions").and_then(Value::as_str) {
+        Some(instructions) => instructions.to_string(),
+        None => call.prompt.clone(),
+    };
     let request = StartRequest {
         name: call.workflow.clone(),
-        prompt: call.prompt.clone(),
+        prompt,
         options: RunOptions {
             max_rounds: None,
             agents: AgentFlags { for_roles: Vec::new(), ..call.flags.clone() },

@@ -34,41 +34,74 @@ impl Checker<'_> {
         for (key, value) in mapping.iter() {
             if let Some(text) = value.as_scalar().map(|s| s.as_str()) {
                 let named: Vec<Reference<'_>> = match reference::template(text) {
-                    Ok(Some(parts)) => parts
-                        .into_iter()
-                        .filter_map(|part| match part {
-                            Part::Ref(r) => Some(r),
-                            Part::Text(_) => None,
-                        })
-                        .collect(),
+                    Ok(Some(parts)) => referenced(parts),
                     Ok(None) => match reference::parse(text) {
                         Ok(r) => r.into_iter().collect(),
                         Err(e) => return Err(self.at(value.span(), e)),
                     },
                     Err(e) => return Err(self.at(value.span(), e)),
                 };
-                for reference in named {
-                    match reference {
-                        Reference::Step { id, .. } => {
-                            self.reads(value.span(), text, id, step, index)?;
-                        }
-                        Reference::Item { .. } | Reference::Index if step.for_each.is_none() => {
-                            return Err(self.at(
-                                value.span(),
-                                format!(
-                                    "`{text}`: `$item` and `$index` are the item at hand of a \
-                                     `for_each` step, and `{}` has none",
-                                    *step.id
-                                ),
-                            ));
-                        }
-                        _ => {}
-                    }
-                }
+                self.may_read(value.span(), text, named, step, index)?;
             }
             inputs.insert(key.as_str().to_string(), to_json(value));
         }
         Ok(inputs)
+    }
+
+    /// A step's `description` or `expected_output` (`key`), when it embeds `${…}`
+    /// references: checked as an input's are, and kept to be resolved at each of the step's
+    /// calls. `None` when it embeds none (its text is the role's prompt as it is).
+    pub(super) fn instruction(
+        &self,
+        root: &Node,
+        i: usize,
+        key: &str,
+        step: &StepSpec,
+        index: &HashMap<&str, usize>,
+    ) -> Result<Option<String>> {
+        let Some(node) = child(root, &["steps", &i.to_string(), key]) else { return Ok(None) };
+        let Some(text) = node.as_scalar().map(|s| s.as_str()) else { return Ok(None) };
+        match reference::template(text) {
+            Ok(Some(parts)) => {
+                let named = referenced(parts);
+                if named.is_empty() {
+                    return Ok(None);
+                }
+                self.may_read(node.span(), &format!("{key}: {text}"), named, step, index)?;
+                Ok(Some(text.to_string()))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.at(node.span(), format!("`{key}`: {e}"))),
+        }
+    }
+
+    /// The references `named` of `text` (at `span`) are ones `step` may read: steps it
+    /// depends on, and the item at hand only in a `for_each` step.
+    fn may_read(
+        &self,
+        span: &Span,
+        text: &str,
+        named: Vec<Reference<'_>>,
+        step: &StepSpec,
+        index: &HashMap<&str, usize>,
+    ) -> Result<()> {
+        for reference in named {
+            match reference {
+                Reference::Step { id, .. } => self.reads(span, text, id, step, index)?,
+                Reference::Item { .. } | Reference::Index if step.for_each.is_none() => {
+                    return Err(self.at(
+                        span,
+                        format!(
+                            "`{text}`: `$item` and `$index` are the item at hand of a \
+                             `for_each` step, and `{}` has none",
+                            *step.id
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// A step's `when`, checked as a condition whose `$steps.<id>` are steps it depends on.
@@ -177,6 +210,17 @@ impl Checker<'_> {
         }
         self.at(&span, message)
     }
+}
+
+/// The references among a template's parts.
+fn referenced(parts: Vec<Part<'_>>) -> Vec<Reference<'_>> {
+    parts
+        .into_iter()
+        .filter_map(|part| match part {
+            Part::Ref(r) => Some(r),
+            Part::Text(_) => None,
+        })
+        .collect()
 }
 
 /// The step ids a condition names as `$steps.<id>` (or `` $steps.`<id>` `` for an id JSONata

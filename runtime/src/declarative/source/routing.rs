@@ -173,7 +173,10 @@ impl Checker<'_> {
             let schema = self
                 .schema(child(root, &["steps", &i.to_string(), "schema"]))
                 .map_err(|e| prefix(e, &format!("step `{id}`: ")))?;
-            step_roles.push(step_role(step, base, schema));
+            let instructions = self.instruction(root, i, "description", step, &index)?;
+            let expected_output = self.instruction(root, i, "expected_output", step, &index)?;
+            let templated = (instructions.is_some(), expected_output.is_some());
+            step_roles.push(step_role(step, base, schema, templated));
             let inputs = self.inputs(root, i, step, &index)?;
             let when = self.when(step, &index)?;
             let on_failure = match &step.on_failure {
@@ -194,6 +197,8 @@ impl Checker<'_> {
                     .as_ref()
                     .map(|w| self.child_workflow(step, w))
                     .transpose()?,
+                instructions,
+                expected_output,
             });
         }
         Ok((dag, step_roles))
@@ -368,8 +373,15 @@ pub(super) fn default_dag_rounds(steps: usize) -> u32 {
 }
 
 /// The role a DAG step runs as: named by its id, from its `role` if it names one, with its own
-/// `description` and `expected_output` added to the prompts.
-pub(super) fn step_role(step: &StepSpec, base: Option<&Role>, schema: Option<Value>) -> Role {
+/// `description` and `expected_output` added to the prompts. One that embeds `${…}`
+/// references (`templated`: the description's, the expected output's) is resolved at each
+/// call and given in the call's input: the prompt says where, never the unresolved text.
+pub(super) fn step_role(
+    step: &StepSpec,
+    base: Option<&Role>,
+    schema: Option<Value>,
+    templated: (bool, bool),
+) -> Role {
     let mut system_prompt = base.map(|r| r.system_prompt.clone()).unwrap_or_default();
     let mut add = |text: String| {
         if !system_prompt.is_empty() {
@@ -378,10 +390,17 @@ pub(super) fn step_role(step: &StepSpec, base: Option<&Role>, schema: Option<Val
         system_prompt.push_str(&text);
     };
     if let Some(description) = &step.description {
-        add(if base.is_some() { format!("This step: {description}") } else { description.clone() });
+        let description = match templated.0 {
+            true => INSTRUCTIONS_IN_INPUT.to_string(),
+            false => description.clone(),
+        };
+        add(if base.is_some() { format!("This step: {description}") } else { description });
     }
     if let Some(expected) = &step.expected_output {
-        add(format!("Expected output: {expected}"));
+        match templated.1 {
+            true => add(EXPECTED_IN_INPUT.to_string()),
+            false => add(format!("Expected output: {expected}")),
+        }
     }
     let extract_prompt = match (base.map(|r| r.extract_prompt.as_str()), &step.expected_output) {
         (Some(prompt), _) if !prompt.is_empty() => prompt.to_string(),
@@ -402,6 +421,14 @@ pub(super) fn step_role(step: &StepSpec, base: Option<&Role>, schema: Option<Val
             .unwrap_or_else(|| json!({ "type": "object" })),
     }
 }
+
+/// A step's prompt in place of a `description` resolved at each call.
+const INSTRUCTIONS_IN_INPUT: &str =
+    "Do what the `instructions` of this step's input say (they are written for this call).";
+
+/// A step's prompt in place of an `expected_output` resolved at each call.
+const EXPECTED_IN_INPUT: &str =
+    "Expected output: as the `expected_output` of this step's input describes it.";
 
 pub(super) fn reachable<'a>(
     edges: &HashMap<&'a str, Vec<&'a str>>,
