@@ -743,6 +743,9 @@ on_both_connections! {
 #[test]
 fn a_worker_stopped_with_sigterm_hands_its_threads_to_another() -> Result<()> {
     let (rig, reference) = fresh_rig()?;
+    // The worker the rig's reference run started on demand exits once idle first: the
+    // threads must be the first worker's (a start does not wait for a worker to take them).
+    wait_until("no worker is left", || Ok(rig.env.sql("SELECT count(*) FROM workers")?.trim() == "0"))?;
     let mut first = Worker::start(&rig, "first.log")?;
     let threads: Vec<String> = (0..20)
         .map(|_| {
