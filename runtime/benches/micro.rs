@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use uncaged_test_artifacts as artifacts;
-use uncaged_workflow::agents::{AgentFlags, AgentSet};
+use uncaged_workflow::agents::{AgentSet, Secrets};
 use uncaged_workflow::durable::AppendFile;
 use uncaged_workflow::home::Home;
 use uncaged_workflow::ids::BundleHash;
 use uncaged_workflow::limits::Limits;
 use uncaged_workflow::run::catalog::Catalog;
+use uncaged_workflow::run_request::RunRequest;
 use uncaged_workflow::sandbox::control::ThreadControl;
 use uncaged_workflow::sandbox::engine::{LoadedBundle, Runtime};
 use uncaged_workflow::sandbox::instance::ThreadInput;
@@ -48,8 +49,13 @@ fn setup(dir: &Path, runtime: &Runtime) -> (Home, LoadedBundle) {
 fn store(runtime: &Runtime, bundle: &LoadedBundle) -> Store<ThreadState> {
     // Scripted answers from the schemas' examples: the reviewer rejects, then approves; with
     // the approving example removed it would loop — here each step is a fresh thread anyway.
-    let agents =
-        AgentSet::resolve(&Config::default(), &AgentFlags::default(), &bundle.descriptor).unwrap();
+    let agents = AgentSet::resolve(
+        &Config::default(),
+        &RunRequest::default(),
+        &Secrets::default(),
+        &bundle.descriptor,
+    )
+    .unwrap();
     let host = HostContext::new(
         "01KQXKW18CT8G75T53R8F4G7YG".parse().unwrap(),
         agents,

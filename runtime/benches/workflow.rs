@@ -12,15 +12,16 @@ use uncaged_workflow::agent_spec::AgentSpec;
 use serde_json::{Value, json};
 use uncaged_test_artifacts as artifacts;
 use uncaged_workflow::agents::extract::Extractor;
-use uncaged_workflow::agents::{AgentContext, AgentFlags, AgentSet, RoleRef, ScriptedAgent};
+use uncaged_workflow::agents::{AgentContext, AgentSet, RoleRef, ScriptedAgent, Secrets};
 use uncaged_workflow::clock::now_ms;
 use uncaged_workflow::durable::AppendFile;
 use uncaged_workflow::home::Home;
 use uncaged_workflow::ids::BundleHash;
 use uncaged_workflow::limits::Limits;
 use uncaged_workflow::run::catalog::Catalog;
-use uncaged_workflow::run::lifecycle::{self, NewThread, OpenThread};
+use uncaged_workflow::run::lifecycle::{self, Checked, OpenThread, StartRequest};
 use uncaged_workflow::run::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
+use uncaged_workflow::run_request::RunRequest;
 use uncaged_workflow::sandbox::control::ThreadControl;
 use uncaged_workflow::sandbox::engine::Runtime;
 use uncaged_workflow::store::Storage;
@@ -166,7 +167,6 @@ async fn ours(dir: &tempfile::TempDir, bundle: &Path, steps: usize, repeat: usiz
 /// agent: its answers are written to `UNCAGED_BENCH_ANSWERS` (a file that outlives this
 /// process, for the workers to read).
 async fn queue_threads(store: &Storage, n: usize) {
-    use uncaged_workflow::store::queue::RunRequest;
     let runtime = Runtime::for_worker(store.home(), &Limits::default()).unwrap();
     let catalog = Catalog::new(store);
     catalog
@@ -181,17 +181,15 @@ async fn queue_threads(store: &Storage, n: usize) {
         ..Default::default()
     };
     for i in 0..n {
-        let (writer, record) = lifecycle::start_new(
-            store,
-            lifecycle::StartRequest {
-                name: "solve-issue".into(),
-                prompt: format!("thread {i}"),
-                options: lifecycle::RunOptions { max_rounds: Some(10), ..Default::default() },
-                origin: Default::default(),
-            },
-        )
-        .unwrap();
-        drop(writer);
+        let start = StartRequest {
+            name: "solve-issue".into(),
+            prompt: format!("thread {i}"),
+            trigger_data: None,
+            request: RunRequest { max_rounds: Some(10), ..Default::default() },
+            origin: Default::default(),
+        };
+        let checked = lifecycle::check_start(store, &start).unwrap();
+        let record = lifecycle::create(store, start, checked).unwrap();
         store.queue().enqueue(record.id(), record.start.hash, &request).unwrap();
     }
 }
@@ -211,9 +209,10 @@ async fn ours_in(
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = catalog.load(&runtime, "solve-issue", hash).unwrap();
     let config = answers_config(dir.path(), None);
-    let flags =
-        AgentFlags { default: Some(AgentSpec::Named("bench".into())), ..Default::default() };
-    let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
+    let request =
+        RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
+    let agents =
+        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor).unwrap();
     let mut results = Vec::new();
     for _ in 0..repeat + 1 {
         let started = Instant::now();
@@ -333,22 +332,14 @@ async fn parallel_round(repeat: usize) -> Vec<f64> {
     // solve-issue's developer answer fits review-panel's developer; the reviewers, which the
     // answers do not name, answer from their schemas' examples.
     let config = answers_config(dir.path(), Some(Duration::from_millis(100)));
-    let flags =
-        AgentFlags { default: Some(AgentSpec::Named("bench".into())), ..Default::default() };
-    let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
+    let request =
+        RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
+    let agents =
+        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor).unwrap();
     let mut results = Vec::new();
     for _ in 0..repeat + 1 {
-        let new = NewThread {
-            name: "review-panel".into(),
-            hash: added.hash,
-            prompt: "Validate the upload size".into(),
-            max_rounds: 4,
-            agents: AgentFlags::default(),
-            limits: Default::default(),
-            trigger_data: None,
-            budget: Default::default(),
-        };
-        let (mut writer, record) = lifecycle::create(&store, new).unwrap();
+        let (mut writer, record) =
+            open_thread(&store, "review-panel", added.hash, "Validate the upload size", 4);
         let ctx = RunContext {
             runtime: &runtime,
             store: &store,
@@ -398,9 +389,10 @@ async fn concurrency(n: usize) -> Value {
     let hash = catalog.entry("solve-issue").unwrap().hash;
     let bundle = Arc::new(catalog.load(&runtime, "solve-issue", hash).unwrap());
     let config = answers_config(dir.path(), Some(Duration::from_secs(600)));
-    let flags =
-        AgentFlags { default: Some(AgentSpec::Named("bench".into())), ..Default::default() };
-    let agents = AgentSet::resolve(&config, &flags, &bundle.descriptor).unwrap();
+    let request =
+        RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
+    let agents =
+        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor).unwrap();
     let rss_before = rss_kib();
     let maps_before = memory_maps();
     let started = Instant::now();
@@ -467,20 +459,27 @@ async fn concurrency(n: usize) -> Value {
 
 /// A new thread of solve-issue on the bench prompt, taking at most `max_rounds` steps.
 fn new_thread(store: &Storage, hash: BundleHash, max_rounds: u32) -> OpenThread {
-    lifecycle::create(
-        store,
-        NewThread {
-            name: "solve-issue".into(),
-            hash,
-            prompt: "Fix the crash".into(),
-            max_rounds,
-            agents: AgentFlags::default(),
-            limits: Default::default(),
-            trigger_data: None,
-            budget: Default::default(),
-        },
-    )
-    .unwrap()
+    open_thread(store, "solve-issue", hash, "Fix the crash", max_rounds)
+}
+
+/// A new thread of workflow `name` (bundle `hash`) on `prompt`, opened to run here.
+fn open_thread(
+    store: &Storage,
+    name: &str,
+    hash: BundleHash,
+    prompt: &str,
+    max_rounds: u32,
+) -> OpenThread {
+    let request = RunRequest { max_rounds: Some(max_rounds), ..Default::default() };
+    let start = StartRequest {
+        name: name.into(),
+        prompt: prompt.into(),
+        trigger_data: None,
+        request: request.clone(),
+        origin: Default::default(),
+    };
+    let created = lifecycle::create(store, start, Checked { hash, request }).unwrap();
+    store.threads().open(created.id()).unwrap()
 }
 
 fn status_kib(field: &str) -> u64 {

@@ -13,7 +13,9 @@ macro_rules! outln {
 
 mod add;
 mod answer;
+mod ask;
 mod build;
+mod complete;
 pub mod completions;
 mod control;
 mod follow;
@@ -21,6 +23,7 @@ mod fork;
 mod history;
 mod list;
 mod new;
+pub mod options;
 mod output;
 mod plan;
 mod ps;
@@ -40,12 +43,9 @@ mod token;
 mod upgrade;
 mod worker;
 
-use std::path::PathBuf;
+use clap::{Parser, Subcommand};
 
-use clap::{Args, Parser, Subcommand};
-
-use crate::home::{HOME_ENV, Home};
-use crate::store::Storage;
+use options::GlobalOptions;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -70,48 +70,6 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Options every command takes.
-#[derive(Debug, Args)]
-pub struct GlobalOptions {
-    /// Home directory of registry, bundles and threads [default: ~/.uncaged/workflow]
-    #[arg(long, global = true, env = HOME_ENV, value_name = "DIR", hide_env_values = true)]
-    pub home: Option<PathBuf>,
-
-    /// Keep registry, bundles, threads and schedules in PostgreSQL (postgres://…, TLS by
-    /// `?sslmode=verify-full&sslrootcert=PATH`, a client certificate by `&sslcert=…&sslkey=…`)
-    /// instead of the home directory; config.yaml's `store:` when not given
-    #[arg(long, global = true, env = crate::store::STORE_ENV, value_name = "URL", hide_env_values = true)]
-    pub store: Option<String>,
-
-    /// More diagnostics on stderr (-v: info, -vv: debug); RUST_LOG overrides
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
-    pub verbose: u8,
-
-    /// When to colour output: on a terminal unless NO_COLOR is set (auto), always, never
-    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value = "auto")]
-    pub color: crate::terminal::ColorChoice,
-}
-
-impl GlobalOptions {
-    /// The home directory to work in.
-    pub fn home(&self) -> crate::Result<Home> {
-        match &self.home {
-            Some(dir) => Ok(Home::new(dir)),
-            None => Home::from_env(),
-        }
-    }
-
-    /// The store to work on.
-    pub fn store(&self) -> crate::Result<Storage> {
-        let home = self.home()?;
-        let url = match &self.store {
-            Some(url) => Some(url.clone()),
-            None => crate::store::config::store_url(&home.config_file()),
-        };
-        Storage::connect(&home, url.as_deref())
-    }
 }
 
 /// The subcommands.
@@ -229,7 +187,7 @@ impl Cli {
             Command::Token(c) => c.execute(global),
             Command::New(c) => c.execute(global),
             Command::Completions(c) => c.execute(global),
-            Command::Man(c) => c.execute(global),
+            Command::Man(c) => c.execute(global, <Cli as clap::CommandFactory>::command()),
             Command::Worker(c) => c.execute(global).await,
         }
     }

@@ -18,6 +18,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "durable",
             "schema",
             "limits",
+            "spending",
+            "run_request",
             "procfs",
             "faults",
             "agent_spec",

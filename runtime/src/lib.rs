@@ -4,8 +4,8 @@
 //! The library is layered; each layer uses only the ones before it:
 //!
 //! 1. base — [`error`], [`ids`], [`clock`], [`cron`], [`home`], [`durable`], [`schema`],
-//!    [`limits`], [`procfs`], [`faults`], [`scaffold`], [`terminal`], [`telemetry`]: no knowledge of
-//!    workflows beyond names and numbers.
+//!    [`limits`], [`spending`], [`run_request`], [`procfs`], [`faults`], [`scaffold`],
+//!    [`terminal`], [`telemetry`]: no knowledge of workflows beyond names and numbers.
 //! 2. [`declarative`] — a YAML workflow validated and composed with the interpreter into a
 //!    bundle: bytes in, bytes out.
 //! 3. [`store`] — everything kept (records, journals, logs, registry, bundles, config), and
@@ -34,11 +34,13 @@ pub mod ids;
 pub mod limits;
 pub mod procfs;
 pub mod run;
+pub mod run_request;
 pub mod sandbox;
 pub mod scaffold;
 pub mod schedule;
 pub mod schema;
 pub mod serve;
+pub mod spending;
 pub mod store;
 pub mod telemetry;
 pub mod terminal;

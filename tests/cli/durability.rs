@@ -145,7 +145,11 @@ esac
     ];
     for file in &files {
         let bytes = std::fs::read(file).unwrap_or_default();
-        ensure!(bytes.is_empty() || bytes.ends_with(b"\n"), "{}: a fragment at its end", file.display());
+        ensure!(
+            bytes.is_empty() || bytes.ends_with(b"\n"),
+            "{}: a fragment at its end",
+            file.display()
+        );
     }
     std::fs::remove_file(filler)?;
     let out = env.ok(&["resume", thread])?;

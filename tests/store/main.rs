@@ -22,11 +22,12 @@ use uncaged_workflow::agent_spec::AgentSpec;
 use uncaged_workflow::home::Home;
 use uncaged_workflow::ids::{BundleHash, ThreadId};
 use uncaged_workflow::limits::LimitOverrides;
+use uncaged_workflow::run_request::RunRequest;
 use uncaged_workflow::store::journal::{CallKind, CallRecord, CallResponse};
-use uncaged_workflow::store::queue::{ControlRequest, Release, RunRequest, Scope};
+use uncaged_workflow::store::queue::{ControlRequest, Release, Scope};
 use uncaged_workflow::store::records::{
     End, EndRecord, EndStatus, Parameters, ParentLink, PauseReason, Paused, PendingCall,
-    RunParameters, ScheduledBy, StartRecord, StepRecord, ThreadStatus,
+    ScheduledBy, StartRecord, StepRecord, ThreadStatus,
 };
 use uncaged_workflow::store::schedules::{
     FiringEvent, PollState, Schedule, ScheduleSource, Trigger,
@@ -143,8 +144,8 @@ fn start_record(hash: BundleHash) -> StartRecord {
         thread_id: ThreadId::new(),
         parameters: Parameters {
             prompt: "keep the contract".into(),
-            options: RunParameters {
-                max_rounds: 7,
+            options: RunRequest {
+                max_rounds: Some(7),
                 agent: Some("command:./review.sh --strict 'two words'".parse().unwrap()),
                 agent_for: BTreeMap::new(),
                 cwd: None,
@@ -479,8 +480,9 @@ contract! {
         let id = new_thread(store, hash(1))?;
         let request = RunRequest {
             agent: Some(AgentSpec::Scripted { answers: Some("answers.yaml".into()) }),
-            agent_for: vec![("reviewer".into(), AgentSpec::Human)],
+            agent_for: BTreeMap::from([("reviewer".into(), AgentSpec::Human)]),
             cwd: Some("/work".into()),
+            ..Default::default()
         };
         queue.enqueue(id, hash(1), &request)?;
         ensure!(!queue.is_taken(id)?, "queued, not taken");
@@ -551,11 +553,14 @@ contract! {
             workflow: "solve-issue".into(),
             trigger: Trigger::Cron { expression: "0 3 * * *".into(), timezone: None },
             prompt: "tidy up".into(),
-            max_rounds: Some(4),
-            agent: None,
-            agent_for: BTreeMap::new(),
-            cwd: None,
-            limits: LimitOverrides::default(),
+            request: RunRequest {
+                max_rounds: Some(4),
+                budget: uncaged_workflow::spending::Budget {
+                    max_agent_calls: Some(3),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
             paused: false,
             created: 10,
             since: 10,

@@ -1,5 +1,6 @@
-//! Binding agents to roles: the specs given on the command line (`--agent`,
-//! `--agent-for`) and in `config.yaml`, resolved into the agents of one thread.
+//! Binding agents to roles: the specs a run request names (`--agent`, `--agent-for`) and
+//! those of `config.yaml`, resolved into the agents of one thread, with the secrets of the
+//! process that asked.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -11,24 +12,9 @@ use super::extract::LlmExtractor;
 use super::{Agent, AgentProcesses, Bound, CommandAgent, OpenAiAgent, RetryPolicy, ScriptedAgent};
 use crate::agent_spec::AgentSpec;
 use crate::error::{Error, Result};
+use crate::run_request::RunRequest;
 use crate::store::config::{AgentConfig, AgentKind, Config};
 use crate::store::descriptor::Descriptor;
-use crate::store::records::RunParameters;
-
-/// Agent choices given on the command line (`--agent`, `--agent-for role=A`), and the
-/// directory they were given in.
-#[derive(Debug, Clone, Default)]
-pub struct AgentFlags {
-    /// `--agent`: the binding for every role not bound more specifically.
-    pub default: Option<AgentSpec>,
-    /// `--agent-for role=A`, in order; a later one for the same role wins.
-    pub for_roles: Vec<(String, AgentSpec)>,
-    /// Where command agents run, and what relative paths in specs are relative to.
-    pub cwd: Option<std::path::PathBuf>,
-    /// The secrets the bindings name (API key variables), as the command that started or
-    /// resumed the thread has them: a worker never reads its own environment for them.
-    pub secrets: Secrets,
-}
 
 /// Values of the environment variables that bindings name for their secrets, taken from the
 /// environment of the command a user ran and handed to the worker over its socket — never
@@ -78,31 +64,6 @@ impl Secrets {
 /// The shortest secret value redacted.
 const MIN_SECRET_LEN: usize = 6;
 
-impl AgentFlags {
-    /// Makes relative paths in `scripted:FILE` and `command:./PROGRAM` specs absolute against
-    /// `cwd`, so the specs mean the same in a worker started elsewhere.
-    pub fn absolutize(mut self, cwd: &Path) -> Self {
-        self.default = self.default.map(|spec| spec.absolutize(cwd));
-        self.for_roles =
-            self.for_roles.into_iter().map(|(role, spec)| (role, spec.absolutize(cwd))).collect();
-        self.cwd = Some(cwd.to_path_buf());
-        self
-    }
-
-    /// The bindings a thread recorded at its start (`options`), overridden by these flags:
-    /// what a resumed or forked thread runs with.
-    pub fn over(&self, options: &RunParameters) -> AgentFlags {
-        let mut for_roles = options.agent_for.clone();
-        for_roles.extend(self.for_roles.iter().cloned());
-        AgentFlags {
-            default: self.default.clone().or_else(|| options.agent.clone()),
-            for_roles: for_roles.into_iter().collect(),
-            cwd: self.cwd.clone().or_else(|| options.cwd.clone()),
-            secrets: self.secrets.clone(),
-        }
-    }
-}
-
 /// The agents of one thread, by role, and the LLM extractor if one is configured.
 #[derive(Debug, Clone)]
 pub struct AgentSet {
@@ -120,12 +81,17 @@ impl AgentSet {
     ///
     /// The descriptor supplies the roles' schemas, from which the scripted agent answers when
     /// it has no answers file, and lets a binding for a role the bundle lacks be refused.
-    pub fn resolve(config: &Config, flags: &AgentFlags, descriptor: &Descriptor) -> Result<Self> {
-        let secrets = Arc::new(flags.secrets.clone());
+    pub fn resolve(
+        config: &Config,
+        request: &RunRequest,
+        secrets: &Secrets,
+        descriptor: &Descriptor,
+    ) -> Result<Self> {
+        let secrets = Arc::new(secrets.clone());
         let prices = Arc::new(config.prices.clone());
         let binder =
-            Binder { config, descriptor, cwd: flags.cwd.as_deref(), secrets: &secrets, prices };
-        let default = match (&flags.default, &config.agent) {
+            Binder { config, descriptor, cwd: request.cwd.as_deref(), secrets: &secrets, prices };
+        let default = match (&request.agent, &config.agent) {
             (Some(spec), _) => binder.bind(spec, false)?,
             (None, Some(text)) => binder.bind(&configured(text)?, true)?,
             (None, None) => binder.bind(&AgentSpec::Scripted { answers: None }, false)?,
@@ -134,7 +100,7 @@ impl AgentSet {
         for (role, text) in &config.roles {
             by_role.insert(role.clone(), binder.bind(&configured(text)?, true)?);
         }
-        for (role, spec) in &flags.for_roles {
+        for (role, spec) in &request.agent_for {
             if descriptor.role(role).is_none() {
                 let known: Vec<_> = descriptor.roles.iter().map(|r| r.name.as_str()).collect();
                 return Err(Error::InvalidAgent {
@@ -191,11 +157,6 @@ impl AgentSet {
     /// The agent bound to `role`, if the bundle declares the role.
     pub fn for_role(&self, role: &str) -> Option<&Bound> {
         self.roles.contains(role).then(|| self.by_role.get(role).unwrap_or(&self.default))
-    }
-
-    /// The secrets the bindings were given (what a child workflow's thread is started with).
-    pub fn secrets(&self) -> Secrets {
-        self.default.secrets.as_ref().clone()
     }
 
     /// The LLM extractor, if configured.

@@ -21,7 +21,7 @@ use crate::store::info_log::InfoLog;
 use crate::store::records::StepRecord;
 use crate::telemetry::{self, AgentCall};
 
-pub use binding::{AgentFlags, AgentSet, Secrets};
+pub use binding::{AgentSet, Secrets};
 pub use command::CommandAgent;
 pub use openai::OpenAiAgent;
 pub use processes::AgentProcesses;

@@ -14,10 +14,11 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::openai::Message;
-use super::{Agent, AgentContext, AgentFlags, AgentSet, Bound, RoleRef, with_retries};
+use super::{Agent, AgentContext, AgentSet, Bound, RoleRef, with_retries};
 use crate::agent_spec::AgentSpec;
 use crate::declarative::source::{self, TriggerSpec};
 use crate::error::{Error, Result};
+use crate::run_request::RunRequest;
 use crate::store::config::Config;
 use crate::store::descriptor::{Descriptor, RoleSpec};
 use crate::store::info_log::InfoLog;
@@ -133,14 +134,9 @@ impl Planner {
             roles: vec![role.clone()],
             contract: String::new(),
         };
-        let flags = AgentFlags {
-            default: agent,
-            for_roles: Vec::new(),
-            cwd: Some(cwd.to_path_buf()),
-            secrets: super::Secrets::from_env(config),
-        }
-        .absolutize(cwd);
-        let agents = AgentSet::resolve(config, &flags, &descriptor)?;
+        let request = RunRequest { agent, ..Default::default() }.absolutize(cwd);
+        let secrets = super::Secrets::from_env(config);
+        let agents = AgentSet::resolve(config, &request, &secrets, &descriptor)?;
         let bound = agents.for_role(PLANNER_ROLE).expect("the planner role is declared").clone();
         if matches!(*bound.agent, Agent::Human) {
             return Err(Error::InvalidAgent {

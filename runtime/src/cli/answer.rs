@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use super::GlobalOptions;
-use super::follow::{FollowArgs, follow};
+use super::follow::follow;
+use super::options::{FollowArgs, GlobalOptions};
 use crate::error::Error;
 use crate::run::{actions, answer};
 
@@ -16,7 +16,7 @@ use crate::run::{actions, answer};
 #[derive(Debug, Parser)]
 pub struct AnswerCommand {
     /// The waiting thread
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
     pub id: String,
     /// The answer
     #[arg(required_unless_present = "file", conflicts_with = "file", value_parser = non_empty)]

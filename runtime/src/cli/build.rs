@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::json;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::print_json;
 use crate::declarative;
 use crate::error::Error;

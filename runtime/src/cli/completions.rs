@@ -1,19 +1,14 @@
 //! `completions <SHELL>` and `man [COMMAND]`: shell completion that asks this binary (so thread
-//! ids and workflow names complete from the store), and the manual page.
+//! ids and workflow names complete from the store, see [`super::complete`]), and the manual
+//! page.
 
-use std::ffi::OsStr;
+use clap::{Parser, ValueEnum};
 
-use clap::{CommandFactory, Parser, ValueEnum};
-use clap_complete::engine::CompletionCandidate;
-
-use super::{Cli, GlobalOptions};
+use super::options::GlobalOptions;
 use crate::error::Error;
 
 /// The environment variable a shell's completion script sets when it asks this binary.
 pub const COMPLETE_ENV: &str = "COMPLETE";
-
-/// The most candidates offered for one word: a home of 100,000 threads must not flood a shell.
-const MAX_CANDIDATES: usize = 200;
 
 /// The shells completions are written for.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -72,8 +67,12 @@ pub struct ManCommand {
 }
 
 impl ManCommand {
-    pub fn execute(self, _global: &GlobalOptions) -> anyhow::Result<i32> {
-        let mut command = Cli::command();
+    /// Prints the page of `command` (the whole command line's), or of the subcommand asked.
+    pub fn execute(
+        self,
+        _global: &GlobalOptions,
+        mut command: clap::Command,
+    ) -> anyhow::Result<i32> {
         command.build();
         let page = match &self.command {
             None => command,
@@ -89,50 +88,4 @@ impl ManCommand {
         std::io::Write::write_all(&mut std::io::stdout().lock(), &out).map_err(Error::stdout)?;
         Ok(0)
     }
-}
-
-/// The store a completion reads: the one the environment and config.yaml name (a shell
-/// completing a word sees no `--home` typed on the line).
-fn store() -> Option<crate::store::Storage> {
-    let global = GlobalOptions {
-        home: None,
-        store: std::env::var(crate::store::STORE_ENV).ok(),
-        verbose: 0,
-        color: crate::terminal::ColorChoice::Never,
-    };
-    global.store().ok()
-}
-
-/// Thread ids that start with what is typed, newest first, each with its workflow and status.
-pub fn thread_ids(current: &OsStr) -> Vec<CompletionCandidate> {
-    let typed = current.to_string_lossy().to_ascii_uppercase();
-    let Some(summaries) = store().and_then(|s| s.threads().summaries().ok()) else {
-        return Vec::new();
-    };
-    summaries
-        .iter()
-        .rev()
-        .filter(|t| t.thread_id.encode(&mut [0; 26]).starts_with(&typed))
-        .take(MAX_CANDIDATES)
-        .map(|t| {
-            let about = format!("{} {}", t.name, t.status.as_str());
-            CompletionCandidate::new(t.thread_id.to_string()).help(Some(about.into()))
-        })
-        .collect()
-}
-
-/// Registered workflow names that start with what is typed, with their descriptions' start.
-pub fn workflow_names(current: &OsStr) -> Vec<CompletionCandidate> {
-    let typed = current.to_string_lossy();
-    let Some(store) = store() else { return Vec::new() };
-    let Ok(registry) = store.registry().load() else { return Vec::new() };
-    registry
-        .workflows
-        .iter()
-        .filter(|(name, _)| name.starts_with(typed.as_ref()))
-        .take(MAX_CANDIDATES)
-        .map(|(name, entry)| {
-            CompletionCandidate::new(name.clone()).help(Some(entry.hash.to_string().into()))
-        })
-        .collect()
 }

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use crate::run::control;
 
 /// End a thread that has not ended, and record it `killed`: a running thread now (its guest is
@@ -11,7 +11,7 @@ use crate::run::control;
 #[derive(Debug, Parser)]
 pub struct KillCommand {
     /// The thread
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
     pub id: String,
 }
 
@@ -24,12 +24,12 @@ pub struct PauseCommand {
     #[arg(
         required_unless_present = "workflow",
         conflicts_with = "workflow",
-        add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids)
+        add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids)
     )]
     pub id: Option<String>,
     /// Pause this workflow: its triggers stop (`schedule resume --workflow` fires them again)
     /// and its running threads pause after their current step (`resume THREAD` each)
-    #[arg(long, value_name = "NAME", add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(long, value_name = "NAME", add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub workflow: Option<String>,
 }
 

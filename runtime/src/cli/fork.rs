@@ -2,8 +2,8 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, follow};
+use super::follow::follow;
+use super::options::{AgentArgs, FollowArgs, GlobalOptions};
 use crate::run::actions::{self, Forked};
 use crate::run::lifecycle::ForkAt;
 
@@ -15,7 +15,7 @@ use crate::run::lifecycle::ForkAt;
 #[derive(Debug, Parser)]
 pub struct ForkCommand {
     /// The thread to fork
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
     pub id: String,
     /// Keep the steps before the last step of this role (it runs again)
     #[arg(long, value_name = "ROLE", conflicts_with = "at")]
@@ -38,9 +38,9 @@ impl ForkCommand {
             (None, Some(role)) => ForkAt::BeforeRole(role),
             (None, None) => ForkAt::All,
         };
-        let flags = self.agents.overrides()?;
+        let over = self.agents.overrides()?;
         let how = self.follow.how();
-        let Forked { handed, kept } = actions::fork(&store, id, &at, flags, how.hand()).await?;
+        let Forked { handed, kept } = actions::fork(&store, id, &at, &over, how.hand()).await?;
         if !self.follow.detach && !self.follow.json && !self.follow.quiet {
             outln!("forked {id} at step {kept} into {}", handed.id)?;
         }

@@ -3,7 +3,7 @@
 use clap::Parser;
 use serde_json::json;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::{age, print_json, print_table};
 use crate::run::catalog::Catalog;
 
@@ -11,7 +11,7 @@ use crate::run::catalog::Catalog;
 #[derive(Debug, Parser)]
 pub struct HistoryCommand {
     /// The workflow
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub name: String,
     /// Print as JSON
     #[arg(long)]

@@ -3,7 +3,7 @@
 use clap::Parser;
 use serde_json::json;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::{age, print_json, print_table};
 use crate::run::catalog::Catalog;
 

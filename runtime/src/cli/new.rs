@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use crate::scaffold::{self, Language};
 
 /// Write a minimal, buildable bundle project (its README says how to build it).

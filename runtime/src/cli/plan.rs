@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use crate::agent_spec::AgentSpec;
 use crate::agents::binding::parse_agent_spec;
 use crate::agents::planner::{DEFAULT_ATTEMPTS, Plan, Planner};

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::{Table, age, print_json};
 use crate::run::control;
 use crate::terminal;
@@ -33,7 +33,7 @@ impl PsCommand {
                     let mut row = vec![
                         t.thread_id.to_string(),
                         terminal::line(&t.name).into_owned(),
-                        t.state.clone(),
+                        t.state.as_str().to_string(),
                         t.role
                             .as_deref()
                             .map_or_else(|| "-".into(), |r| terminal::line(r).into_owned()),

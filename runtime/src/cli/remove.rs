@@ -2,14 +2,14 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use crate::schedule::workflows;
 
 /// Unregister a workflow. Its bundle files and threads stay on disk.
 #[derive(Debug, Parser)]
 pub struct RemoveCommand {
     /// The workflow
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub name: String,
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 use serde_json::json;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::print_json;
 use crate::error::exit;
 use crate::limits::Limits;
@@ -36,7 +36,7 @@ pub struct ReplayCommand {
     /// The bundle to check: a `.wasm` component, or a workflow file (`.yaml`, `.yml`, `.json`)
     pub file: PathBuf,
     /// The workflow whose threads are replayed [default: the file's name, without extension]
-    #[arg(long, value_name = "NAME", add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(long, value_name = "NAME", add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub workflow: Option<String>,
     /// Only these threads (ids, or prefixes of them)
     #[arg(long, num_args = 1.., value_name = "ID")]

@@ -2,8 +2,8 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, follow, parse_budget_raise};
+use super::follow::follow;
+use super::options::{AgentArgs, FollowArgs, GlobalOptions, parse_budget_raise};
 use crate::run::actions;
 use crate::store::records::Budget;
 
@@ -15,7 +15,7 @@ use crate::store::records::Budget;
 #[derive(Debug, Parser)]
 pub struct ResumeCommand {
     /// The thread
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
     pub id: String,
     #[command(flatten)]
     pub agents: AgentArgs,

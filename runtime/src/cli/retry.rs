@@ -2,8 +2,8 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
-use super::follow::{AgentArgs, FollowArgs, follow};
+use super::follow::follow;
+use super::options::{AgentArgs, FollowArgs, GlobalOptions};
 use crate::error::exit;
 use crate::ids::BundleHash;
 use crate::limits::Limits;
@@ -29,7 +29,7 @@ Examples:
 #[command(after_help = AFTER_HELP)]
 pub struct RetryCommand {
     /// The failed thread
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
     pub id: String,
     /// Move it to this version of its workflow first
     #[arg(long, value_name = "HASH", conflicts_with = "latest")]

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use crate::ids::BundleHash;
 use crate::schedule::workflows;
 
@@ -13,7 +13,7 @@ use crate::schedule::workflows;
 #[derive(Debug, Parser)]
 pub struct RollbackCommand {
     /// The workflow
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub name: String,
     /// A hash from `history <name>`
     pub hash: Option<String>,

@@ -2,8 +2,8 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
-use super::follow::{FollowArgs, PromptArgs, RunOptionArgs, follow};
+use super::follow::follow;
+use super::options::{FollowArgs, GlobalOptions, PromptArgs, RunArgs, TriggerArgs};
 use crate::run::actions;
 use crate::run::lifecycle::StartRequest;
 
@@ -34,12 +34,14 @@ Examples:
 #[command(after_help = AFTER_HELP)]
 pub struct RunCommand {
     /// The workflow
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub name: String,
     #[command(flatten)]
     pub prompt: PromptArgs,
     #[command(flatten)]
-    pub options: RunOptionArgs,
+    pub run: RunArgs,
+    #[command(flatten)]
+    pub trigger: TriggerArgs,
     #[command(flatten)]
     pub follow: FollowArgs,
 }
@@ -47,14 +49,15 @@ pub struct RunCommand {
 impl RunCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
-        let request = StartRequest {
+        let start = StartRequest {
             name: self.name,
             prompt: self.prompt.text()?,
-            options: self.options.options()?,
+            trigger_data: self.trigger.value()?,
+            request: self.run.request()?,
             origin: Default::default(),
         };
         let how = self.follow.how();
-        let handed = actions::start(&store, request, how.hand()).await?;
+        let handed = actions::start(&store, start, how.hand()).await?;
         Ok(follow(&store, handed, how).await?)
     }
 }

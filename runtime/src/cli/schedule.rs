@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use super::GlobalOptions;
-use super::follow::{AgentArgs, LimitArgs};
+use super::options::{AgentArgs, GlobalOptions, LimitArgs};
 use super::output::{Age, Table, print_json};
 use crate::clock::now_ms;
 use crate::error::{Error, exit};
+use crate::run_request::RunRequest;
 use crate::schedule::{self, Firer, NewSchedule};
 use crate::store::schedules::{DiffMode, Trigger};
 use crate::terminal;
@@ -85,7 +85,7 @@ pub enum ScheduleAction {
 #[derive(Debug, Args)]
 pub struct AddArgs {
     /// The workflow to start (its current version at each firing)
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub workflow: String,
     /// Fire at the instants of this cron expression: 5 fields (minute hour day month
     /// weekday) or 6 (a leading seconds field)
@@ -183,9 +183,11 @@ impl ScheduleCommand {
                         workflow: args.workflow,
                         trigger,
                         prompt,
-                        max_rounds: args.max_rounds,
-                        agents: args.agents.flags()?,
-                        limits: args.limits.overrides()?,
+                        request: RunRequest {
+                            max_rounds: args.max_rounds,
+                            limits: args.limits.overrides()?,
+                            ..args.agents.request()?
+                        },
                     },
                 )?;
                 if args.json {

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use crate::error::Error;
 use crate::serve::connections::ConnectionLimits;
 use crate::serve::{self, DEFAULT_ADDR, Options};

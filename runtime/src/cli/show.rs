@@ -3,7 +3,7 @@
 use clap::Parser;
 use serde_json::json;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::print_json;
 use crate::declarative;
 use crate::error::Error;
@@ -16,7 +16,7 @@ use crate::terminal;
 #[derive(Debug, Parser)]
 pub struct ShowCommand {
     /// The workflow
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub name: String,
     /// Print as JSON
     #[arg(long, conflicts_with = "graph")]

@@ -2,14 +2,15 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
 use super::follow::print_event;
-use crate::agents::{AgentFlags, Secrets};
+use super::options::GlobalOptions;
+use crate::agents::Secrets;
 use crate::run::catalog::Catalog;
 use crate::run::children::{self, StoreChildren};
 use crate::run::events::Event;
 use crate::run::lifecycle;
 use crate::run::runner::{RunContext, RunOutcome, ThreadEvent, Until, run_thread};
+use crate::run_request::RunRequest;
 use crate::sandbox::engine::Runtime;
 use crate::store::records::{PauseReason, Paused};
 
@@ -23,7 +24,7 @@ use crate::store::records::{PauseReason, Paused};
 #[derive(Debug, Parser)]
 pub struct StepCommand {
     /// The thread
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
     pub id: String,
 }
 
@@ -35,9 +36,9 @@ impl StepCommand {
         let runtime = Runtime::new(store.home())?;
         let bundle = Catalog::new(&store).load(&runtime, &record.start.name, record.version())?;
         // `step` runs the thread in this process, with this command's secrets.
-        let flags =
-            AgentFlags { secrets: Secrets::from_env(&store.config()?), ..Default::default() };
-        let agents = lifecycle::agents_for(&store, &record, &bundle, &flags)?;
+        let secrets = Secrets::from_env(&store.config()?);
+        let agents =
+            lifecycle::agents_for(&store, &record, &bundle, &RunRequest::default(), &secrets)?;
         let ctx = RunContext {
             runtime: &runtime,
             store: &store,
@@ -59,7 +60,7 @@ impl StepCommand {
         if matches!(outcome, RunOutcome::Waiting { .. } | RunOutcome::Ended(_)) {
             // A child that ended, or a child waited on that ended, is passed on.
             drop(writer);
-            children::rested(&store, id, &flags).await?;
+            children::rested(&store, id).await?;
             return match outcome {
                 RunOutcome::Waiting { role } => waiting(&store, id, &role),
                 RunOutcome::Ended(end) => {

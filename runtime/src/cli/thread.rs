@@ -3,7 +3,7 @@
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::print_json;
 use crate::run::events::EndView;
 use crate::run::lifecycle;
@@ -15,7 +15,7 @@ use crate::terminal;
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct ThreadCommand {
     /// The thread's id (a ULID), or a prefix of it only one thread has
-    #[arg(required = true, add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+    #[arg(required = true, add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
     pub id: Option<String>,
     /// Print as JSON
     #[arg(long)]
@@ -30,17 +30,17 @@ pub enum ThreadAction {
     /// Delete a thread's files (not while it runs)
     Rm {
         /// The thread's id
-        #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
         id: String,
     },
     /// Compare two threads step by step (a fork and its original, say): the same, changed
     /// (role, content, meta), only in one
     Diff {
         /// The first thread
-        #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
         a: String,
         /// The second thread
-        #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids))]
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids))]
         b: String,
         /// Print the comparison as JSON
         #[arg(long)]
@@ -49,12 +49,14 @@ pub enum ThreadAction {
     /// Create a thread without running it; prints its id. Drive it with `step` or `resume`.
     Start {
         /// The workflow
-        #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+        #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
         name: String,
         #[command(flatten)]
-        prompt: super::follow::PromptArgs,
+        prompt: super::options::PromptArgs,
         #[command(flatten)]
-        options: Box<super::follow::RunOptionArgs>,
+        run: Box<super::options::RunArgs>,
+        #[command(flatten)]
+        trigger: super::options::TriggerArgs,
     },
 }
 
@@ -62,16 +64,17 @@ impl ThreadCommand {
     pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         match self.action {
-            Some(ThreadAction::Start { name, prompt, options }) => {
-                let (mut writer, record) = lifecycle::start_new(
-                    &store,
-                    lifecycle::StartRequest {
-                        name,
-                        prompt: prompt.text()?,
-                        options: options.options()?,
-                        origin: Default::default(),
-                    },
-                )?;
+            Some(ThreadAction::Start { name, prompt, run, trigger }) => {
+                let start = lifecycle::StartRequest {
+                    name,
+                    prompt: prompt.text()?,
+                    trigger_data: trigger.value()?,
+                    request: run.request()?,
+                    origin: Default::default(),
+                };
+                let checked = lifecycle::check_start(&store, &start)?;
+                let created = lifecycle::create(&store, start, checked)?;
+                let (mut writer, record) = lifecycle::open(&store, created.id())?;
                 writer.append_pause(Paused::by(PauseReason::Start))?;
                 outln!("{}", record.id())?;
                 Ok(0)
@@ -117,7 +120,7 @@ impl ThreadCommand {
                     thread.status().as_str()
                 )?;
                 outln!("prompt: {}", terminal::block(&start.parameters.prompt))?;
-                outln!("max rounds: {}", start.parameters.options.max_rounds)?;
+                outln!("max rounds: {}", start.max_rounds())?;
                 if let Some(schedule) = &start.schedule {
                     outln!(
                         "started by schedule {} ({})",

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use serde::Serialize;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::{Age, Table, print_json};
 use crate::clock::now_ms;
 use crate::ids::{BundleHash, ThreadId};
@@ -23,7 +23,7 @@ use crate::store::records::{EndStatus, ThreadStatus, ThreadSummary};
 )]
 pub struct ThreadsCommand {
     /// Only threads of this workflow
-    #[arg(add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub name: Option<String>,
     /// Only threads of this workflow (as the positional NAME)
     #[arg(long, value_name = "NAME", conflicts_with = "name")]

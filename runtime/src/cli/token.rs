@@ -5,7 +5,7 @@ use std::io::Write as _;
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::{Age, print_json, print_table};
 use crate::clock::now_ms;
 use crate::store::tokens;

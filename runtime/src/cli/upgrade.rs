@@ -3,7 +3,7 @@
 use clap::Parser;
 use serde_json::json;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use super::output::print_json;
 use crate::error::exit;
 use crate::ids::BundleHash;
@@ -36,11 +36,11 @@ pub struct UpgradeCommand {
     #[arg(
         required_unless_present = "workflow",
         conflicts_with = "workflow",
-        add = clap_complete::ArgValueCompleter::new(super::completions::thread_ids)
+        add = clap_complete::ArgValueCompleter::new(super::complete::thread_ids)
     )]
     pub id: Option<String>,
     /// Upgrade threads of this workflow (with --all)
-    #[arg(long, value_name = "NAME", requires = "all", add = clap_complete::ArgValueCompleter::new(super::completions::workflow_names))]
+    #[arg(long, value_name = "NAME", requires = "all", add = clap_complete::ArgValueCompleter::new(super::complete::workflow_names))]
     pub workflow: Option<String>,
     /// Every thread of --workflow that has not ended (or those in --status)
     #[arg(long, requires = "workflow")]

@@ -4,7 +4,7 @@
 
 use clap::Parser;
 
-use super::GlobalOptions;
+use super::options::GlobalOptions;
 use crate::ids::BundleHash;
 use crate::run::dispatch;
 use crate::run::worker::WorkerOptions;

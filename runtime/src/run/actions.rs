@@ -3,12 +3,12 @@
 //! API and schedules all call these; each returns the thread handed to a worker, to follow or
 //! to leave running. (Stopping one — kill, pause — is [`control`](super::control).)
 
-use crate::agents::AgentFlags;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::dispatch::{self, Accepted, Follower};
-use crate::run::lifecycle::{self, ForkAt, StartRequest};
+use crate::run::lifecycle::{self, Checked, ForkAt, StartRequest};
 use crate::run::{answer, control};
+use crate::run_request::RunRequest;
 use crate::store::Storage;
 use crate::store::journal::{CallErrorKind, CallResponse};
 use crate::store::records::{Budget, EndStatus, PauseReason, Paused, ThreadRecord, ThreadStatus};
@@ -31,35 +31,26 @@ pub enum Hand {
     Detach,
 }
 
-/// Hands thread `id` of bundle `hash` to a worker, `flags` overriding its recorded agents.
+/// Hands thread `id` of bundle `hash` to a worker, `over` laid over its recorded request
+/// (`resume --agent …`; empty to run it as recorded).
 pub async fn hand_over(
     store: &Storage,
     id: ThreadId,
     hash: BundleHash,
-    flags: &AgentFlags,
+    over: &RunRequest,
     hand: Hand,
 ) -> Result<Handed> {
     let (follower, accepted) =
-        dispatch::of(store).hand_over(id, hash, flags, hand == Hand::Follow).await?;
+        dispatch::of(store).hand_over(id, hash, over, hand == Hand::Follow).await?;
     Ok(Handed { id, hash, follower, accepted })
 }
 
-/// Starts a new thread of a registered workflow, as `request` says, and hands it to a worker.
-/// Its agent bindings are recorded in the thread: the worker reads them from there.
-pub async fn start(store: &Storage, request: StartRequest, hand: Hand) -> Result<Handed> {
-    let checked = lifecycle::check_start(store, &request)?;
-    start_checked(store, request, checked, hand).await
-}
-
-/// [`start`], for a request [`lifecycle::check_start`] has checked.
-async fn start_checked(
-    store: &Storage,
-    request: StartRequest,
-    checked: lifecycle::Checked,
-    hand: Hand,
-) -> Result<Handed> {
-    let record = lifecycle::start_at_rest(store, request, checked)?;
-    hand_over(store, record.id(), record.version(), &AgentFlags::default(), hand).await
+/// Starts a new thread of a registered workflow, as `start` says, and hands it to a worker.
+/// Its run request is recorded in the thread: the worker reads it from there.
+pub async fn start(store: &Storage, start: StartRequest, hand: Hand) -> Result<Handed> {
+    let checked = lifecycle::check_start(store, &start)?;
+    let record = lifecycle::create(store, start, checked)?;
+    hand_over(store, record.id(), record.version(), &RunRequest::default(), hand).await
 }
 
 /// A key that makes a retried request start one thread: whose it is, the key, and a digest
@@ -83,15 +74,19 @@ pub enum Once {
 /// the requests reach two processes at once, or the first died between claiming the key and
 /// creating its thread (the thread is then created with the id the key holds), or between
 /// creating it and handing it over (it is then handed over). The key is claimed only after the
-/// request is checked, so a bad request holds no key.
+/// request is checked, so a bad request holds no key. The keys are the store's request keys;
+/// the start itself is [`start_reserved`], as for every other ledger of keys.
 pub async fn start_once(
     store: &Storage,
-    request: StartRequest,
+    start: StartRequest,
     key: Option<OnceKey>,
 ) -> Result<Once> {
-    let checked = lifecycle::check_start(store, &request)?;
+    let checked = lifecycle::check_start(store, &start)?;
     let Some(key) = key else {
-        return Ok(Once::Started(start_checked(store, request, checked, Hand::Detach).await?.id));
+        let record = lifecycle::create(store, start, checked)?;
+        hand_over(store, record.id(), record.version(), &RunRequest::default(), Hand::Detach)
+            .await?;
+        return Ok(Once::Started(record.id()));
     };
     let claim = RequestKey {
         scope: key.scope,
@@ -102,14 +97,14 @@ pub async fn start_once(
     };
     match store.request_keys().claim(&claim)? {
         Claim::New => {
-            create_and_hand(store, request, checked, claim.thread).await?;
+            start_reserved(store, start, Some(checked), claim.thread).await?;
             Ok(Once::Started(claim.thread))
         }
         Claim::Taken(taken) if taken.fingerprint != claim.fingerprint => {
             Err(Error::KeyReused(crate::terminal::line(&claim.key).into_owned()))
         }
         Claim::Taken(taken) => {
-            finish_claim(store, request, checked, &taken).await?;
+            finish_claim(store, start, checked, &taken).await?;
             Ok(Once::Replayed(taken.thread))
         }
     }
@@ -126,8 +121,8 @@ const CLAIMER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// not make this wait for ever).
 async fn finish_claim(
     store: &Storage,
-    request: StartRequest,
-    checked: lifecycle::Checked,
+    start: StartRequest,
+    checked: Checked,
     taken: &RequestKey,
 ) -> Result<()> {
     let id = taken.thread;
@@ -139,11 +134,9 @@ async fn finish_claim(
     loop {
         match store.threads().read(id) {
             Ok(record) if !record.never_ran() => return Ok(()),
-            Ok(record) if claimer_had_its_time() => {
-                return hand_over_left(store, id, record.version()).await;
-            }
-            Err(Error::UnknownThread(_)) if claimer_had_its_time() => {
-                return create_and_hand(store, request, checked, id).await;
+            Ok(_) | Err(Error::UnknownThread(_)) if claimer_had_its_time() => {
+                tracing::info!("thread {id} of a claimed key was left undone: starting it");
+                return start_reserved(store, start, Some(checked), id).await.map(drop);
             }
             Ok(_) | Err(Error::UnknownThread(_)) => {}
             Err(e) => return Err(e),
@@ -152,17 +145,79 @@ async fn finish_claim(
     }
 }
 
-/// Hands over thread `id`, created and left at rest by a request that died.
-async fn hand_over_left(store: &Storage, id: ThreadId, hash: BundleHash) -> Result<()> {
-    tracing::info!("thread {id} was created for its key but never handed over: handing it over");
-    hand_over_keyed(store, id, hash).await
+/// What [`start_reserved`] found of the thread it was to make run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reserved {
+    /// It was created now, or found created and never run: it is handed to a worker now.
+    Started,
+    /// It had run already (it was handed over before): nothing was done.
+    Ran,
 }
 
-/// Hands over thread `id`, created at rest for a key, unless someone did so first — another
-/// request with its key, or a `resume` of it, since at rest it lists as interrupted — (then a
-/// worker has it, or is about to: the thread is busy, and that is what was wanted).
-async fn hand_over_keyed(store: &Storage, id: ThreadId, hash: BundleHash) -> Result<()> {
-    match hand_over(store, id, hash, &AgentFlags::default(), Hand::Detach).await {
+/// The one exactly-once start: makes thread `id` — an id reserved for `start` in a ledger of
+/// keys (an API request's `Idempotency-Key`, a webhook delivery, a child workflow's call, a
+/// schedule's firing log), which keeps it through any crash — exist and run, once: created at
+/// rest if it does not exist ([`create_reserved`]), handed to a worker if it never ran
+/// ([`hand_over_reserved`]), left alone if it ran. Two processes doing this at once for one id
+/// create one thread and hand it over once. `checked` is `start` as [`lifecycle::check_start`]
+/// found it, if it was checked already.
+pub async fn start_reserved(
+    store: &Storage,
+    start: StartRequest,
+    checked: Option<Checked>,
+    id: ThreadId,
+) -> Result<Reserved> {
+    match create_reserved(store, start, checked, id)? {
+        Some(hash) => {
+            hand_over_reserved(store, id, hash).await?;
+            Ok(Reserved::Started)
+        }
+        None => Ok(Reserved::Ran),
+    }
+}
+
+/// The first half of [`start_reserved`]: thread `id` created for `start` (checked first, unless
+/// `checked`), or found; the bundle to hand it to, or `None` if it ran already.
+pub fn create_reserved(
+    store: &Storage,
+    mut start: StartRequest,
+    checked: Option<Checked>,
+    id: ThreadId,
+) -> Result<Option<BundleHash>> {
+    match store.threads().read(id) {
+        Ok(record) if record.never_ran() => return Ok(Some(record.version())),
+        Ok(_) => return Ok(None),
+        Err(Error::UnknownThread(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let checked = match checked {
+        Some(checked) => checked,
+        None => lifecycle::check_start(store, &start)?,
+    };
+    start.origin.thread_id = Some(id);
+    match lifecycle::create(store, start, checked) {
+        Ok(record) => {
+            crate::faults::crash_point("start-once-created");
+            Ok(Some(record.version()))
+        }
+        // Created meanwhile by another process with the same reservation: whoever created
+        // it may hand it over too, and one of the two does.
+        Err(e) => match store.threads().read(id) {
+            Ok(record) => {
+                tracing::debug!("thread {id} was created by another process ({e})");
+                Ok(record.never_ran().then(|| record.version()))
+            }
+            Err(_) => Err(e),
+        },
+    }
+}
+
+/// The second half of [`start_reserved`]: hands thread `id`, created at rest for a
+/// reservation, to a worker — unless someone did so first (another process with its
+/// reservation, or a `resume` of it, since at rest it lists as interrupted: then a worker has
+/// it, or is about to, which is what was wanted).
+pub async fn hand_over_reserved(store: &Storage, id: ThreadId, hash: BundleHash) -> Result<()> {
+    match hand_over(store, id, hash, &RunRequest::default(), Hand::Detach).await {
         Ok(_) => Ok(()),
         Err(e) if e.is_busy() || !store.threads().read(id)?.never_ran() => {
             tracing::debug!("thread {id} was handed over by someone else meanwhile ({e})");
@@ -172,38 +227,8 @@ async fn hand_over_keyed(store: &Storage, id: ThreadId, hash: BundleHash) -> Res
     }
 }
 
-fn exists(store: &Storage, id: ThreadId) -> Result<bool> {
-    match store.threads().read(id) {
-        Ok(_) => Ok(true),
-        Err(Error::UnknownThread(_)) => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Creates thread `id` for `request` and hands it over, unless another request created it
-/// meanwhile (then whoever created it hands it over).
-async fn create_and_hand(
-    store: &Storage,
-    mut request: StartRequest,
-    checked: lifecycle::Checked,
-    id: ThreadId,
-) -> Result<()> {
-    request.origin.thread_id = Some(id);
-    match lifecycle::start_at_rest(store, request, checked) {
-        Ok(record) => {
-            crate::faults::crash_point("start-once-created");
-            hand_over_keyed(store, id, record.version()).await
-        }
-        Err(e) if exists(store, id)? => {
-            tracing::debug!("thread {id} was created by another request with its key ({e})");
-            Ok(())
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Continues thread `id` where it stopped (paused, interrupted, taken by a crash); `flags`
-/// override its recorded agents for this run.
+/// Continues thread `id` where it stopped (paused, interrupted, taken by a crash), `over`
+/// laid over its recorded request for this run.
 ///
 /// A thread that waits on a child workflow's thread goes on with its result if the child has
 /// ended (a result a crash kept from being passed on); otherwise its children at rest (paused,
@@ -211,21 +236,21 @@ async fn create_and_hand(
 pub async fn resume(
     store: &Storage,
     id: ThreadId,
-    flags: &AgentFlags,
+    over: &RunRequest,
     hand: Hand,
 ) -> Result<Handed> {
     let record = control::resumable(store, id)?;
     let Some((child, ..)) = record.waited_child() else {
-        return hand_over(store, id, record.version(), flags, hand).await;
+        return hand_over(store, id, record.version(), over, hand).await;
     };
-    if let Some(handed) = deliver(store, id, flags, hand).await? {
+    if let Some(handed) = deliver(store, id, over, hand).await? {
         return Ok(handed);
     }
     let mut resumed = 0;
     for descendant in crate::run::query::live_descendants(store, &record)? {
         let at_rest = store.threads().read(descendant)?;
         if matches!(at_rest.status(), ThreadStatus::Paused | ThreadStatus::Interrupted) {
-            hand_over(store, descendant, at_rest.version(), flags, Hand::Detach).await?;
+            hand_over(store, descendant, at_rest.version(), over, Hand::Detach).await?;
             resumed += 1;
         }
     }
@@ -257,7 +282,7 @@ pub fn raise_budget(store: &Storage, id: ThreadId, raise: &Budget) -> Result<Bud
 /// thread to a worker, which continues with it.
 pub async fn answer(store: &Storage, id: ThreadId, text: String, hand: Hand) -> Result<Handed> {
     let hash = answer::record(store, id, text)?;
-    hand_over(store, id, hash, &AgentFlags::default(), hand).await
+    hand_over(store, id, hash, &RunRequest::default(), hand).await
 }
 
 /// A fork, handed over: the new thread, and how many steps of the original it kept.
@@ -266,21 +291,22 @@ pub struct Forked {
     pub kept: usize,
 }
 
-/// Forks thread `id` at `at` into a new thread (recorded with `flags` as its agents) and
+/// Forks thread `id` at `at` into a new thread (recorded with `over` laid over its
+/// original's request) and
 /// hands the fork to a worker. The original is left as it is.
 pub async fn fork(
     store: &Storage,
     id: ThreadId,
     at: &ForkAt,
-    flags: AgentFlags,
+    over: &RunRequest,
     hand: Hand,
 ) -> Result<Forked> {
     let original = store.threads().read(id)?;
     let kept = lifecycle::fork_point(&original, at)?;
-    let (writer, fork) = lifecycle::fork(store, &original, kept, flags)?;
+    let (writer, fork) = lifecycle::fork(store, &original, kept, over)?;
     drop(writer);
     let handed =
-        hand_over(store, fork.id(), original.version(), &AgentFlags::default(), hand).await?;
+        hand_over(store, fork.id(), original.version(), &RunRequest::default(), hand).await?;
     Ok(Forked { handed, kept })
 }
 
@@ -291,7 +317,7 @@ pub async fn fork(
 pub async fn deliver(
     store: &Storage,
     parent: ThreadId,
-    flags: &AgentFlags,
+    over: &RunRequest,
     hand: Hand,
 ) -> Result<Option<Handed>> {
     let record = store.threads().read(parent)?;
@@ -322,7 +348,7 @@ pub async fn deliver(
         drop(writer);
         record.version()
     };
-    match hand_over(store, parent, hash, flags, hand).await {
+    match hand_over(store, parent, hash, over, hand).await {
         Ok(handed) => Ok(Some(handed)),
         // Another process handed it over first (its worker may say so as a remote error).
         Err(e) if e.is_busy() => Ok(None),

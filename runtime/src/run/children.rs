@@ -13,12 +13,13 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
 
-use crate::agents::{AgentAnswer, AgentFailure, AgentFlags};
+use crate::agents::{AgentAnswer, AgentFailure};
 use crate::error::{Error, Result};
 use crate::faults::crash_point;
 use crate::ids::ThreadId;
 use crate::run::actions::{self, Hand, Once, OnceKey};
-use crate::run::lifecycle::{Origin, RunOptions, StartRequest};
+use crate::run::lifecycle::{Origin, StartRequest};
+use crate::run_request::RunRequest;
 use crate::sandbox::children::{ChildCall, ChildState, Children, MAX_DEPTH};
 use crate::store::Storage;
 use crate::store::records::{ParentLink, ThreadStatus};
@@ -42,7 +43,7 @@ impl Children for StoreChildren {
     fn call(&self, call: ChildCall) -> BoxFuture<'_, ChildState> {
         async move {
             let workflow = call.workflow.clone();
-            let flags = call.flags.clone();
+            let request = call.request.clone();
             let id = match start(&self.store, call).await {
                 Ok(id) => id,
                 // The child exists, at rest, and could not be handed to a worker: the parent
@@ -66,7 +67,7 @@ impl Children for StoreChildren {
                 // Left at rest by a crash (its worker's, or this one's before it was handed
                 // over): it goes on now, so that its parent does not wait on nothing.
                 Ok(record) if record.status() == ThreadStatus::Interrupted => {
-                    match actions::resume(&self.store, id, &flags, Hand::Detach).await {
+                    match actions::resume(&self.store, id, &request, Hand::Detach).await {
                         Ok(_) => ChildState::Running(id),
                         // Resumed meanwhile by someone else, or left at rest again by a
                         // worker that died: the parent waits on it.
@@ -83,10 +84,9 @@ impl Children for StoreChildren {
         .boxed()
     }
 
-    fn rested(&self, id: ThreadId, secrets: crate::agents::Secrets) -> BoxFuture<'_, ()> {
+    fn rested(&self, id: ThreadId) -> BoxFuture<'_, ()> {
         async move {
-            let flags = AgentFlags { secrets, ..Default::default() };
-            if let Err(e) = rested(&self.store, id, &flags).await {
+            if let Err(e) = rested(&self.store, id).await {
                 tracing::warn!("thread {id}: passing a child's result on: {e}");
             }
         }
@@ -123,16 +123,11 @@ async fn start(store: &Storage, call: ChildCall) -> Result<ThreadId> {
         Some(instructions) => instructions.to_string(),
         None => call.prompt.clone(),
     };
-    let request = StartRequest {
+    let start = StartRequest {
         name: call.workflow.clone(),
         prompt,
-        options: RunOptions {
-            max_rounds: None,
-            agents: AgentFlags { for_roles: Vec::new(), ..call.flags.clone() },
-            limits: Default::default(),
-            trigger_data: Some(trigger_data),
-            budget: Default::default(),
-        },
+        trigger_data: Some(trigger_data),
+        request: call.request.clone(),
         origin: Origin {
             parent: Some(ParentLink { thread_id: call.parent, role: call.role.clone(), depth }),
             ..Origin::default()
@@ -143,22 +138,22 @@ async fn start(store: &Storage, call: ChildCall) -> Result<ThreadId> {
         key: format!("{}/{}/{}", call.parent, call.step, call.seq),
         fingerprint: call.digest.clone(),
     };
-    match actions::start_once(store, request, Some(key)).await? {
+    match actions::start_once(store, start, Some(key)).await? {
         Once::Started(id) | Once::Replayed(id) => Ok(id),
     }
 }
 
 /// After thread `id` came to rest: if it is a child that ended, its parent gets its result; if
 /// it waits on a child that ended meanwhile, it gets it itself.
-pub async fn rested(store: &Storage, id: ThreadId, flags: &AgentFlags) -> Result<()> {
+pub async fn rested(store: &Storage, id: ThreadId) -> Result<()> {
     let record = store.threads().read(id)?;
     if record.end.is_some()
         && let Some(parent) = &record.start.parent
     {
-        actions::deliver(store, parent.thread_id, flags, Hand::Detach).await?;
+        actions::deliver(store, parent.thread_id, &RunRequest::default(), Hand::Detach).await?;
     }
     if record.waited_child().is_some() {
-        actions::deliver(store, id, flags, Hand::Detach).await?;
+        actions::deliver(store, id, &RunRequest::default(), Hand::Detach).await?;
     }
     Ok(())
 }

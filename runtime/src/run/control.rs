@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
-use crate::run::ipc::PsEntry;
+use crate::run::dispatch::Asked;
+use crate::run::events::{PsEntry, PsState};
 use crate::run::worker::KILLED_RETURN_CODE;
 use crate::run::{dispatch, query};
 use crate::store::Storage;
@@ -107,16 +108,7 @@ async fn ask(store: &Storage, id: ThreadId, request: ControlRequest) -> Result<(
     let deadline = Instant::now() + CONTROL_WAIT;
     loop {
         let record = running(store, id)?;
-        let hash = record.version();
-        if !dispatch.reachable(hash).await? {
-            return Err(Error::ThreadState {
-                id: id.to_string(),
-                status: "running",
-                reason: "it is not run by a worker (a `step` in progress?)".into(),
-            });
-        }
-        if store.queue().ask(id, request)? {
-            dispatch.wake(hash).await?;
+        if dispatch.ask(id, record.version(), request).await? == Asked::Asked {
             break;
         }
         // Not held by a worker: still queued. Taking it takes it out of the queue.
@@ -193,7 +185,7 @@ pub async fn ps(store: &Storage) -> Result<Vec<PsEntry>> {
                 since: thread.paused_at.unwrap_or(thread.timestamp),
                 pid: None,
                 host: None,
-                state: "waiting".into(),
+                state: PsState::Waiting,
             });
         }
     }

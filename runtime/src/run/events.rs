@@ -1,6 +1,7 @@
 //! What happens to a thread as the library tells it: taken by a worker, a role at work, a step
-//! stored, waiting for a person, paused, ended. One typed event; a CLI line, a `--json` line,
-//! the web view and the worker protocol are renderings of it, none of them the event.
+//! stored, waiting for a person, paused, ended; and what is at work now, as `ps` lists it. One
+//! typed event; a CLI line, a `--json` line, the web view and the worker protocol are
+//! renderings of it, none of them the event.
 //!
 //! `--json` prints each as one line of JSON whose `type` names it (docs/json.md has the
 //! format): `started`, `working`, `step`, `waiting`, `paused`, `ended`.
@@ -61,6 +62,56 @@ impl Event {
             [] => format!("working ({agents})"),
             [one] => format!("{one} is working ({agents})"),
             [rest @ .., last] => format!("{} and {last} are working ({agents})", rest.join(", ")),
+        }
+    }
+}
+
+/// A thread at work, as `ps` lists it: run by a live worker, queued for one, or waiting for a
+/// person. A worker's socket sends these as they are.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PsEntry {
+    pub thread_id: ThreadId,
+    pub name: String,
+    pub hash: BundleHash,
+    /// The role being worked on, if any.
+    pub role: Option<String>,
+    /// The agent answering it (absent from workers older than this field).
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Since when that agent works (ms since the epoch).
+    #[serde(default)]
+    pub working_since: Option<u64>,
+    pub steps: usize,
+    /// When its worker started running it, or since when it waits (ms since the epoch).
+    pub since: u64,
+    /// The worker running it; none for a thread queued, or waiting for a human answer.
+    pub pid: Option<u32>,
+    /// The machine of that worker, on a shared store (a local worker's is this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    pub state: PsState,
+}
+
+/// Where a thread `ps` lists is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PsState {
+    /// A worker runs it.
+    Running,
+    /// It waits in a shared store's queue for a worker.
+    Queued,
+    /// It waits for a person's answer, or for a child workflow's thread.
+    Waiting,
+}
+
+impl PsState {
+    /// Its name, as `ps` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PsState::Running => "running",
+            PsState::Queued => "queued",
+            PsState::Waiting => "waiting",
         }
     }
 }

@@ -46,7 +46,7 @@ impl Generator {
             prompt: &record.start.parameters.prompt,
             steps: &record.steps,
             trigger_data: trigger_data.as_deref(),
-            max_rounds: record.start.parameters.options.max_rounds,
+            max_rounds: record.start.max_rounds(),
         };
         clock.start_step();
         store.data_mut().host.journal.begin_step(record.steps.len());

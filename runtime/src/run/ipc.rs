@@ -16,6 +16,7 @@ use crate::agents::Secrets;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
+use crate::run::events::PsEntry;
 use crate::store::Storage;
 use crate::store::records::{EndRecord, StepRecord};
 
@@ -86,33 +87,6 @@ pub enum Reply {
 pub enum ClientMessage {
     /// The answer to a [`Reply::Question`]; `None` declines (the thread then waits).
     Answer { text: Option<String> },
-}
-
-/// A running thread, as `ps` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PsEntry {
-    pub thread_id: ThreadId,
-    pub name: String,
-    pub hash: BundleHash,
-    /// The role being worked on, if any.
-    pub role: Option<String>,
-    /// The agent answering it (absent from workers older than this field).
-    #[serde(default)]
-    pub agent: Option<String>,
-    /// Since when that agent works (ms since the epoch).
-    #[serde(default)]
-    pub working_since: Option<u64>,
-    pub steps: usize,
-    /// When this worker started running it, or since when it waits (ms since the epoch).
-    pub since: u64,
-    /// The worker running it; none for a thread waiting for a human answer.
-    pub pid: Option<u32>,
-    /// The machine of that worker, on a shared store (a local worker's is this one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    /// `running`, or `waiting` for a human answer.
-    pub state: String,
 }
 
 /// `run/<HASH>.sock`.

@@ -6,54 +6,35 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::agents::processes::{self, AgentProcesses};
-use crate::agents::{AgentFlags, AgentSet, Secrets};
+use crate::agents::{AgentSet, Secrets};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
-use crate::limits::{LimitOverrides, Limits};
+use crate::limits::Limits;
 use crate::run::catalog::Catalog;
+use crate::run_request::RunRequest;
 use crate::sandbox::engine::LoadedBundle;
 use crate::store::records::{
-    Budget, EndStatus, ForkedFrom, Parameters, RunParameters, ScheduledBy, StartRecord, StepRecord,
-    ThreadRecord,
+    EndStatus, ForkedFrom, Parameters, ScheduledBy, StartRecord, ThreadRecord,
 };
 use crate::store::{Storage, ThreadWriter};
 
 /// A thread held open by this process, with what it held when opened.
 pub type OpenThread = (Box<dyn ThreadWriter>, ThreadRecord);
 
-/// What a new thread is.
+/// A new thread of a registered workflow, as the person, schedule or request that starts it
+/// asks for it: parsed once where it comes in (the command line, an HTTP request, a
+/// schedule's firing, a child workflow's step).
 #[derive(Debug, Clone)]
-pub struct NewThread {
+pub struct StartRequest {
+    /// The workflow: its current version runs.
     pub name: String,
-    pub hash: BundleHash,
     pub prompt: String,
-    pub max_rounds: u32,
-    /// Agent choices, already made absolute (see [`AgentFlags::absolutize`]).
-    pub agents: AgentFlags,
-    /// `--limit` overrides.
-    pub limits: LimitOverrides,
-    /// What a trigger passed to the thread (`--trigger-data`).
+    /// What a trigger passed to the thread (`--trigger-data`, a poll's item, a delivery).
     pub trigger_data: Option<serde_json::Value>,
-    /// What it may spend on agents.
-    pub budget: Budget,
-}
-
-/// How a thread is to run, as the person, schedule or request that starts it asks: built
-/// once, where it comes in (the command line, an HTTP request, a schedule's firing), with its
-/// agent specs and limits parsed and checked; recorded in the thread's start record.
-#[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    /// The bundle's own if absent (never over `limits.max-rounds`).
-    pub max_rounds: Option<u32>,
-    /// Agent choices, already made absolute (see [`AgentFlags::absolutize`]).
-    pub agents: AgentFlags,
-    /// Limits over the configured ones.
-    pub limits: LimitOverrides,
-    /// What a trigger passed to the thread (`--trigger-data`, a poll's item).
-    pub trigger_data: Option<serde_json::Value>,
-    /// What it may spend on agents (`--max-tokens`, `--max-cost`, …).
-    pub budget: Budget,
+    /// What the run is asked to do: its agents, directory, max rounds, limits, budget.
+    pub request: RunRequest,
+    pub origin: Origin,
 }
 
 /// Where a new thread comes from, beyond what it is.
@@ -68,100 +49,21 @@ pub struct Origin {
     pub parent: Option<crate::store::records::ParentLink>,
 }
 
-/// Creates a thread (its start record) and holds its run lock.
-pub fn create(store: &Storage, new: NewThread) -> Result<OpenThread> {
-    create_with(store, new, Origin::default(), &[], None, &[])
-}
-
-fn create_with(
-    store: &Storage,
-    new: NewThread,
-    origin: Origin,
-    steps: &[StepRecord],
-    forked_from: Option<ForkedFrom>,
-    calls: &[crate::store::journal::CallRecord],
-) -> Result<OpenThread> {
-    store.threads().create(&start_record(new, origin, forked_from), steps, calls)
-}
-
-/// The start record of thread `new`, started as `origin` says (from `forked_from`'s steps).
-fn start_record(new: NewThread, origin: Origin, forked_from: Option<ForkedFrom>) -> StartRecord {
-    StartRecord {
-        name: new.name,
-        hash: new.hash,
-        thread_id: origin.thread_id.unwrap_or_default(),
-        parameters: Parameters {
-            prompt: new.prompt,
-            options: RunParameters {
-                max_rounds: new.max_rounds,
-                agent: new.agents.default.clone(),
-                agent_for: new.agents.for_roles.iter().cloned().collect(),
-                cwd: new.agents.cwd.clone(),
-                limits: new.limits,
-                budget: new.budget,
-            },
-        },
-        timestamp: now_ms(),
-        forked_from,
-        trigger_data: new.trigger_data,
-        schedule: origin.schedule,
-        parent: origin.parent,
-    }
-}
-
-/// A thread of a workflow, by name, as a person or a schedule asks for it.
-#[derive(Debug, Clone)]
-pub struct StartRequest {
-    /// The workflow: its current version runs.
-    pub name: String,
-    pub prompt: String,
-    pub options: RunOptions,
-    pub origin: Origin,
-}
-
-/// Creates a thread of a workflow after checking all that can be checked before a thread
-/// exists — the bundle's integrity, the agent bindings, the limits, max rounds against the
-/// hard cap — so that a mistake is reported without leaving a thread behind.
-pub fn start_new(store: &Storage, request: StartRequest) -> Result<OpenThread> {
-    let checked = check_start(store, &request)?;
-    store.threads().create(&requested(request, checked), &[], &[])
-}
-
-/// What [`check_start`] found a new thread will run with.
+/// What [`check_start`] found a new thread will run.
 #[derive(Debug, Clone)]
 pub struct Checked {
     /// The bundle it runs.
     pub hash: BundleHash,
-    pub max_rounds: u32,
-    /// The workflow's budget in config.yaml, each limit the request sets in place of its own.
-    pub budget: Budget,
+    /// Its run request as checked: max rounds given, the workflow's budget in config.yaml
+    /// under what the request sets. This is what its start record holds.
+    pub request: RunRequest,
 }
 
-/// Creates the thread `request` asks for, as [`check_start`] found it (`checked`), held by
-/// nobody: for a thread handed to a worker next (see [`ThreadStore::create_at_rest`]).
-///
-/// [`ThreadStore::create_at_rest`]: crate::store::ThreadStore::create_at_rest
-pub fn start_at_rest(
-    store: &Storage,
-    request: StartRequest,
-    checked: Checked,
-) -> Result<ThreadRecord> {
-    store.threads().create_at_rest(&requested(request, checked), &[], &[])
-}
-
-/// The start record of the thread `request` asks for, as `checked`.
-fn requested(request: StartRequest, checked: Checked) -> StartRecord {
-    let Checked { hash, max_rounds, budget } = checked;
-    let StartRequest { name, prompt, options, origin } = request;
-    let RunOptions { agents, limits, trigger_data, .. } = options;
-    let new = NewThread { name, hash, prompt, max_rounds, agents, limits, trigger_data, budget };
-    start_record(new, origin, None)
-}
-
-/// Checks a [`StartRequest`] as [`start_new`] does, without creating anything: the bundle the
-/// thread would run, its max rounds and budget. (A schedule is checked so when it is added.)
-pub fn check_start(store: &Storage, request: &StartRequest) -> Result<Checked> {
-    let name = request.name.as_str();
+/// Checks a [`StartRequest`] without creating anything — the bundle's integrity, the agent
+/// bindings, the limits, max rounds against the hard cap — so that a mistake is reported
+/// without leaving a thread behind. (A schedule is checked so when it is added.)
+pub fn check_start(store: &Storage, start: &StartRequest) -> Result<Checked> {
+    let name = start.name.as_str();
     let catalog = Catalog::new(store);
     // One read of the registry serves both the name and the bundle's integrity record.
     let registry = catalog.registry().load()?;
@@ -169,18 +71,61 @@ pub fn check_start(store: &Storage, request: &StartRequest) -> Result<Checked> {
     catalog.bundles().load(&registry, name, entry.hash)?;
     let descriptor = catalog.bundles().descriptor(entry.hash)?;
     let config = store.config()?;
+    let request = &start.request;
     // Checked with this command's secrets: the ones its worker will be handed.
-    let options = &request.options;
-    let checked = AgentFlags { secrets: Secrets::from_env(&config), ..options.agents.clone() };
-    AgentSet::resolve(&config, &checked, &descriptor)?;
-    let cap = Limits::resolve(&config.limits, &options.limits)?.max_rounds;
-    let max_rounds = match options.max_rounds {
+    AgentSet::resolve(&config, request, &Secrets::from_env(&config), &descriptor)?;
+    let cap = Limits::resolve(&config.limits, &request.limits)?.max_rounds;
+    let max_rounds = match request.max_rounds {
         Some(asked) if asked > cap => return Err(Error::RoundsOverCap { asked, cap }),
         Some(asked) => asked,
         None => descriptor.max_rounds.min(cap),
     };
     let defaults = config.budgets.get(name).map(|b| b.budget()).unwrap_or_default();
-    Ok(Checked { hash: entry.hash, max_rounds, budget: defaults.raised(&options.budget) })
+    let request = RunRequest {
+        max_rounds: Some(max_rounds),
+        budget: defaults.raised(&request.budget),
+        ..request.clone()
+    };
+    Ok(Checked { hash: entry.hash, request })
+}
+
+/// Creates the thread `start` asks for, as [`check_start`] found it (`checked`), held by
+/// nobody: it is handed to a worker next, or opened by the command that made it (`thread
+/// start`). A creator that dies before either leaves a thread at rest (`interrupted`), never
+/// one held by a dead process (see [`ThreadStore::create_at_rest`]).
+///
+/// [`ThreadStore::create_at_rest`]: crate::store::ThreadStore::create_at_rest
+pub fn create(store: &Storage, start: StartRequest, checked: Checked) -> Result<ThreadRecord> {
+    let StartRequest { name, prompt, trigger_data, origin, .. } = start;
+    let thread =
+        NewThread { name, hash: checked.hash, prompt, trigger_data, request: checked.request };
+    store.threads().create_at_rest(&thread.start_record(origin, None), &[], &[])
+}
+
+/// A thread to create: what its start record holds.
+struct NewThread {
+    name: String,
+    hash: BundleHash,
+    prompt: String,
+    trigger_data: Option<serde_json::Value>,
+    request: RunRequest,
+}
+
+impl NewThread {
+    /// Its start record, started as `origin` says (from `forked_from`'s steps).
+    fn start_record(self, origin: Origin, forked_from: Option<ForkedFrom>) -> StartRecord {
+        StartRecord {
+            name: self.name,
+            hash: self.hash,
+            thread_id: origin.thread_id.unwrap_or_default(),
+            parameters: Parameters { prompt: self.prompt, options: self.request },
+            timestamp: now_ms(),
+            forked_from,
+            trigger_data: self.trigger_data,
+            schedule: origin.schedule,
+            parent: origin.parent,
+        }
+    }
 }
 
 /// Opens thread `id` to continue it: takes its run lock, refuses an ended thread, and one whose
@@ -247,15 +192,14 @@ pub fn fork_point(original: &ThreadRecord, at: &ForkAt) -> Result<usize> {
 }
 
 /// Creates a fork of `original` keeping its first `keep` steps and the journal of those
-/// steps; the original is only read.
+/// steps, running with `over` laid over the request it recorded; the original is only read.
 pub fn fork(
     store: &Storage,
     original: &ThreadRecord,
     keep: usize,
-    agents: AgentFlags,
+    over: &RunRequest,
 ) -> Result<OpenThread> {
     let start = &original.start;
-    let options = &start.parameters.options;
     // A parallel group is one step of the bundle's generator: a fork keeps it whole or not
     // at all.
     if let Some(group) = keep.checked_sub(1).and_then(|i| original.steps.get(i)?.group)
@@ -274,25 +218,22 @@ pub fn fork(
     let mut journal = store.threads().journal(start.hash, original.id())?;
     journal.forget_retried(&original.retries);
     let calls = journal.calls_before(keep);
-    create_with(
-        store,
-        NewThread {
-            name: start.name.clone(),
-            // The version its original runs now.
-            hash: original.version(),
-            prompt: start.parameters.prompt.clone(),
-            max_rounds: options.max_rounds,
-            agents: agents.over(options),
-            limits: options.limits.clone(),
-            trigger_data: start.trigger_data.clone(),
-            // The fork may spend what its original was given (as last raised).
-            budget: original.budget(),
-        },
-        Origin::default(),
-        &original.steps[..keep],
-        Some(ForkedFrom { thread_id: start.thread_id, step: keep }),
-        &calls,
-    )
+    let request = RunRequest {
+        // The fork may spend what its original was given (as last raised).
+        budget: original.budget(),
+        ..over.over(&start.parameters.options)
+    };
+    let thread = NewThread {
+        name: start.name.clone(),
+        // The version its original runs now.
+        hash: original.version(),
+        prompt: start.parameters.prompt.clone(),
+        trigger_data: start.trigger_data.clone(),
+        request,
+    };
+    let forked_from = ForkedFrom { thread_id: start.thread_id, step: keep };
+    let record = thread.start_record(Origin::default(), Some(forked_from));
+    store.threads().create(&record, &original.steps[..keep], &calls)
 }
 
 /// Removes thread `id` (not while it runs), first finishing any removal a crash interrupted.
@@ -370,16 +311,18 @@ pub fn prune(store: &Storage, filter: &PruneFilter, dry_run: bool) -> Result<Vec
     Ok(pruned)
 }
 
-/// The agents of a thread: what it recorded at its start, overridden by `flags`.
+/// The agents of a thread: what it recorded at its start, with `over` laid over it, given
+/// `secrets` (those of the process that asked for the run).
 pub fn agents_for(
     store: &Storage,
     record: &ThreadRecord,
     bundle: &LoadedBundle,
-    flags: &AgentFlags,
+    over: &RunRequest,
+    secrets: &Secrets,
 ) -> Result<AgentSet> {
-    let merged = flags.over(&record.start.parameters.options);
+    let request = over.over(&record.start.parameters.options);
     let processes = store.home().agent_processes_file(record.start.thread_id);
-    Ok(AgentSet::resolve(&store.config()?, &merged, &bundle.descriptor)?
+    Ok(AgentSet::resolve(&store.config()?, &request, secrets, &bundle.descriptor)?
         .with_processes(Arc::new(AgentProcesses::new(processes))))
 }
 

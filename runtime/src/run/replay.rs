@@ -12,9 +12,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::generator::{Generator, Stop};
-use crate::agents::{AgentFlags, AgentSet};
+use crate::agents::{AgentSet, Secrets};
 use crate::error::Result;
 use crate::limits::Limits;
+use crate::run_request::RunRequest;
 use crate::sandbox::control::ThreadControl;
 use crate::sandbox::engine::{LoadedBundle, Runtime};
 use crate::sandbox::state::{HostContext, ThreadView};
@@ -74,7 +75,7 @@ pub async fn replay(
         Ok(generator) => generator,
         Err(stop) => return stopped(0, stop, record),
     };
-    let max_rounds = record.start.parameters.options.max_rounds;
+    let max_rounds = record.start.max_rounds();
     let mut count = 0;
     while count < record.steps.len() {
         // Steps a retry recorded (a DAG's "run it again") were not the bundle's: it met them
@@ -146,8 +147,13 @@ async fn start_at(
 ) -> std::result::Result<Generator, Stop> {
     let id = record.id();
     // No agent is asked: the journal answers every call, or the replay stops there.
-    let agents = AgentSet::resolve(&Config::default(), &AgentFlags::default(), &bundle.descriptor)
-        .map_err(Stop::Store)?;
+    let agents = AgentSet::resolve(
+        &Config::default(),
+        &RunRequest::default(),
+        &Secrets::default(),
+        &bundle.descriptor,
+    )
+    .map_err(Stop::Store)?;
     let mut so_far = record.clone();
     so_far.steps.truncate(count);
     let view = ThreadView {

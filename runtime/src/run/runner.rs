@@ -187,11 +187,10 @@ async fn run_steps(
         step_settings: bundle.step_settings.clone(),
         children: ctx.children.clone(),
         depth: record.start.parent.as_ref().map_or(0, |p| p.depth),
-        child_flags: crate::agents::AgentFlags {
-            default: record.start.parameters.options.agent.clone(),
-            for_roles: Vec::new(),
+        child_request: crate::run_request::RunRequest {
+            agent: record.start.parameters.options.agent.clone(),
             cwd: record.start.parameters.options.cwd.clone(),
-            secrets: ctx.agents.secrets(),
+            ..Default::default()
         },
         budget: record.budget(),
         started: record.start.timestamp,
@@ -214,7 +213,7 @@ async fn run_steps(
             return Ok(RunOutcome::Stepped);
         }
         let started = Instant::now();
-        let max_rounds = record.start.parameters.options.max_rounds;
+        let max_rounds = record.start.max_rounds();
         let span = telemetry::step_span(count + 1);
         let next = generator.next(bundle, count, max_rounds, started);
         let steps = match next.instrument(span.clone()).await {
@@ -317,10 +316,10 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::agents::AgentFlags;
     use crate::home::Home;
     use crate::run::catalog::Catalog;
-    use crate::run::lifecycle::{self, NewThread, OpenThread};
+    use crate::run::lifecycle::{self, Checked, OpenThread, StartRequest};
+    use crate::run_request::RunRequest;
 
     struct Fixture {
         _dir: tempfile::TempDir,
@@ -342,22 +341,23 @@ mod tests {
             Fixture { _dir: dir, store, runtime, bundle }
         }
 
-        /// A new thread whose every role is answered by `agent`.
+        /// A new thread whose every role is answered by `agent`, opened.
         fn thread(&self, agent: Option<String>) -> OpenThread {
-            let new = NewThread {
-                name: "solve-issue".into(),
-                hash: self.bundle.hash,
-                prompt: "Fix the crash".into(),
-                max_rounds: 10,
-                agents: AgentFlags {
-                    default: agent.map(|a| a.parse().expect("an agent spec")),
-                    ..Default::default()
-                },
-                limits: Default::default(),
-                trigger_data: None,
-                budget: Default::default(),
+            let request = RunRequest {
+                agent: agent.map(|a| a.parse().expect("an agent spec")),
+                max_rounds: Some(10),
+                ..Default::default()
             };
-            lifecycle::create(&self.store, new).unwrap()
+            let start = StartRequest {
+                name: "solve-issue".into(),
+                prompt: "Fix the crash".into(),
+                trigger_data: None,
+                request: request.clone(),
+                origin: Default::default(),
+            };
+            let checked = Checked { hash: self.bundle.hash, request };
+            let created = lifecycle::create(&self.store, start, checked).unwrap();
+            self.store.threads().open(created.id()).unwrap()
         }
 
         /// Runs `record`'s thread `until`, with the agents it recorded.
@@ -368,9 +368,14 @@ mod tests {
             control: Arc<ThreadControl>,
         ) -> (RunOutcome, Vec<usize>) {
             let (writer, record) = open;
-            let agents =
-                lifecycle::agents_for(&self.store, record, &self.bundle, &Default::default())
-                    .unwrap();
+            let agents = lifecycle::agents_for(
+                &self.store,
+                record,
+                &self.bundle,
+                &Default::default(),
+                &Default::default(),
+            )
+            .unwrap();
             let ctx = RunContext {
                 runtime: &self.runtime,
                 store: &self.store,

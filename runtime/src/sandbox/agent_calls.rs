@@ -214,8 +214,8 @@ impl ThreadState {
         let settings = self.host.thread.step_settings.clone();
         let llm_extractor = self.host.agents.as_ref().is_some_and(|a| a.extractor().is_some());
         let view = &self.host.thread;
-        let (children, depth, child_flags) =
-            (view.children.clone(), view.depth, view.child_flags.clone());
+        let (children, depth, child_request) =
+            (view.children.clone(), view.depth, view.child_request.clone());
         let (parent, step) = (self.host.thread_id, self.host.journal.step());
         let ask = |f: Fresh| {
             let (info, human, schemas) = (info.clone(), human.clone(), schemas.clone());
@@ -232,7 +232,7 @@ impl ThreadState {
                     prompt: c.prompt.clone(),
                     input: f.context.input.clone(),
                     depth,
-                    flags: child_flags.clone(),
+                    request: child_request.clone(),
                 };
                 (call, children.clone())
             });

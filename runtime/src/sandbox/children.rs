@@ -5,7 +5,7 @@
 
 use futures::future::BoxFuture;
 
-use crate::agents::{AgentAnswer, AgentFailure, AgentFlags};
+use crate::agents::{AgentAnswer, AgentFailure};
 use crate::ids::ThreadId;
 
 /// How deep children may nest: a workflow that runs itself stops here, not at the disk's end.
@@ -28,9 +28,8 @@ pub struct ChildCall {
     pub input: Option<String>,
     /// How deep the parent is (0: no thread started it).
     pub depth: u32,
-    /// What the child's agents are bound by: the parent's default agent, its directory and
-    /// the secrets of the command that runs it.
-    pub flags: AgentFlags,
+    /// What the child runs with: the parent's default agent and directory.
+    pub request: crate::run_request::RunRequest,
 }
 
 /// Where a child is.
@@ -48,6 +47,6 @@ pub trait Children: Send + Sync + std::fmt::Debug {
     fn call(&self, call: ChildCall) -> BoxFuture<'_, ChildState>;
 
     /// Thread `id` came to rest (ended, or waiting): a parent waiting on it, or a child it
-    /// waits on that has ended, is passed on, with `secrets` for the thread handed over.
-    fn rested(&self, id: ThreadId, secrets: crate::agents::Secrets) -> BoxFuture<'_, ()>;
+    /// waits on that has ended, is passed on.
+    fn rested(&self, id: ThreadId) -> BoxFuture<'_, ()>;
 }

@@ -154,8 +154,8 @@ pub struct ThreadView {
     pub children: Option<Arc<dyn super::children::Children>>,
     /// How deep in a chain of child workflows the thread is (0: nobody started it).
     pub depth: u32,
-    /// What the thread's children are started with: its default agent, directory, secrets.
-    pub child_flags: crate::agents::AgentFlags,
+    /// What the thread's children are started with: its default agent and directory.
+    pub child_request: crate::run_request::RunRequest,
     /// What the thread may spend on agents.
     pub budget: crate::store::records::Budget,
     /// When the thread started (ms since the epoch).

@@ -15,14 +15,12 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::poll;
-use crate::agents::AgentFlags;
 use crate::clock::now_ms;
 use crate::cron::CronTrigger;
 use crate::error::{Error, Result};
 use crate::faults::crash_point;
 use crate::ids::ThreadId;
-use crate::run::actions::{self, Hand};
-use crate::run::lifecycle::{self, Origin};
+use crate::run::actions;
 use crate::store::Storage;
 use crate::store::records::ScheduledBy;
 use crate::store::schedules::{
@@ -378,48 +376,31 @@ impl Firer {
     ) -> Result<()> {
         let schedules = self.store.schedules();
         let id = firing.thread_id;
-        let hash = match self.store.threads().read(id) {
-            Ok(record) => {
-                if !record.never_ran() {
-                    // Handed over before the crash: it runs, or ran, on its own.
-                    let event = FiringEvent::Started { thread_id: id, at: now_ms() };
-                    schedules.record(&schedule.name, &event, lock)?;
-                    return Ok(());
-                }
-                record.start.hash
+        let mut start = super::thread_request(schedule);
+        start.trigger_data = firing.trigger_data.clone();
+        start.origin.schedule =
+            Some(ScheduledBy { name: schedule.name.clone(), firing: firing.key.clone() });
+        // The one exactly-once start, the firing log being this ledger's keys.
+        let hash = match actions::create_reserved(&self.store, start, None, id) {
+            Ok(Some(hash)) => hash,
+            // Handed over before the crash: it runs, or ran, on its own.
+            Ok(None) => {
+                let event = FiringEvent::Started { thread_id: id, at: now_ms() };
+                return schedules.record(&schedule.name, &event, lock);
             }
-            Err(Error::UnknownThread(_)) => {
-                let mut request = super::thread_request(schedule);
-                request.options.trigger_data = firing.trigger_data.clone();
-                request.origin = Origin {
-                    thread_id: Some(id),
-                    schedule: Some(ScheduledBy {
-                        name: schedule.name.clone(),
-                        firing: firing.key.clone(),
-                    }),
-                    parent: None,
-                };
-                let created = lifecycle::check_start(&self.store, &request)
-                    .and_then(|checked| lifecycle::start_at_rest(&self.store, request, checked));
-                match created {
-                    Ok(record) => record.start.hash,
-                    // The home could not be written: the firing stays pending, for the next
-                    // pass.
-                    Err(e @ (Error::Io { .. } | Error::Host(_))) => return Err(e),
-                    Err(e) => {
-                        let error = crate::error::chain_line(&e);
-                        let event = FiringEvent::Failed { thread_id: id, at: now_ms(), error };
-                        schedules.record(&schedule.name, &event, lock)?;
-                        return Err(e);
-                    }
-                }
+            // The home could not be written: the firing stays pending, for the next pass.
+            Err(e @ (Error::Io { .. } | Error::Host(_))) => return Err(e),
+            Err(e) => {
+                let error = crate::error::chain_line(&e);
+                let event = FiringEvent::Failed { thread_id: id, at: now_ms(), error };
+                schedules.record(&schedule.name, &event, lock)?;
+                return Err(e);
             }
-            Err(e) => return Err(e),
         };
         crash_point("schedule-created");
         // A worker that cannot be reached leaves the firing pending: the next pass hands the
         // thread over again.
-        actions::hand_over(&self.store, id, hash, &AgentFlags::default(), Hand::Detach).await?;
+        actions::hand_over_reserved(&self.store, id, hash).await?;
         let event = FiringEvent::Started { thread_id: id, at: now_ms() };
         schedules.record(&schedule.name, &event, lock)?;
         pass.started.push(StartedThread {
@@ -439,7 +420,7 @@ async fn run_check(schedule: &Schedule) -> Check {
     // A check may take its interval, but not under 10 s, nor over a minute.
     let timeout =
         poll::DEFAULT_TIMEOUT.min(Duration::from_millis(*every_ms).max(Duration::from_secs(10)));
-    poll::check(command, schedule.cwd.as_deref(), timeout).await
+    poll::check(command, schedule.request.cwd.as_deref(), timeout).await
 }
 
 fn fired(

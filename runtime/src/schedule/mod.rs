@@ -13,14 +13,13 @@ pub mod workflows;
 
 use std::time::Duration;
 
-use crate::agents::AgentFlags;
 use crate::agents::command::find_program;
 use crate::clock::now_ms;
 use crate::cron::CronTrigger;
 use crate::declarative::source::TriggerSpec;
 use crate::error::{Error, Result};
-use crate::limits::LimitOverrides;
-use crate::run::lifecycle::{self, RunOptions, StartRequest};
+use crate::run::lifecycle::{self, StartRequest};
+use crate::run_request::RunRequest;
 use crate::store::Storage;
 use crate::store::schedules::{
     DiffMode, FiringState, Schedule, ScheduleSource, Trigger, validate_name,
@@ -39,10 +38,9 @@ pub struct NewSchedule {
     pub workflow: String,
     pub trigger: Trigger,
     pub prompt: String,
-    pub max_rounds: Option<u32>,
-    /// Agent choices, already made absolute (their `cwd` is where the poll command runs).
-    pub agents: AgentFlags,
-    pub limits: LimitOverrides,
+    /// What its threads are asked to do, with paths already made absolute (its `cwd` is
+    /// where the poll command runs).
+    pub request: RunRequest,
 }
 
 /// Adds a schedule after checking everything a firing will need: the trigger, the poll
@@ -55,18 +53,14 @@ fn add_from(store: &Storage, new: NewSchedule, source: ScheduleSource) -> Result
     if let Some(name) = &new.name {
         validate_name(name)?;
     }
-    check_trigger(&new.trigger, new.agents.cwd.as_deref())?;
+    check_trigger(&new.trigger, new.request.cwd.as_deref())?;
     let now = now_ms();
     let mut schedule = Schedule {
         name: new.name.clone().unwrap_or_default(),
         workflow: new.workflow,
         trigger: new.trigger,
         prompt: new.prompt,
-        max_rounds: new.max_rounds,
-        agent: new.agents.default,
-        agent_for: new.agents.for_roles.into_iter().collect(),
-        cwd: new.agents.cwd,
-        limits: new.limits,
+        request: new.request,
         paused: false,
         created: now,
         since: now,
@@ -131,18 +125,8 @@ pub fn thread_request(schedule: &Schedule) -> StartRequest {
     StartRequest {
         name: schedule.workflow.clone(),
         prompt: schedule.prompt.clone(),
-        options: RunOptions {
-            max_rounds: schedule.max_rounds,
-            agents: AgentFlags {
-                default: schedule.agent.clone(),
-                for_roles: schedule.agent_for.iter().map(|(r, a)| (r.clone(), a.clone())).collect(),
-                cwd: schedule.cwd.clone(),
-                ..Default::default()
-            },
-            limits: schedule.limits.clone(),
-            trigger_data: None,
-            budget: Default::default(),
-        },
+        trigger_data: None,
+        request: schedule.request.clone(),
         origin: Default::default(),
     }
 }
@@ -297,9 +281,7 @@ pub fn sync_workflow_trigger(store: &Storage, workflow: &str) -> Result<Option<S
         workflow: workflow.to_string(),
         trigger,
         prompt,
-        max_rounds: None,
-        agents: AgentFlags::default().absolutize(&cwd),
-        limits: LimitOverrides::default(),
+        request: RunRequest::default().absolutize(&cwd),
     };
     add_from(store, new, ScheduleSource::Workflow).map(Some)
 }

@@ -26,7 +26,6 @@ use super::app::App;
 use super::metrics::Deliveries;
 use crate::clock::now_ms;
 use crate::run::actions::{self, Once, OnceKey};
-use crate::run::lifecycle::Origin;
 use crate::schedule;
 use crate::store::records::ScheduledBy;
 use crate::store::schedules::{Schedule, Trigger};
@@ -103,23 +102,19 @@ async fn answer(
     let data: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
         refusal(StatusCode::BAD_REQUEST, "malformed_json", &format!("the body is not JSON: {e}"))
     })?;
-    let mut request = schedule::thread_request(&schedule);
-    request.options.trigger_data = Some(data);
-    request.origin = Origin {
-        thread_id: None,
-        schedule: Some(ScheduledBy {
-            name: schedule.name.clone(),
-            firing: format!("delivery:{}", crate::terminal::line(&delivery)),
-        }),
-        parent: None,
-    };
+    let mut start = schedule::thread_request(&schedule);
+    start.trigger_data = Some(data);
+    start.origin.schedule = Some(ScheduledBy {
+        name: schedule.name.clone(),
+        firing: format!("delivery:{}", crate::terminal::line(&delivery)),
+    });
     // Every delivery of one id is the same request: its body is not compared.
     let key = OnceKey {
         scope: format!("hook:{}", schedule.name),
         key: delivery,
         fingerprint: String::new(),
     };
-    Ok(match actions::start_once(&app.store, request, Some(key)).await? {
+    Ok(match actions::start_once(&app.store, start, Some(key)).await? {
         Once::Started(id) => (StatusCode::CREATED, id),
         Once::Replayed(id) => (StatusCode::OK, id),
     })

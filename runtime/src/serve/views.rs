@@ -15,7 +15,7 @@ use crate::clock::now_ms;
 use crate::error::Result;
 use crate::ids::ThreadId;
 use crate::run::control;
-use crate::run::ipc::PsEntry;
+use crate::run::events::PsEntry;
 use crate::run::query::{self, ThreadQuery};
 use crate::schedule::{self, ScheduleStatus};
 use crate::store::Storage;

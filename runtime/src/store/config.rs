@@ -110,7 +110,7 @@ pub fn otlp_endpoint(path: &Path) -> Option<String> {
     string_at(path, &["telemetry", "otlp_endpoint"])
 }
 
-/// A workflow's default budget in `budgets:` (see [`crate::store::spending::Budget`]).
+/// A workflow's default budget in `budgets:` (see [`crate::spending::Budget`]).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetConfig {
@@ -126,8 +126,8 @@ pub struct BudgetConfig {
 }
 
 impl BudgetConfig {
-    pub fn budget(&self) -> crate::store::spending::Budget {
-        crate::store::spending::Budget {
+    pub fn budget(&self) -> crate::spending::Budget {
+        crate::spending::Budget {
             max_tokens: self.max_tokens,
             max_cost_usd: self.max_cost,
             max_agent_calls: self.max_agent_calls,

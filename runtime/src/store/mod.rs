@@ -25,7 +25,6 @@ pub mod records;
 pub mod registry;
 pub mod request_keys;
 pub mod schedules;
-pub mod spending;
 pub mod steps;
 pub mod thread_files;
 pub mod thread_index;

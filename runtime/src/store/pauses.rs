@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::spending::Budget;
 use crate::ids::ThreadId;
+use crate::spending::Budget;
 
 /// A control line: the thread stopped without ending and waits for `resume` or `step`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

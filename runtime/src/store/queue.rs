@@ -9,28 +9,15 @@
 //! this trait alone.
 
 use std::fmt;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent_spec::AgentSpec;
 use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
+use crate::run_request::RunRequest;
 use crate::store::ThreadWriter;
 use crate::store::records::{ThreadRecord, ThreadSummary};
-
-/// How a queued thread is to run: the agent overrides of the command that queued it. Secrets
-/// are never queued: a worker uses its own environment, or what the command hands it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RunRequest {
-    #[serde(default)]
-    pub agent: Option<AgentSpec>,
-    #[serde(default)]
-    pub agent_for: Vec<(String, AgentSpec)>,
-    #[serde(default)]
-    pub cwd: Option<PathBuf>,
-}
 
 /// A thread a worker took. Its writer holds the thread (the run lock or the lease) until it is
 /// dropped; [`WorkQueue::release`] says what becomes of its place in the queue.
@@ -39,6 +26,7 @@ pub struct Claimed {
     pub id: ThreadId,
     pub record: ThreadRecord,
     pub writer: Box<dyn ThreadWriter>,
+    /// What the run was asked, laid over the thread's recorded request (`resume --agent …`).
     pub request: RunRequest,
     /// What the queue needs back to release the thread (a lease's token).
     pub ticket: i64,
@@ -137,8 +125,8 @@ pub trait WorkQueue: Send + Sync + fmt::Debug {
     /// How this store's threads are taken.
     fn workers(&self) -> Workers;
 
-    /// Queues thread `id` (of bundle `hash`) to run with `request`; wakes the workers that
-    /// listen for work.
+    /// Queues thread `id` (of bundle `hash`) to run with `request` laid over its recorded one;
+    /// wakes the workers that listen for work.
     fn enqueue(&self, id: ThreadId, hash: BundleHash, request: &RunRequest) -> Result<()>;
 
     /// Takes up to `max` queued threads of `scope` (oldest first), or only thread `only`,

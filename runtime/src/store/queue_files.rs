@@ -21,9 +21,10 @@ use crate::durable;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
+use crate::run_request::RunRequest;
 use crate::store::ThreadStore;
 use crate::store::queue::{
-    Activity, Claimed, ControlRequest, LiveThread, Release, RunRequest, Scope, WorkQueue, Workers,
+    Activity, Claimed, ControlRequest, LiveThread, Release, Scope, WorkQueue, Workers,
 };
 use crate::store::thread_files::FileThreads;
 

@@ -3,15 +3,12 @@
 //! types is the line format of `.data.jsonl` and of `thread --json`.
 
 pub use super::pauses::{PauseReason, PauseRecord, Paused, PendingCall};
-pub use super::spending::{Budget, Usage};
 pub use super::steps::{StepGroup, StepRecord};
 pub use super::upgrades::{Retry, RetryRecord, Upgrade, UpgradeRecord};
-use crate::agent_spec::AgentSpec;
 use crate::ids::{BundleHash, ThreadId};
-use crate::limits::LimitOverrides;
+use crate::run_request::RunRequest;
+pub use crate::spending::{Budget, Usage};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 /// Line 1 of a thread: what the thread runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +35,14 @@ pub struct StartRecord {
     pub parent: Option<ParentLink>,
 }
 
+impl StartRecord {
+    /// The most steps the thread may take, as it was given when created (a start record
+    /// always holds it; one that did not would get the hard cap's default).
+    pub fn max_rounds(&self) -> u32 {
+        self.parameters.options.max_rounds.unwrap_or(crate::limits::Limits::default().max_rounds)
+    }
+}
+
 /// The step of a parent thread a child workflow's thread runs for: its end answers that
 /// step's call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,34 +65,13 @@ pub struct ScheduledBy {
     pub firing: String,
 }
 
-/// A thread's parameters.
+/// A thread's parameters: its prompt, and the run request it was started with, as checked
+/// when it was created (its agents, directory, max rounds, limits and budget), so that a thread
+/// resumed in another process runs with the same.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Parameters {
     pub prompt: String,
-    pub options: RunParameters,
-}
-
-/// Options a thread runs with. Agent bindings and the working directory are recorded so that
-/// a thread resumed in another process gets the same agents.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunParameters {
-    pub max_rounds: u32,
-    /// `--agent`, with relative paths made absolute.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<AgentSpec>,
-    /// `--agent-for`, role → agent.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub agent_for: BTreeMap<String, AgentSpec>,
-    /// Where command agents run: the directory the thread was started from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<PathBuf>,
-    /// `--limit` overrides, key → value.
-    #[serde(default, skip_serializing_if = "LimitOverrides::is_empty")]
-    pub limits: LimitOverrides,
-    /// What the thread may spend (`--max-tokens`, `--max-cost`, …).
-    #[serde(default, skip_serializing_if = "Budget::is_empty")]
-    pub budget: Budget,
+    pub options: RunRequest,
 }
 
 /// Where a fork came from.

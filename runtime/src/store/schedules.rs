@@ -10,8 +10,6 @@
 //! the id the firing names, so a process killed anywhere in between leaves a firing that the
 //! next pass finishes, never a second thread.
 
-use crate::agent_spec::AgentSpec;
-use crate::limits::LimitOverrides;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::File;
@@ -25,6 +23,7 @@ use crate::durable::{self, AppendFile};
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::ThreadId;
+use crate::run_request::RunRequest;
 
 /// A schedule: when to start a thread of which workflow, and with what.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,20 +35,10 @@ pub struct Schedule {
     pub trigger: Trigger,
     /// The prompt of each thread it starts.
     pub prompt: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_rounds: Option<u32>,
-    /// `--agent`, made absolute.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<AgentSpec>,
-    /// `--agent-for`, role → agent.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub agent_for: BTreeMap<String, AgentSpec>,
-    /// Where command agents and the poll command run: the directory it was added from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<PathBuf>,
-    /// `--limit` overrides for its threads.
-    #[serde(default, skip_serializing_if = "LimitOverrides::is_empty")]
-    pub limits: LimitOverrides,
+    /// What each thread it starts is asked to do (its directory is also where the poll
+    /// command runs: where the schedule was added from).
+    #[serde(flatten)]
+    pub request: RunRequest,
     #[serde(default)]
     pub paused: bool,
     /// When it was added.

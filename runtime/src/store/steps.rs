@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::spending::Usage;
+use crate::spending::Usage;
 
 /// One role output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -498,11 +498,11 @@ fn bundle_log_dirs(home: &Home) -> Result<Vec<(BundleHash, PathBuf)>> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::io::Write;
 
     use super::*;
-    use crate::store::records::{Parameters, RunParameters, StepGroup};
+    use crate::run_request::RunRequest;
+    use crate::store::records::{Parameters, StepGroup};
 
     /// A thread's start record, for thread `id`.
     fn start(id: ThreadId) -> StartRecord {
@@ -512,14 +512,7 @@ mod tests {
             thread_id: id,
             parameters: Parameters {
                 prompt: "p".into(),
-                options: RunParameters {
-                    max_rounds: 3,
-                    agent: None,
-                    agent_for: BTreeMap::new(),
-                    cwd: None,
-                    limits: Default::default(),
-                    budget: Default::default(),
-                },
+                options: RunRequest { max_rounds: Some(3), ..Default::default() },
             },
             timestamp: 1,
             parent: None,

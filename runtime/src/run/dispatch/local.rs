@@ -5,14 +5,16 @@
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
-use super::{Accepted, Dispatch, Follower, Heard, Question};
-use crate::agents::{AgentFlags, Secrets};
+use super::{Accepted, Asked, Dispatch, Follower, Heard, Question};
+use crate::agents::Secrets;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
-use crate::run::events::Event;
-use crate::run::ipc::{self, ClientMessage, Connection, PsEntry, Reply, Request};
-use crate::run::worker::{self, WorkerOptions, request_of};
+use crate::run::events::{Event, PsEntry};
+use crate::run::ipc::{self, ClientMessage, Connection, Reply, Request};
+use crate::run::worker::{self, WorkerOptions};
+use crate::run_request::RunRequest;
 use crate::store::Storage;
+use crate::store::queue::ControlRequest;
 
 /// How many times a thread is handed to its bundle's worker when the worker dies during the
 /// hand-over.
@@ -32,10 +34,10 @@ impl LocalDispatch {
         &self,
         id: ThreadId,
         hash: BundleHash,
-        flags: &AgentFlags,
+        over: &RunRequest,
         follow: bool,
     ) -> Result<(Box<dyn Follower>, Accepted)> {
-        self.store.queue().enqueue(id, hash, &request_of(flags))?;
+        self.store.queue().enqueue(id, hash, over)?;
         let taken = self.take_queued(id, hash, follow).await;
         if taken.is_err() {
             // Not taken: it leaves the queue, and waits at rest for `resume`, as it was.
@@ -95,7 +97,7 @@ impl LocalDispatch {
     }
 
     /// Sends `request` to the live worker of `hash`, if there is one, and reads its answer.
-    async fn ask(&self, hash: BundleHash, request: &Request) -> Result<Option<Reply>> {
+    async fn request(&self, hash: BundleHash, request: &Request) -> Result<Option<Reply>> {
         let Some(mut connection) = ipc::connect(self.store.home(), hash).await? else {
             return Ok(None);
         };
@@ -105,28 +107,38 @@ impl LocalDispatch {
 }
 
 impl Dispatch for LocalDispatch {
-    fn store(&self) -> &Storage {
-        &self.store
-    }
-
     fn hand_over<'a>(
         &'a self,
         id: ThreadId,
         hash: BundleHash,
-        flags: &'a AgentFlags,
+        over: &'a RunRequest,
         follow: bool,
     ) -> BoxFuture<'a, Result<(Box<dyn Follower>, Accepted)>> {
-        self.take(id, hash, flags, follow).boxed()
+        self.take(id, hash, over, follow).boxed()
     }
 
-    fn reachable(&self, hash: BundleHash) -> BoxFuture<'_, Result<bool>> {
-        async move { Ok(ipc::connect(self.store.home(), hash).await?.is_some()) }.boxed()
-    }
-
-    fn wake(&self, hash: BundleHash) -> BoxFuture<'_, Result<()>> {
+    /// The request goes in the queue, and the bundle's worker is told over its socket (its
+    /// workers listen to nothing else). A bundle with no live worker runs no thread: one held
+    /// is held by a `step` in its own process.
+    fn ask(
+        &self,
+        id: ThreadId,
+        hash: BundleHash,
+        request: ControlRequest,
+    ) -> BoxFuture<'_, Result<Asked>> {
         async move {
-            match self.ask(hash, &Request::Wake).await? {
-                None | Some(Reply::Ok) => Ok(()),
+            if ipc::connect(self.store.home(), hash).await?.is_none() {
+                return Err(Error::ThreadState {
+                    id: id.to_string(),
+                    status: "running",
+                    reason: "it is not run by a worker (a `step` in progress?)".into(),
+                });
+            }
+            if !self.store.queue().ask(id, request)? {
+                return Ok(Asked::NotHeld);
+            }
+            match self.request(hash, &Request::Wake).await? {
+                None | Some(Reply::Ok) => Ok(Asked::Asked),
                 Some(Reply::Error { message, code }) => Err(Error::Remote { message, code }),
                 Some(other) => {
                     Err(Error::Host(format!("unexpected answer from the worker: {other:?}")))
@@ -141,7 +153,8 @@ impl Dispatch for LocalDispatch {
             let mut all = Vec::new();
             for hash in ipc::live_workers(self.store.home())? {
                 // A worker that exits between listing and asking simply has no threads.
-                if let Ok(Some(Reply::Threads { threads })) = self.ask(hash, &Request::Ps).await {
+                if let Ok(Some(Reply::Threads { threads })) = self.request(hash, &Request::Ps).await
+                {
                     all.extend(threads);
                 }
             }
@@ -150,8 +163,9 @@ impl Dispatch for LocalDispatch {
         .boxed()
     }
 
+    /// A bundle's worker, serving its socket; started on demand, gone with its last thread.
     fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>> {
-        worker::serve(self.store.clone(), options).boxed()
+        worker::serve_bundle(self.store.clone(), options).boxed()
     }
 }
 

@@ -1,6 +1,6 @@
 //! The one way a thread runs, whatever the store: [`Dispatch`] hands a thread to a worker and
-//! follows it, reaches the worker that runs it, lists what the workers run, and runs a worker
-//! that takes its threads through the store's work queue. Its two implementations are chosen
+//! follows it, asks the worker that runs it to kill or pause it, lists what the workers run,
+//! and runs a worker of the store's kind. Its two implementations are chosen
 //! once, by how the store's threads are taken ([`Workers`]): [`local`] for a home directory
 //! (a worker per bundle, started on demand, reached over its socket), [`shared`] for a
 //! database (pools of workers on any machine, reached through the queue).
@@ -16,14 +16,13 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::agents::AgentFlags;
 use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
-use crate::run::events::Event;
-use crate::run::ipc::PsEntry;
+use crate::run::events::{Event, PsEntry};
 use crate::run::worker::WorkerOptions;
+use crate::run_request::RunRequest;
 use crate::store::Storage;
-use crate::store::queue::Workers;
+use crate::store::queue::{ControlRequest, Workers};
 
 /// What a worker said when it took a thread.
 #[derive(Debug, Clone, Copy)]
@@ -70,34 +69,44 @@ pub trait Follower: Send {
     fn answer(&mut self, text: Option<String>) -> BoxFuture<'_, Result<()>>;
 }
 
-/// How threads reach the workers that run them, on one store.
-pub trait Dispatch: Send + Sync {
-    /// The store.
-    fn store(&self) -> &Storage;
+/// How a kill or pause asked of a thread's worker went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// The worker that holds the thread has the request, and was woken for it.
+    Asked,
+    /// No worker holds the thread (it waits in the queue, or is at rest).
+    NotHeld,
+}
 
-    /// Hands thread `id` of bundle `hash` to a worker, with `flags` overriding the thread's
-    /// recorded agents; with `follow`, what it does is heard through the follower (and a
-    /// person following may answer its `human` agents).
+/// How threads reach the workers that run them, on one store. The choice between a home
+/// directory's per-bundle workers and a database's pools is made once, in [`of`].
+pub trait Dispatch: Send + Sync {
+    /// Hands thread `id` of bundle `hash` to a worker, with `over` laid over its recorded run
+    /// request (empty to run it as recorded); with `follow`, what it does is heard through the
+    /// follower (and a person following may answer its `human` agents).
     fn hand_over<'a>(
         &'a self,
         id: ThreadId,
         hash: BundleHash,
-        flags: &'a AgentFlags,
+        over: &'a RunRequest,
         follow: bool,
     ) -> BoxFuture<'a, Result<(Box<dyn Follower>, Accepted)>>;
 
-    /// Whether a worker that runs thread `id` of bundle `hash` can be reached (a thread a
-    /// `step` command runs in its own process has none).
-    fn reachable(&self, hash: BundleHash) -> BoxFuture<'_, Result<bool>>;
-
-    /// Tells the workers of bundle `hash` that a request for one of their threads waits in the
-    /// queue (where the store does not wake them itself).
-    fn wake(&self, hash: BundleHash) -> BoxFuture<'_, Result<()>>;
+    /// Asks the worker that holds thread `id` (of bundle `hash`) to kill or pause it, and
+    /// wakes it. A thread held by a process that is no worker (a `step` in progress) is
+    /// refused with [`Error::ThreadState`](crate::Error::ThreadState).
+    fn ask(
+        &self,
+        id: ThreadId,
+        hash: BundleHash,
+        request: ControlRequest,
+    ) -> BoxFuture<'_, Result<Asked>>;
 
     /// The threads live workers run (and, on a shared store, those queued for one).
     fn running(&self) -> BoxFuture<'_, Result<Vec<PsEntry>>>;
 
-    /// Runs a worker that takes threads through the store's queue, until it is done.
+    /// Runs a worker of this store until it is done: a bundle's, serving its socket, on a home
+    /// directory; a pool worker taking threads from the queue, on a database.
     fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>>;
 }
 

@@ -11,17 +11,18 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
-use super::{Accepted, Dispatch, Follower, Heard, Question};
-use crate::agents::AgentFlags;
+use super::{Accepted, Asked, Dispatch, Follower, Heard, Question};
 use crate::agents::human::WaitingQuestion;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::answer;
-use crate::run::events::Event;
-use crate::run::ipc::{self, PsEntry};
+use crate::run::events::{Event, PsEntry, PsState};
+use crate::run::ipc;
 use crate::run::watch::ThreadReader;
-use crate::run::worker::{self, WorkerOptions, request_of};
+use crate::run::worker::{self, WorkerOptions};
+use crate::run_request::RunRequest;
 use crate::store::Storage;
+use crate::store::queue::ControlRequest;
 use crate::store::records::{PendingCall, ThreadRecord, ThreadStatus};
 
 /// How often a follower reads what was stored since it last looked (one indexed read of the
@@ -46,34 +47,37 @@ impl SharedDispatch {
 }
 
 impl Dispatch for SharedDispatch {
-    fn store(&self) -> &Storage {
-        &self.store
-    }
-
     fn hand_over<'a>(
         &'a self,
         id: ThreadId,
         hash: BundleHash,
-        flags: &'a AgentFlags,
+        over: &'a RunRequest,
         follow: bool,
     ) -> BoxFuture<'a, Result<(Box<dyn Follower>, Accepted)>> {
         async move {
             let record = self.store.threads().read(id)?;
-            enqueue(&self.store, id, hash, flags).await?;
+            enqueue(&self.store, id, hash, over).await?;
             let accepted = Accepted { pid: None, cache_hit: false, steps: record.steps.len() };
-            let follower = QueuedThread::new(&self.store, &record, flags, follow);
+            let follower = QueuedThread::new(&self.store, &record, over, follow);
             Ok((Box::new(follower) as Box<dyn Follower>, accepted))
         }
         .boxed()
     }
 
-    fn reachable(&self, _hash: BundleHash) -> BoxFuture<'_, Result<bool>> {
-        async { Ok(true) }.boxed()
-    }
-
-    fn wake(&self, _hash: BundleHash) -> BoxFuture<'_, Result<()>> {
-        // The store wakes its workers when a request is made.
-        async { Ok(()) }.boxed()
+    /// The request goes in the thread's row; the store wakes the workers itself.
+    fn ask(
+        &self,
+        id: ThreadId,
+        _hash: BundleHash,
+        request: ControlRequest,
+    ) -> BoxFuture<'_, Result<Asked>> {
+        async move {
+            Ok(match self.store.queue().ask(id, request)? {
+                true => Asked::Asked,
+                false => Asked::NotHeld,
+            })
+        }
+        .boxed()
     }
 
     fn running(&self) -> BoxFuture<'_, Result<Vec<PsEntry>>> {
@@ -92,7 +96,7 @@ impl Dispatch for SharedDispatch {
                     since: activity.as_ref().map_or(summary.timestamp, |a| a.since),
                     pid: live.worker.as_ref().map(|(_, pid)| *pid),
                     host: live.worker.as_ref().map(|(host, _)| host.clone()),
-                    state: if live.worker.is_some() { "running" } else { "queued" }.into(),
+                    state: if live.worker.is_some() { PsState::Running } else { PsState::Queued },
                 });
             }
             Ok(entries)
@@ -100,21 +104,18 @@ impl Dispatch for SharedDispatch {
         .boxed()
     }
 
+    /// A pool worker, taking threads of any bundle (or one) from the queue under leases.
     fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>> {
-        worker::serve(self.store.clone(), options).boxed()
+        worker::serve_pool(self.store.clone(), options).boxed()
     }
 }
 
-/// Queues thread `id` (its agents overridden by `flags`), with a worker alive to take it.
+/// Queues thread `id` (with `over` laid over its recorded request), with a worker alive to
+/// take it.
 /// Returns once the thread is queued: a worker that is alive but busy takes it when it has
 /// room, and one that died holding it is taken over from when its lease runs out.
-async fn enqueue(
-    store: &Storage,
-    id: ThreadId,
-    hash: BundleHash,
-    flags: &AgentFlags,
-) -> Result<()> {
-    store.queue().enqueue(id, hash, &request_of(flags))?;
+async fn enqueue(store: &Storage, id: ThreadId, hash: BundleHash, over: &RunRequest) -> Result<()> {
+    store.queue().enqueue(id, hash, over)?;
     ensure_worker(store)
 }
 
@@ -149,7 +150,7 @@ fn start_worker(store: &Storage) -> Result<()> {
 /// `seen`, and how it comes to rest (a parent waiting on a child workflow is followed on,
 /// through the child's run and its own).
 pub fn follow_stored(store: &Storage, record: &ThreadRecord, seen: usize) -> Box<dyn Follower> {
-    let mut follower = QueuedThread::new(store, record, &AgentFlags::default(), false);
+    let mut follower = QueuedThread::new(store, record, &RunRequest::default(), false);
     follower.seen = seen;
     Box::new(follower)
 }
@@ -158,8 +159,8 @@ pub fn follow_stored(store: &Storage, record: &ThreadRecord, seen: usize) -> Box
 /// to rest.
 struct QueuedThread {
     store: Storage,
-    /// The agent overrides it was queued with (and is queued with again once answered).
-    flags: AgentFlags,
+    /// The request it was queued with (and is queued with again once answered).
+    over: RunRequest,
     /// Whether the follower puts a `human` agent's question to its user.
     interactive: bool,
     /// The call a question was put for, until it is answered or declined.
@@ -180,12 +181,12 @@ struct QueuedThread {
 }
 
 impl QueuedThread {
-    /// Follows the thread of `record` (as it was when queued with `flags`); `interactive`
+    /// Follows the thread of `record` (as it was when queued with `over`); `interactive`
     /// puts a `human` agent's questions to the follower.
-    fn new(store: &Storage, record: &ThreadRecord, flags: &AgentFlags, interactive: bool) -> Self {
+    fn new(store: &Storage, record: &ThreadRecord, over: &RunRequest, interactive: bool) -> Self {
         QueuedThread {
             store: store.clone(),
-            flags: flags.clone(),
+            over: over.clone(),
             interactive,
             asked: None,
             answered: None,
@@ -364,7 +365,7 @@ impl Follower for QueuedThread {
                 return Ok(());
             };
             match answer::record(&self.store, thread, text) {
-                Ok(hash) => enqueue(&self.store, thread, hash, &self.flags).await?,
+                Ok(hash) => enqueue(&self.store, thread, hash, &self.over).await?,
                 Err(Error::InvalidAnswer { reason, .. }) => {
                     let record = self.reader.catch_up()?;
                     return self.ask(&record, Some(reason));

@@ -1,7 +1,8 @@
 //! The worker: one loop that takes threads through the store's work queue and runs them, one
 //! compiled component per bundle and one sandbox per thread, all concurrent on tokio.
 //!
-//! The same loop serves both ways a store's threads are taken ([`Workers`]). On a home
+//! The same loop serves both ways a store's threads are taken
+//! ([`Workers`](crate::store::queue::Workers)). On a home
 //! directory it is the worker of one bundle, started on demand by the command that hands it a
 //! thread over its socket ([`socket`]: with the command's secrets, and a follower for the
 //! thread's progress) and gone with its last thread. On a database it is a pool worker that
@@ -21,22 +22,21 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
+use crate::agents::Secrets;
 use crate::agents::human::HumanQuestion;
-use crate::agents::{AgentFlags, Secrets};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::limits::Limits;
 use crate::run::catalog::Catalog;
-use crate::run::ipc::{PsEntry, Reply};
+use crate::run::events::{PsEntry, PsState};
+use crate::run::ipc::Reply;
 use crate::run::lifecycle;
 use crate::run::runner::{RunContext, RunOutcome, Until, run_thread};
 use crate::sandbox::control::{Progress, ThreadControl};
 use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
 use crate::store::Storage;
-use crate::store::queue::{
-    Activity, Claimed, ControlRequest, Release, RunRequest, Scope, WorkQueue, Workers,
-};
+use crate::store::queue::{Activity, Claimed, ControlRequest, Release, Scope, WorkQueue};
 use crate::store::records::{End, EndRecord, EndStatus};
 
 /// Return code recorded for a killed thread (128 + SIGINT, like an interrupted command).
@@ -112,41 +112,54 @@ struct Worker {
     changed: Notify,
 }
 
-/// Runs a worker until it is stopped or has nothing left to do. Returns at once if the scope
-/// has a live worker already (a bundle's, on a home directory).
-pub async fn serve(store: Storage, options: WorkerOptions) -> Result<()> {
-    raise_open_files_limit();
-    std::thread::spawn(crate::schema::precompile_meta_schema);
-    let queue = store.queue().clone();
-    if queue.workers() == Workers::PerBundle && options.scope == Scope::Any {
+/// Runs the worker of one bundle on a home directory, serving its socket, until its last
+/// thread ends. Returns at once if the bundle has a live worker already.
+pub async fn serve_bundle(store: Storage, options: WorkerOptions) -> Result<()> {
+    let Scope::Bundle(hash) = options.scope else {
         return Err(Error::Usage(
             "`worker` without a bundle needs a database store (--store postgres://…)".into(),
         ));
+    };
+    match Worker::register(store, options)? {
+        Some(worker) => socket::serve(worker, hash).await,
+        None => Ok(()),
     }
-    if !queue.register(options.scope, options.max_threads)? {
-        tracing::info!("another worker of this scope is live; exiting");
-        return Ok(());
-    }
-    let limits = Limits::resolve(&store.config()?.limits, &Default::default())?;
-    let worker = Arc::new(Worker {
-        runtime: Runtime::for_worker(store.home(), &limits)?,
-        queue,
-        store,
-        options: options.clone(),
-        bundles: Mutex::new(HashMap::new()),
-        running: Mutex::new(HashMap::new()),
-        connections: AtomicUsize::new(0),
-        had_threads: AtomicBool::new(false),
-        changed: Notify::new(),
-    });
-    match (worker.queue.workers(), options.scope) {
-        (Workers::PerBundle, Scope::Bundle(hash)) => socket::serve(worker, hash).await,
-        // A database's workers take any bundle's threads, or one bundle's if asked to.
-        _ => worker.pool().await,
+}
+
+/// Runs a pool worker on a database, taking threads of any bundle (or of the scope's one)
+/// from the queue, until SIGTERM (or idle, with `exit_when_idle`).
+pub async fn serve_pool(store: Storage, options: WorkerOptions) -> Result<()> {
+    match Worker::register(store, options)? {
+        Some(worker) => worker.pool().await,
+        None => Ok(()),
     }
 }
 
 impl Worker {
+    /// This process as a worker of `options.scope`, registered with the store's queue; `None`
+    /// if the scope has a live worker already (a bundle's, on a home directory).
+    fn register(store: Storage, options: WorkerOptions) -> Result<Option<Arc<Worker>>> {
+        raise_open_files_limit();
+        std::thread::spawn(crate::schema::precompile_meta_schema);
+        let queue = store.queue().clone();
+        if !queue.register(options.scope, options.max_threads)? {
+            tracing::info!("another worker of this scope is live; exiting");
+            return Ok(None);
+        }
+        let limits = Limits::resolve(&store.config()?.limits, &Default::default())?;
+        Ok(Some(Arc::new(Worker {
+            runtime: Runtime::for_worker(store.home(), &limits)?,
+            queue,
+            store,
+            options,
+            bundles: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            connections: AtomicUsize::new(0),
+            had_threads: AtomicBool::new(false),
+            changed: Notify::new(),
+        })))
+    }
+
     /// A pool worker's loop: claims, requests and heartbeats, until SIGTERM (or idle, with
     /// `exit_when_idle`). A database that goes away is waited out: the threads at work go on
     /// with their agents, and what they cannot store waits for its return.
@@ -241,9 +254,8 @@ impl Worker {
                 }
                 let secrets =
                     self.store.config().map(|c| Secrets::from_env(&c)).unwrap_or_default();
-                let flags = flags_of(claimed.request.clone(), secrets);
                 let id = claimed.id;
-                if let Err(e) = self.start(claimed, flags, false) {
+                if let Err(e) = self.start(claimed, secrets, false) {
                     tracing::error!("thread {id}: {e}");
                 }
             }
@@ -330,7 +342,7 @@ impl Worker {
                     since: running.since,
                     pid: Some(std::process::id()),
                     host: None,
-                    state: "running".into(),
+                    state: PsState::Running,
                 }
             })
             .collect();
@@ -370,20 +382,21 @@ impl Worker {
         }
     }
 
-    /// Runs claimed thread `claimed` (its agents overridden by `flags`) in a task of its own;
+    /// Runs claimed thread `claimed` (its queued request laid over its recorded one, its agents
+    /// given `secrets`) in a task of its own;
     /// `interactive` puts its `human` agents' questions to a follower. A thread that cannot
     /// start here (its bundle fails to load, the worker is full) is released and the error
     /// returned.
     fn start(
         self: &Arc<Self>,
         claimed: Claimed,
-        flags: AgentFlags,
+        secrets: Secrets,
         interactive: bool,
     ) -> Result<Started> {
-        let Claimed { id, record, mut writer, ticket, .. } = claimed;
+        let Claimed { id, record, mut writer, ticket, request, .. } = claimed;
         let prepared = lifecycle::check_continuable(&self.store, &record).and_then(|()| {
             let bundle = self.loaded(&record.start.name, record.version())?;
-            let agents = lifecycle::agents_for(&self.store, &record, &bundle, &flags)?;
+            let agents = lifecycle::agents_for(&self.store, &record, &bundle, &request, &secrets)?;
             let limits = lifecycle::limits_for(&self.store, &record)?;
             let running = self.running.lock().len();
             if running >= limits.max_threads.min(self.options.max_threads) {
@@ -432,7 +445,6 @@ impl Worker {
             steps: record.steps.len(),
         };
         let worker = self.clone();
-        let secrets = flags.secrets.clone();
         tokio::spawn(async move {
             let mut gone = gone::Gone::new(worker.clone(), id, ticket);
             let ctx = RunContext {
@@ -497,7 +509,7 @@ impl Worker {
             // a child that ended meanwhile takes it (and may come back to this worker).
             if let (Some(children), true) = (&worker.options.children, rested) {
                 crate::faults::crash_point("thread-rested");
-                children.rested(id, secrets).await;
+                children.rested(id).await;
             }
             worker.connections.fetch_sub(1, Ordering::SeqCst);
             worker.changed.notify_waiters();
@@ -522,20 +534,6 @@ impl Worker {
         if let Err(e) = self.queue.release(id, ticket, Release::Settle) {
             tracing::warn!("thread {id}: {e}");
         }
-    }
-}
-
-/// The flags a queued thread runs with: its queued overrides, and `secrets`.
-pub fn flags_of(request: RunRequest, secrets: Secrets) -> AgentFlags {
-    AgentFlags { default: request.agent, for_roles: request.agent_for, cwd: request.cwd, secrets }
-}
-
-/// The agent overrides of `flags` as the queue keeps them (never their secrets).
-pub fn request_of(flags: &AgentFlags) -> RunRequest {
-    RunRequest {
-        agent: flags.default.clone(),
-        agent_for: flags.for_roles.clone(),
-        cwd: flags.cwd.clone(),
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::net::UnixListener;
 use tokio::sync::broadcast;
 
-use super::{Started, Worker, announce_ready, flags_of};
+use super::{Started, Worker, announce_ready};
 use crate::agents::human::HumanQuestion;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
@@ -144,8 +144,7 @@ async fn take(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    let flags = flags_of(claimed.request.clone(), secrets);
-    worker.start(claimed, flags, interactive)
+    worker.start(claimed, secrets, interactive)
 }
 
 /// Streams a thread's progress to its follower until it ends, pauses or waits, putting

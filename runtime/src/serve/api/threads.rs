@@ -11,15 +11,15 @@ use super::types::{
     ActionBody, ActionDone, ErrorBody, ListQuery, StartThread, Started, ThreadItem, ThreadList,
 };
 use super::{ApiError, ApiPath, ApiQuery, Caller, JsonBody, Shared};
-use crate::agents::AgentFlags;
 use crate::clock::now_ms;
 use crate::error::Error;
 use crate::ids::ThreadId;
 use crate::run::actions::{self, Hand, Once, OnceKey};
 use crate::run::catalog::Catalog;
 use crate::run::control;
-use crate::run::lifecycle::{ForkAt, Origin, RunOptions, StartRequest};
+use crate::run::lifecycle::ForkAt;
 use crate::run::query::{self, ThreadQuery};
+use crate::run_request::RunRequest;
 use crate::serve::views;
 use crate::store::records::ThreadStatus;
 use crate::store::request_keys::MAX_KEY_LEN;
@@ -72,18 +72,8 @@ pub async fn start(
             })
         }
     };
-    let name = Catalog::new(&app.store).name_of(&body.workflow)?;
-    let request = StartRequest {
-        name,
-        prompt: body.prompt,
-        options: RunOptions {
-            trigger_data: body.data,
-            budget: body.budget.map(Into::into).unwrap_or_default(),
-            ..RunOptions::default()
-        },
-        origin: Origin::default(),
-    };
-    let (status, id) = match actions::start_once(&app.store, request, key).await? {
+    let start = body.start_request(Catalog::new(&app.store).name_of(&body.workflow)?);
+    let (status, id) = match actions::start_once(&app.store, start, key).await? {
         Once::Started(id) => (StatusCode::CREATED, id),
         Once::Replayed(id) => (StatusCode::OK, id),
     };
@@ -272,7 +262,7 @@ pub async fn act(
             if let Some(raise) = body.raise_budget {
                 actions::raise_budget(store, id, &raise.into())?;
             }
-            actions::resume(store, id, &AgentFlags::default(), Hand::Detach).await?;
+            actions::resume(store, id, &RunRequest::default(), Hand::Detach).await?;
         }
         "answer" => {
             let text =
@@ -281,7 +271,8 @@ pub async fn act(
         }
         "fork" => {
             let at = body.at.map_or(ForkAt::All, ForkAt::Steps);
-            let forked = actions::fork(store, id, &at, AgentFlags::default(), Hand::Detach).await?;
+            let forked =
+                actions::fork(store, id, &at, &RunRequest::default(), Hand::Detach).await?;
             return done(forked.handed.id);
         }
         other => {

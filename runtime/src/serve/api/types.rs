@@ -56,6 +56,22 @@ pub struct BudgetBody {
     pub max_duration_ms: Option<u64>,
 }
 
+impl StartThread {
+    /// The start it asks for, of workflow `name` (the one `workflow` names).
+    pub fn start_request(&self, name: String) -> crate::run::lifecycle::StartRequest {
+        crate::run::lifecycle::StartRequest {
+            name,
+            prompt: self.prompt.clone(),
+            trigger_data: self.data.clone(),
+            request: crate::run_request::RunRequest {
+                budget: self.budget.clone().map(Into::into).unwrap_or_default(),
+                ..Default::default()
+            },
+            origin: Default::default(),
+        }
+    }
+}
+
 impl From<BudgetBody> for crate::store::records::Budget {
     fn from(b: BudgetBody) -> Self {
         crate::store::records::Budget {

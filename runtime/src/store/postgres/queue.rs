@@ -14,10 +14,11 @@ use tokio_postgres::types::{Json, Type};
 
 use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
+use crate::run_request::RunRequest;
 use crate::store::postgres::threads::PgThreads;
 use crate::store::postgres::{Postgres, hostname, summary};
 use crate::store::queue::{
-    Activity, Claimed, ControlRequest, LiveThread, Release, RunRequest, Scope, WorkQueue, Workers,
+    Activity, Claimed, ControlRequest, LiveThread, Release, Scope, WorkQueue, Workers,
 };
 
 /// The channel a new runnable thread is announced on.
