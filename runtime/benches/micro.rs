@@ -22,7 +22,7 @@ use uncaged_workflow::sandbox::instance::ThreadInput;
 use uncaged_workflow::sandbox::state::{HostContext, ThreadState, ThreadView};
 use uncaged_workflow::store::Storage;
 use uncaged_workflow::store::config::Config;
-use uncaged_workflow::store::info_log::InfoLog;
+use uncaged_workflow::store::debug_log::DebugLog;
 use uncaged_workflow::store::journal::Journal;
 use wasmtime::Store;
 
@@ -59,7 +59,7 @@ fn store(runtime: &Runtime, bundle: &LoadedBundle) -> Store<ThreadState> {
     let host = HostContext::new(
         "01KQXKW18CT8G75T53R8F4G7YG".parse().unwrap(),
         agents,
-        InfoLog::tracing(),
+        DebugLog::tracing(),
         Journal::disabled(),
         Arc::new(ThreadControl::default()),
         ThreadView::default(),

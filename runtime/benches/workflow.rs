@@ -26,9 +26,9 @@ use uncaged_workflow::sandbox::control::ThreadControl;
 use uncaged_workflow::sandbox::engine::Runtime;
 use uncaged_workflow::store::Storage;
 use uncaged_workflow::store::config::{AgentConfig, AgentKind, Config, Seconds};
+use uncaged_workflow::store::files::journal::FileCalls;
 use uncaged_workflow::store::journal::{CallKind, CallResponse, Journal, digest};
 use uncaged_workflow::store::records::StepRecord;
-use uncaged_workflow::store::thread_files::FileCalls;
 
 /// Answers like the LangGraph script's: the reviewer never approves, so a thread runs until
 /// its max rounds.

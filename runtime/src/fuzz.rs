@@ -17,7 +17,8 @@ use crate::error::Error;
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::store::ThreadStore;
-use crate::store::thread_files::{FileCalls, FileThreads, read_thread};
+use crate::store::files::journal::FileCalls;
+use crate::store::files::threads::{FileThreads, read_thread};
 
 /// The configuration of every property here.
 fn config() -> Config {

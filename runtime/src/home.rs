@@ -94,6 +94,11 @@ impl Home {
         self.root.join("logs")
     }
 
+    /// `run/queue/<ULID>.json`: thread `id` waiting in the home's work queue.
+    pub fn queue_entry(&self, id: crate::ids::ThreadId) -> PathBuf {
+        self.run_dir().join("queue").join(format!("{id}.json"))
+    }
+
     /// `logs/threads.index`: the listing cache of threads (see `store::thread_index`).
     pub fn thread_index_file(&self) -> PathBuf {
         self.logs_dir().join("threads.index")

@@ -70,7 +70,9 @@ fn modules(src: &Path) -> BTreeMap<String, String> {
     found
 }
 
-/// The modules `text` (the file of module `me`) refers to, resolved to known modules.
+/// The modules `text` (the file of module `me`) refers to, resolved to known modules: every
+/// `crate::…` and `super::…` path, grouped imports (`use crate::store::{files, queue}`)
+/// counted path by path.
 fn references(me: &str, text: &str, known: &BTreeSet<String>) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     // A file's own code (tests included) counts, its comments do not.
@@ -82,23 +84,71 @@ fn references(me: &str, text: &str, known: &BTreeSet<String>) -> BTreeSet<String
             if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
                 continue;
             }
-            let rest = &code[at + prefix.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(rest.len());
-            let mut path: Vec<&str> = base.split("::").filter(|p| !p.is_empty()).collect();
-            path.extend(rest[..end].split("::").filter(|p| !p.is_empty()));
-            // The longest prefix that is a module.
-            while !path.is_empty() && !known.contains(&path.join("::")) {
-                path.pop();
-            }
-            if !path.is_empty() {
-                out.insert(path.join("::"));
+            // `super::*` (an inline test module's glob of its own file) names no module.
+            for named in
+                tree_paths(&code[at + prefix.len()..]).into_iter().filter(|n| !n.is_empty())
+            {
+                let mut path: Vec<&str> = base.split("::").filter(|p| !p.is_empty()).collect();
+                path.extend(named.split("::").filter(|p| !p.is_empty() && *p != "self"));
+                // The longest prefix that is a module.
+                while !path.is_empty() && !known.contains(&path.join("::")) {
+                    path.pop();
+                }
+                if !path.is_empty() {
+                    out.insert(path.join("::"));
+                }
             }
         }
     }
     out.remove(me);
     out
+}
+
+/// The paths of the use tree (or plain path) that `text` starts with: `a::b` is one path,
+/// `a::{b, c::{d, e}}` three (`a::b`, `a::c::d`, `a::c::e`).
+fn tree_paths(text: &str) -> Vec<String> {
+    let end =
+        text.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')).unwrap_or(text.len());
+    let stem = text[..end].trim_end_matches("::");
+    if !text[end..].starts_with('{') || !text[..end].ends_with("::") && !text[..end].is_empty() {
+        return vec![stem.to_string()];
+    }
+    // The group, to its matching brace, split at its top-level commas.
+    let group = &text[end + 1..];
+    let (mut depth, mut close) = (1, group.len());
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 {
+            close = i;
+            break;
+        }
+    }
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    let inner = &group[..close];
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[start..]);
+    items
+        .into_iter()
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .flat_map(tree_paths)
+        .map(|path| if stem.is_empty() { path } else { format!("{stem}::{path}") })
+        .collect()
 }
 
 fn top(module: &str) -> &str {
@@ -171,6 +221,52 @@ fn dependencies_run_one_way_and_without_circles() {
     }
     assert!(upward.is_empty(), "modules that use a layer above their own: {upward:#?}");
     assert_eq!(find_cycle(&siblings), None, "a circle of dependencies");
+}
+
+/// The command line's modules that every command may use: its option groups, following and
+/// asking, output, completion. The rest are commands.
+const CLI_SHARED: &[&str] =
+    &["cli::options", "cli::follow", "cli::ask", "cli::output", "cli::complete"];
+
+/// Commands import downward: a command uses only the command line's shared modules (never
+/// `cli.rs`, the dispatcher that imports every command, nor another command), and those use
+/// only each other.
+#[test]
+fn commands_import_downward() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = modules(&src);
+    let known: BTreeSet<String> = files.keys().cloned().collect();
+    let mut wrong = Vec::new();
+    for (me, text) in files.iter().filter(|(m, _)| m.starts_with("cli::")) {
+        for target in references(me, text, &known).into_iter().filter(|t| top(t) == "cli") {
+            if !CLI_SHARED.contains(&target.as_str()) {
+                wrong.push(format!("{me} -> {target}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "command-line modules that import upward or sideways: {wrong:#?}");
+}
+
+/// The reader of imports sees through groups: a circle written with grouped imports is still
+/// a circle.
+#[test]
+fn grouped_imports_are_read_path_by_path() {
+    let known: BTreeSet<String> =
+        ["store", "store::files", "store::files::queue", "store::queue", "store::records"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+    let text = "use crate::store::{records::{ThreadRecord, X}, files::queue, queue::{self, Y}};";
+    let found = references("store::journal", text, &known);
+    let expected: BTreeSet<String> = ["store::records", "store::files::queue", "store::queue"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(found, expected);
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    edges.entry("a".into()).or_default().insert("b".into());
+    edges.entry("b".into()).or_default().insert("a".into());
+    assert!(find_cycle(&edges).is_some());
 }
 
 /// `cargo build --release` (and `cargo install --path runtime`) on a machine without the

@@ -402,15 +402,15 @@ contract! {
     /// back for its next record, but not for the whole of a long wait), and keeps its order
     /// with what it logs after.
     fn the_debug_log_shows_during_a_long_wait_and_keeps_its_order(store: &Storage) -> Result<()> {
-        use uncaged_workflow::store::info_log::LogLevel;
+        use uncaged_workflow::store::debug_log::LogLevel;
         let threads = store.threads();
         let (mut writer, record) = threads.create(&start_record(hash(1)), &[], &[])?;
         let id = record.id();
-        let log = threads.info_log(hash(1), id)?;
+        let log = threads.debug_log(hash(1), id)?;
         log.write(LogLevel::Info, "host", "asking the planner");
         log.release();
         let tail = || -> Result<Vec<String>> {
-            Ok(threads.info_tail(hash(1), id, 10)?.into_iter().map(|l| l.content).collect())
+            Ok(threads.debug_tail(hash(1), id, 10)?.into_iter().map(|l| l.content).collect())
         };
         eventually("the line logged before the wait shows", || {
             Ok(tail()? == ["asking the planner"])

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::openai::{Message, OpenAiAgent};
 use super::{AgentFailure, RetryPolicy, with_retries};
 use crate::schema::{compile, first_error};
-use crate::store::info_log::{InfoLog, LogLevel};
+use crate::store::debug_log::{DebugLog, LogLevel};
 use crate::store::records::Usage;
 
 /// Why nothing valid was found. Becomes the WIT `extract-error`.
@@ -100,7 +100,7 @@ impl LlmExtractor {
         schema: &str,
         prompt: &str,
         content: &str,
-        info: &InfoLog,
+        info: &DebugLog,
     ) -> (Result<Value, ExtractFailure>, Option<Usage>) {
         let mut spent: Option<Usage> = None;
         let result = self.attempts(local, schema, prompt, content, info, &mut spent).await;
@@ -118,7 +118,7 @@ impl LlmExtractor {
         schema: &str,
         prompt: &str,
         content: &str,
-        info: &InfoLog,
+        info: &DebugLog,
         spent: &mut Option<Usage>,
     ) -> Result<Value, ExtractFailure> {
         let schema_value: Value = serde_json::from_str(schema)

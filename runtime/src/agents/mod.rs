@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::store::info_log::InfoLog;
+use crate::store::debug_log::DebugLog;
 use crate::store::records::StepRecord;
 use crate::telemetry::{self, AgentCall};
 
@@ -216,7 +216,7 @@ impl Bound {
     pub async fn answer(
         &self,
         context: &AgentContext,
-        info: &InfoLog,
+        info: &DebugLog,
     ) -> Result<AgentAnswer, AgentFailure> {
         let what = format!("role `{}`: agent `{}`", context.role.name, self.label);
         let answer = with_retries(self.policy, info, &what, || {

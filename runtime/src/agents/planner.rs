@@ -20,8 +20,8 @@ use crate::declarative::source::{self, TriggerSpec};
 use crate::error::{Error, Result};
 use crate::run_request::RunRequest;
 use crate::store::config::Config;
+use crate::store::debug_log::DebugLog;
 use crate::store::descriptor::{Descriptor, RoleSpec};
-use crate::store::info_log::InfoLog;
 use crate::store::records::{StepRecord, Usage};
 
 /// The planner's role: bound like any role (`roles: {$planner: …}` in config.yaml), and named
@@ -97,7 +97,7 @@ pub struct Planner {
     sentence: String,
     turns: Vec<StepRecord>,
     attempts: u32,
-    info: InfoLog,
+    info: DebugLog,
     /// What the planner's calls cost, as their services reported it.
     pub usage: Usage,
     /// The validation errors the planner was sent back, oldest first.
@@ -151,7 +151,7 @@ impl Planner {
             sentence: sentence.to_string(),
             turns: Vec::new(),
             attempts: attempts.max(1),
-            info: InfoLog::tracing(),
+            info: DebugLog::tracing(),
             usage: Usage::default(),
             repairs: Vec::new(),
         })

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::AgentFailure;
-use crate::store::info_log::{InfoLog, LogLevel};
+use crate::store::debug_log::{DebugLog, LogLevel};
 
 /// Log tag of agent call attempts.
 const TAG_ATTEMPT: &str = "AGT9RY5E";
@@ -27,7 +27,7 @@ impl Default for RetryPolicy {
 /// attempts. Every failed attempt is written to the thread's debug log.
 pub async fn with_retries<T, F, Fut>(
     policy: RetryPolicy,
-    info: &InfoLog,
+    info: &DebugLog,
     what: &str,
     mut call: F,
 ) -> Result<T, AgentFailure>

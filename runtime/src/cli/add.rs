@@ -63,7 +63,7 @@ impl AddCommand {
                 outln!(
                     "its trigger is schedule {} ({}); `schedule tick` or `serve` fires it",
                     schedule.name,
-                    super::schedule::describe(&schedule.trigger)
+                    super::output::describe_trigger(&schedule.trigger)
                 )?;
             }
         }

@@ -310,6 +310,23 @@ pub fn print_divergence(divergence: &crate::run::replay::Divergence) -> Result<(
     Ok(())
 }
 
+/// `cron 0 9 * * * (Europe/Paris)`, `poll ./check.sh every 5m (new-items)`.
+pub fn describe_trigger(trigger: &crate::store::schedules::Trigger) -> String {
+    use crate::store::schedules::Trigger;
+    match trigger {
+        Trigger::Cron { expression, timezone } => {
+            format!("cron {expression} ({})", timezone.as_deref().unwrap_or("UTC"))
+        }
+        Trigger::Poll { command, every_ms, diff, .. } => format!(
+            "poll {} every {} ({})",
+            shlex::try_join(command.iter().map(String::as_str)).unwrap_or_default(),
+            humantime::format_duration(std::time::Duration::from_millis(*every_ms)),
+            diff.as_str()
+        ),
+        Trigger::Webhook { secret_env } => format!("webhook (secret in ${secret_env})"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,7 +138,7 @@ impl PlanCommand {
             Some(schedule) => outln!(
                 "its trigger is schedule {} ({}); `schedule tick` or `serve` fires it",
                 schedule.name,
-                super::schedule::describe(&schedule.trigger)
+                super::output::describe_trigger(&schedule.trigger)
             )?,
             None => outln!("start a thread with `uncaged-workflow run {} -p \"…\"`", added.name)?,
         }

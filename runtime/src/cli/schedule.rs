@@ -193,7 +193,11 @@ impl ScheduleCommand {
                 if args.json {
                     print_json(&added)?;
                 } else {
-                    outln!("added schedule {} ({})", added.name, describe(&added.trigger))?;
+                    outln!(
+                        "added schedule {} ({})",
+                        added.name,
+                        super::output::describe_trigger(&added.trigger)
+                    )?;
                 }
                 Ok(0)
             }
@@ -231,7 +235,7 @@ impl ScheduleCommand {
                     table
                         .cell(&s.name)
                         .cell(&s.workflow)
-                        .cell_truncated(&describe(&s.trigger), 50)
+                        .cell_truncated(&super::output::describe_trigger(&s.trigger), 50)
                         .cell_shown(&next)
                         .cell_fmt(format_args!("{}", status.fired))
                         .cell_shown(&last)
@@ -283,22 +287,6 @@ impl ScheduleCommand {
                 Ok(if pass.errors.is_empty() { 0 } else { exit::SOFTWARE })
             }
         }
-    }
-}
-
-/// `cron 0 9 * * * (Europe/Paris)`, `poll ./check.sh every 5m (new-items)`.
-pub fn describe(trigger: &Trigger) -> String {
-    match trigger {
-        Trigger::Cron { expression, timezone } => {
-            format!("cron {expression} ({})", timezone.as_deref().unwrap_or("UTC"))
-        }
-        Trigger::Poll { command, every_ms, diff, .. } => format!(
-            "poll {} every {} ({})",
-            shlex::try_join(command.iter().map(String::as_str)).unwrap_or_default(),
-            humantime::format_duration(Duration::from_millis(*every_ms)),
-            diff.as_str()
-        ),
-        Trigger::Webhook { secret_env } => format!("webhook (secret in ${secret_env})"),
     }
 }
 

@@ -34,7 +34,7 @@ pub struct Catalog {
 impl Catalog {
     /// The catalog kept in `store`.
     pub fn new(store: &Storage) -> Self {
-        Catalog { registry: store.registry(), bundles: store.bundles() }
+        Catalog { registry: store.registry().clone(), bundles: store.bundles().clone() }
     }
 
     /// The registry.

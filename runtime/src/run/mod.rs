@@ -11,7 +11,6 @@ pub mod control;
 pub mod diff;
 pub mod dispatch;
 pub mod events;
-mod generator;
 pub mod ipc;
 pub mod lifecycle;
 pub mod query;

@@ -11,16 +11,16 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::generator::{Generator, Stop};
 use crate::agents::{AgentSet, Secrets};
 use crate::error::Result;
 use crate::limits::Limits;
 use crate::run_request::RunRequest;
 use crate::sandbox::control::ThreadControl;
 use crate::sandbox::engine::{LoadedBundle, Runtime};
+use crate::sandbox::generator::{Generator, Stop};
 use crate::sandbox::state::{HostContext, ThreadView};
 use crate::store::config::Config;
-use crate::store::info_log::InfoLog;
+use crate::store::debug_log::DebugLog;
 use crate::store::journal::{CallRecord, Journal};
 use crate::store::records::{StepRecord, ThreadRecord};
 
@@ -167,7 +167,7 @@ async fn start_at(
     };
     let journal = Journal::replaying(calls.to_vec());
     let control = Arc::new(ThreadControl::default());
-    let host = HostContext::new(id, agents, InfoLog::tracing(), journal, control, view);
+    let host = HostContext::new(id, agents, DebugLog::tracing(), journal, control, view);
     Generator::start(runtime, limits, bundle, host, id, &so_far).await
 }
 

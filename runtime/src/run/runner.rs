@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use tracing::Instrument;
 
-use super::generator::{Generator, Stop};
 use crate::agents::AgentSet;
 use crate::clock::now_ms;
 use crate::error::Result;
@@ -15,8 +14,9 @@ use crate::faults::crash_point;
 use crate::limits::Limits;
 use crate::sandbox::control::ThreadControl;
 use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
+use crate::sandbox::generator::{Generator, Stop};
 use crate::sandbox::state::{HostContext, ThreadView};
-use crate::store::info_log::{InfoLog, LogLevel};
+use crate::store::debug_log::{DebugLog, LogLevel};
 use crate::store::records::{
     EndRecord, EndStatus, PauseReason, Paused, StepRecord, ThreadRecord, Usage,
 };
@@ -145,7 +145,7 @@ async fn run_steps(
 ) -> Result<RunOutcome> {
     let id = record.id();
     // Its records stay where they were first stored, under the version it started on.
-    let info = ctx.store.threads().info_log(record.start.hash, id)?;
+    let info = ctx.store.threads().debug_log(record.start.hash, id)?;
     let resumed = if record.steps.is_empty() {
         String::new()
     } else {
@@ -264,7 +264,7 @@ fn trace_step(span: &tracing::Span, steps: &[StepRecord]) {
 }
 
 /// Writes the end record, or the waiting marker.
-fn finish(writer: &mut dyn ThreadWriter, info: &InfoLog, stop: Stop) -> Result<RunOutcome> {
+fn finish(writer: &mut dyn ThreadWriter, info: &DebugLog, stop: Stop) -> Result<RunOutcome> {
     let end = match stop {
         Stop::End(end) => end,
         Stop::Store(error) => {

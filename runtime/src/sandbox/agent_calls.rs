@@ -17,7 +17,7 @@ use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, Bound, RoleR
 use crate::faults::crash_point;
 use crate::ids::ThreadId;
 use crate::limits::Size;
-use crate::store::info_log::LogLevel;
+use crate::store::debug_log::LogLevel;
 use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay};
 use crate::store::records::PendingCall;
 use crate::telemetry;

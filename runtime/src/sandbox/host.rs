@@ -15,7 +15,7 @@ use super::state::{AnsweredCall, ThreadState};
 use crate::agents::extract::ExtractFailure;
 use crate::clock::now_ms;
 use crate::ids::tag;
-use crate::store::info_log::LogLevel;
+use crate::store::debug_log::LogLevel;
 use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay, digest};
 use crate::telemetry;
 

@@ -41,7 +41,7 @@ pub enum Instance {
 }
 
 /// A bundle's generator: a thread being run inside its instance.
-pub struct Generator {
+pub struct GuestThread {
     instance: Instance,
     thread: ResourceAny,
 }
@@ -141,7 +141,7 @@ impl Instance {
         self,
         store: &mut Store<ThreadState>,
         input: ThreadInput<'_>,
-    ) -> wasmtime::Result<Generator> {
+    ) -> wasmtime::Result<GuestThread> {
         let thread = match &self {
             Instance::V0_1(b) => {
                 let run = v0_1::RunInput {
@@ -173,11 +173,11 @@ impl Instance {
                     .await?
             }
         };
-        Ok(Generator { instance: self, thread })
+        Ok(GuestThread { instance: self, thread })
     }
 }
 
-impl Generator {
+impl GuestThread {
     /// Asks the generator for its next step.
     pub async fn next(&self, store: &mut Store<ThreadState>) -> wasmtime::Result<GeneratorStep> {
         Ok(match &self.instance {

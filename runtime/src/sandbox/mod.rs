@@ -1,7 +1,8 @@
 //! Everything wasmtime: the engine and its AOT cache, the host-side bindgen of each version of
-//! the WIT contract, a bundle instance of either version, a thread's store (WASI that grants
-//! nothing, limits, CPU accounting), the host side of the WIT imports, and the live state a
-//! running thread shares with its controllers.
+//! the WIT contract, a bundle instance of either version, its generator as the host drives it
+//! (each step held to the contract, a trap read as what caused it), a thread's store (WASI
+//! that grants nothing, limits, CPU accounting), the host side of the WIT imports, and the
+//! live state a running thread shares with its controllers.
 //!
 //! What a guest may do is decided here and nowhere else: it may call the imports in
 //! [`host`](self) (`agents`, `extract`, `log`, `now`) and the bare minimum of WASI p2.
@@ -12,6 +13,7 @@ pub mod children;
 pub mod control;
 pub mod engine;
 mod function_cache;
+pub mod generator;
 mod host;
 pub mod instance;
 mod output;

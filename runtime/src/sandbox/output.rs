@@ -8,13 +8,13 @@ use std::task::{Context, Poll};
 use parking_lot::Mutex;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
-use crate::store::info_log::{InfoLog, LogLevel};
+use crate::store::debug_log::{DebugLog, LogLevel};
 
 /// The guest's stdout and stderr, written line by line into the debug log, up to a budget
 /// shared by both streams; past it, output is dropped with one note in the log.
 #[derive(Clone)]
 pub(crate) struct GuestOutput {
-    info: InfoLog,
+    info: DebugLog,
     shared: Arc<Mutex<OutputBudget>>,
 }
 
@@ -26,7 +26,7 @@ struct OutputBudget {
 }
 
 impl GuestOutput {
-    pub(crate) fn new(info: InfoLog, budget: usize) -> Self {
+    pub(crate) fn new(info: DebugLog, budget: usize) -> Self {
         GuestOutput {
             info,
             shared: Arc::new(Mutex::new(OutputBudget {

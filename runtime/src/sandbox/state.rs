@@ -15,7 +15,7 @@ use crate::agents::AgentSet;
 use crate::agents::extract::Extractor;
 use crate::ids::ThreadId;
 use crate::limits::{Limits, Size};
-use crate::store::info_log::{InfoLog, LogLevel};
+use crate::store::debug_log::{DebugLog, LogLevel};
 use crate::store::journal::Journal;
 use crate::store::records::{PendingCall, StepRecord};
 
@@ -40,7 +40,7 @@ pub struct HostContext {
     /// `None` while the host reads a descriptor: no agent may be asked then.
     pub agents: Option<AgentSet>,
     pub extractor: Extractor,
-    pub info: InfoLog,
+    pub info: DebugLog,
     /// The thread as the host recorded it, for agents' contexts.
     pub thread: ThreadView,
     /// The meta agents supplied with their last answers (content, meta), each offered to the
@@ -96,7 +96,7 @@ impl HostContext {
     pub fn new(
         thread_id: ThreadId,
         agents: AgentSet,
-        info: InfoLog,
+        info: DebugLog,
         journal: Journal,
         control: Arc<ThreadControl>,
         thread: ThreadView,
@@ -124,7 +124,7 @@ impl HostContext {
             thread_id: None,
             agents: None,
             extractor: Extractor,
-            info: InfoLog::tracing(),
+            info: DebugLog::tracing(),
             thread: ThreadView::default(),
             agent_meta: Vec::new(),
             journal: Journal::disabled(),

@@ -133,7 +133,8 @@ impl Firer {
     /// was seen under the lock, at a later pass, so two processes checking at once still
     /// fire an item once. [`Firer::pass_to_end`] waits for them instead.
     pub async fn pass(&mut self) -> Result<Pass> {
-        let schedules = self.store.schedules();
+        let store = self.store.clone();
+        let schedules = store.schedules();
         let mut pass = Pass::default();
         let lock = self.lock().await?;
         let mut finished = std::mem::take(&mut self.finished);
@@ -210,8 +211,8 @@ impl Firer {
 
     /// Takes the firing lock (waiting in a blocking thread, not on the runtime).
     async fn lock(&self) -> Result<FireLock> {
-        let schedules = self.store.schedules();
-        tokio::task::spawn_blocking(move || schedules.lock())
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.schedules().lock())
             .await
             .map_err(|e| Error::Host(format!("the firing lock: {e}")))?
     }
@@ -305,7 +306,8 @@ impl Firer {
         lock: &FireLock,
         pass: &mut Pass,
     ) -> Result<()> {
-        let schedules = self.store.schedules();
+        let store = self.store.clone();
+        let schedules = store.schedules();
         let history = self.history(schedule)?;
         let baseline = !history.checked && !include_existing;
         match diff {
@@ -374,7 +376,8 @@ impl Firer {
         lock: &FireLock,
         pass: &mut Pass,
     ) -> Result<()> {
-        let schedules = self.store.schedules();
+        let store = self.store.clone();
+        let schedules = store.schedules();
         let id = firing.thread_id;
         let mut start = super::thread_request(schedule);
         start.trigger_data = firing.trigger_data.clone();

@@ -129,7 +129,7 @@ async fn fingerprint(
         // Each rest counts: a thread that waits, is answered and waits again between two
         // looks has the same steps and status, and its page must still be fetched again.
         parts.push(format!("{} {:?} {}", record.steps.len(), record.status(), record.rests.len()));
-        if let Ok(log) = store.threads().info_tail(record.start.hash, id, 1) {
+        if let Ok(log) = store.threads().debug_tail(record.start.hash, id, 1) {
             parts.push(format!("{:?}", log.first().map(|l| l.timestamp)));
         }
         if let Ok(ps) = control::ps(store).await {

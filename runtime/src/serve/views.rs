@@ -19,7 +19,7 @@ use crate::run::events::PsEntry;
 use crate::run::query::{self, ThreadQuery};
 use crate::schedule::{self, ScheduleStatus};
 use crate::store::Storage;
-use crate::store::info_log::InfoLine;
+use crate::store::debug_log::DebugLine;
 use crate::store::records::{ThreadStatus, ThreadSummary};
 
 /// The most debug-log lines a thread page shows (the newest).
@@ -143,7 +143,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
     } else {
         None
     };
-    let log: Vec<InfoLine> = store.threads().info_tail(hash, id, LOG_LINES)?;
+    let log: Vec<DebugLine> = store.threads().debug_tail(hash, id, LOG_LINES)?;
     // The threads its steps started as child workflows.
     let children: Vec<Value> = query::children_of(store, &record)?
         .into_iter()

@@ -8,12 +8,10 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use crate::durable;
 use crate::error::{Error, Result};
-use crate::home::Home;
 use crate::ids::BundleHash;
 use crate::store::descriptor::Descriptor;
-use crate::store::registry::{BundleRecord, RegistryFile, SUMMARY_CHARS, yaml_reason};
+use crate::store::registry::{BundleRecord, RegistryTable, SUMMARY_CHARS, yaml_reason};
 
 /// Where bundle bytes and descriptors are kept: files under a home, or a database table.
 pub trait BundleBackend: Send + Sync + fmt::Debug {
@@ -57,11 +55,6 @@ pub struct StoredBundle {
 }
 
 impl BundleStore {
-    /// The bundles under `home`.
-    pub fn new(home: &Home) -> Self {
-        BundleStore::with(Arc::new(FileBundles { home: home.clone() }))
-    }
-
     /// The bundles `backend` keeps.
     pub fn with(backend: Arc<dyn BundleBackend>) -> Self {
         BundleStore { backend }
@@ -80,7 +73,7 @@ impl BundleStore {
     /// is not collision resistant, and the id must mean one thing.
     pub fn put(
         &self,
-        registry: &mut RegistryFile,
+        registry: &mut RegistryTable,
         bytes: &[u8],
         descriptor: &Descriptor,
     ) -> Result<BundleHash> {
@@ -109,7 +102,7 @@ impl BundleStore {
     /// workflow it is loaded for, for error messages.
     pub fn load(
         &self,
-        registry: &RegistryFile,
+        registry: &RegistryTable,
         name: &str,
         hash: BundleHash,
     ) -> Result<StoredBundle> {
@@ -160,60 +153,6 @@ impl BundleStore {
             return Err(Error::MissingFile { what: "the descriptor of bundle", path });
         };
         serde_yaml::from_str(&text).map_err(|e| Error::Corrupt { path, reason: yaml_reason(&e) })
-    }
-}
-
-/// `bundles/<HASH>.wasm` and `bundles/<HASH>.yaml` under a home.
-#[derive(Debug)]
-struct FileBundles {
-    home: Home,
-}
-
-impl BundleBackend for FileBundles {
-    fn prepare(&self) -> Result<()> {
-        durable::create_dir(&self.home.bundles_dir())
-    }
-
-    fn write(
-        &self,
-        hash: BundleHash,
-        bytes: &[u8],
-        descriptor: &Descriptor,
-        _: &BundleRecord,
-    ) -> Result<()> {
-        // Rewrite the file unless it is already intact, so a damaged copy is repaired by
-        // adding the right bytes again.
-        let path = self.home.bundle_file(hash);
-        if std::fs::read(&path).map(|b| b != bytes).unwrap_or(true) {
-            durable::write_atomic(&path, bytes)?;
-        }
-        let yaml = serde_yaml::to_string(descriptor).expect("descriptor serializes");
-        durable::write_atomic(&self.home.descriptor_file(hash), yaml.as_bytes())
-    }
-
-    fn read(&self, hash: BundleHash) -> Result<Option<Vec<u8>>> {
-        let path = self.home.bundle_file(hash);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io("read bundle", &path)(e)),
-        }
-    }
-
-    fn read_descriptor(&self, hash: BundleHash) -> Result<Option<String>> {
-        durable::read_text(&self.home.descriptor_file(hash), "read descriptor")
-    }
-
-    fn place(&self, hash: BundleHash) -> PathBuf {
-        self.home.bundle_file(hash)
-    }
-
-    fn descriptor_place(&self, hash: BundleHash) -> PathBuf {
-        self.home.descriptor_file(hash)
-    }
-
-    fn database(&self) -> Option<String> {
-        None
     }
 }
 

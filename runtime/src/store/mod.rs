@@ -14,20 +14,18 @@
 
 pub mod bundles;
 pub mod config;
+pub mod debug_log;
 pub mod descriptor;
-pub mod info_log;
+pub mod files;
 pub mod journal;
 pub mod pauses;
 mod postgres;
 pub mod queue;
-pub mod queue_files;
 pub mod records;
 pub mod registry;
 pub mod request_keys;
 pub mod schedules;
 pub mod steps;
-pub mod thread_files;
-pub mod thread_index;
 pub mod tokens;
 pub mod upgrades;
 
@@ -40,12 +38,11 @@ use crate::ids::{BundleHash, ThreadId};
 
 use self::bundles::BundleStore;
 use self::config::Config;
-use self::info_log::{InfoLine, InfoLog};
+use self::debug_log::{DebugLine, DebugLog};
 use self::journal::{CallRecord, Journal};
 use self::queue::WorkQueue;
 use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary};
 use self::registry::Registry;
-use self::schedules::Schedules;
 
 /// Where threads are kept.
 pub trait ThreadStore: Send + Sync + fmt::Debug {
@@ -152,10 +149,10 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     fn journal(&self, hash: BundleHash, id: ThreadId) -> Result<Journal>;
 
     /// The debug log of a thread.
-    fn info_log(&self, hash: BundleHash, id: ThreadId) -> Result<InfoLog>;
+    fn debug_log(&self, hash: BundleHash, id: ThreadId) -> Result<DebugLog>;
 
     /// The last `max` lines of a thread's debug log (damaged lines left out).
-    fn info_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<InfoLine>>;
+    fn debug_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<DebugLine>>;
 }
 
 /// Records of a thread stored after some point, and whether it is at work.
@@ -210,11 +207,11 @@ pub struct Storage {
     home: Home,
     registry: Registry,
     bundles: BundleStore,
-    schedules: Schedules,
+    schedules: Arc<dyn schedules::ScheduleBackend>,
     threads: Arc<dyn ThreadStore>,
     queue: Arc<dyn WorkQueue>,
-    tokens: tokens::Tokens,
-    request_keys: request_keys::SharedRequestKeys,
+    tokens: Arc<dyn tokens::TokenBackend>,
+    request_keys: Arc<dyn request_keys::RequestKeys>,
     /// The connection string of a database store, handed to the worker processes this one
     /// starts (in their environment, never on their command line).
     url: Option<String>,
@@ -228,13 +225,13 @@ impl Storage {
     pub fn open(home: &Home) -> Self {
         Storage {
             home: home.clone(),
-            registry: Registry::new(home),
-            bundles: BundleStore::new(home),
-            schedules: schedules::in_home(home),
-            threads: Arc::new(thread_files::FileThreads::new(home)),
-            queue: Arc::new(queue_files::FileQueue::new(home)),
-            tokens: Arc::new(tokens::FileTokens::new(home)),
-            request_keys: Arc::new(request_keys::FileRequestKeys::new(home)),
+            registry: Registry::with(Arc::new(files::registry::FileRegistry::new(home))),
+            bundles: BundleStore::with(Arc::new(files::registry::FileBundles::new(home))),
+            schedules: Arc::new(files::schedules::FileSchedules::new(home)),
+            threads: Arc::new(files::threads::FileThreads::new(home)),
+            queue: Arc::new(files::queue::FileQueue::new(home)),
+            tokens: Arc::new(files::tokens::FileTokens::new(home)),
+            request_keys: Arc::new(files::request_keys::FileRequestKeys::new(home)),
             url: None,
         }
     }
@@ -265,8 +262,8 @@ impl Storage {
     }
 
     /// The work queue: where threads wait for a worker, and how workers take them.
-    pub fn queue(&self) -> &Arc<dyn WorkQueue> {
-        &self.queue
+    pub fn queue(&self) -> &dyn WorkQueue {
+        &*self.queue
     }
 
     /// The connection string of a database store.
@@ -285,18 +282,18 @@ impl Storage {
     }
 
     /// The registry of workflows.
-    pub fn registry(&self) -> Registry {
-        self.registry.clone()
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// The stored bundles and their descriptors.
-    pub fn bundles(&self) -> BundleStore {
-        self.bundles.clone()
+    pub fn bundles(&self) -> &BundleStore {
+        &self.bundles
     }
 
     /// The schedules that start threads by themselves.
-    pub fn schedules(&self) -> Schedules {
-        self.schedules.clone()
+    pub fn schedules(&self) -> &dyn schedules::ScheduleBackend {
+        &*self.schedules
     }
 
     /// The HTTP API's tokens.

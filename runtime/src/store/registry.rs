@@ -8,19 +8,18 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{File, OpenOptions};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::durable;
 use crate::error::{Error, Result};
-use crate::home::Home;
 use crate::ids::BundleHash;
 
-/// The whole of `workflow.yaml`.
+/// The registry as a value: every workflow name with its current version and history, and
+/// every stored bundle's integrity record (a home keeps it as `workflow.yaml`, a database in
+/// its tables).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RegistryFile {
+pub struct RegistryTable {
     /// Registered workflows by name.
     #[serde(default)]
     pub workflows: BTreeMap<String, WorkflowEntry>,
@@ -29,7 +28,7 @@ pub struct RegistryFile {
     pub bundles: BTreeMap<BundleHash, BundleRecord>,
 }
 
-impl RegistryFile {
+impl RegistryTable {
     /// The entry registered as `name`, or the error naming the closest registered name.
     pub fn entry(&self, name: &str) -> Result<&WorkflowEntry> {
         self.workflows.get(name).ok_or_else(|| self.unknown(name))
@@ -93,10 +92,10 @@ pub enum Registered {
 /// Where a registry is kept: `workflow.yaml` under a home, or a database's tables.
 pub trait RegistryBackend: Send + Sync + fmt::Debug {
     /// Reads the whole registry.
-    fn load(&self) -> Result<RegistryFile>;
+    fn load(&self) -> Result<RegistryTable>;
     /// Reads, applies `change`, writes back, all under a lock that serialises changes; nothing
     /// is written if `change` fails.
-    fn update(&self, change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>) -> Result<()>;
+    fn update(&self, change: &mut dyn FnMut(&mut RegistryTable) -> Result<()>) -> Result<()>;
 }
 
 /// Access to the registry.
@@ -106,18 +105,13 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The registry of `home` (`workflow.yaml`).
-    pub fn new(home: &Home) -> Self {
-        Registry::with(Arc::new(FileRegistry { home: home.clone() }))
-    }
-
     /// The registry kept by `backend`.
     pub fn with(backend: Arc<dyn RegistryBackend>) -> Self {
         Registry { backend }
     }
 
     /// Reads the registry; a missing one is empty.
-    pub fn load(&self) -> Result<RegistryFile> {
+    pub fn load(&self) -> Result<RegistryTable> {
         self.backend.load()
     }
 
@@ -129,7 +123,7 @@ impl Registry {
 
     /// Changes the registry under its lock: read, apply `change`, write atomically. Nothing is
     /// written if `change` fails or the registry does not read.
-    pub fn update<T>(&self, change: impl FnOnce(&mut RegistryFile) -> Result<T>) -> Result<T> {
+    pub fn update<T>(&self, change: impl FnOnce(&mut RegistryTable) -> Result<T>) -> Result<T> {
         let mut change = Some(change);
         let mut out = None;
         self.backend.update(&mut |file| {
@@ -141,49 +135,7 @@ impl Registry {
     }
 }
 
-/// `workflow.yaml` under a home.
-#[derive(Debug)]
-struct FileRegistry {
-    home: Home,
-}
-
-impl RegistryBackend for FileRegistry {
-    fn load(&self) -> Result<RegistryFile> {
-        let path = self.home.registry_file();
-        let Some(text) = durable::read_text(&path, "read registry")? else {
-            return Ok(RegistryFile::default());
-        };
-        if text.trim().is_empty() {
-            return Ok(RegistryFile::default());
-        }
-        serde_yaml::from_str(&text).map_err(|e| Error::Corrupt { path, reason: yaml_reason(&e) })
-    }
-
-    fn update(&self, change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>) -> Result<()> {
-        let _lock = lock(&self.home)?;
-        let mut file = self.load()?;
-        let before = file.clone();
-        change(&mut file)?;
-        if file != before {
-            let yaml = serde_yaml::to_string(&file).expect("registry serializes");
-            durable::write_atomic(&self.home.registry_file(), yaml.as_bytes())?;
-        }
-        Ok(())
-    }
-}
-
-/// Takes the exclusive lock on a home's registry, released when the returned file is dropped.
-fn lock(home: &Home) -> Result<File> {
-    durable::create_dir(home.root())?;
-    let path = home.registry_lock();
-    let file =
-        durable::open_private(OpenOptions::new().create(true).truncate(false).write(true), &path)
-            .map_err(Error::io("open lock", &path))?;
-    file.lock().map_err(Error::io("lock", &path))?;
-    Ok(file)
-}
-
-impl RegistryFile {
+impl RegistryTable {
     /// Points `name` at `hash`, moving its previous version to history.
     pub fn register(&mut self, name: &str, hash: BundleHash, now: u64) -> Registered {
         match self.workflows.get_mut(name) {
@@ -254,7 +206,7 @@ mod tests {
 
     #[test]
     fn register_and_rollback_keep_every_version() {
-        let mut reg = RegistryFile::default();
+        let mut reg = RegistryTable::default();
         assert_eq!(reg.register("w", h(1), 1), Registered::New);
         assert_eq!(reg.register("w", h(1), 2), Registered::Unchanged);
         assert_eq!(reg.register("w", h(2), 3), Registered::Updated { previous: h(1) });

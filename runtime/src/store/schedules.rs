@@ -13,15 +13,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::durable::{self, AppendFile};
-use crate::error::{Error, Result};
-use crate::home::Home;
+use crate::error::Result;
 use crate::ids::ThreadId;
 use crate::run_request::RunRequest;
 
@@ -211,6 +206,11 @@ impl FiringHistory {
         self.read_to = position;
     }
 
+    /// Notes the log as read up to `position` (past lines that hold no event).
+    pub(crate) fn skip_to(&mut self, position: u64) {
+        self.read_to = position;
+    }
+
     fn apply(&mut self, event: FiringEvent) {
         match event {
             FiringEvent::Fired { key, thread_id, at, trigger_data, instant, output } => {
@@ -249,41 +249,6 @@ impl FiringHistory {
         if let Some(&i) = self.index.get(&thread_id) {
             self.firings[i].state = state;
         }
-    }
-
-    /// Reads what was appended to the log file at `path` since the last read (all of it the
-    /// first time). A torn last line (a crash mid-append) is left for the next read, which
-    /// finds it terminated by the next append and skips it.
-    fn catch_up_file(&mut self, path: &Path) -> Result<()> {
-        let mut file = match File::open(path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io("open the firing log", path)(e)),
-        };
-        let len = file.metadata().map_err(Error::io("read the firing log", path))?.len();
-        if len < self.read_to {
-            // The log was replaced (the schedule removed and added again): start over.
-            *self = FiringHistory::default();
-        }
-        if len == self.read_to {
-            return Ok(());
-        }
-        file.seek(SeekFrom::Start(self.read_to)).map_err(Error::io("read the firing log", path))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(Error::io("read the firing log", path))?;
-        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        for line in bytes[..complete].split(|&b| b == b'\n') {
-            if line.is_empty() {
-                continue;
-            }
-            match serde_json::from_slice::<FiringEvent>(line) {
-                Ok(event) => self.apply(event),
-                // A torn line, terminated by a later append: nothing was promised for it.
-                Err(e) => tracing::warn!("{}: skipped a damaged line: {e}", path.display()),
-            }
-        }
-        self.read_to += complete as u64;
-        Ok(())
     }
 }
 
@@ -368,172 +333,7 @@ pub trait LockHolder: Send + Sync + fmt::Debug {
     fn lost(&self) -> bool;
 }
 
-/// The schedules of a store, whichever keeps them.
-pub type Schedules = Arc<dyn ScheduleBackend>;
-
-/// The schedules of `home`.
-pub fn in_home(home: &Home) -> Schedules {
-    Arc::new(FileSchedules { dir: home.schedules_dir() })
-}
-
-/// Schedules in a home: `schedules/<NAME>/{schedule.json, firings.jsonl, poll.json}`.
-#[derive(Debug)]
-struct FileSchedules {
-    dir: PathBuf,
-}
-
-impl FileSchedules {
-    fn schedule_dir(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    fn definition_file(&self, name: &str) -> PathBuf {
-        self.schedule_dir(name).join("schedule.json")
-    }
-
-    fn firings_file(&self, name: &str) -> PathBuf {
-        self.schedule_dir(name).join("firings.jsonl")
-    }
-
-    fn poll_file(&self, name: &str) -> PathBuf {
-        self.schedule_dir(name).join("poll.json")
-    }
-}
-
-impl ScheduleBackend for FileSchedules {
-    /// An `flock`: a process that dies holding it releases it.
-    fn lock(&self) -> Result<FireLock> {
-        durable::create_dir(&self.dir)?;
-        let path = self.dir.join("fire.lock");
-        let file = durable::open_private(
-            std::fs::OpenOptions::new().create(true).truncate(false).write(true),
-            &path,
-        )
-        .map_err(Error::io("open", &path))?;
-        file.lock().map_err(Error::io("lock", &path))?;
-        Ok(FireLock::File(file))
-    }
-
-    fn list(&self) -> Result<Vec<Schedule>> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(Error::io("list", &self.dir)(e)),
-        };
-        let mut names: Vec<String> = entries
-            .flatten()
-            .filter(|e| e.path().is_dir())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        let mut schedules = Vec::new();
-        for name in names {
-            match self.get(&name) {
-                Ok(Some(schedule)) => schedules.push(schedule),
-                Ok(None) => {}
-                Err(e) => tracing::warn!("schedule `{name}` left out: {e}"),
-            }
-        }
-        Ok(schedules)
-    }
-
-    fn get(&self, name: &str) -> Result<Option<Schedule>> {
-        let path = self.definition_file(name);
-        let Some(text) = durable::read_text(&path, "read")? else { return Ok(None) };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Error::Corrupt { path, reason: e.to_string() })
-    }
-
-    fn put(&self, schedule: &Schedule, _lock: &FireLock) -> Result<()> {
-        let bytes = serde_json::to_vec_pretty(schedule).expect("schedules serialize");
-        durable::write_atomic(&self.definition_file(&schedule.name), &bytes)
-    }
-
-    fn remove(&self, name: &str, _lock: &FireLock) -> Result<bool> {
-        let dir = self.schedule_dir(name);
-        if !self.definition_file(name).exists() {
-            return Ok(false);
-        }
-        // The definition goes first: a crash after it leaves a folder no listing shows, and
-        // adding the name again starts a new log.
-        std::fs::remove_file(self.definition_file(name))
-            .map_err(Error::io("remove", self.definition_file(name)))?;
-        std::fs::remove_dir_all(&dir).map_err(Error::io("remove", &dir))?;
-        Ok(true)
-    }
-
-    fn record(&self, name: &str, event: &FiringEvent, _lock: &FireLock) -> Result<()> {
-        let path = self.firings_file(name);
-        let mut file = AppendFile::open(&path, true)?;
-        let line = serde_json::to_vec(event).expect("firing events serialize");
-        file.append(&line).map_err(Error::io("append to", &path))
-    }
-
-    fn catch_up(&self, name: &str, history: &mut FiringHistory) -> Result<()> {
-        history.catch_up_file(&self.firings_file(name))
-    }
-
-    fn poll_state(&self, name: &str) -> Result<PollState> {
-        let path = self.poll_file(name);
-        match durable::read_text(&path, "read")? {
-            None => Ok(PollState::default()),
-            // Damaged: as if never checked (the firing log, not this, says what was seen).
-            Some(text) => Ok(serde_json::from_str(&text).unwrap_or_default()),
-        }
-    }
-
-    fn set_poll_state(&self, name: &str, state: &PollState) -> Result<()> {
-        let bytes = serde_json::to_vec(state).expect("poll states serialize");
-        durable::write_atomic(&self.poll_file(name), &bytes)
-    }
-}
-
 /// Schedule names are folder names and CLI arguments: as simple as workflow names.
 pub fn validate_name(name: &str) -> Result<()> {
     crate::ids::validate_name("schedule name", name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_log_is_read_incrementally_and_a_torn_line_waits() -> Result<()> {
-        let dir = tempfile::tempdir().unwrap();
-        let schedules = in_home(&Home::new(dir.path()));
-        let lock = schedules.lock()?;
-        std::fs::create_dir(dir.path().join("schedules/s")).unwrap();
-        let id = ThreadId::new();
-        let fired = FiringEvent::Fired {
-            key: "cron:1000".into(),
-            thread_id: id,
-            at: 5,
-            trigger_data: None,
-            instant: Some(1000),
-            output: None,
-        };
-        schedules.record("s", &fired, &lock)?;
-        let mut history = FiringHistory::default();
-        schedules.catch_up("s", &mut history)?;
-        assert_eq!(history.pending().count(), 1);
-        assert_eq!(history.last_instant, Some(1000));
-        // A torn append: not read, and the next append terminates it.
-        let path = dir.path().join("schedules/s/firings.jsonl");
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"started\":{\"thr"))
-            .unwrap();
-        schedules.catch_up("s", &mut history)?;
-        assert_eq!(history.pending().count(), 1);
-        schedules.record("s", &FiringEvent::Started { thread_id: id, at: 6 }, &lock)?;
-        schedules.catch_up("s", &mut history)?;
-        assert_eq!(history.pending().count(), 0);
-        assert_eq!(history.firings[0].state, FiringState::Started);
-        // The same as reading it whole.
-        let whole = schedules.history("s")?;
-        assert_eq!(whole.firings, history.firings);
-        Ok(())
-    }
 }

@@ -99,7 +99,6 @@ struct Started {
 /// The worker's shared state.
 struct Worker {
     store: Storage,
-    queue: Arc<dyn WorkQueue>,
     runtime: Runtime,
     options: WorkerOptions,
     bundles: Mutex<HashMap<BundleHash, Arc<LoadedBundle>>>,
@@ -136,20 +135,23 @@ pub async fn serve_pool(store: Storage, options: WorkerOptions) -> Result<()> {
 }
 
 impl Worker {
+    /// The store's work queue.
+    fn queue(&self) -> &dyn WorkQueue {
+        self.store.queue()
+    }
+
     /// This process as a worker of `options.scope`, registered with the store's queue; `None`
     /// if the scope has a live worker already (a bundle's, on a home directory).
     fn register(store: Storage, options: WorkerOptions) -> Result<Option<Arc<Worker>>> {
         raise_open_files_limit();
         std::thread::spawn(crate::schema::precompile_meta_schema);
-        let queue = store.queue().clone();
-        if !queue.register(options.scope, options.max_threads)? {
+        if !store.queue().register(options.scope, options.max_threads)? {
             tracing::info!("another worker of this scope is live; exiting");
             return Ok(None);
         }
         let limits = Limits::resolve(&store.config()?.limits, &Default::default())?;
         Ok(Some(Arc::new(Worker {
             runtime: Runtime::for_worker(store.home(), &limits)?,
-            queue,
             store,
             options,
             bundles: Mutex::new(HashMap::new()),
@@ -164,17 +166,17 @@ impl Worker {
     /// `exit_when_idle`). A database that goes away is waited out: the threads at work go on
     /// with their agents, and what they cannot store waits for its return.
     async fn pool(self: Arc<Self>) -> Result<()> {
-        let mut wake = match self.queue.wake_ups() {
+        let mut wake = match self.queue().wake_ups() {
             Ok(wake) => wake,
             Err(e) => {
                 tracing::warn!("no wake-ups (polling every {POLL:?}): {e}");
                 None
             }
         };
-        let hold = self.queue.hold().map_or_else(|| "none".into(), |h| format!("{h:?}"));
+        let hold = self.queue().hold().map_or_else(|| "none".into(), |h| format!("{h:?}"));
         tracing::info!(
             "worker {} ({} threads at most, leases of {hold})",
-            self.queue.owner(),
+            self.queue().owner(),
             self.options.max_threads
         );
         announce_ready();
@@ -207,7 +209,7 @@ impl Worker {
                 break;
             }
             let room = self.running.lock().len() < self.options.max_threads;
-            let look_again = takeover.look_again(&*self.queue, room);
+            let look_again = takeover.look_again(self.queue(), room);
             let woken = async {
                 match &mut wake {
                     Some(receiver) => receiver.recv().await,
@@ -233,7 +235,7 @@ impl Worker {
                 }
             }
         }
-        self.queue.unregister()
+        self.queue().unregister()
     }
 
     /// One look at the queue: kill and pause requests for threads here, queued threads to
@@ -248,7 +250,7 @@ impl Worker {
         let running = self.running_ids();
         let free = self.options.max_threads.saturating_sub(running.len());
         if free > 0 {
-            for claimed in self.queue.claim(self.options.scope, free, &running, None)? {
+            for claimed in self.queue().claim(self.options.scope, free, &running, None)? {
                 if let Some(previous) = &claimed.taken_from {
                     tracing::info!("thread {}: taken over from {previous}", claimed.id);
                 }
@@ -261,10 +263,10 @@ impl Worker {
             }
         }
         if last_heartbeat.elapsed() >= HEARTBEAT {
-            self.queue.heartbeat(&self.activities())?;
+            self.queue().heartbeat(&self.activities())?;
             *last_heartbeat = Instant::now();
             if wake.is_none() {
-                *wake = self.queue.wake_ups().ok().flatten();
+                *wake = self.queue().wake_ups().ok().flatten();
             }
         }
         Ok(())
@@ -272,7 +274,7 @@ impl Worker {
 
     /// Applies the kill and pause requests made for this worker's threads.
     fn apply_requests(&self) -> Result<()> {
-        for (id, request) in self.queue.requests(&self.running_ids())? {
+        for (id, request) in self.queue().requests(&self.running_ids())? {
             let mut running = self.running.lock();
             let Some(thread) = running.get_mut(&id) else { continue };
             match request {
@@ -474,7 +476,7 @@ impl Worker {
             };
             let reply = match finished {
                 Finished::HandedBack => {
-                    if let Err(e) = worker.queue.release(id, ticket, Release::HandBack) {
+                    if let Err(e) = worker.queue().release(id, ticket, Release::HandBack) {
                         tracing::warn!("thread {id}: {e}");
                     }
                     tracing::info!("thread {id}: handed back to the queue");
@@ -531,7 +533,7 @@ impl Worker {
             }
             _ => {}
         }
-        if let Err(e) = self.queue.release(id, ticket, Release::Settle) {
+        if let Err(e) = self.queue().release(id, ticket, Release::Settle) {
             tracing::warn!("thread {id}: {e}");
         }
     }

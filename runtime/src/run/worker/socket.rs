@@ -90,7 +90,7 @@ pub(super) async fn serve(worker: Arc<Worker>, hash: BundleHash) -> Result<()> {
                 continue;
             }
             tracing::info!("worker {} exiting: no threads left", std::process::id());
-            return worker.queue.unregister();
+            return worker.queue().unregister();
         }
     }
 }
@@ -135,11 +135,11 @@ async fn take(
     let deadline = Instant::now() + TAKE_WAIT;
     let claimed = loop {
         let running = worker.running_ids();
-        let claimed = worker.queue.claim(Scope::Bundle(hash), 1, &running, Some(id))?;
+        let claimed = worker.queue().claim(Scope::Bundle(hash), 1, &running, Some(id))?;
         if let Some(claimed) = claimed.into_iter().next() {
             break claimed;
         }
-        if worker.queue.is_taken(id)? || Instant::now() >= deadline {
+        if worker.queue().is_taken(id)? || Instant::now() >= deadline {
             return Err(Error::ThreadBusy(id.to_string()));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;

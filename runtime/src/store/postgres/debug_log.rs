@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ids::ThreadId;
-use crate::store::info_log::LogSink;
+use crate::store::debug_log::LogSink;
 use crate::store::postgres::Postgres;
 use crate::store::postgres::leases::Leases;
 use tokio_postgres::types::{ToSql, Type};

@@ -1,4 +1,4 @@
-//! The registry and the bundles in PostgreSQL: the same [`RegistryFile`] the home directory
+//! The registry and the bundles in PostgreSQL: the same [`RegistryTable`] the home directory
 //! keeps in `workflow.yaml`, read from and written back to rows, and each bundle's bytes and
 //! descriptor by hash, checked against their SHA-256 whenever they are loaded.
 
@@ -12,7 +12,9 @@ use crate::ids::BundleHash;
 use crate::store::bundles::BundleBackend;
 use crate::store::descriptor::Descriptor;
 use crate::store::postgres::Postgres;
-use crate::store::registry::{BundleRecord, RegistryBackend, RegistryFile, Version, WorkflowEntry};
+use crate::store::registry::{
+    BundleRecord, RegistryBackend, RegistryTable, Version, WorkflowEntry,
+};
 
 /// The advisory lock key that serialises registry changes ("uwreg").
 const REGISTRY_LOCK: i64 = 0x0075_7772_6567;
@@ -30,7 +32,7 @@ impl PgRegistry {
 }
 
 impl RegistryBackend for PgRegistry {
-    fn load(&self) -> Result<RegistryFile> {
+    fn load(&self) -> Result<RegistryTable> {
         let pg = &self.pg;
         let client = pg.client()?;
         pg.wait("read the registry", read(&*client))?.map_err(|reason| corrupt(pg, reason))
@@ -39,7 +41,7 @@ impl RegistryBackend for PgRegistry {
     /// Changes the registry in one transaction, under a lock that serialises changes from
     /// every machine: read, apply `change`, write back what changed. Nothing is written if
     /// `change` fails.
-    fn update(&self, change: &mut dyn FnMut(&mut RegistryFile) -> Result<()>) -> Result<()> {
+    fn update(&self, change: &mut dyn FnMut(&mut RegistryTable) -> Result<()>) -> Result<()> {
         let pg = &self.pg;
         let mut client = pg.dedicated()?;
         let tx = pg.wait("change the registry", client.transaction())?;
@@ -149,8 +151,8 @@ impl BundleBackend for PgBundles {
 
 async fn read(
     client: &impl GenericClient,
-) -> std::result::Result<std::result::Result<RegistryFile, String>, tokio_postgres::Error> {
-    let mut file = RegistryFile::default();
+) -> std::result::Result<std::result::Result<RegistryTable, String>, tokio_postgres::Error> {
+    let mut file = RegistryTable::default();
     let workflows = "SELECT name, hash, since_ms FROM uncaged_workflow.workflows";
     for row in client.query_typed(workflows, &[]).await? {
         let name: String = row.get(0);

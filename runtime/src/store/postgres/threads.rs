@@ -12,7 +12,7 @@ use tokio_postgres::types::Type;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
-use crate::store::info_log::{InfoLine, InfoLog};
+use crate::store::debug_log::{DebugLine, DebugLog};
 use crate::store::journal::{CallRecord, Journal};
 use crate::store::postgres::debug_log::PgLog;
 use crate::store::postgres::journal::PgCalls;
@@ -332,11 +332,11 @@ impl ThreadStore for PgThreads {
         Journal::new(Box::new(PgCalls::new(&self.pg, &self.leases, id)))
     }
 
-    fn info_log(&self, _hash: BundleHash, id: ThreadId) -> Result<InfoLog> {
-        Ok(InfoLog::new(Box::new(PgLog::new(&self.pg, &self.leases, id))))
+    fn debug_log(&self, _hash: BundleHash, id: ThreadId) -> Result<DebugLog> {
+        Ok(DebugLog::new(Box::new(PgLog::new(&self.pg, &self.leases, id))))
     }
 
-    fn info_tail(&self, _hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<InfoLine>> {
+    fn debug_tail(&self, _hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<DebugLine>> {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             &format!("read the debug log of thread {id}"),

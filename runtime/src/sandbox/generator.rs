@@ -1,32 +1,33 @@
-//! The bundle's generator as the host drives it: instantiate the bundle, hand it the recorded
-//! steps, ask for the next step and hold it to the contract (and to the host's limits); and
-//! why it stopped when it yields no step.
+//! The bundle's generator as the host drives it: instantiate the bundle in a thread's store,
+//! hand it the recorded steps, ask for the next step and hold it to the contract (and to the
+//! host's limits); and why it stopped when it yields no step, a trap read as the limit or the
+//! wait that caused it. (The guest's own `thread` resource is [`instance::GuestThread`].)
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::Store;
 
+use super::engine::{LoadedBundle, Runtime};
+use super::instance::{self, GeneratorStep, ThreadInput};
+use super::state::{HostContext, ThreadState, new_store, within_budget};
 use crate::clock::now_ms;
 use crate::error::{chain_line, exit};
 use crate::ids::ThreadId;
 use crate::limits::Limits;
-use crate::sandbox::engine::{LoadedBundle, Runtime};
-use crate::sandbox::instance::{self, GeneratorStep, ThreadInput};
-use crate::sandbox::state::{HostContext, ThreadState, new_store, within_budget};
 use crate::store::records::{
     End, EndStatus, PendingCall, StepGroup, StepRecord, ThreadRecord, Usage,
 };
 
 /// An instantiated bundle and its generator.
-pub(crate) struct Generator {
+pub struct Generator {
     store: Store<ThreadState>,
-    generator: instance::Generator,
+    guest: instance::GuestThread,
 }
 
 impl Generator {
     /// Instantiates the bundle and constructs the generator with the recorded steps.
-    pub(crate) async fn start(
+    pub async fn start(
         runtime: &Runtime,
         limits: &Limits,
         bundle: &LoadedBundle,
@@ -53,13 +54,13 @@ impl Generator {
         let generator = within_budget(&clock, instance.start(&mut store, input))
             .await
             .map_err(|e| stopped(&mut store, "starting the generator", &e))?;
-        Ok(Generator { store, generator })
+        Ok(Generator { store, guest: generator })
     }
 
     /// Asks for the step after step `count` and checks it: `Ok(steps)` to persist (one, or a
     /// parallel group), `Err(end)` when the thread is over (by the bundle's word or the
     /// host's).
-    pub(crate) async fn next(
+    pub async fn next(
         &mut self,
         bundle: &LoadedBundle,
         count: usize,
@@ -72,7 +73,7 @@ impl Generator {
         store.data_mut().host.journal.begin_step(count);
         store.data_mut().host.answered.clear();
         let during = format!("step {}", count + 1);
-        let step = within_budget(&clock, self.generator.next(&mut *store))
+        let step = within_budget(&clock, self.guest.next(&mut *store))
             .await
             .map_err(|e| stopped(store, &during, &e))?;
         let outputs = match step {
@@ -169,18 +170,18 @@ impl Generator {
 
     /// Adds persisted steps to the host's record of the thread, which later agent calls
     /// are given.
-    pub(crate) fn persisted(&mut self, steps: &[StepRecord]) {
+    pub fn persisted(&mut self, steps: &[StepRecord]) {
         let view = &mut self.store.data_mut().host.thread;
         Arc::make_mut(&mut view.steps).extend_from_slice(steps);
     }
 }
 
-pub(super) fn failed(summary: String) -> Stop {
+fn failed(summary: String) -> Stop {
     Stop::End(End::by_host(exit::SOFTWARE, summary, EndStatus::Failed))
 }
 
 /// Why the generator stopped before yielding a step.
-pub(crate) enum Stop {
+pub enum Stop {
     /// The thread is over.
     End(End),
     /// A `human` agent needs an answer nobody was there to give.
@@ -196,7 +197,7 @@ pub(crate) enum Stop {
 
 impl Stop {
     /// What came instead of a step, in a word (a span's name).
-    pub(super) fn as_str(&self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
             Stop::End(_) => "end",
             Stop::Waiting { .. } => "wait for a human",

@@ -48,7 +48,7 @@ impl fmt::Display for LogLevel {
 
 /// One line of the debug log.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct InfoLine {
+pub struct DebugLine {
     pub tag: String,
     pub level: LogLevel,
     pub content: String,
@@ -67,7 +67,7 @@ pub trait LogSink: Send + fmt::Debug {
 
 /// A thread's debug log, shared by the host imports and the guest's stdout/stderr.
 #[derive(Debug, Clone)]
-pub struct InfoLog {
+pub struct DebugLog {
     /// `None`: entries go to `tracing` at debug level (instances that are not threads).
     buffer: Option<Arc<Mutex<InfoBuffer>>>,
 }
@@ -99,15 +99,15 @@ impl Drop for InfoBuffer {
 /// Buffered debug-log bytes past which a write flushes at once.
 const INFO_BUFFER_LIMIT: usize = 64 << 10;
 
-impl InfoLog {
+impl DebugLog {
     /// A thread's debug log, kept in `sink`.
     pub fn new(sink: Box<dyn LogSink>) -> Self {
-        InfoLog { buffer: Some(Arc::new(Mutex::new(InfoBuffer { sink, pending: Vec::new() }))) }
+        DebugLog { buffer: Some(Arc::new(Mutex::new(InfoBuffer { sink, pending: Vec::new() }))) }
     }
 
     /// A log that forwards to `tracing`.
     pub fn tracing() -> Self {
-        InfoLog { buffer: None }
+        DebugLog { buffer: None }
     }
 
     /// Adds one entry. Failures are reported through `tracing` only: a debug log that cannot
@@ -117,7 +117,7 @@ impl InfoLog {
             tracing::debug!("[{tag}] {level}: {content}");
             return;
         };
-        let line = InfoLine {
+        let line = DebugLine {
             tag: tag.to_string(),
             level,
             content: content.to_string(),

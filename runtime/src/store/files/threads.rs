@@ -11,19 +11,22 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::debug_log::FileLog;
+use super::journal::FileCalls;
+use super::listing;
 use crate::clock::now_ms;
 use crate::durable::{self, AppendFile};
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::limits::Size;
-use crate::store::info_log::{InfoLine, InfoLog, LogSink};
-use crate::store::journal::{CallLog, CallRecord, Journal};
+use crate::store::debug_log::{DebugLine, DebugLog};
+use crate::store::journal::{CallRecord, Journal};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadSummary,
 };
-use crate::store::{Changes, ThreadStore, ThreadWriter, queue_files, thread_index};
+use crate::store::{Changes, ThreadStore, ThreadWriter};
 
 /// The threads of a home directory.
 #[derive(Debug, Clone)]
@@ -116,29 +119,27 @@ impl ThreadStore for FileThreads {
             .filter(|(_, line)| !line.is_empty())
             .map(|(i, line)| (i as i64, String::from_utf8_lossy(line).into_owned()))
             .collect();
-        let queued = queue_files::entry_path(&self.home, id).exists();
+        let queued = self.home.queue_entry(id).exists();
         Ok(Some(Changes { held: is_locked(&path), queued, lines }))
     }
 
     fn list(&self) -> Result<Vec<ThreadId>> {
         let mut ids = Vec::new();
         for (_, dir) in bundle_log_dirs(&self.home)? {
-            ids.extend(thread_index::thread_ids(&dir)?);
+            ids.extend(listing::thread_ids(&dir)?);
         }
         ids.sort_unstable();
         Ok(ids)
     }
 
-    /// Summaries come from the listing index ([`thread_index`]): only the threads that have
+    /// Summaries come from the listing index ([`listing`]): only the threads that have
     /// not ended are read.
     fn summaries(&self) -> Result<Vec<ThreadSummary>> {
         let index = self.home.thread_index_file();
         let reopened = self.home.thread_reopen_log();
-        thread_index::summaries(&index, &reopened, bundle_log_dirs(&self.home)?, |path| {
-            read_thread(path).map(|thread| thread_index::Listed {
-                summary: thread.summary(),
-                held: thread.running,
-            })
+        listing::summaries(&index, &reopened, bundle_log_dirs(&self.home)?, |path| {
+            read_thread(path)
+                .map(|thread| listing::Listed { summary: thread.summary(), held: thread.running })
         })
     }
 
@@ -186,13 +187,13 @@ impl ThreadStore for FileThreads {
         Journal::new(Box::new(FileCalls::open(&self.home.thread_calls_file(hash, id))?))
     }
 
-    fn info_log(&self, hash: BundleHash, id: ThreadId) -> Result<InfoLog> {
+    fn debug_log(&self, hash: BundleHash, id: ThreadId) -> Result<DebugLog> {
         durable::create_dir(&self.home.thread_dir(hash))?;
         let path = self.home.thread_info_file(hash, id);
-        Ok(InfoLog::new(Box::new(FileLog { path, file: None })))
+        Ok(DebugLog::new(Box::new(FileLog { path, file: None })))
     }
 
-    fn info_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<InfoLine>> {
+    fn debug_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<DebugLine>> {
         use std::io::{Read, Seek, SeekFrom};
         // Only the end of a long log is read: at most 1 MiB.
         const TAIL: u64 = 1 << 20;
@@ -207,7 +208,7 @@ impl ThreadStore for FileThreads {
         file.seek(SeekFrom::Start(from)).map_err(Error::io("read", &path))?;
         let mut bytes = Vec::new();
         file.take(TAIL).read_to_end(&mut bytes).map_err(Error::io("read", &path))?;
-        let mut lines: Vec<InfoLine> = bytes
+        let mut lines: Vec<DebugLine> = bytes
             .split(|&b| b == b'\n')
             .filter_map(|line| serde_json::from_slice(line).ok())
             .collect();
@@ -242,7 +243,7 @@ pub struct FileWriter {
     data: AppendFile,
     path: PathBuf,
     /// Whether the thread has an end record: a record after it reopens the thread, which the
-    /// listing index must hear of (see [`thread_index`]).
+    /// listing index must hear of (see [`listing`]).
     ended: bool,
     /// `logs/threads.reopened`, where a reopening is noted.
     reopen_log: PathBuf,
@@ -279,7 +280,7 @@ impl FileWriter {
     fn append_reopening(&mut self, record: &impl Serialize) -> Result<()> {
         if self.ended {
             let id = self.path.file_name().and_then(|n| n.to_str()).and_then(|n| n.get(..26));
-            thread_index::note_reopened(&self.reopen_log, id.unwrap_or_default())?;
+            listing::note_reopened(&self.reopen_log, id.unwrap_or_default())?;
         }
         self.append(record)
     }
@@ -322,83 +323,6 @@ impl ThreadWriter for FileWriter {
         self.append_reopening(retry)?;
         self.ended = false;
         Ok(())
-    }
-}
-
-/// A thread's call journal file: kept open from one record to the next while the thread runs,
-/// and closed before it waits ([`CallLog::release`]).
-#[derive(Debug)]
-pub struct FileCalls {
-    path: PathBuf,
-    file: Option<AppendFile>,
-}
-
-impl FileCalls {
-    /// Opens (creating) the journal at `path`; opening repairs a torn last line before
-    /// anything is appended.
-    pub fn open(path: &Path) -> Result<Self> {
-        AppendFile::open(path, true)?;
-        Ok(FileCalls { path: path.to_path_buf(), file: None })
-    }
-}
-
-impl CallLog for FileCalls {
-    fn read(&self) -> Result<Vec<CallRecord>> {
-        let bytes = match std::fs::read(&self.path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-            Err(e) => return Err(Error::io("read call journal", &self.path)(e)),
-        };
-        // Damaged lines (torn, or not even text) are skipped: their calls are made again.
-        Ok(bytes
-            .split(|&b| b == b'\n')
-            .filter_map(|line| serde_json::from_slice(line).ok())
-            .collect())
-    }
-
-    fn append(&mut self, record: &CallRecord, durable: bool) -> Result<()> {
-        let line = serde_json::to_vec(record).expect("call records serialize");
-        let file = match &mut self.file {
-            Some(file) => file,
-            // `open` repaired a torn tail already.
-            None => self.file.insert(AppendFile::reopen(&self.path, false)?),
-        };
-        file.append_synced(&line, durable).map_err(Error::io("append to call journal", &self.path))
-    }
-
-    fn release(&mut self) {
-        self.file = None;
-    }
-}
-
-/// A thread's debug log file, created at the first write, open between flushes while the
-/// thread runs and closed while it waits.
-#[derive(Debug)]
-struct FileLog {
-    path: PathBuf,
-    file: Option<std::fs::File>,
-}
-
-impl LogSink for FileLog {
-    fn write(&mut self, lines: &[u8]) -> std::io::Result<()> {
-        let mut file = match self.file.take() {
-            Some(file) => file,
-            None => crate::durable::open_private(
-                std::fs::OpenOptions::new().create(true).append(true),
-                &self.path,
-            )?,
-        };
-        std::io::Write::write_all(&mut file, lines)?;
-        self.file = Some(file);
-        Ok(())
-    }
-
-    fn release(&mut self) {
-        self.file = None;
-    }
-
-    fn describe(&self) -> String {
-        self.path.display().to_string()
     }
 }
 

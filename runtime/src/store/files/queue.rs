@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
+use super::threads::FileThreads;
 use crate::clock::now_ms;
 use crate::durable;
 use crate::error::{Error, Result};
@@ -26,15 +27,9 @@ use crate::store::ThreadStore;
 use crate::store::queue::{
     Activity, Claimed, ControlRequest, LiveThread, Release, Scope, WorkQueue, Workers,
 };
-use crate::store::thread_files::FileThreads;
 
 /// How long a new worker tries to take its bundle's worker lock.
 const LOCK_WAIT: Duration = Duration::from_secs(1);
-
-/// `run/queue/<ULID>.json`: thread `id` waiting in `home`'s queue.
-pub(crate) fn entry_path(home: &Home, id: ThreadId) -> PathBuf {
-    home.run_dir().join("queue").join(format!("{id}.json"))
-}
 
 /// Removes `path`; one already gone is fine.
 fn remove_if_present(path: &Path, what: &'static str) -> Result<()> {
@@ -77,7 +72,7 @@ impl FileQueue {
     }
 
     fn entry(&self, id: ThreadId) -> PathBuf {
-        entry_path(&self.home, id)
+        self.home.queue_entry(id)
     }
 
     fn taken(&self, id: ThreadId) -> PathBuf {
