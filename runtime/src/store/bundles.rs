@@ -60,6 +60,11 @@ impl BundleStore {
         BundleStore { backend }
     }
 
+    /// Where they are kept (what the store contract tests, method by method).
+    pub fn backend(&self) -> &dyn BundleBackend {
+        &*self.backend
+    }
+
     /// Makes sure bundles can be stored (an unwritable home fails here, before the work of
     /// compiling a bundle to add).
     pub fn prepare(&self) -> Result<()> {

@@ -69,16 +69,16 @@ pub trait LogSink: Send + fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct DebugLog {
     /// `None`: entries go to `tracing` at debug level (instances that are not threads).
-    buffer: Option<Arc<Mutex<InfoBuffer>>>,
+    buffer: Option<Arc<Mutex<DebugBuffer>>>,
 }
 
 #[derive(Debug)]
-struct InfoBuffer {
+struct DebugBuffer {
     sink: Box<dyn LogSink>,
     pending: Vec<u8>,
 }
 
-impl InfoBuffer {
+impl DebugBuffer {
     fn flush(&mut self) {
         if self.pending.is_empty() {
             return;
@@ -90,19 +90,19 @@ impl InfoBuffer {
     }
 }
 
-impl Drop for InfoBuffer {
+impl Drop for DebugBuffer {
     fn drop(&mut self) {
         self.flush();
     }
 }
 
 /// Buffered debug-log bytes past which a write flushes at once.
-const INFO_BUFFER_LIMIT: usize = 64 << 10;
+const BUFFER_LIMIT: usize = 64 << 10;
 
 impl DebugLog {
     /// A thread's debug log, kept in `sink`.
     pub fn new(sink: Box<dyn LogSink>) -> Self {
-        DebugLog { buffer: Some(Arc::new(Mutex::new(InfoBuffer { sink, pending: Vec::new() }))) }
+        DebugLog { buffer: Some(Arc::new(Mutex::new(DebugBuffer { sink, pending: Vec::new() }))) }
     }
 
     /// A log that forwards to `tracing`.
@@ -126,7 +126,7 @@ impl DebugLog {
         let mut buffer = buffer.lock();
         serde_json::to_writer(&mut buffer.pending, &line).expect("info lines serialize");
         buffer.pending.push(b'\n');
-        if buffer.pending.len() > INFO_BUFFER_LIMIT {
+        if buffer.pending.len() > BUFFER_LIMIT {
             buffer.flush();
         }
     }

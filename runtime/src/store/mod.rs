@@ -38,8 +38,8 @@ use crate::ids::{BundleHash, ThreadId};
 
 use self::bundles::BundleStore;
 use self::config::Config;
-use self::debug_log::{DebugLine, DebugLog};
-use self::journal::{CallRecord, Journal};
+use self::debug_log::{DebugLine, DebugLog, LogSink};
+use self::journal::{CallLog, CallRecord, Journal};
 use self::queue::WorkQueue;
 use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary};
 use self::registry::Registry;
@@ -145,11 +145,21 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
     /// Finishes removals a crash interrupted.
     fn finish_removals(&self) -> Result<()>;
 
-    /// The call journal of a thread.
-    fn journal(&self, hash: BundleHash, id: ThreadId) -> Result<Journal>;
+    /// Where the call journal of a thread is kept (read from, appended to).
+    fn call_log(&self, hash: BundleHash, id: ThreadId) -> Result<Box<dyn CallLog>>;
+
+    /// The call journal of a thread, with the calls recorded so far.
+    fn journal(&self, hash: BundleHash, id: ThreadId) -> Result<Journal> {
+        Journal::new(self.call_log(hash, id)?)
+    }
+
+    /// Where the debug log of a thread is written.
+    fn debug_sink(&self, hash: BundleHash, id: ThreadId) -> Result<Box<dyn LogSink>>;
 
     /// The debug log of a thread.
-    fn debug_log(&self, hash: BundleHash, id: ThreadId) -> Result<DebugLog>;
+    fn debug_log(&self, hash: BundleHash, id: ThreadId) -> Result<DebugLog> {
+        Ok(DebugLog::new(self.debug_sink(hash, id)?))
+    }
 
     /// The last `max` lines of a thread's debug log (damaged lines left out).
     fn debug_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<DebugLine>>;

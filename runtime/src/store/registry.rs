@@ -110,6 +110,11 @@ impl Registry {
         Registry { backend }
     }
 
+    /// Where it is kept (what the store contract tests, method by method).
+    pub fn backend(&self) -> &dyn RegistryBackend {
+        &*self.backend
+    }
+
     /// Reads the registry; a missing one is empty.
     pub fn load(&self) -> Result<RegistryTable> {
         self.backend.load()

@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::limits::Size;
-use crate::store::debug_log::{DebugLine, DebugLog};
-use crate::store::journal::{CallRecord, Journal};
+use crate::store::debug_log::{DebugLine, LogSink};
+use crate::store::journal::{CallLog, CallRecord};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadSummary,
@@ -183,14 +183,14 @@ impl ThreadStore for FileThreads {
         Ok(())
     }
 
-    fn journal(&self, hash: BundleHash, id: ThreadId) -> Result<Journal> {
-        Journal::new(Box::new(FileCalls::open(&self.home.thread_calls_file(hash, id))?))
+    fn call_log(&self, hash: BundleHash, id: ThreadId) -> Result<Box<dyn CallLog>> {
+        Ok(Box::new(FileCalls::open(&self.home.thread_calls_file(hash, id))?))
     }
 
-    fn debug_log(&self, hash: BundleHash, id: ThreadId) -> Result<DebugLog> {
+    fn debug_sink(&self, hash: BundleHash, id: ThreadId) -> Result<Box<dyn LogSink>> {
         durable::create_dir(&self.home.thread_dir(hash))?;
         let path = self.home.thread_info_file(hash, id);
-        Ok(DebugLog::new(Box::new(FileLog { path, file: None })))
+        Ok(Box::new(FileLog { path, file: None }))
     }
 
     fn debug_tail(&self, hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<DebugLine>> {

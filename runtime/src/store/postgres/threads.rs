@@ -12,8 +12,8 @@ use tokio_postgres::types::Type;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
-use crate::store::debug_log::{DebugLine, DebugLog};
-use crate::store::journal::{CallRecord, Journal};
+use crate::store::debug_log::{DebugLine, LogSink};
+use crate::store::journal::{CallLog, CallRecord};
 use crate::store::postgres::debug_log::PgLog;
 use crate::store::postgres::journal::PgCalls;
 use crate::store::postgres::leases::{Leases, lease_ms};
@@ -328,12 +328,12 @@ impl ThreadStore for PgThreads {
         Ok(())
     }
 
-    fn journal(&self, _hash: BundleHash, id: ThreadId) -> Result<Journal> {
-        Journal::new(Box::new(PgCalls::new(&self.pg, &self.leases, id)))
+    fn call_log(&self, _hash: BundleHash, id: ThreadId) -> Result<Box<dyn CallLog>> {
+        Ok(Box::new(PgCalls::new(&self.pg, &self.leases, id)))
     }
 
-    fn debug_log(&self, _hash: BundleHash, id: ThreadId) -> Result<DebugLog> {
-        Ok(DebugLog::new(Box::new(PgLog::new(&self.pg, &self.leases, id))))
+    fn debug_sink(&self, _hash: BundleHash, id: ThreadId) -> Result<Box<dyn LogSink>> {
+        Ok(Box::new(PgLog::new(&self.pg, &self.leases, id)))
     }
 
     fn debug_tail(&self, _hash: BundleHash, id: ThreadId, max: usize) -> Result<Vec<DebugLine>> {

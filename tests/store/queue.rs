@@ -1,0 +1,159 @@
+//! `WorkQueue`: threads handed to one worker each, requests that reach the worker holding a
+//! thread, and what the workers say of themselves — on a home directory (a worker per bundle,
+//! reached over its socket) and on a database (pools under leases) alike, where the two differ
+//! by what [`WorkQueue::workers`] says.
+
+use super::*;
+use uncaged_workflow::store::queue::{Activity, Workers};
+
+contract! {
+    /// The queue: a thread queued is claimed once, by a worker of its scope, with its run
+    /// request; kill and pause reach the worker holding it, once each; settled, it leaves
+    /// the queue; handed back, it is claimed again.
+    fn the_queue_hands_each_thread_to_one_worker(store: &Storage) -> Result<()> {
+        let queue = store.queue();
+        ensure!(queue.register(Scope::Bundle(hash(1)), 4)?);
+        let id = new_thread(store, hash(1))?;
+        let request = RunRequest {
+            agent: Some(AgentSpec::Scripted { answers: Some("answers.yaml".into()) }),
+            agent_for: BTreeMap::from([("reviewer".into(), AgentSpec::Human)]),
+            cwd: Some("/work".into()),
+            ..Default::default()
+        };
+        queue.enqueue(id, hash(1), &request)?;
+        ensure!(!queue.is_taken(id)?, "queued, not taken");
+        ensure!(!queue.ask(id, ControlRequest::Kill)?, "no worker holds a queued thread");
+        ensure!(queue.claim(Scope::Bundle(hash(2)), 4, &[], None)?.is_empty(), "another bundle's");
+
+        let mut claimed = queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?;
+        ensure!(claimed.len() == 1, "{claimed:?}");
+        let first = claimed.remove(0);
+        ensure!(first.id == id && first.request == request, "{first:?}");
+        ensure!(queue.is_taken(id)?);
+        ensure!(queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?.is_empty(), "claimed twice");
+        ensure!(store.threads().read(id)?.status() == ThreadStatus::Running);
+
+        ensure!(queue.ask(id, ControlRequest::Pause)?, "its worker holds it");
+        ensure!(queue.requests(&[id])? == vec![(id, ControlRequest::Pause)]);
+        ensure!(queue.requests(&[id])?.is_empty(), "a request is taken once");
+
+        queue.release(id, first.ticket, Release::HandBack)?;
+        drop(first.writer);
+        let mut again = vec![];
+        eventually("the handed-back thread is claimed", || {
+            again = queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?;
+            Ok(!again.is_empty())
+        })?;
+        ensure!(again.len() == 1 && again[0].id == id, "handed back: {again:?}");
+        let again = again.into_iter().next().unwrap();
+        queue.release(id, again.ticket, Release::Settle)?;
+        drop(again.writer);
+        ensure!(queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?.is_empty(), "settled");
+        ensure!(queue.is_taken(id)?, "run already");
+        queue.unregister()?;
+        Ok(())
+    }
+
+    /// Claims are oldest first, at most as many as asked, never a thread the worker runs, and
+    /// never one another process holds: held for a moment (an answer refused under the run
+    /// lock), it stays queued; withdrawn by its holder (a kill), it leaves the queue.
+    fn claims_are_oldest_first_and_skip_held_threads(store: &Storage) -> Result<()> {
+        let queue = store.queue();
+        queue.register(Scope::Bundle(hash(1)), 4)?;
+        let ids: Vec<ThreadId> = (0..3).map(|_| new_thread(store, hash(1))).collect::<Result<_>>()?;
+        for &id in &ids {
+            queue.enqueue(id, hash(1), &RunRequest::default())?;
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let (held, _) = store.threads().open(ids[0])?;
+        let claimed = queue.claim(Scope::Bundle(hash(1)), 1, &[ids[1]], None)?;
+        let claimed_ids: Vec<ThreadId> = claimed.iter().map(|c| c.id).collect();
+        ensure!(claimed_ids == vec![ids[2]], "{claimed_ids:?} of {ids:?}");
+        drop(held);
+        let only = queue.claim(Scope::Bundle(hash(1)), 4, &[], Some(ids[0]))?;
+        ensure!(only.len() == 1 && only[0].id == ids[0], "still queued once let go: {only:?}");
+
+        let (held, _) = store.threads().open(ids[1])?;
+        queue.withdraw(ids[1])?;
+        drop(held);
+        ensure!(queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?.is_empty(), "withdrawn");
+        Ok(())
+    }
+
+    /// A worker says it is alive and what its threads do: a registered worker counts among
+    /// the live ones until it unregisters; a pool (a database) keeps what a heartbeat
+    /// publishes — read back by `activity`, listed by `live_threads` with the worker — and
+    /// holds threads under a lease whose end another worker sees coming (`next_takeover`);
+    /// a home's bundle workers tell theirs over their sockets, and a lock dies with its
+    /// process.
+    fn workers_say_they_are_alive_and_what_their_threads_do(store: &Storage) -> Result<()> {
+        let queue = store.queue();
+        let pool = queue.workers() == Workers::Pool;
+        ensure!(pool == queue.hold().is_some(), "a pool holds under leases, a home under locks");
+        ensure!(!queue.owner().is_empty());
+        let before = queue.live_workers()?;
+        ensure!(queue.register(Scope::Bundle(hash(15)), 4)?);
+        ensure!(queue.live_workers()? == before + 1, "registered: alive");
+        let id = new_thread(store, hash(15))?;
+        queue.enqueue(id, hash(15), &RunRequest::default())?;
+        let wake = queue.wake_ups()?;
+        ensure!(pool || wake.is_none(), "a home's workers are woken over their sockets");
+        let claimed = queue.claim(Scope::Bundle(hash(15)), 1, &[], None)?;
+        ensure!(claimed.len() == 1, "{claimed:?}");
+        let working = Activity {
+            since: 5,
+            role: Some("planner".into()),
+            agent: Some("scripted".into()),
+            working_since: Some(6),
+        };
+        queue.heartbeat(&[(id, working.clone())])?;
+        let live = queue.live_threads()?;
+        match pool {
+            true => {
+                ensure!(queue.activity(id)? == Some(working), "{:?}", queue.activity(id)?);
+                let listed = live.iter().find(|t| t.summary.thread_id == id).context("listed")?;
+                ensure!(listed.worker.as_ref().is_some_and(|(_, pid)| *pid == std::process::id()));
+            }
+            false => ensure!(queue.activity(id)?.is_none() && live.is_empty(), "{live:?}"),
+        }
+        // Another process's worker: its lease on a runnable thread ends in sight of this one.
+        let other = another_handle(store)?;
+        ensure!(other.queue().register(Scope::Bundle(hash(16)), 4)?);
+        let theirs = new_thread(store, hash(16))?;
+        other.queue().enqueue(theirs, hash(16), &RunRequest::default())?;
+        let taken = other.queue().claim(Scope::Bundle(hash(16)), 1, &[], None)?;
+        ensure!(taken.len() == 1);
+        let runs_out = queue.next_takeover(std::time::Duration::from_secs(3600))?;
+        match pool {
+            true => ensure!(runs_out.is_some_and(|d| d <= queue.hold().unwrap()), "{runs_out:?}"),
+            false => ensure!(runs_out.is_none()),
+        }
+        for (handle, claimed) in [(store, claimed), (&other, taken)] {
+            for c in claimed {
+                handle.queue().release(c.id, c.ticket, Release::Settle)?;
+            }
+            handle.queue().unregister()?;
+        }
+        ensure!(queue.live_workers()? == before, "unregistered: gone");
+        Ok(())
+    }
+
+    /// A kill or pause asked of a worker waits for it, and is taken once.
+    fn a_request_waits_until_its_worker_takes_it(store: &Storage) -> Result<()> {
+        let queue = store.queue();
+        ensure!(queue.register(Scope::Bundle(hash(17)), 4)?);
+        let id = new_thread(store, hash(17))?;
+        queue.enqueue(id, hash(17), &RunRequest::default())?;
+        let claimed = queue.claim(Scope::Bundle(hash(17)), 1, &[], None)?;
+        ensure!(!queue.is_asked(id)?, "nothing asked yet");
+        ensure!(queue.ask(id, ControlRequest::Kill)?);
+        ensure!(queue.is_asked(id)?, "asked, not taken");
+        ensure!(queue.requests(&[id])? == vec![(id, ControlRequest::Kill)]);
+        ensure!(!queue.is_asked(id)?, "taken");
+        for c in claimed {
+            queue.release(c.id, c.ticket, Release::Settle)?;
+        }
+        queue.unregister()?;
+        Ok(())
+    }
+}
