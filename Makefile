@@ -20,7 +20,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash test-pgbouncer \
-	interpreter check-interpreter browser postgres bench-postgres bench-serve install-check
+	interpreter check-interpreter browser postgres bench-postgres bench-serve install-check mcp-servers
 
 all: build bundles
 
@@ -86,9 +86,15 @@ check-interpreter: $(INTERP_BUILT)
 .PHONY: $(INTERP_BUILT)
 
 # The language tests use the Python and JavaScript bundles and toolchains `bundles` builds;
-# the web view's tests drive a real headless Chromium over WebDriver.
-test: bundles check-interpreter browser postgres install-check
+# the web view's tests drive a real headless Chromium over WebDriver; the durable-agent tests
+# run real MCP servers, which `mcp-servers` installs.
+test: bundles check-interpreter browser postgres install-check mcp-servers
 	$(CARGO) test
+
+# The MCP servers the durable-agent tests run, at pinned versions, into target/: the official
+# Python SDK and mcp-server-time from PyPI, @modelcontextprotocol/server-filesystem from npm.
+mcp-servers:
+	tests/mcp/install.sh
 
 # The README's install command works: the same `cargo install --locked --path runtime`, as a
 # debug build into target/ (it reuses the test build instead of a seven-minute release one).

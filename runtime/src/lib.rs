@@ -3,8 +3,8 @@
 //!
 //! The library is layered; each layer uses only the ones before it:
 //!
-//! 1. base — [`error`], [`ids`], [`clock`], [`cron`], [`home`], [`durable`], [`schema`],
-//!    [`limits`], [`spending`], [`run_request`], [`procfs`], [`faults`], [`scaffold`],
+//! 1. base — [`error`], [`ids`], [`clock`], [`cron`], [`home`], [`durable`], [`duration`], [`schema`],
+//!    [`limits`], [`http`], [`spending`], [`run_request`], [`procfs`], [`faults`], [`scaffold`],
 //!    [`terminal`], [`telemetry`]: no knowledge of workflows beyond names and numbers.
 //! 2. [`declarative`] — a YAML workflow validated and composed with the interpreter into a
 //!    bundle: bytes in, bytes out.
@@ -26,10 +26,12 @@ pub mod clock;
 pub mod cron;
 pub mod declarative;
 pub mod durable;
+pub mod duration;
 pub mod env_name;
 pub mod error;
 pub mod faults;
 pub mod home;
+pub mod http;
 pub mod ids;
 pub mod limits;
 pub mod procfs;

@@ -63,6 +63,7 @@ impl Telemetry {
                  (unset OTEL_EXPORTER_OTLP_PROTOCOL, or set it to http/protobuf)"
             ));
         }
+        crate::http::install_tls();
         let mut exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary);
@@ -80,6 +81,7 @@ impl Telemetry {
             resource = resource.with_service_name("uncaged-workflow");
         }
         let provider = SdkTracerProvider::builder()
+            .with_id_generator(ThreadSpanIds::default())
             .with_batch_exporter(exporter)
             .with_resource(resource.build())
             .build();
@@ -124,6 +126,34 @@ fn thread_span_id(thread: ThreadId) -> SpanId {
     let bits = thread.to_u128();
     let id = (bits as u64) ^ ((bits >> 64) as u64).rotate_left(17);
     SpanId::from_bytes(id.max(1).to_be_bytes())
+}
+
+/// The ids of new spans: random, except for a thread's own span, whose ids are fixed (its
+/// trace is the thread's, its id is [`thread_span_id`]): the SDK takes a span's ids from its
+/// generator only, so the span exported at a thread's end asks for them here, on the OS
+/// thread that builds it.
+#[derive(Debug, Default)]
+struct ThreadSpanIds(opentelemetry_sdk::trace::RandomIdGenerator);
+
+thread_local! {
+    /// The ids of the next span built on this OS thread, when they are a thread's own.
+    static NEXT_IDS: std::cell::Cell<Option<(TraceId, SpanId)>> = const { std::cell::Cell::new(None) };
+}
+
+impl opentelemetry_sdk::trace::IdGenerator for ThreadSpanIds {
+    fn new_trace_id(&self) -> TraceId {
+        match NEXT_IDS.get() {
+            Some((trace, _)) => trace,
+            None => self.0.new_trace_id(),
+        }
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        match NEXT_IDS.get() {
+            Some((_, span)) => span,
+            None => self.0.new_span_id(),
+        }
+    }
 }
 
 /// The thread's span as a remote parent.
@@ -216,6 +246,44 @@ pub fn agent_span(call: AgentCall<'_>) -> tracing::Span {
     )
 }
 
+/// The span of one model turn of a durable agent's call, under the call's span.
+pub fn chat_span(provider: &'static str, model: &str, turn: u32) -> tracing::Span {
+    tracing::info_span!(
+        target: TARGET,
+        "model turn",
+        otel.name = %format_args!("chat {model}"),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        otel.status_description = Empty,
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = provider,
+        gen_ai.request.model = model,
+        uncaged.turn = turn as i64,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        gen_ai.usage.cache_read.input_tokens = Empty,
+        uncaged.cost_usd = Empty,
+        error.type = Empty,
+    )
+}
+
+/// The span of one tool call of a durable agent's call, under the call's span.
+pub fn tool_span(name: &str, call_id: &str) -> tracing::Span {
+    tracing::info_span!(
+        target: TARGET,
+        "tool call",
+        otel.name = %format_args!("execute_tool {name}"),
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        otel.status_description = Empty,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = name,
+        gen_ai.tool.call.id = call_id,
+        gen_ai.tool.type = "extension",
+        error.type = Empty,
+    )
+}
+
 /// Tokens (and cost) on a step's or an agent call's span.
 pub fn record_tokens(
     span: &tracing::Span,
@@ -290,11 +358,12 @@ pub fn thread_ended(end: ThreadEnd<'_>) {
     }
     let builder = tracer
         .span_builder(format!("thread {}", end.workflow))
-        .with_trace_id(trace_id(end.thread))
-        .with_span_id(thread_span_id(end.thread))
         .with_start_time(UNIX_EPOCH + Duration::from_millis(end.started_ms))
         .with_attributes(attributes);
+    // A root span: its trace id and its span id both come from the generator.
+    NEXT_IDS.set(Some((trace_id(end.thread), thread_span_id(end.thread))));
     let mut span = tracer.build_with_context(builder, &Context::new());
+    NEXT_IDS.set(None);
     if end.failed {
         span.set_status(Status::error(end.summary.to_string()));
     }

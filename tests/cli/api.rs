@@ -21,7 +21,9 @@ impl Api {
         Ok(Api {
             base: format!("http://{}/api/v1", serve.addr),
             token: token.to_string(),
-            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?,
+            http: uncaged_workflow::http::client_builder()
+                .timeout(Duration::from_secs(60))
+                .build()?,
         })
     }
 
@@ -255,7 +257,7 @@ on_both_stores! {
         env.fails(&["token", "revoke", "nobody"], 66)?;
 
         let api = Api::new(&serve, &token)?;
-        let anonymous = reqwest::Client::new();
+        let anonymous = uncaged_workflow::http::client_builder().build()?;
         runtime()?.block_on(async {
             let health = anonymous.get(format!("{}/health", api.base)).send().await?;
             assert_eq!(health.status(), 200);

@@ -51,7 +51,8 @@ async fn deliver(
     body: &str,
     headers: &[(&str, String)],
 ) -> Result<(u16, Value)> {
-    let mut request = reqwest::Client::new()
+    let mut request = uncaged_workflow::http::client_builder()
+        .build()?
         .post(format!("{base}/hooks/{workflow}"))
         .header("content-type", "application/json")
         .body(body.to_string());

@@ -62,6 +62,7 @@ mod human;
 mod languages;
 mod lifecycle;
 mod llm;
+mod mock_model;
 mod parallel;
 mod plan;
 mod registry;
@@ -71,6 +72,7 @@ mod schedule;
 mod serve;
 mod shared_store;
 mod telemetry;
+mod tools;
 mod versions;
 pub mod web;
 

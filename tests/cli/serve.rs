@@ -285,7 +285,7 @@ async fn hundreds_of_concurrent_answers_accept_exactly_one() -> Result<()> {
     let hash = env.add_solve_issue()?;
     let serve = Serve::start(&env, &["--no-schedules"], &[])?;
     let base = format!("http://{}", serve.addr);
-    let http = reqwest::Client::new();
+    let http = uncaged_workflow::http::client_builder().build()?;
     let html = http.get(format!("{base}/")).send().await?.text().await?;
     let csrf = crate::web::csrf_of(&html)?;
     let thread = env
@@ -398,7 +398,9 @@ async fn its_own_address_json_errors_and_a_cookie_per_port() -> Result<()> {
     let token = "abcdefghijklmnop0123";
     let serve = Serve::start(&env, &["--no-schedules", "--token", token], &[])?;
     let base = format!("http://{}", serve.addr);
-    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
+    let http = uncaged_workflow::http::client_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
     let visit = http.get(format!("{base}/?token={token}")).send().await?;
     let cookie = visit.headers()["set-cookie"].to_str()?.to_string();
     let port = serve.addr.rsplit(':').next().context("port")?;

@@ -13,13 +13,13 @@ use serde_json::{Value, json};
 use super::{Env, Serve, status, wait_until};
 
 /// A ChromeDriver on an ephemeral loopback port, killed when dropped.
-struct Driver {
+pub struct Driver {
     child: Child,
     port: u16,
 }
 
 impl Driver {
-    fn start() -> Result<Driver> {
+    pub fn start() -> Result<Driver> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let child = Command::new("chromedriver")
             .arg(format!("--port={port}"))
@@ -34,7 +34,7 @@ impl Driver {
         Ok(driver)
     }
 
-    async fn browser(&self) -> Result<Client> {
+    pub async fn browser(&self) -> Result<Client> {
         let mut capabilities = serde_json::Map::new();
         capabilities.insert(
             "goog:chromeOptions".into(),
@@ -69,7 +69,7 @@ pub fn csrf_of(html: &str) -> Result<String> {
 /// Types `text` into the element with id `id`, or clicks it (`text` None). The page redraws
 /// when its thread changes, and an element found just before a redraw is gone by the time it
 /// is used: then it is found again.
-async fn interact(browser: &Client, id: &str, text: Option<&str>) -> Result<()> {
+pub async fn interact(browser: &Client, id: &str, text: Option<&str>) -> Result<()> {
     let mut last = None;
     for _ in 0..50 {
         let done = async {
@@ -93,12 +93,12 @@ async fn interact(browser: &Client, id: &str, text: Option<&str>) -> Result<()> 
 }
 
 /// Evaluates `script` (a function body) in the page.
-async fn eval(browser: &Client, script: &str) -> Result<Value> {
+pub async fn eval(browser: &Client, script: &str) -> Result<Value> {
     Ok(browser.execute(script, vec![]).await?)
 }
 
 /// Waits until `script` returns true in the page (60 s at most, a bound for a hung test).
-async fn wait_for(browser: &Client, what: &str, script: &str) -> Result<()> {
+pub async fn wait_for(browser: &Client, what: &str, script: &str) -> Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         if eval(browser, script).await? == json!(true) {
@@ -143,7 +143,7 @@ async fn actions_need_the_page_token_and_this_origin_and_a_token_guards_every_re
     let env = Env::new()?;
     env.add_solve_issue()?;
     let serve = Serve::start(&env, &["--no-schedules"], &[])?;
-    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
+    let http = uncaged_workflow::http::client_builder().redirect(reqwest::redirect::Policy::none()).build()?;
     let base = format!("http://{}", serve.addr);
     let page = http.get(format!("{base}/")).send().await?;
     let csp = page.headers()["content-security-policy"].to_str()?.to_string();
@@ -228,7 +228,7 @@ async fn the_actions_answer_fork_pause_and_resume_threads() -> Result<()> {
     env.add_solve_issue()?;
     let serve = Serve::start(&env, &["--no-schedules"], &[])?;
     let base = format!("http://{}", serve.addr);
-    let http = reqwest::Client::new();
+    let http = uncaged_workflow::http::client_builder().build()?;
     let html = http.get(format!("{base}/")).send().await?.text().await?;
     let csrf = csrf_of(&html)?;
     let post = |id: String, action: &'static str, body: Value| {

@@ -31,8 +31,10 @@ use uncaged_workflow::home::Home;
 use uncaged_workflow::ids::{BundleHash, ThreadId};
 use uncaged_workflow::limits::LimitOverrides;
 use uncaged_workflow::run_request::RunRequest;
-use uncaged_workflow::store::journal::{CallKind, CallRecord, CallResponse};
-use uncaged_workflow::store::queue::{ControlRequest, Release, Scope};
+use uncaged_workflow::store::journal::{
+    CallKind, CallRecord, CallResponse, Decision, JournalLine, LoopEntry, LoopRecord, ToolCall,
+};
+use uncaged_workflow::store::queue::{ControlRequest, LiveText, Release, Scope};
 use uncaged_workflow::store::records::{
     End, EndRecord, EndStatus, Parameters, ParentLink, PauseReason, Paused, PendingCall,
     ScheduledBy, StartRecord, StepRecord, ThreadStatus,
@@ -233,6 +235,7 @@ mod bundles;
 mod coverage;
 mod debug_log;
 mod journal;
+mod live;
 mod queue;
 mod registry;
 mod request_keys;

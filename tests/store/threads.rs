@@ -94,6 +94,7 @@ contract! {
             system_prompt: None,
             input: Some("{}".into()),
             child: Some(child.id()),
+            tool: None,
         };
         writer.append_pause(Paused {
             role: Some("review".into()),

@@ -32,14 +32,18 @@ impl Secrets {
     /// The variables `config`'s bindings name, from this process's environment (those unset
     /// are left out: the binding that needs one says so when it is used).
     pub fn from_env(config: &Config) -> Self {
-        let names = config.agents.values().filter_map(|a| match &a.kind {
-            AgentKind::OpenAi { api_key_env: Some(var), .. } => Some(var),
-            _ => None,
+        // The API keys of openai bindings, and what their tool servers are given.
+        let names = config.agents.values().flat_map(|a| match &a.kind {
+            AgentKind::OpenAi { api_key_env, tools, .. } => api_key_env
+                .iter()
+                .map(String::as_str)
+                .chain(tools.values().flat_map(|t| t.variables()))
+                .map(str::to_string)
+                .collect(),
+            _ => Vec::new(),
         });
         Secrets(
-            names
-                .filter_map(|var| std::env::var(var).ok().map(|value| (var.clone(), value)))
-                .collect(),
+            names.filter_map(|var| std::env::var(&var).ok().map(|value| (var, value))).collect(),
         )
     }
 
@@ -242,7 +246,8 @@ impl Binder<'_> {
                 .map_err(invalid)?,
             ),
             AgentKind::OpenAi { .. } => Agent::OpenAi(
-                OpenAiAgent::from_config(&config.kind, timeout, self.secrets).map_err(invalid)?,
+                OpenAiAgent::from_config(&config.kind, timeout, self.secrets, self.cwd)
+                    .map_err(invalid)?,
             ),
             AgentKind::Human => Agent::Human,
         };

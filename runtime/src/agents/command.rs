@@ -73,19 +73,7 @@ impl CommandAgent {
         };
         // The agent must not outlive the worker that waits for it: if the worker dies (`kill
         // -9`, a crash), `resume` asks again, and two agents would work on one workspace.
-        // SAFETY: the closure runs in the child between fork and exec, and calls only prctl,
-        // which is async-signal-safe; it touches no memory of the parent. The signal is tied
-        // to the thread that spawned the child: a tokio worker thread, which lives as long as
-        // the worker process's runtime.
-        #[allow(unsafe_code)]
-        unsafe {
-            command.pre_exec(|| {
-                rustix::process::set_parent_process_death_signal(Some(
-                    rustix::process::Signal::KILL,
-                ))
-                .map_err(std::io::Error::from)
-            });
-        }
+        die_with_worker(&mut command);
         let mut child = command
             .args(&self.args)
             .arg(&context.thread_id)
@@ -159,6 +147,22 @@ impl CommandAgent {
         let text = String::from_utf8(out)
             .map_err(|_| AgentFailure::failed(format!("`{program}` printed invalid UTF-8")))?;
         Ok(parse_answer(text))
+    }
+}
+
+/// Makes `command`'s process die with the worker (`PR_SET_PDEATHSIG`): a program started for
+/// a call must not outlive the worker that waits for it.
+pub(super) fn die_with_worker(command: &mut tokio::process::Command) {
+    // SAFETY: the closure runs in the child between fork and exec, and calls only prctl,
+    // which is async-signal-safe; it touches no memory of the parent. The signal is tied
+    // to the thread that spawned the child: a tokio worker thread, which lives as long as
+    // the worker process's runtime.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(std::io::Error::from)
+        });
     }
 }
 

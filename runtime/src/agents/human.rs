@@ -13,6 +13,8 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{AgentContext, RoleRef};
+use crate::store::journal::Decision;
+use crate::store::pauses::{ToolWait, ToolWaitReason};
 use crate::store::records::ThreadRecord;
 
 /// What a role's answer must hold: JSON its schema accepts, found where the extractor looks
@@ -60,6 +62,9 @@ pub struct HumanQuestion {
     pub expected: Option<String>,
     /// Why the last answer was refused, when this is the question asked again.
     pub error: Option<String>,
+    /// For a durable agent's tool call: the call a person decides about (the answer is a
+    /// decision, see [`parse_decision`]), instead of the role's answer.
+    pub tool: Option<ToolWait>,
     /// The answer, or `None` if the person declined (end of input).
     pub reply: oneshot::Sender<Option<String>>,
 }
@@ -89,6 +94,7 @@ impl HumanPort {
                 context: context.render(),
                 expected: shape.map(AnswerShape::example),
                 error: error.take(),
+                tool: None,
                 reply,
             };
             sender.send(question).ok()?;
@@ -98,6 +104,61 @@ impl HumanPort {
                 None => return Some(text),
             }
         }
+    }
+
+    /// Asks the attached person to decide about tool call `wait` of a call for `role`, again
+    /// with the reason while the reply is not a decision; `None` when nobody is attached or
+    /// they declined.
+    pub async fn decide(&self, role: &str, wait: &ToolWait) -> Option<Decision> {
+        let sender = self.0.lock().clone()?;
+        let mut error = None;
+        loop {
+            let (reply, answer) = oneshot::channel();
+            let question = HumanQuestion {
+                role: role.to_string(),
+                system_prompt: String::new(),
+                context: String::new(),
+                expected: None,
+                error: error.take(),
+                tool: Some(wait.clone()),
+                reply,
+            };
+            sender.send(question).ok()?;
+            let text = answer.await.ok().flatten()?;
+            match parse_decision(wait.why, &text) {
+                Ok(decision) => return Some(decision),
+                Err(why) => error = Some(why),
+            }
+        }
+    }
+}
+
+/// A person's reply about a tool call, typed at a terminal: `yes` or `no WHY` for a call to
+/// approve, `redo` or `skip TEXT` for a call a crash cut.
+pub fn parse_decision(why: ToolWaitReason, text: &str) -> Result<Decision, String> {
+    let text = text.trim();
+    let (word, rest) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
+    let rest = rest.trim().to_string();
+    match (why, word.to_ascii_lowercase().as_str()) {
+        (ToolWaitReason::Approve, "y" | "yes" | "approve") => Ok(Decision::Approve),
+        (ToolWaitReason::Approve, "n" | "no" | "deny") if !rest.is_empty() => {
+            Ok(Decision::Deny { reason: rest })
+        }
+        (ToolWaitReason::Approve, "n" | "no" | "deny") => {
+            Ok(Decision::Deny { reason: "no reason given".into() })
+        }
+        (ToolWaitReason::Approve, _) => {
+            Err("answer `yes`, or `no` and why (the model is told)".into())
+        }
+        (ToolWaitReason::Cut, "r" | "redo") => Ok(Decision::Redo),
+        (ToolWaitReason::Cut, "s" | "skip") if !rest.is_empty() => {
+            Ok(Decision::Skip { text: rest })
+        }
+        (ToolWaitReason::Cut, _) => Err(
+            "answer `redo` (the call is made again), or `skip` and the text the model is given \
+             instead of its result"
+                .into(),
+        ),
     }
 }
 
@@ -109,6 +170,8 @@ pub struct WaitingQuestion {
     pub role: String,
     pub system_prompt: String,
     pub context: String,
+    /// The tool call a durable agent waits on a decision about, if that is the question.
+    pub tool: Option<ToolWait>,
 }
 
 impl WaitingQuestion {
@@ -126,6 +189,11 @@ impl WaitingQuestion {
             role: RoleRef { name: role.clone(), system_prompt: system_prompt.clone() },
             input: call.input.clone(),
         };
-        Some(WaitingQuestion { role, system_prompt, context: context.render() })
+        Some(WaitingQuestion {
+            role,
+            system_prompt,
+            context: context.render(),
+            tool: call.tool.clone(),
+        })
     }
 }

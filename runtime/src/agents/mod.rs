@@ -12,12 +12,15 @@ pub mod planner;
 pub mod processes;
 pub mod retry;
 pub mod scripted;
+pub mod tool_loop;
+pub mod tools;
 
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use crate::store::debug_log::DebugLog;
+use crate::store::pauses::ToolWait;
 use crate::store::records::StepRecord;
 use crate::telemetry::{self, AgentCall};
 
@@ -27,6 +30,7 @@ pub use openai::OpenAiAgent;
 pub use processes::AgentProcesses;
 pub use retry::{RetryPolicy, with_retries};
 pub use scripted::ScriptedAgent;
+pub use tool_loop::{CallTurns, TurnHost};
 
 /// What an agent is told: the thread so far, the role it answers as, and any input the bundle
 /// gave this call. This is also the JSON a `command` agent reads on stdin.
@@ -104,6 +108,16 @@ pub enum AgentFailure {
     /// A person must answer and nobody is at a terminal: the thread waits for `answer`.
     #[error("waiting for a human answer")]
     Waiting,
+    /// A durable agent's call needs a person's decision about one of its tool calls, and
+    /// nobody is at a terminal: the thread waits for `answer --approve` and the like.
+    #[error("waiting for a decision about tool call `{}`", .0.tool)]
+    Decide(Box<ToolWait>),
+    /// Another model turn would go over the thread's budget: the thread pauses between turns.
+    #[error("over budget: {0}")]
+    OverBudget(String),
+    /// A pause was asked for: the thread pauses between turns.
+    #[error("paused between model turns")]
+    Paused,
 }
 
 impl AgentFailure {
@@ -123,8 +137,23 @@ impl AgentFailure {
             AgentFailure::RateLimited { message, retry_after } => {
                 AgentFailure::RateLimited { message: f(&message), retry_after }
             }
-            AgentFailure::Waiting => AgentFailure::Waiting,
+            stop @ (AgentFailure::Waiting
+            | AgentFailure::Decide(_)
+            | AgentFailure::OverBudget(_)
+            | AgentFailure::Paused) => stop,
         }
+    }
+
+    /// Whether the call stopped for the thread's sake (a person to ask, a budget, a pause)
+    /// rather than failed: it is neither retried nor answered, and goes on from its journal.
+    pub fn is_stop(&self) -> bool {
+        matches!(
+            self,
+            AgentFailure::Waiting
+                | AgentFailure::Decide(_)
+                | AgentFailure::OverBudget(_)
+                | AgentFailure::Paused
+        )
     }
 
     /// One word for the kind of failure (a span's `error.type`).
@@ -134,7 +163,9 @@ impl AgentFailure {
             AgentFailure::Failed { .. } => "failed",
             AgentFailure::Timeout(_) => "timeout",
             AgentFailure::RateLimited { .. } => "rate_limited",
-            AgentFailure::Waiting => "waiting",
+            AgentFailure::Waiting | AgentFailure::Decide(_) => "waiting",
+            AgentFailure::OverBudget(_) => "over_budget",
+            AgentFailure::Paused => "paused",
         }
     }
 
@@ -161,11 +192,13 @@ pub enum Agent {
 
 impl Agent {
     /// Asks the agent once. A `Human` agent is answered by the host, not here.
-    /// A command agent's process group is listed in `processes` while it runs, if given.
+    /// A command agent's (or a tool server's) process group is listed in `processes` while it
+    /// runs, if given; a durable agent journals its turns and tool calls in `turns`, if given.
     pub async fn answer(
         &self,
         context: &AgentContext,
         processes: Option<&Arc<AgentProcesses>>,
+        turns: Option<&CallTurns>,
     ) -> Result<AgentAnswer, AgentFailure> {
         match self {
             Agent::Scripted(agent) => {
@@ -178,7 +211,9 @@ impl Agent {
             // waiting on a call holds its future on its fiber stack, where every size a call
             // could take is held for each of a worker's thousands of waiting threads.
             Agent::Command(agent) => Box::pin(agent.answer(context, processes)).await,
-            Agent::OpenAi(agent) => Box::pin(agent.answer(context)).await,
+            Agent::OpenAi(agent) => {
+                Box::pin(tool_loop::answer(agent, context, processes, turns)).await
+            }
             Agent::Human => Err(AgentFailure::Waiting),
         }
     }
@@ -202,6 +237,10 @@ impl Bound {
     /// The span of a call to this agent for `role` (see [`telemetry::agent_span`]).
     pub fn span(&self, role: &str) -> tracing::Span {
         let (operation, provider, model) = match &*self.agent {
+            // A durable agent's call holds a `chat` span per turn.
+            Agent::OpenAi(agent) if agent.tools().is_some() => {
+                ("invoke_agent", "openai", Some(agent.model()))
+            }
             Agent::OpenAi(agent) => ("chat", "openai", Some(agent.model())),
             Agent::Command(_) => ("invoke_agent", "command", None),
             Agent::Scripted(_) => ("invoke_agent", "scripted", None),
@@ -217,10 +256,11 @@ impl Bound {
         &self,
         context: &AgentContext,
         info: &DebugLog,
+        turns: Option<&CallTurns>,
     ) -> Result<AgentAnswer, AgentFailure> {
         let what = format!("role `{}`: agent `{}`", context.role.name, self.label);
         let answer = with_retries(self.policy, info, &what, || {
-            self.agent.answer(context, self.processes.as_ref())
+            self.agent.answer(context, self.processes.as_ref(), turns)
         })
         .await;
         self.settle(answer)
@@ -270,7 +310,7 @@ mod tests {
             role: RoleRef { name: "r".into(), system_prompt: String::new() },
             input: None,
         };
-        let call = Agent::Human.answer(&context, None);
+        let call = Agent::Human.answer(&context, None, None);
         let size = std::mem::size_of_val(&call);
         assert!(size <= 1024, "an agent call's future is {size} bytes");
     }

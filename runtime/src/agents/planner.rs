@@ -229,7 +229,7 @@ impl Planner {
                     role: self.role.clone(),
                     input: None,
                 };
-                self.bound.answer(&context, &self.info).await.map_err(failed)?
+                self.bound.answer(&context, &self.info, None).await.map_err(failed)?
             }
         };
         if let Some(usage) = &answer.usage {

@@ -42,7 +42,7 @@ where
         let started = Instant::now();
         let failure = match call().await {
             Ok(value) => return Ok(value),
-            Err(AgentFailure::Waiting) => return Err(AgentFailure::Waiting),
+            Err(stop) if stop.is_stop() => return Err(stop),
             Err(failure) => failure,
         };
         let ms = started.elapsed().as_millis();

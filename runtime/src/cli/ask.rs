@@ -7,6 +7,7 @@ use std::io::IsTerminal;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use crate::run::dispatch::Question;
+use crate::store::pauses::{ToolWait, ToolWaitReason};
 use crate::terminal;
 
 /// Puts a `human` agent's question to the person running the command, on stderr, and reads
@@ -15,7 +16,10 @@ pub async fn ask_person(
     question: Question,
     stdin: &mut Option<Lines<BufReader<Stdin>>>,
 ) -> Option<String> {
-    let Question { role, system_prompt, context, expected, error } = question;
+    let Question { role, system_prompt, context, expected, error, tool } = question;
+    if let Some(tool) = tool {
+        return decide(&role, &tool, error.as_deref(), stdin).await;
+    }
     match &error {
         // Asked again: the thread so far was shown already.
         Some(error) => eprintln!(
@@ -43,6 +47,57 @@ pub async fn ask_person(
         eprintln!("── end your answer with a line holding only `.`, or with end of input ──");
         let lines = stdin.get_or_insert_with(|| BufReader::new(tokio::io::stdin()).lines());
         read_answer(lines).await
+    }
+}
+
+/// Puts a durable agent's tool call to the person running the command and reads their
+/// decision, one line: `yes` or `no WHY` for a call to approve, `redo` or `skip TEXT` for a
+/// call a crash cut. `None` declines (the thread waits for `answer`).
+async fn decide(
+    role: &str,
+    tool: &ToolWait,
+    error: Option<&str>,
+    stdin: &mut Option<Lines<BufReader<Stdin>>>,
+) -> Option<String> {
+    let name = terminal::line(&tool.tool);
+    match error {
+        Some(error) => eprintln!("── {} ──", terminal::line(error)),
+        None => {
+            match tool.why {
+                ToolWaitReason::Approve => eprintln!(
+                    "── the agent of role `{}` asks to call tool `{name}` ──",
+                    terminal::line(role)
+                ),
+                ToolWaitReason::Cut => eprintln!(
+                    "── the agent of role `{}` was cut in the middle of a call to tool `{name}`, \
+                     which may not be safe to repeat ──",
+                    terminal::line(role)
+                ),
+            }
+            if let Some(reasoning) = &tool.reasoning {
+                eprintln!("{}", terminal::block(reasoning.trim()));
+            }
+            eprintln!("arguments: {}", terminal::line(&tool.arguments));
+        }
+    }
+    eprintln!(
+        "── {} ──",
+        match tool.why {
+            ToolWaitReason::Approve => "`yes` to let it, `no WHY` not to (the model is told why)",
+            ToolWaitReason::Cut =>
+                "`redo` to make it again, `skip TEXT` to give the model TEXT instead",
+        }
+    );
+    if std::io::stdin().is_terminal() {
+        tokio::task::spawn_blocking(|| {
+            let mut editor = rustyline::DefaultEditor::new().ok()?;
+            editor.readline("> ").ok().filter(|line| !line.trim().is_empty())
+        })
+        .await
+        .unwrap_or(None)
+    } else {
+        let lines = stdin.get_or_insert_with(|| BufReader::new(tokio::io::stdin()).lines());
+        lines.next_line().await.ok().flatten().filter(|line| !line.trim().is_empty())
     }
 }
 

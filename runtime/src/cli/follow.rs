@@ -57,15 +57,47 @@ pub fn step_line(index: usize, step: &StepRecord) -> String {
     )
 }
 
-/// Progress output: a spinner on a terminal, nothing extra elsewhere.
+/// Progress output: a spinner on a terminal, and a model's text as it grows; nothing extra
+/// elsewhere.
 struct Progress {
     how: Follow,
     spinner: Option<ProgressBar>,
+    /// The role whose model's text is being written out, mid-line (the spinner is off).
+    live: Option<String>,
 }
 
 impl Progress {
     fn new(how: Follow) -> Self {
-        Progress { how, spinner: Self::spinner(how) }
+        Progress { how, spinner: Self::spinner(how), live: None }
+    }
+
+    /// Writes out, at a terminal, a piece of the text a model is writing for `role` (piped
+    /// output keeps to its lines: the step's line tells its answer).
+    fn delta(&mut self, role: &str, text: &str) -> Result<()> {
+        use std::io::Write as _;
+        if self.how.json || self.how.quiet || !std::io::stdout().is_terminal() {
+            return Ok(());
+        }
+        let mut out = std::io::stdout().lock();
+        if self.live.as_deref() != Some(role) {
+            if self.live.is_some() {
+                writeln!(out).map_err(Error::stdout)?;
+            }
+            self.stop();
+            write!(out, "    {} ▸ ", terminal::line(role)).map_err(Error::stdout)?;
+            self.live = Some(role.to_string());
+        }
+        write!(out, "{}", terminal::block(text)).map_err(Error::stdout)?;
+        out.flush().map_err(Error::stdout)
+    }
+
+    /// Ends the line of live text, if one is being written, and brings the spinner back.
+    fn end_live(&mut self) -> Result<()> {
+        if self.live.take().is_some() {
+            outln!()?;
+            self.restart();
+        }
+        Ok(())
     }
 
     /// Stops the spinner while a person reads and types, so it neither claims a role is at
@@ -92,7 +124,8 @@ impl Progress {
         })
     }
 
-    fn working(&self, roles: &[String], agents: &[String]) {
+    fn working(&mut self, roles: &[String], agents: &[String]) {
+        let _ = self.end_live();
         if let Some(bar) = &self.spinner {
             bar.reset_elapsed();
             bar.set_message(terminal::line(&Event::working_phrase(roles, agents)).into_owned());
@@ -100,14 +133,16 @@ impl Progress {
     }
 
     /// Prints a line above the spinner.
-    fn println(&self, line: &str) -> Result<()> {
+    fn println(&mut self, line: &str) -> Result<()> {
+        self.end_live()?;
         match &self.spinner {
             Some(bar) => bar.suspend(|| outln!("{}", terminal::line(line))),
             None => outln!("{}", terminal::line(line)),
         }
     }
 
-    fn finish(&self) {
+    fn finish(&mut self) {
+        let _ = self.end_live();
         if let Some(bar) = &self.spinner {
             bar.finish_and_clear();
         }
@@ -215,12 +250,24 @@ pub async fn follow(store: &Storage, handed: Handed, how: Follow) -> Result<i32>
                 }
                 continue;
             }
-            Event::Waiting { role, .. } => (
-                format!(
-                    "waiting for a human answer for role `{role}`; `uncaged-workflow answer {id} TEXT` continues it"
-                ),
-                exit::STATE,
-            ),
+            Event::Delta { role, text, .. } => {
+                if how.json {
+                    print_event(&event)?;
+                }
+                progress.delta(role, text)?;
+                continue;
+            }
+            Event::Waiting { role, .. } => {
+                let record = store.threads().read(id)?;
+                let tool = record.paused.as_ref().and_then(|p| p.call.as_ref()?.tool.as_ref());
+                let text = match tool {
+                    Some(tool) => crate::run::answer::asked_of(id, tool),
+                    None => format!(
+                        "waiting for a human answer for role `{role}`; `uncaged-workflow answer {id} TEXT` continues it"
+                    ),
+                };
+                (text, exit::STATE)
+            }
             Event::Ended { end, .. } => {
                 let End { return_code, summary, status, .. } = end;
                 (format!("{} ({return_code}): {summary}", status.as_str()), end.exit_code())

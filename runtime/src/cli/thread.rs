@@ -1,10 +1,10 @@
 //! `thread <id>`, `thread start`, `thread rm <id>` and `thread diff <a> <b>`.
 
 use clap::{Parser, Subcommand};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::options::GlobalOptions;
-use super::output::print_json;
+use super::output::{print_json, truncate};
 use crate::run::events::EndView;
 use crate::run::lifecycle;
 use crate::store::records::{PauseReason, Paused};
@@ -95,13 +95,27 @@ impl ThreadCommand {
                 let id = store.threads().resolve(self.id.as_deref().unwrap_or_default())?;
                 let thread = store.threads().read(id)?;
                 let children = crate::run::query::children_of(&store, &thread)?;
+                let turns = crate::run::query::turns(&store, &thread)?;
                 if self.json {
+                    let steps: Vec<Value> = thread
+                        .steps
+                        .iter()
+                        .zip(&turns.by_step)
+                        .map(|(step, turns)| {
+                            let mut step = json!(step);
+                            if !turns.is_empty() {
+                                step["turns"] = json!(turns);
+                            }
+                            step
+                        })
+                        .collect();
                     let children: Vec<_> = children
                         .iter()
                         .map(|c| json!({"threadId": c.thread_id, "name": c.name, "status": c.status}))
                         .collect();
                     print_json(&json!({
-                        "start": thread.start, "status": thread.status(), "steps": thread.steps,
+                        "start": thread.start, "status": thread.status(), "steps": steps,
+                        "inProgress": turns.in_progress,
                         "paused": thread.paused,
                         "end": thread.end.as_ref().map(EndView::from),
                         "usage": thread.usage(),
@@ -183,6 +197,12 @@ impl ThreadCommand {
                     for line in step.content.lines() {
                         outln!("    {}", terminal::line(line))?;
                     }
+                    print_turns(&turns.by_step[i])?;
+                }
+                for call in &turns.in_progress {
+                    outln!()?;
+                    outln!("in progress (not answered yet):")?;
+                    print_turns(&call.turns)?;
                 }
                 if let Some(end) = &thread.end {
                     outln!()?;
@@ -200,6 +220,31 @@ impl ThreadCommand {
 }
 
 /// Prints how threads `a` and `b` differ, step by step.
+/// A durable agent's turns, under its step: what the model said, and each tool call with its
+/// arguments, where it stands, how long it took, and the head of its result.
+fn print_turns(turns: &[crate::store::call_loop::TurnView]) -> crate::error::Result<()> {
+    for turn in turns {
+        let said = turn.content.as_deref().map(|c| truncate(c.trim(), 100)).unwrap_or_default();
+        outln!("    turn {} ({} ms): {}", turn.turn, turn.duration_ms, terminal::line(&said))?;
+        for call in &turn.tool_calls {
+            let status = serde_json::to_value(call.status).unwrap_or_default();
+            let took = call.duration_ms.map_or(String::new(), |ms| format!(", {ms} ms"));
+            let line = format!(
+                "      {} {}  {}{took}",
+                call.tool,
+                truncate(&call.arguments, 120),
+                status.as_str().unwrap_or_default()
+            );
+            outln!("{}", terminal::line(&line))?;
+            if let Some(result) = &call.result {
+                let first = result.lines().next().unwrap_or_default();
+                outln!("        → {}", terminal::line(&truncate(first, 120)))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn print_diff(
     a: &crate::store::records::ThreadRecord,
     b: &crate::store::records::ThreadRecord,

@@ -278,10 +278,15 @@ pub fn raise_budget(store: &Storage, id: ThreadId, raise: &Budget) -> Result<Bud
     Ok(budget)
 }
 
-/// Records `text` as the answer thread `id` waits for (see [`answer::record`]) and hands the
-/// thread to a worker, which continues with it.
-pub async fn answer(store: &Storage, id: ThreadId, text: String, hand: Hand) -> Result<Handed> {
-    let hash = answer::record(store, id, text)?;
+/// Records `answer` for waiting thread `id` (see [`answer::record`]) and hands the thread to
+/// a worker, which continues with it.
+pub async fn answer(
+    store: &Storage,
+    id: ThreadId,
+    answer: answer::Answer,
+    hand: Hand,
+) -> Result<Handed> {
+    let hash = answer::record(store, id, answer)?;
     hand_over(store, id, hash, &RunRequest::default(), hand).await
 }
 

@@ -1,30 +1,68 @@
-//! A person's answer for a thread that waits on a `human` agent: whether the thread waits on
-//! one, what the answer must hold, and recording it — the first of answers sent at once, under
-//! the thread's run lock, and only one that fits the role. `answer`, the web view and a
-//! follower at a terminal all record answers here.
+//! A person's answer for a thread that waits on a `human` agent, or their decision about a
+//! durable agent's tool call: whether the thread waits on one, what the answer must hold, and
+//! recording it — the first of answers sent at once, under the thread's run lock, and only one
+//! that fits. `answer`, the API, the web view and a follower at a terminal all record answers
+//! here.
 
 use crate::agents::human::AnswerShape;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::store::Storage;
+use crate::store::journal::Decision;
+use crate::store::pauses::{ToolWait, ToolWaitReason};
 use crate::store::records::{PauseReason, Paused, PendingCall, ThreadRecord, ThreadStatus};
 
-/// Records `text` as the answer waiting thread `id` asked a person for; the thread's bundle
-/// is returned, to hand the thread over to its worker, which continues with the answer.
+/// What a person sends a waiting thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The answer for a `human` agent's role.
+    Text(String),
+    /// A decision about the tool call a durable agent waits on.
+    Decision(Decision),
+}
+
+/// Records `answer` for waiting thread `id`; the thread's bundle is returned, to hand the
+/// thread over to its worker, which continues with the answer.
 ///
-/// Answers sent at once are settled under the thread's run lock: the first is checked against
-/// the role's schema and journaled, and it is the one the thread goes on with; every other is
-/// refused ([`Error::ThreadBusy`] while the first holds the lock, [`Error::ThreadState`] once
-/// it is recorded) and leaves no trace. An answer that does not fit the role is refused with
-/// the reason ([`Error::InvalidAnswer`]), and the thread waits on.
-pub fn record(store: &Storage, id: ThreadId, text: String) -> Result<BundleHash> {
-    if text.trim().is_empty() {
+/// Answers sent at once are settled under the thread's run lock: the first is checked (against
+/// the role's schema, or the kind of decision the call needs) and journaled, and it is the one
+/// the thread goes on with; every other is refused ([`Error::ThreadBusy`] while the first holds
+/// the lock, [`Error::ThreadState`] once it is recorded) and leaves no trace. An answer that
+/// does not fit the role is refused with the reason ([`Error::InvalidAnswer`]), and the thread
+/// waits on.
+pub fn record(store: &Storage, id: ThreadId, answer: Answer) -> Result<BundleHash> {
+    if let Answer::Text(text) = &answer
+        && text.trim().is_empty()
+    {
         return Err(Error::Usage("the answer is empty; give the text the thread waits for".into()));
     }
     answerable(store, id)?;
     let (writer, record) = store.threads().open(id)?;
     let (role, call) = waited_call(&record)?;
     let mut journal = store.threads().journal(record.start.hash, id)?;
+    let text = match (answer, &call.tool) {
+        (Answer::Text(text), None) => text,
+        (Answer::Decision(decision), Some(tool)) => {
+            fits(id, tool, &decision)?;
+            if journal.decided(call, &tool.call_id) {
+                return Err(Error::ThreadState {
+                    id: id.to_string(),
+                    status: "answered",
+                    reason: "another decision about its tool call was recorded first".into(),
+                });
+            }
+            journal.record_decision(call, &tool.call_id, decision)?;
+            drop(writer);
+            return Ok(record.version());
+        }
+        (Answer::Text(_), Some(tool)) => return Err(Error::Usage(asked_of(id, tool))),
+        (Answer::Decision(_), None) => {
+            return Err(Error::Usage(format!(
+                "thread {id} waits for an answer for role `{role}`, not a decision about a tool \
+                 call; give the answer's text"
+            )));
+        }
+    };
     if journal.answered(call) {
         return Err(Error::ThreadState {
             id: id.to_string(),
@@ -45,6 +83,40 @@ pub fn record(store: &Storage, id: ThreadId, text: String) -> Result<BundleHash>
     journal.record_answer(call, role, text)?;
     drop(writer);
     Ok(record.version())
+}
+
+/// What a thread waiting on tool call `tool` must be sent, in a line.
+pub fn asked_of(id: ThreadId, tool: &ToolWait) -> String {
+    let name = crate::terminal::line(&tool.tool);
+    match tool.why {
+        ToolWaitReason::Approve => format!(
+            "thread {id} waits for a decision about tool call `{name}`: approve it \
+             (`answer {id} --approve`) or deny it (`answer {id} --deny WHY`)"
+        ),
+        ToolWaitReason::Cut => format!(
+            "thread {id} waits for a decision about tool call `{name}`, which a crash cut in the \
+             middle: make it again (`answer {id} --redo`) or give the model a text instead of its \
+             result (`answer {id} --skip TEXT`)"
+        ),
+    }
+}
+
+/// Whether `decision` is one the call waited on can take.
+fn fits(id: ThreadId, tool: &ToolWait, decision: &Decision) -> Result<()> {
+    let fits = matches!(
+        (tool.why, decision),
+        (ToolWaitReason::Approve, Decision::Approve | Decision::Deny { .. })
+            | (ToolWaitReason::Cut, Decision::Redo | Decision::Skip { .. })
+    );
+    match decision {
+        Decision::Deny { reason: text } | Decision::Skip { text } if text.trim().is_empty() => {
+            Err(Error::Usage(
+                "the decision's text is empty; say why, or what the model is given".into(),
+            ))
+        }
+        _ if fits => Ok(()),
+        _ => Err(Error::Usage(asked_of(id, tool))),
+    }
 }
 
 /// The role and the call waiting thread `record` needs answered.

@@ -18,6 +18,7 @@ use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::events::PsEntry;
 use crate::store::Storage;
+use crate::store::pauses::ToolWait;
 use crate::store::records::{EndRecord, StepRecord};
 
 /// How long a client waits for a worker to come up.
@@ -43,6 +44,9 @@ pub enum Request {
     Ps,
     /// Read the kill and pause requests the queue holds for this worker's threads.
     Wake,
+    /// Stream the live text of a thread this worker runs ([`Reply::Delta`]s after a
+    /// [`Reply::Ok`]), until its run here ends.
+    Watch { thread: ThreadId },
 }
 
 /// What a worker answers. A request gets one or more of these, then the connection closes.
@@ -64,7 +68,12 @@ pub enum Reply {
         /// Why the last answer was refused, when the question is asked again.
         #[serde(default)]
         error: Option<String>,
+        /// For a durable agent: the tool call to decide about (instead of the role's answer).
+        #[serde(default)]
+        tool: Option<ToolWait>,
     },
+    /// A model answering `role` wrote `text`.
+    Delta { role: String, text: String },
     /// The thread stopped to wait for a human answer (`answer`).
     Waiting { role: String },
     /// A step was persisted (its agent and duration are in it).

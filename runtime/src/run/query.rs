@@ -1,9 +1,11 @@
-//! Which threads a listing shows: by workflow, status and age, newest first, a page at a time.
-//! The CLI's `threads`, the web view and the HTTP API all ask this one question.
+//! Which threads a listing shows: by workflow, status and age, newest first, a page at a time;
+//! and what a durable agent did within each step of a thread. The CLI's `threads` and
+//! `thread`, the web view and the HTTP API all ask these questions here.
 
 use crate::error::Result;
 use crate::ids::ThreadId;
 use crate::store::Storage;
+use crate::store::call_loop::{LoopView, TurnView};
 use crate::store::records::{ThreadRecord, ThreadStatus, ThreadSummary};
 
 /// What a listing asks for.
@@ -94,4 +96,31 @@ fn may_have_children(record: &ThreadRecord) -> bool {
             .steps
             .iter()
             .any(|s| s.agent.as_deref().is_some_and(|a| a.starts_with("workflow:")))
+}
+
+/// What durable agents did within a thread: each step's turns (in step order; none for a step
+/// whose agent had no loop), and the loops of calls not answered yet (a call in progress, or
+/// one that waits on a person).
+#[derive(Debug, Default)]
+pub struct ThreadTurns {
+    pub by_step: Vec<Vec<TurnView>>,
+    pub in_progress: Vec<LoopView>,
+}
+
+/// The turns of thread `record`'s steps, from its journal.
+pub fn turns(store: &Storage, record: &ThreadRecord) -> Result<ThreadTurns> {
+    let journal = store.threads().journal(record.start.hash, record.id())?;
+    let mut loops = journal.loop_views();
+    let mut by_step = vec![Vec::new(); record.steps.len()];
+    for (i, step) in record.steps.iter().enumerate() {
+        // A parallel group's calls are journaled under its first step.
+        let first = step.group.as_ref().map_or(i, |g| g.first - 1);
+        let mine = |l: &LoopView| l.step == first && l.role.as_deref() == Some(step.role.as_str());
+        while let Some(at) = loops.iter().position(mine) {
+            by_step[i].extend(loops.remove(at).turns);
+        }
+    }
+    // What is left belongs to the step in progress (or to steps the thread no longer has).
+    loops.retain(|l| l.step >= record.steps.len());
+    Ok(ThreadTurns { by_step, in_progress: loops })
 }

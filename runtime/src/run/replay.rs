@@ -21,7 +21,7 @@ use crate::sandbox::generator::{Generator, Stop};
 use crate::sandbox::state::{HostContext, ThreadView};
 use crate::store::config::Config;
 use crate::store::debug_log::DebugLog;
-use crate::store::journal::{CallRecord, Journal};
+use crate::store::journal::{Journal, JournalLine};
 use crate::store::records::{StepRecord, ThreadRecord};
 
 /// How much of a recorded or replayed value a difference shows.
@@ -69,7 +69,7 @@ pub async fn replay(
     limits: &Limits,
     bundle: &LoadedBundle,
     record: &ThreadRecord,
-    calls: Vec<CallRecord>,
+    calls: Vec<JournalLine>,
 ) -> Result<Verdict> {
     let mut generator = match start_at(runtime, limits, bundle, record, &calls, 0).await {
         Ok(generator) => generator,
@@ -142,7 +142,7 @@ async fn start_at(
     limits: &Limits,
     bundle: &LoadedBundle,
     record: &ThreadRecord,
-    calls: &[CallRecord],
+    calls: &[JournalLine],
     count: usize,
 ) -> std::result::Result<Generator, Stop> {
     let id = record.id();
@@ -184,6 +184,7 @@ fn stopped(count: usize, stop: Stop, record: &ThreadRecord) -> Result<Verdict> {
         ),
         Stop::Waiting { role, .. } => format!("it waits for role `{role}` at step {step}"),
         Stop::Budget(reason) => format!("it stops for a budget: {reason}"),
+        Stop::Paused => format!("it pauses at step {step}"),
         Stop::Store(e) => return Err(e),
     };
     Ok(Verdict::Diverges(Divergence { step, reason, recorded, replayed: None }))
@@ -272,7 +273,7 @@ pub async fn replay_thread(
 pub fn recorded_calls(
     store: &crate::store::Storage,
     record: &ThreadRecord,
-) -> Result<Vec<CallRecord>> {
+) -> Result<Vec<JournalLine>> {
     let mut journal = store.threads().journal(record.start.hash, record.id())?;
     journal.forget_retried(&record.retries);
     Ok(journal.calls_before(usize::MAX))

@@ -290,6 +290,11 @@ fn finish(writer: &mut dyn ThreadWriter, info: &DebugLog, stop: Stop) -> Result<
             })?;
             return Ok(RunOutcome::Waiting { role });
         }
+        Stop::Paused => {
+            info.write(LogLevel::Info, TAG_PAUSE, "paused between an agent's turns");
+            writer.append_pause(Paused::by(PauseReason::Pause))?;
+            return Ok(RunOutcome::Paused);
+        }
         Stop::Budget(reason) => {
             info.write(LogLevel::Info, TAG_PAUSE, &format!("paused by its budget: {reason}"));
             writer

@@ -101,7 +101,10 @@ pub async fn upgrade(
     if record.status_at_rest() == ThreadStatus::Failed {
         let point = super::retry::failure_point(&record);
         judged.steps.truncate(point);
-        calls.retain(|c| c.step < point);
+        calls.retain(|line| match line {
+            crate::store::journal::JournalLine::Call(c) => c.step < point,
+            crate::store::journal::JournalLine::Loop(l) => l.step < point,
+        });
     }
     match replay::replay(runtime, limits, &bundle, &judged, calls).await? {
         Verdict::Diverges(divergence) => Ok(Outcome::Refused { from, to, divergence }),

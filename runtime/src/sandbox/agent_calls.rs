@@ -3,6 +3,7 @@
 //! asked of their agents concurrently, each journaled as it answers; and the digests the
 //! journal knows each request by.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -12,13 +13,15 @@ use super::bindings::v0_1;
 use super::children::{ChildCall, ChildState};
 use super::control::Activity;
 use super::state::{AnsweredCall, ThreadState};
+use super::turns::{Spending, ThreadTurns};
 use crate::agents::human::AnswerShape;
-use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, Bound, RoleRef};
+use crate::agents::{Agent, AgentAnswer, AgentContext, AgentFailure, Bound, CallTurns, RoleRef};
 use crate::faults::crash_point;
 use crate::ids::ThreadId;
 use crate::limits::Size;
 use crate::store::debug_log::LogLevel;
 use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay};
+use crate::store::pauses::ToolWait;
 use crate::store::records::PendingCall;
 use crate::telemetry;
 
@@ -46,6 +49,20 @@ struct Fresh {
     bound: Bound,
     digest: String,
     context: AgentContext,
+    /// For an `openai` binding: where its turns are journaled, and the thread's say between
+    /// them.
+    turns: Option<CallTurns>,
+}
+
+/// What became of a fresh call.
+enum Settled {
+    /// Its response, for the bundle and the journal.
+    Response(CallResponse),
+    /// A person must answer it (or decide about one of its tool calls), and nobody is there.
+    Wait(Option<ToolWait>),
+    /// It stopped between its turns: the thread pauses (over its budget, or asked to).
+    Budget(String),
+    Paused,
 }
 
 /// An agent's answer within the step's `timeout`, if it has one: past it the call is dropped
@@ -67,11 +84,20 @@ fn within(
     }))
 }
 
+/// Why a batch's calls stopped the thread, if any did (the first of each kind).
+#[derive(Default)]
+struct Stops {
+    waiting: Option<(String, PendingCall)>,
+    over_budget: Option<String>,
+    paused: bool,
+}
+
 /// What an agent call came to, on its span: its tokens, or why it failed.
 fn trace_answer(span: &tracing::Span, answer: &Result<AgentAnswer, AgentFailure>) {
     match answer {
         Ok(AgentAnswer { usage: Some(usage), .. }) => usage.trace(span),
-        Ok(_) | Err(AgentFailure::Waiting) => {}
+        Ok(_) => {}
+        Err(stop) if stop.is_stop() => {}
         Err(failure) => telemetry::record_failure(span, failure.kind(), &failure.to_string()),
     }
 }
@@ -150,7 +176,8 @@ impl ThreadState {
                 }
                 Replay::Fresh => {
                     let context = self.agent_context(thread_id, &call);
-                    fresh.push(Fresh { index, seq, bound, digest: call.digest, context });
+                    let turns = None;
+                    fresh.push(Fresh { index, seq, bound, digest: call.digest, context, turns });
                 }
             }
         }
@@ -190,9 +217,10 @@ impl ThreadState {
     /// Asks the agents of `fresh` calls concurrently and journals each answer as it comes.
     async fn ask_fresh(
         &mut self,
-        fresh: Vec<Fresh>,
+        mut fresh: Vec<Fresh>,
         responses: &mut [Option<CallResponse>],
     ) -> wasmtime::Result<()> {
+        self.durable_turns(&mut fresh);
         let roles: Vec<&str> = fresh.iter().map(|f| f.context.role.name.as_str()).collect();
         let mut labels: Vec<&str> = fresh.iter().map(|f| f.bound.label.as_str()).collect();
         labels.dedup();
@@ -260,14 +288,16 @@ impl ThreadState {
                         Some(text) => Ok(AgentAnswer { content: text, meta: None, usage: None }),
                         None => Err(AgentFailure::Waiting),
                     },
-                    (None, _) => within(timeout, f.bound.answer(&f.context, &info)).await,
+                    (None, _) => {
+                        within(timeout, f.bound.answer(&f.context, &info, f.turns.as_ref())).await
+                    }
                 };
                 trace_answer(&traced, &answer);
                 (f, answer, started.elapsed(), waits_on)
             }
             .instrument(span)
         };
-        let mut waiting = None;
+        let mut stops = Stops::default();
         let mut store_failure = None;
         if fresh.len() == 1 {
             // One call (every step of a workflow without groups): awaited as it is. A worker
@@ -275,7 +305,7 @@ impl ThreadState {
             // task allocation and deeper polling on its fiber stack.
             let f = fresh.into_iter().next().expect("one call");
             let (f, answer, elapsed, child) = ask(f).await;
-            if let Err(e) = self.answered(f, answer, elapsed, child, responses, &mut waiting) {
+            if let Err(e) = self.answered(f, answer, elapsed, child, responses, &mut stops) {
                 store_failure = Some(e);
             }
         } else {
@@ -283,7 +313,7 @@ impl ThreadState {
             // with it every call in flight (and the process group of each command agent).
             let mut running: FuturesUnordered<_> = fresh.into_iter().map(ask).collect();
             while let Some((f, answer, elapsed, child)) = running.next().await {
-                if let Err(e) = self.answered(f, answer, elapsed, child, responses, &mut waiting) {
+                if let Err(e) = self.answered(f, answer, elapsed, child, responses, &mut stops) {
                     // The calls still in flight are dropped (stopped) when this returns.
                     store_failure = Some(e);
                     break;
@@ -293,20 +323,57 @@ impl ThreadState {
         if let Some(error) = store_failure {
             return Err(self.host.store_failed(error));
         }
-        if let Some((role, call)) = waiting {
-            let on = match call.child {
-                Some(child) => format!("child thread {child}"),
-                None => "a human answer".into(),
+        if let Some((role, call)) = stops.waiting {
+            let on = match (&call.child, &call.tool) {
+                (Some(child), _) => format!("child thread {child}"),
+                (None, Some(tool)) => format!("a decision about tool call `{}`", tool.tool),
+                (None, None) => "a human answer".into(),
             };
             self.host.waiting = Some((role.clone(), call));
             return Err(wasmtime::Error::msg(format!("waiting for {on} for role `{role}`")));
         }
+        if let Some(reason) = stops.over_budget {
+            self.host.info.write(LogLevel::Warn, TAG_AGENT, &format!("over budget: {reason}"));
+            self.host.over_budget = Some(reason.clone());
+            return Err(wasmtime::Error::msg(format!("paused by its budget: {reason}")));
+        }
+        if stops.paused {
+            self.host.paused = true;
+            return Err(wasmtime::Error::msg("paused between an agent's turns"));
+        }
         Ok(())
     }
 
+    /// Gives each fresh call to an `openai` binding its loop in the journal and the thread's
+    /// say between its turns (its budget, a pause, a person at the terminal, its followers).
+    fn durable_turns(&self, fresh: &mut [Fresh]) {
+        let budget = &self.host.thread.budget;
+        let spent = match budget.is_empty() {
+            true => Default::default(),
+            false => self.host.journal.spent(),
+        };
+        let spending = Spending::from(spent);
+        for f in fresh.iter_mut().filter(|f| matches!(&*f.bound.agent, Agent::OpenAi(_))) {
+            let host = ThreadTurns {
+                control: self.host.control.clone(),
+                budget: budget.clone(),
+                started: self.host.thread.started,
+                spending: spending.clone(),
+                prices: f.bound.prices.clone(),
+                role: f.context.role.name.clone(),
+            };
+            f.turns = Some(CallTurns {
+                journal: self.host.journal.loop_of(f.seq),
+                host: Arc::new(host),
+                secrets: f.bound.secrets.clone(),
+            });
+        }
+    }
+
     /// Journals an answered call and keeps its response for the bundle; a call a person must
-    /// answer, with nobody there, or a running child workflow (`child`) must, is kept in
-    /// `waiting` instead (the first one).
+    /// answer (or decide about), with nobody there, or a running child workflow (`child`)
+    /// must, is kept in `stops` instead (the first one), as is a call that stopped between
+    /// its turns.
     fn answered(
         &mut self,
         f: Fresh,
@@ -314,25 +381,38 @@ impl ThreadState {
         elapsed: Duration,
         child: Option<ThreadId>,
         responses: &mut [Option<CallResponse>],
-        waiting: &mut Option<(String, PendingCall)>,
+        stops: &mut Stops,
     ) -> crate::Result<()> {
         let role = f.context.role.name.clone();
         let runs_child = self.host.thread.step_settings.children.contains_key(&role);
-        let Some(response) = self.settle(&f, answer, elapsed) else {
-            // Nobody to ask: the thread stops once the others have answered; `answer`
-            // journals this call's answer and the resumed thread replays it.
-            let system_prompt =
-                Some(f.context.role.system_prompt.clone()).filter(|p| !p.is_empty());
-            let call = PendingCall {
-                step: self.host.journal.step(),
-                seq: f.seq,
-                digest: f.digest,
-                system_prompt,
-                input: f.context.input.clone(),
-                child,
-            };
-            waiting.get_or_insert((role, call));
-            return Ok(());
+        let response = match self.settle(&f, answer, elapsed) {
+            Settled::Response(response) => response,
+            Settled::Wait(tool) => {
+                // Nobody to ask: the thread stops once the others have answered; `answer`
+                // journals this call's answer (or the decision) and the resumed thread
+                // replays it (or goes on from it).
+                let system_prompt =
+                    Some(f.context.role.system_prompt.clone()).filter(|p| !p.is_empty());
+                let call = PendingCall {
+                    step: self.host.journal.step(),
+                    seq: f.seq,
+                    digest: f.digest,
+                    system_prompt,
+                    input: f.context.input.clone(),
+                    child,
+                    tool,
+                };
+                stops.waiting.get_or_insert((role, call));
+                return Ok(());
+            }
+            Settled::Budget(reason) => {
+                stops.over_budget.get_or_insert(reason);
+                return Ok(());
+            }
+            Settled::Paused => {
+                stops.paused = true;
+                return Ok(());
+            }
         };
         let usage = match &response {
             CallResponse::Ok { usage, .. } => usage.clone(),
@@ -356,13 +436,14 @@ impl ThreadState {
     }
 
     /// An agent's answer as the response the bundle gets (and the journal keeps), logged;
-    /// `None` if a person must answer and nobody is there.
+    /// or why there is none yet (a person must answer and nobody is there, or the call stopped
+    /// between its turns).
     fn settle(
         &mut self,
         call: &Fresh,
         answer: Result<AgentAnswer, AgentFailure>,
         elapsed: Duration,
-    ) -> Option<CallResponse> {
+    ) -> Settled {
         let (role, label, ms) = (&call.context.role.name, &call.bound.label, elapsed.as_millis());
         let max = self.limits().string_bytes;
         let answer = answer.and_then(|answer| match answer.content.len() > max {
@@ -373,7 +454,7 @@ impl ThreadState {
             ))),
             false => Ok(answer),
         });
-        Some(match answer {
+        Settled::Response(match answer {
             Ok(answer) => {
                 self.host.info.write(
                     LogLevel::Info,
@@ -385,7 +466,20 @@ impl ThreadState {
                 );
                 CallResponse::Ok { value: answer.content, meta: answer.meta, usage: answer.usage }
             }
-            Err(AgentFailure::Waiting) => return None,
+            Err(AgentFailure::Waiting) => return Settled::Wait(None),
+            Err(AgentFailure::Decide(wait)) => {
+                self.host.info.write(
+                    LogLevel::Info,
+                    TAG_AGENT,
+                    &format!(
+                        "role `{role}`: agent `{label}` waits for a decision about tool call `{}`",
+                        crate::terminal::line(&wait.tool)
+                    ),
+                );
+                return Settled::Wait(Some(*wait));
+            }
+            Err(AgentFailure::OverBudget(reason)) => return Settled::Budget(reason),
+            Err(AgentFailure::Paused) => return Settled::Paused,
             Err(failure) => {
                 self.host.info.write(
                     LogLevel::Error,
@@ -395,9 +489,7 @@ impl ThreadState {
                 let kind = match failure {
                     AgentFailure::Unavailable(_) => CallErrorKind::Unavailable,
                     AgentFailure::Timeout(_) => CallErrorKind::Timeout,
-                    AgentFailure::Failed { .. }
-                    | AgentFailure::RateLimited { .. }
-                    | AgentFailure::Waiting => CallErrorKind::Failed,
+                    _ => CallErrorKind::Failed,
                 };
                 CallResponse::Error { kind, message: failure.to_string() }
             }

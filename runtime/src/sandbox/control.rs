@@ -2,13 +2,14 @@
 //! followers): a pause request, the role at work, the steps recorded, and where its `human`
 //! agents' questions go.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use tokio::sync::broadcast;
 
 use crate::agents::human::HumanPort;
+use crate::store::queue::{LivePublisher, LiveText};
 use crate::store::records::StepRecord;
 
 /// Shared between a running thread and whoever controls it (the worker, `ps`, followers).
@@ -28,6 +29,18 @@ pub struct ThreadControl {
     steps: AtomicUsize,
     /// Where `human` agents put their questions.
     pub human: HumanPort,
+    /// Where a model's live text goes for followers in other processes, when the store
+    /// carries it (a database's worker).
+    live: OnceLock<LiveSink>,
+}
+
+/// A thread's live-text publisher (see [`ThreadControl::set_live`]).
+struct LiveSink(LivePublisher);
+
+impl std::fmt::Debug for LiveSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LiveSink")
+    }
 }
 
 /// What a follower of a running thread hears, in order.
@@ -37,6 +50,9 @@ pub enum Progress {
     Working(Activity),
     /// A step was stored; `index` is its position in the thread, from 1.
     Step { index: usize, step: StepRecord },
+    /// Text a model is writing for `role`, as it comes (not kept: the turn's whole message is
+    /// journaled when it ends).
+    Delta { role: Arc<str>, text: Arc<str> },
 }
 
 /// How many events a follower may fall behind by before it misses some.
@@ -58,6 +74,7 @@ impl Default for ThreadControl {
             progress: OnceLock::new(),
             steps: AtomicUsize::new(0),
             human: HumanPort::default(),
+            live: OnceLock::new(),
         }
     }
 }
@@ -94,6 +111,20 @@ impl ThreadControl {
     /// Tells followers that step `index` was stored (nothing, if nobody follows).
     pub fn publish_step(&self, index: usize, step: &StepRecord) {
         self.publish(|| Progress::Step { index, step: step.clone() });
+    }
+
+    /// Tells followers that the model answering `role` wrote `text`: those of this process
+    /// (nothing, if nobody follows), and those elsewhere through the store, if it carries it.
+    pub fn publish_delta(&self, role: &str, text: &str) {
+        self.publish(|| Progress::Delta { role: role.into(), text: text.into() });
+        if let Some(LiveSink(live)) = self.live.get() {
+            live(LiveText { role: role.to_string(), text: text.to_string() });
+        }
+    }
+
+    /// Sends the thread's live text to `publisher` too (once: a thread has one store).
+    pub fn set_live(&self, publisher: LivePublisher) {
+        let _ = self.live.set(LiveSink(publisher));
     }
 
     /// Sends what `event` makes to the followers, if there are any.

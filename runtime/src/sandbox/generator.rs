@@ -188,6 +188,8 @@ pub enum Stop {
     Waiting { role: String, call: PendingCall },
     /// The next agent call would go over the thread's budget: it pauses, saying why.
     Budget(String),
+    /// A pause was asked for, and a durable agent's call stopped between its turns.
+    Paused,
     /// The store could not write: the thread stops unended (interrupted), to be resumed.
     Store(crate::Error),
     /// Replaying a recorded thread, the bundle made a call its journal does not hold, or a
@@ -202,6 +204,7 @@ impl Stop {
             Stop::End(_) => "end",
             Stop::Waiting { .. } => "wait for a human",
             Stop::Budget(_) => "over budget",
+            Stop::Paused => "paused",
             Stop::Store(_) => "store failure",
             Stop::Diverged(_) => "diverged",
         }
@@ -225,6 +228,9 @@ fn stopped(store: &mut Store<ThreadState>, during: &str, e: &wasmtime::Error) ->
     }
     if let Some(reason) = host.over_budget.take() {
         return Stop::Budget(reason);
+    }
+    if std::mem::take(&mut host.paused) {
+        return Stop::Paused;
     }
     match host.waiting.take() {
         Some((role, call)) => Stop::Waiting { role, call },

@@ -18,3 +18,4 @@ mod host;
 pub mod instance;
 mod output;
 pub mod state;
+mod turns;

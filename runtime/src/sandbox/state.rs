@@ -61,6 +61,9 @@ pub struct HostContext {
     /// Set when the next agent calls would go over the thread's budget: why. The thread
     /// pauses before making them.
     pub over_budget: Option<String>,
+    /// Set when a durable agent's call stopped between its turns for a pause: the thread
+    /// pauses, and the call goes on from its journal when resumed.
+    pub paused: bool,
 }
 
 /// An agent call answered during a generator step.
@@ -114,6 +117,7 @@ impl HostContext {
             store_failure: None,
             answered: Vec::new(),
             over_budget: None,
+            paused: false,
         }
     }
 
@@ -133,6 +137,7 @@ impl HostContext {
             store_failure: None,
             answered: Vec::new(),
             over_budget: None,
+            paused: false,
         }
     }
 }

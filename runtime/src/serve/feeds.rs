@@ -4,6 +4,11 @@
 //! log, and is sent the shared bytes (never a copy of its own). Reading the store is bounded
 //! by the threads followed, memory by their events, not by the clients following them, and a
 //! feed ends with its last follower.
+//!
+//! A model's live text (`delta` events) is not kept in the log: the feed's task follows it
+//! from the thread's worker (see [`Dispatch::live`](crate::run::dispatch::Dispatch::live)) and
+//! hands each piece to the clients following at that moment; one who comes later sees the
+//! turns so far in the thread, and the text from then on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,13 +16,15 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::error::Result;
 use crate::ids::ThreadId;
+use crate::run::dispatch::{Dispatch, LiveTexts};
 use crate::run::events::Event;
 use crate::run::watch::ThreadEvents;
 use crate::store::Storage;
+use crate::store::queue::LiveText;
 
 /// How often a followed thread is read for what it stored.
 const INTERVAL: Duration = Duration::from_millis(200);
@@ -39,12 +46,17 @@ impl Told {
             Event::Started { .. } => "started",
             Event::Working { .. } => "working",
             Event::Step { .. } => "step",
+            Event::Delta { .. } => "delta",
             Event::Waiting { .. } => "waiting",
             Event::Paused { .. } => "paused",
             Event::Ended { .. } => "ended",
         };
-        // JSON text holds no newline (serde_json escapes them), so it is one `data` line.
-        let frame = format!("event: {name}\nid: {last_step}\ndata: {json}\n\n");
+        // JSON text holds no newline (serde_json escapes them), so it is one `data` line. Live
+        // text carries no id: a client that reconnects starts from its last step.
+        let frame = match event {
+            Event::Delta { .. } => format!("event: {name}\ndata: {json}\n\n"),
+            _ => format!("event: {name}\nid: {last_step}\ndata: {json}\n\n"),
+        };
         let step = match event {
             Event::Step { index, .. } => Some(*index),
             _ => None,
@@ -96,7 +108,33 @@ impl Log {
     }
 }
 
-type Feed = watch::Sender<Arc<Log>>;
+/// A followed thread: its log, and its live text as it comes.
+#[derive(Debug, Clone)]
+struct Feed {
+    log: watch::Sender<Arc<Log>>,
+    live: broadcast::Sender<Arc<LiveFrame>>,
+}
+
+/// A piece of live text as every client is sent it: the API's frame, and the event's JSON (the
+/// web view's pages are sent it as their own event).
+#[derive(Debug)]
+pub struct LiveFrame {
+    pub frame: Bytes,
+    pub json: String,
+}
+
+/// How many pieces of live text a slow client may fall behind by before it misses some.
+const LIVE_LAG: usize = 256;
+
+/// How often a feed without live text asks for it again (a worker that starts the thread
+/// later, a run that ended and another that began).
+const LIVE_RETRY: Duration = Duration::from_secs(1);
+
+/// What a client of a feed holds: the log and each change of it, and the live text.
+pub struct Following {
+    pub log: watch::Receiver<Arc<Log>>,
+    pub live: broadcast::Receiver<Arc<LiveFrame>>,
+}
 
 /// The feeds being read, one per followed thread.
 #[derive(Debug, Default)]
@@ -113,9 +151,11 @@ impl Feeds {
         store: &Storage,
         id: ThreadId,
         stopping: watch::Receiver<bool>,
-    ) -> Result<watch::Receiver<Arc<Log>>> {
+    ) -> Result<Following> {
+        let joined =
+            |feed: &Feed| Following { log: feed.log.subscribe(), live: feed.live.subscribe() };
         if let Some(feed) = self.followed.lock().get(&id) {
-            return Ok(feed.subscribe());
+            return Ok(joined(feed));
         }
         let mut reader = ThreadEvents::new(store, id);
         let first = reader.poll()?;
@@ -123,12 +163,15 @@ impl Feeds {
         let mut followed = self.followed.lock();
         // Another request may have started the feed meanwhile: one reader per thread.
         if let Some(feed) = followed.get(&id) {
-            return Ok(feed.subscribe());
+            return Ok(joined(feed));
         }
-        let (feed, receiver) = watch::channel(Arc::new(log));
+        let feed =
+            Feed { log: watch::channel(Arc::new(log)).0, live: broadcast::channel(LIVE_LAG).0 };
+        let following = joined(&feed);
         followed.insert(id, feed.clone());
-        tokio::spawn(read(reader, id, feed, self.followed.clone(), stopping));
-        Ok(receiver)
+        let dispatch = crate::run::dispatch::of(store);
+        tokio::spawn(read(reader, id, feed, dispatch, self.followed.clone(), stopping));
+        Ok(following)
     }
 
     /// How many threads are followed.
@@ -145,29 +188,57 @@ async fn read(
     mut reader: ThreadEvents,
     id: ThreadId,
     feed: Feed,
+    dispatch: Arc<dyn Dispatch>,
     followed: Arc<Mutex<HashMap<ThreadId, Feed>>>,
     mut stopping: watch::Receiver<bool>,
 ) {
+    let mut tick = tokio::time::interval(INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut live: Option<LiveTexts> = None;
+    let mut asked_live: Option<tokio::time::Instant> = None;
     loop {
         {
             // Under the map's lock: a new follower either finds this feed still there, or
             // starts another.
             let mut map = followed.lock();
-            if feed.receiver_count() == 0 || *stopping.borrow() || feed.borrow().unreadable {
+            if feed.log.receiver_count() == 0 || *stopping.borrow() || feed.log.borrow().unreadable
+            {
                 map.remove(&id);
                 return;
             }
         }
-        if feed.borrow().closed {
+        if feed.log.borrow().closed {
             tokio::select! {
-                _ = feed.closed() => {}
+                _ = feed.log.closed() => {}
                 _ = stopping.changed() => {}
             }
             continue;
         }
+        if live.is_none() && asked_live.is_none_or(|at| at.elapsed() >= LIVE_RETRY) {
+            asked_live = Some(tokio::time::Instant::now());
+            live = dispatch.live(id).await.ok().flatten();
+        }
+        let text = async {
+            match &mut live {
+                Some(live) => live.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = tokio::time::sleep(INTERVAL) => {}
+            _ = tick.tick() => {}
             _ = stopping.changed() => continue,
+            text = text => {
+                match text {
+                    Some(LiveText { role, text }) => {
+                        let event = Event::Delta { thread: id, role, text };
+                        let json = serde_json::to_string(&event).expect("events serialize");
+                        let frame = Told::of(&event, 0).frame;
+                        let _ = feed.live.send(Arc::new(LiveFrame { frame, json }));
+                    }
+                    None => live = None,
+                }
+                continue;
+            }
         }
         let (events, failed) = match reader.poll() {
             Ok(events) => (events, false),
@@ -178,7 +249,7 @@ async fn read(
         if events.is_empty() && !failed {
             continue;
         }
-        let log = feed.borrow().extended(events, failed);
-        feed.send_replace(Arc::new(log));
+        let log = feed.log.borrow().extended(events, failed);
+        feed.log.send_replace(Arc::new(log));
     }
 }

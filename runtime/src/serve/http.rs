@@ -299,6 +299,15 @@ struct EventsQuery {
 /// Server-sent events: `change` whenever what the open view shows has changed (the threads,
 /// the schedules, and the watched thread's records and agent at work); the page then fetches
 /// it again. The view is watched once for all the streams that watch it ([`super::live`]).
+/// What a page's event stream holds: the digest of what it shows, and, for a thread's page,
+/// the thread's live text (with the feed it comes from, kept while the page is open).
+struct Page {
+    changes: tokio::sync::watch::Receiver<String>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    first: bool,
+    live: Option<super::feeds::Following>,
+}
+
 async fn events(
     State(app): Shared,
     Query(query): Query<EventsQuery>,
@@ -306,21 +315,45 @@ async fn events(
     let thread: Option<ThreadId> = query.thread.and_then(|t| t.parse().ok());
     let changes = app.live.subscribe(&app.store, &app.histories, app.stopping.subscribe(), thread);
     let stopping = app.stopping.subscribe();
-    let start = (changes, stopping, true);
-    let stream = futures::stream::unfold(start, |(mut changes, mut stopping, first)| async move {
-        // The first event is the state at once (once known); then one per change.
-        if !first || changes.borrow().is_empty() {
-            tokio::select! {
-                changed = changes.changed() => changed.ok()?,
-                _ = stopping.changed() => return None,
+    // A thread's page is sent its model's live text too (`delta`), as the API's feed hears it.
+    let live =
+        thread.and_then(|id| app.feeds.follow(&app.store, id, app.stopping.subscribe()).ok());
+    let start = Page { changes, stopping, first: true, live };
+    let stream = futures::stream::unfold(start, |mut page| async move {
+        loop {
+            // The first event is the state at once (once known); then one per change.
+            if !page.first || page.changes.borrow().is_empty() {
+                let mut receiver = page.live.as_mut().map(|following| &mut following.live);
+                let text = async {
+                    match &mut receiver {
+                        Some(live) => live.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    changed = page.changes.changed() => changed.ok()?,
+                    _ = page.stopping.changed() => return None,
+                    text = text => match text {
+                        Ok(live) => {
+                            let event = Event::default().event("delta").data(live.json.clone());
+                            return Some((Ok(event), page));
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            page.live = None;
+                            continue;
+                        }
+                    },
+                }
             }
+            if *page.stopping.borrow() {
+                return None;
+            }
+            let digest = page.changes.borrow_and_update().clone();
+            let event = Event::default().event("change").data(digest);
+            page.first = false;
+            return Some((Ok(event), page));
         }
-        if *stopping.borrow() {
-            return None;
-        }
-        let digest = changes.borrow_and_update().clone();
-        let event = Event::default().event("change").data(digest);
-        Some((Ok(event), (changes, stopping, false)))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }

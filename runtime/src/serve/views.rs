@@ -115,6 +115,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
     // Each step's duration: from the step before it (the thread's start for the first) to its
     // own record; the steps of a parallel group share their start.
     let mut steps = Vec::new();
+    let turns = query::turns(store, &record)?;
     let mut group_start = record.start.timestamp;
     let mut previous = record.start.timestamp;
     for (i, step) in record.steps.iter().enumerate() {
@@ -134,7 +135,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
             "index": index, "role": step.role, "content": step.content, "meta": step.meta,
             "timestamp": step.timestamp, "began": step.timestamp.saturating_sub(duration),
             "durationMs": duration, "group": step.group, "agent": step.agent,
-            "usage": step.usage,
+            "usage": step.usage, "turns": turns.by_step[i],
         }));
         previous = step.timestamp;
     }
@@ -161,6 +162,7 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         "status": status,
         "steps": steps,
         "paused": record.paused,
+        "inProgress": turns.in_progress,
         "end": record.end.as_ref().map(crate::run::events::EndView::from),
         "working": working,
         "routing": routing(store, &record.start.name, record.version(), &record.steps),

@@ -13,6 +13,12 @@
 //!     kind: openai
 //!     base_url: http://localhost:11434/v1
 //!     model: llama3.1
+//!     stream: true         # its text reaches followers as it grows
+//!     tools:               # MCP servers whose tools the model may call
+//!       fs:
+//!         command: node
+//!         args: ["server-filesystem/dist/index.js", "."]
+//!         approve: [write_file]   # a person says yes before each call
 //!   demo:
 //!     kind: scripted
 //!     answers: answers.yaml   # relative to the config file
@@ -30,12 +36,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::duration::Seconds;
 use crate::error::{Error, Result};
 use crate::store::registry::yaml_reason;
+use crate::store::tool_servers::ToolServer;
 
 /// The whole of `config.yaml`. Every field is optional.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -216,7 +223,8 @@ pub enum AgentKind {
     },
     /// An external program, run without a shell.
     Command { command: String, args: Vec<String> },
-    /// An OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM, llama.cpp…).
+    /// An OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM, llama.cpp…);
+    /// with `tools`, a durable agent that calls the tools of MCP servers between its turns.
     OpenAi {
         /// e.g. `https://api.openai.com/v1` or `http://localhost:11434/v1`.
         base_url: String,
@@ -225,10 +233,19 @@ pub enum AgentKind {
         api_key_env: Option<String>,
         temperature: Option<f64>,
         max_tokens: Option<u32>,
+        /// Read each answer as a stream, its text published to followers as it grows.
+        stream: bool,
+        /// The most model turns one agent call may take with its tools [default: 20].
+        max_turns: Option<u32>,
+        /// The MCP servers whose tools the model may call, by name.
+        tools: BTreeMap<String, ToolServer>,
     },
     /// A person answers: on the terminal of a foreground `run`, else via `answer`.
     Human,
 }
+
+/// The model turns an agent call with tools may take unless its binding says.
+pub const DEFAULT_MAX_TURNS: u32 = 20;
 
 impl<'de> Deserialize<'de> for AgentConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -256,6 +273,7 @@ impl<'de> serde::de::Visitor<'de> for BindingVisitor {
         let (mut answers, mut delay, mut command, mut args) = (None, None, None, None);
         let (mut base_url, mut model, mut api_key_env, mut temperature, mut max_tokens) =
             (None, None, None, None, None);
+        let (mut stream, mut max_turns, mut tools) = (false, None, BTreeMap::new());
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "kind" => kind = Some(map.next_value::<String>()?),
@@ -271,6 +289,9 @@ impl<'de> serde::de::Visitor<'de> for BindingVisitor {
                 "api_key_env" => api_key_env = map.next_value()?,
                 "temperature" => temperature = map.next_value()?,
                 "max_tokens" => max_tokens = map.next_value()?,
+                "stream" => stream = map.next_value()?,
+                "max_turns" => max_turns = map.next_value()?,
+                "tools" => tools = map.next_value::<BTreeMap<String, ToolServer>>()?,
                 // Keys that belong to no kind are refused with a suggestion before this runs.
                 other => return Err(A::Error::unknown_field(other, &[])),
             }
@@ -282,13 +303,24 @@ impl<'de> serde::de::Visitor<'de> for BindingVisitor {
                 command: command.ok_or_else(|| A::Error::missing_field("command"))?,
                 args: args.unwrap_or_default(),
             },
-            "openai" => AgentKind::OpenAi {
-                base_url: base_url.ok_or_else(|| A::Error::missing_field("base_url"))?,
-                model: model.ok_or_else(|| A::Error::missing_field("model"))?,
-                api_key_env,
-                temperature,
-                max_tokens,
-            },
+            "openai" => {
+                for (name, server) in &tools {
+                    server.check().map_err(|e| A::Error::custom(format!("tools.{name}: {e}")))?;
+                }
+                if max_turns == Some(0) {
+                    return Err(A::Error::custom("`max_turns` must be at least 1"));
+                }
+                AgentKind::OpenAi {
+                    base_url: base_url.ok_or_else(|| A::Error::missing_field("base_url"))?,
+                    model: model.ok_or_else(|| A::Error::missing_field("model"))?,
+                    api_key_env,
+                    temperature,
+                    max_tokens,
+                    stream,
+                    max_turns,
+                    tools,
+                }
+            }
             "human" => AgentKind::Human,
             other => {
                 return Err(A::Error::custom(format!(
@@ -309,31 +341,6 @@ pub struct ExtractorConfig {
     /// Further attempts after an answer that does not validate, each told why [default: 2].
     #[serde(default)]
     pub retries: Option<u32>,
-}
-
-/// A duration written as seconds (`90`, `0.5`) or with a unit (`500ms`, `2m`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Seconds(pub Duration);
-
-impl<'de> Deserialize<'de> for Seconds {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        match serde_yaml::Value::deserialize(d)? {
-            serde_yaml::Value::Number(n) => n
-                .as_f64()
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(|s| Seconds(Duration::from_secs_f64(s)))
-                .ok_or_else(|| {
-                    serde::de::Error::custom(format!("`{n}` is not a number of seconds"))
-                }),
-            serde_yaml::Value::String(s) => humantime::parse_duration(&s)
-                .map(Seconds)
-                .map_err(|e| serde::de::Error::custom(format!("`{s}` is not a duration: {e}"))),
-            other => Err(serde::de::Error::custom(format!(
-                "expected seconds or a duration, got {}",
-                crate::limits::yaml_kind(&other)
-            ))),
-        }
-    }
 }
 
 impl Config {
@@ -391,7 +398,19 @@ const BINDING_KEYS: &[&str] = &["kind", "timeout", "retries", "retry_delay"];
 const KIND_KEYS: &[(&str, &[&str])] = &[
     ("scripted", &["answers", "delay"]),
     ("command", &["command", "args"]),
-    ("openai", &["base_url", "model", "api_key_env", "temperature", "max_tokens"]),
+    (
+        "openai",
+        &[
+            "base_url",
+            "model",
+            "api_key_env",
+            "temperature",
+            "max_tokens",
+            "stream",
+            "max_turns",
+            "tools",
+        ],
+    ),
     ("human", &[]),
 ];
 const EXTRACTOR_KEYS: &[&str] = &["agent", "retries"];
@@ -413,6 +432,14 @@ fn check_keys(value: &serde_yaml::Value) -> std::result::Result<(), String> {
             };
             let valid: Vec<&str> = BINDING_KEYS.iter().chain(kind_keys.iter()).copied().collect();
             known(binding, &valid, &format!("agents.{name}."))?;
+            if let Some(tools) = binding.get("tools").and_then(|t| t.as_mapping()) {
+                for (server, keys) in tools {
+                    if let Some(keys) = keys.as_mapping() {
+                        let at = format!("agents.{name}.tools.{}.", server.as_str().unwrap_or("?"));
+                        known(keys, super::tool_servers::KEYS, &at)?;
+                    }
+                }
+            }
         }
     }
     if let Some(extractor) = top.get("extractor").and_then(|e| e.as_mapping()) {

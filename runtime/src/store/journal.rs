@@ -5,11 +5,19 @@
 //! position: a call whose request digest equals the recorded one is answered from the
 //! journal, so no agent is paid twice for work it already did; a call that differs is
 //! refused, never silently mixed with the record.
+//!
+//! A durable agent journals more within one call: the entries of its loop
+//! ([`super::call_loop`]), under the call's step and position, read back with the calls.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use serde::{Deserialize, Serialize};
+
+pub use super::call_loop::{Decision, LoopEntry, LoopRecord, LoopView, ToolCall, loop_spent};
 
 use crate::clock::now_ms;
 use crate::error::Result;
@@ -42,6 +50,14 @@ pub struct CallRecord {
     pub digest: String,
     pub response: CallResponse,
     pub timestamp: u64,
+}
+
+/// A line of the journal: a call's answer, or an entry of an agent call's loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum JournalLine {
+    Loop(LoopRecord),
+    Call(CallRecord),
 }
 
 /// What the call returned.
@@ -116,11 +132,11 @@ pub struct Divergence {
 /// Where a thread's journal is kept. The home-directory store keeps it in
 /// `<ULID>.calls.jsonl`; another store keeps the same records its own way.
 pub trait CallLog: Send + fmt::Debug {
-    /// Every call recorded so far. Torn or unreadable entries are skipped: a call whose
+    /// Every line recorded so far. Torn or unreadable entries are skipped: a call whose
     /// record was lost is simply made again.
-    fn read(&self) -> Result<Vec<CallRecord>>;
-    /// Appends one record; when `durable`, it is on disk (or committed) when this returns.
-    fn append(&mut self, record: &CallRecord, durable: bool) -> Result<()>;
+    fn read(&self) -> Result<Vec<JournalLine>>;
+    /// Appends one line; when `durable`, it is on disk (or committed) when this returns.
+    fn append(&mut self, line: &JournalLine, durable: bool) -> Result<()>;
     /// Lets go of what the log holds open until its next append: called before the thread
     /// waits, so that thousands of waiting threads hold no descriptor for their journals.
     fn release(&mut self) {}
@@ -129,9 +145,12 @@ pub trait CallLog: Send + fmt::Debug {
 /// A thread's journal, with the calls recorded so far.
 #[derive(Debug)]
 pub struct Journal {
-    /// `None`: records are kept in memory only (instances that are not threads).
-    log: Option<Box<dyn CallLog>>,
+    /// `None`: records are kept in memory only (instances that are not threads). Shared with
+    /// the loops of the agent calls in flight, which append to it as they go.
+    log: Option<SharedLog>,
     recorded: HashMap<(usize, usize), CallRecord>,
+    /// The loop entries of agent calls, by call (step and position).
+    loops: HashMap<(usize, usize), Vec<LoopRecord>>,
     step: usize,
     seq: usize,
     /// Only answers from what was recorded: a call it does not hold is a divergence (a replay
@@ -139,31 +158,53 @@ pub struct Journal {
     replaying: bool,
 }
 
+/// A journal's log, shared by the journal and the loops of its calls in flight.
+type SharedLog = Arc<Mutex<Box<dyn CallLog>>>;
+
 impl Journal {
     /// The journal kept in `log`, with what it holds.
     pub fn new(log: Box<dyn CallLog>) -> Result<Self> {
-        let recorded =
-            log.read()?.into_iter().map(|record| ((record.step, record.seq), record)).collect();
-        Ok(Journal { log: Some(log), recorded, step: 0, seq: 0, replaying: false })
+        let mut journal = Journal::of_lines(log.read()?, false);
+        journal.log = Some(Arc::new(Mutex::new(log)));
+        Ok(journal)
+    }
+
+    /// A journal of `lines`, keeping them in memory.
+    fn of_lines(lines: Vec<JournalLine>, replaying: bool) -> Self {
+        let mut recorded = HashMap::new();
+        let mut loops: HashMap<(usize, usize), Vec<LoopRecord>> = HashMap::new();
+        for line in lines {
+            match line {
+                JournalLine::Call(record) => {
+                    recorded.insert((record.step, record.seq), record);
+                }
+                JournalLine::Loop(record) => {
+                    loops.entry((record.step, record.seq)).or_default().push(record);
+                }
+            }
+        }
+        Journal { log: None, recorded, loops, step: 0, seq: 0, replaying }
     }
 
     /// A journal that records nothing (instances that are not threads).
     pub fn disabled() -> Self {
-        Journal { log: None, recorded: HashMap::new(), step: 0, seq: 0, replaying: false }
+        Journal::of_lines(Vec::new(), false)
     }
 
-    /// A journal that answers only from `calls` and writes nowhere: every call must be one of
+    /// A journal that answers only from `lines` and writes nowhere: every call must be one of
     /// them (see [`Divergence::missing`]).
-    pub fn replaying(calls: Vec<CallRecord>) -> Self {
-        let recorded =
-            calls.into_iter().map(|record| ((record.step, record.seq), record)).collect();
-        Journal { log: None, recorded, step: 0, seq: 0, replaying: true }
+    pub fn replaying(lines: Vec<JournalLine>) -> Self {
+        Journal::of_lines(lines, true)
     }
 
     /// Forgets the calls each of `retries` undid: those of its step and after, journaled
     /// before it (a failed step's calls are made again, not answered with their failure).
     pub fn forget_retried(&mut self, retries: &[crate::store::records::RetryRecord]) {
-        self.recorded.retain(|_, call| !retried(call, retries));
+        self.recorded.retain(|_, call| !retried(call.step, call.timestamp, retries));
+        for entries in self.loops.values_mut() {
+            entries.retain(|e| !retried(e.step, e.timestamp, retries));
+        }
+        self.loops.retain(|_, entries| !entries.is_empty());
     }
 
     /// Whether this journal only replays.
@@ -186,8 +227,8 @@ impl Journal {
 
     /// Releases the log until the next record (see [`CallLog::release`]).
     pub fn release(&mut self) {
-        if let Some(log) = &mut self.log {
-            log.release();
+        if let Some(log) = &self.log {
+            log.lock().release();
         }
     }
 
@@ -240,11 +281,33 @@ impl Journal {
             response,
             timestamp: now_ms(),
         };
-        if let Some(log) = &mut self.log {
-            log.append(&record, durable)?;
+        if let Some(log) = &self.log {
+            log.lock().append(&JournalLine::Call(record.clone()), durable)?;
         }
         self.recorded.insert((record.step, record.seq), record);
         Ok(())
+    }
+
+    /// The loop of call `seq` of the current step: what its agent journaled of it so far,
+    /// and where it journals what it does next.
+    pub fn loop_of(&self, seq: usize) -> CallLoop {
+        let entries = self.loops.get(&(self.step, seq)).into_iter().flatten();
+        CallLoop::new(self.log.clone(), self.step, seq, entries.map(|r| r.entry.clone()).collect())
+    }
+
+    /// The loops of the agent calls journaled, in order, for views: each call's step and
+    /// position, the role it answered once its answer is recorded, and its turns.
+    pub fn loop_views(&self) -> Vec<LoopView> {
+        let mut keys: Vec<_> = self.loops.keys().copied().collect();
+        keys.sort_unstable();
+        keys.into_iter()
+            .map(|(step, seq)| {
+                let entries: Vec<LoopEntry> =
+                    self.loops[&(step, seq)].iter().map(|r| r.entry.clone()).collect();
+                let role = self.recorded.get(&(step, seq)).map(|c| c.role.clone());
+                LoopView { step, seq, role, turns: super::call_loop::turns(&entries) }
+            })
+            .collect()
     }
 
     /// Whether the journal holds an answer to `call` (a person's, recorded by another `answer`).
@@ -272,8 +335,41 @@ impl Journal {
         self.record(call.seq, CallKind::Agent, role, call.digest.clone(), response, true)
     }
 
+    /// Whether a person's decision about tool call `call_id` of agent call `call` is journaled
+    /// since the call last started (a call approved, then cut by a crash, waits on a decision
+    /// about the cut: the approval does not answer it).
+    pub fn decided(&self, call: &PendingCall, call_id: &str) -> bool {
+        let mut decided = false;
+        for record in self.loops.get(&(call.step, call.seq)).into_iter().flatten() {
+            match &record.entry {
+                LoopEntry::ToolStarted { call_id: id } if id == call_id => decided = false,
+                LoopEntry::Decision { call_id: id, .. } if id == call_id => decided = true,
+                _ => {}
+            }
+        }
+        decided
+    }
+
+    /// Records a person's decision about tool call `call_id` of agent call `call` (made
+    /// elsewhere: the thread waits for it), durably.
+    pub fn record_decision(
+        &mut self,
+        call: &PendingCall,
+        call_id: &str,
+        decision: Decision,
+    ) -> Result<()> {
+        let entry = LoopEntry::Decision { call_id: call_id.to_string(), decision };
+        let record = LoopRecord { step: call.step, seq: call.seq, entry, timestamp: now_ms() };
+        if let Some(log) = &self.log {
+            log.lock().append(&JournalLine::Loop(record.clone()), true)?;
+        }
+        self.loops.entry((call.step, call.seq)).or_default().push(record);
+        Ok(())
+    }
+
     /// What the agent calls recorded so far cost: every call counted (a person's answer too),
-    /// with the tokens each one's service reported.
+    /// with the tokens each one's service reported, and the turns of an agent call whose
+    /// answer is not recorded yet (it went on after a crash or a pause: they were spent).
     pub fn spent(&self) -> crate::store::records::Usage {
         let mut spent = crate::store::records::Usage::default();
         for record in self.recorded.values() {
@@ -287,14 +383,79 @@ impl Journal {
                 (CallKind::Extract | CallKind::Sleep, _) => {}
             }
         }
+        for (key, entries) in &self.loops {
+            if !self.recorded.contains_key(key) {
+                spent.add(&loop_spent(entries.iter().map(|r| &r.entry)));
+            }
+        }
         spent
     }
 
-    /// The recorded calls of steps before `step` (what a fork keeps), in order.
-    pub fn calls_before(&self, step: usize) -> Vec<CallRecord> {
-        let mut calls: Vec<_> = self.recorded.values().filter(|c| c.step < step).cloned().collect();
-        calls.sort_by_key(|c| (c.step, c.seq));
-        calls
+    /// The journal's lines of steps before `step` (what a fork keeps), in order: each call's
+    /// loop entries, then its answer.
+    pub fn calls_before(&self, step: usize) -> Vec<JournalLine> {
+        let mut keys: Vec<(usize, usize)> = self
+            .recorded
+            .keys()
+            .chain(self.loops.keys())
+            .filter(|(s, _)| *s < step)
+            .copied()
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut lines = Vec::new();
+        for key in keys {
+            for record in self.loops.get(&key).into_iter().flatten() {
+                lines.push(JournalLine::Loop(record.clone()));
+            }
+            if let Some(record) = self.recorded.get(&key) {
+                lines.push(JournalLine::Call(record.clone()));
+            }
+        }
+        lines
+    }
+}
+
+/// An agent call's loop: the entries it journaled, shared by every attempt at the call, and
+/// where the next go (durably: each is on disk, or committed, before the agent acts on it).
+#[derive(Debug, Clone)]
+pub struct CallLoop {
+    log: Option<SharedLog>,
+    step: usize,
+    seq: usize,
+    entries: Arc<Mutex<Vec<LoopEntry>>>,
+}
+
+impl CallLoop {
+    /// The loop of call `seq` of step `step`, journaled in `log`, with what it holds so far.
+    fn new(log: Option<SharedLog>, step: usize, seq: usize, entries: Vec<LoopEntry>) -> Self {
+        CallLoop { log, step, seq, entries: Arc::new(Mutex::new(entries)) }
+    }
+
+    /// A loop journaled nowhere (an agent asked outside a thread: the planner, a test).
+    pub fn unjournaled() -> Self {
+        CallLoop { log: None, step: 0, seq: 0, entries: Default::default() }
+    }
+
+    /// What was journaled so far, in order.
+    pub fn entries(&self) -> Vec<LoopEntry> {
+        self.entries.lock().clone()
+    }
+
+    /// Journals `entry`; when `durable`, it and every entry before it are on disk (or
+    /// committed) when this returns.
+    pub fn record(&self, entry: LoopEntry, durable: bool) -> Result<()> {
+        if let Some(log) = &self.log {
+            let record = LoopRecord {
+                step: self.step,
+                seq: self.seq,
+                entry: entry.clone(),
+                timestamp: now_ms(),
+            };
+            log.lock().append(&JournalLine::Loop(record), durable)?;
+        }
+        self.entries.lock().push(entry);
+        Ok(())
     }
 }
 
@@ -304,30 +465,31 @@ pub fn digest(request: &impl Serialize) -> String {
     Digest::of(&bytes).to_string()
 }
 
-/// Whether one of `retries` undid `call` (see [`Journal::forget_retried`]).
-pub fn retried(call: &CallRecord, retries: &[crate::store::records::RetryRecord]) -> bool {
-    retries.iter().any(|r| call.step >= r.retry.from_step && call.timestamp < r.timestamp)
+/// Whether one of `retries` undid what was journaled at `timestamp` for step `step` (see
+/// [`Journal::forget_retried`]).
+pub fn retried(
+    step: usize,
+    timestamp: u64,
+    retries: &[crate::store::records::RetryRecord],
+) -> bool {
+    retries.iter().any(|r| step >= r.retry.from_step && timestamp < r.timestamp)
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use parking_lot::Mutex;
-
     use super::*;
 
     /// A log kept in memory, shared so a second journal can read what the first wrote.
     #[derive(Debug, Clone, Default)]
-    struct MemoryLog(Arc<Mutex<Vec<CallRecord>>>);
+    struct MemoryLog(Arc<Mutex<Vec<JournalLine>>>);
 
     impl CallLog for MemoryLog {
-        fn read(&self) -> Result<Vec<CallRecord>> {
+        fn read(&self) -> Result<Vec<JournalLine>> {
             Ok(self.0.lock().clone())
         }
 
-        fn append(&mut self, record: &CallRecord, _durable: bool) -> Result<()> {
-            self.0.lock().push(record.clone());
+        fn append(&mut self, line: &JournalLine, _durable: bool) -> Result<()> {
+            self.0.lock().push(line.clone());
             Ok(())
         }
     }
@@ -366,6 +528,7 @@ mod tests {
             system_prompt: None,
             input: None,
             child: None,
+            tool: None,
         };
         Journal::new(Box::new(log.clone()))?.record_answer(&call, "reviewer", "yes".into())?;
         let mut journal = Journal::new(Box::new(log))?;

@@ -13,6 +13,7 @@
 //! AOT cache and the worker sockets of this machine.
 
 pub mod bundles;
+pub mod call_loop;
 pub mod config;
 pub mod debug_log;
 pub mod descriptor;
@@ -27,6 +28,7 @@ pub mod request_keys;
 pub mod schedules;
 pub mod steps;
 pub mod tokens;
+pub mod tool_servers;
 pub mod upgrades;
 
 use std::fmt;
@@ -39,7 +41,7 @@ use crate::ids::{BundleHash, ThreadId};
 use self::bundles::BundleStore;
 use self::config::Config;
 use self::debug_log::{DebugLine, DebugLog, LogSink};
-use self::journal::{CallLog, CallRecord, Journal};
+use self::journal::{CallLog, Journal, JournalLine};
 use self::queue::WorkQueue;
 use self::records::{EndRecord, Paused, StartRecord, StepRecord, ThreadRecord, ThreadSummary};
 use self::registry::Registry;
@@ -52,7 +54,7 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         &self,
         start: &StartRecord,
         steps: &[StepRecord],
-        calls: &[CallRecord],
+        calls: &[JournalLine],
     ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)>;
 
     /// Creates a thread as [`create`](Self::create) does, held by nobody: for a thread handed
@@ -63,7 +65,7 @@ pub trait ThreadStore: Send + Sync + fmt::Debug {
         &self,
         start: &StartRecord,
         steps: &[StepRecord],
-        calls: &[CallRecord],
+        calls: &[JournalLine],
     ) -> Result<ThreadRecord> {
         let (writer, mut record) = self.create(start, steps, calls)?;
         drop(writer);

@@ -75,4 +75,36 @@ pub struct PendingCall {
     /// person does not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child: Option<ThreadId>,
+    /// For a durable agent's call: the tool call a person must decide about (the call goes on
+    /// from its journal once the decision is journaled; the call itself is not answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolWait>,
+}
+
+/// A tool call a durable agent waits on a person for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolWait {
+    /// Why a person is asked.
+    pub why: ToolWaitReason,
+    /// The call, as the model made it.
+    pub call_id: String,
+    /// The tool (`server.tool`, as config.yaml names them).
+    pub tool: String,
+    /// Its arguments (JSON text, cut to a few kilobytes).
+    pub arguments: String,
+    /// What the model said before it asked for the call (cut to a few kilobytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+}
+
+/// Why a durable agent asks a person about a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolWaitReason {
+    /// Its binding wants a person's yes before each call of the tool: approve or deny.
+    Approve,
+    /// A crash cut the call in the middle, and the tool is not safe to call again: redo it,
+    /// or skip it with a text the model is given instead.
+    Cut,
 }

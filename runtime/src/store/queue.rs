@@ -200,4 +200,35 @@ pub trait WorkQueue: Send + Sync + fmt::Debug {
 
     /// This process as the queue knows it (for messages).
     fn owner(&self) -> String;
+
+    /// Where a worker's live text (a model's deltas) reaches followers in other processes,
+    /// when the store carries it: a database's notifications. None on a home directory, whose
+    /// followers hear each bundle's worker over its socket.
+    fn live(&self) -> Option<&dyn LiveChannel>;
 }
+
+/// Text a model writes for a thread's role as it comes, carried from the worker that runs the
+/// thread to whoever follows it elsewhere. Nothing is kept: a follower hears what is written
+/// after it starts following, and the turn's whole message is journaled when it ends.
+pub trait LiveChannel: Send + Sync + fmt::Debug {
+    /// What publishes thread `id`'s text: each `(role, text)` is sent in order, in the
+    /// background (the model is not slowed by followers), and lost when nobody follows.
+    fn publisher(&self, id: ThreadId) -> LivePublisher;
+
+    /// Follows thread `id`'s text from now on: each `(role, text)` as it is published. None
+    /// when it cannot reach this process (`LISTEN` behind a transaction-pooling PgBouncer).
+    fn follow(
+        &self,
+        id: ThreadId,
+    ) -> Result<Option<tokio::sync::mpsc::UnboundedReceiver<LiveText>>>;
+}
+
+/// A piece of text a model wrote for a role.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveText {
+    pub role: String,
+    pub text: String,
+}
+
+/// Publishes one thread's live text (see [`LiveChannel::publisher`]).
+pub type LivePublisher = std::sync::Arc<dyn Fn(LiveText) + Send + Sync>;

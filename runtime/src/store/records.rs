@@ -2,7 +2,7 @@
 //! markers and its end record, and the thread as read back with its status. The JSON of these
 //! types is the line format of `.data.jsonl` and of `thread --json`.
 
-pub use super::pauses::{PauseReason, PauseRecord, Paused, PendingCall};
+pub use super::pauses::{PauseReason, PauseRecord, Paused, PendingCall, ToolWait, ToolWaitReason};
 pub use super::steps::{StepGroup, StepRecord};
 pub use super::upgrades::{Retry, RetryRecord, Upgrade, UpgradeRecord};
 use crate::ids::{BundleHash, ThreadId};

@@ -14,7 +14,7 @@ use crate::run::ipc::{self, ClientMessage, Connection, Reply, Request};
 use crate::run::worker::{self, WorkerOptions};
 use crate::run_request::RunRequest;
 use crate::store::Storage;
-use crate::store::queue::ControlRequest;
+use crate::store::queue::{ControlRequest, LiveText};
 
 /// How many times a thread is handed to its bundle's worker when the worker dies during the
 /// hand-over.
@@ -167,6 +167,36 @@ impl Dispatch for LocalDispatch {
     fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>> {
         worker::serve_bundle(self.store.clone(), options).boxed()
     }
+
+    fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<super::LiveTexts>>> {
+        async move {
+            let hash = self.store.threads().read(id)?.version();
+            let Some(mut connection) = ipc::connect(self.store.home(), hash).await? else {
+                return Ok(None);
+            };
+            connection
+                .send(&Request::Watch { thread: id })
+                .await
+                .map_err(|e| worker_gone(hash, e))?;
+            match connection.receive::<Reply>().await.map_err(|e| worker_gone(hash, e))? {
+                Some(Reply::Ok) => {}
+                // Not running there (any more).
+                _ => return Ok(None),
+            }
+            let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                while let Ok(Some(Reply::Delta { role, text })) =
+                    connection.receive::<Reply>().await
+                {
+                    if sender.send(LiveText { role, text }).is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(Some(receiver))
+        }
+        .boxed()
+    }
 }
 
 /// A thread followed through its worker's socket.
@@ -193,9 +223,17 @@ impl Follower for LocalFollower {
                 Reply::Waiting { role } => Heard::Event(Event::Waiting { thread, role }),
                 Reply::Paused { steps } => Heard::Event(Event::Paused { thread, steps }),
                 Reply::Ended { end } => Heard::Event(Event::Ended { thread, end: end.end }),
-                Reply::Question { role, system_prompt, context, expected, error } => {
-                    Heard::Question(Question { role, system_prompt, context, expected, error })
+                Reply::Question { role, system_prompt, context, expected, error, tool } => {
+                    Heard::Question(Question {
+                        role,
+                        system_prompt,
+                        context,
+                        expected,
+                        error,
+                        tool,
+                    })
                 }
+                Reply::Delta { role, text } => Heard::Event(Event::Delta { thread, role, text }),
                 Reply::Error { message, code } => Heard::Failed { message, code },
                 other => Heard::Failed {
                     message: format!(

@@ -46,6 +46,9 @@ pub struct Question {
     pub expected: Option<String>,
     /// Why the last answer was refused, when the question is asked again.
     pub error: Option<String>,
+    /// For a durable agent: the tool call a person decides about, instead of the role's
+    /// answer (the answer is a decision: see [`crate::agents::human::parse_decision`]).
+    pub tool: Option<crate::store::pauses::ToolWait>,
 }
 
 /// What a follower of a thread hears.
@@ -108,7 +111,16 @@ pub trait Dispatch: Send + Sync {
     /// Runs a worker of this store until it is done: a bundle's, serving its socket, on a home
     /// directory; a pool worker taking threads from the queue, on a database.
     fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>>;
+
+    /// Follows thread `id`'s live text (a model's deltas) from now on, for a follower that
+    /// does not hold the thread's run (the web view, the API): from the worker that runs it,
+    /// over its socket, on a home directory (none when no worker runs it now: the text ends
+    /// with the run); through the store's notifications, on a database.
+    fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<LiveTexts>>>;
 }
+
+/// A thread's live text, as it comes.
+pub type LiveTexts = tokio::sync::mpsc::UnboundedReceiver<crate::store::queue::LiveText>;
 
 /// The dispatch of `store`.
 pub fn of(store: &Storage) -> Arc<dyn Dispatch> {

@@ -12,17 +12,17 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::{Accepted, Asked, Dispatch, Follower, Heard, Question};
-use crate::agents::human::WaitingQuestion;
+use crate::agents::human::{WaitingQuestion, parse_decision};
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
-use crate::run::answer;
+use crate::run::answer::{self, Answer};
 use crate::run::events::{Event, PsEntry, PsState};
 use crate::run::ipc;
 use crate::run::watch::ThreadReader;
 use crate::run::worker::{self, WorkerOptions};
 use crate::run_request::RunRequest;
 use crate::store::Storage;
-use crate::store::queue::ControlRequest;
+use crate::store::queue::{ControlRequest, LiveText};
 use crate::store::records::{PendingCall, ThreadRecord, ThreadStatus};
 
 /// How often a follower reads what was stored since it last looked (one indexed read of the
@@ -108,6 +108,11 @@ impl Dispatch for SharedDispatch {
     fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>> {
         worker::serve_pool(self.store.clone(), options).boxed()
     }
+
+    fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<super::LiveTexts>>> {
+        let store = self.store.clone();
+        async move { live_through_store(&store, id) }.boxed()
+    }
 }
 
 /// Queues thread `id` (with `over` laid over its recorded request), with a worker alive to
@@ -178,6 +183,11 @@ struct QueuedThread {
     last_working: Option<(String, String)>,
     pending: VecDeque<Heard>,
     done: bool,
+    /// The thread's live text, as its worker publishes it (none where the store cannot carry
+    /// it to this process).
+    live: Option<tokio::sync::mpsc::UnboundedReceiver<LiveText>>,
+    /// When the store was last read.
+    last_read: Option<Instant>,
 }
 
 impl QueuedThread {
@@ -197,6 +207,14 @@ impl QueuedThread {
             last_working: None,
             pending: VecDeque::new(),
             done: false,
+            last_read: None,
+            live: store.queue().live().and_then(|live| match live.follow(record.id()) {
+                Ok(live) => live,
+                Err(e) => {
+                    tracing::warn!("the live text of thread {} is not followed: {e}", record.id());
+                    None
+                }
+            }),
         }
     }
 
@@ -300,13 +318,15 @@ impl QueuedThread {
         let Some(question) = WaitingQuestion::of(record) else { return Ok(()) };
         let expected = answer::answer_shape(&self.store, record)?.map(|s| s.example());
         self.asked = record.paused.as_ref().and_then(|p| p.call.clone());
-        let WaitingQuestion { role, system_prompt, context } = question;
+        let WaitingQuestion { role, system_prompt, context, tool } = question;
+        let expected = if tool.is_some() { None } else { expected };
         self.pending.push_back(Heard::Question(Question {
             role,
             system_prompt,
             context,
             expected,
             error,
+            tool,
         }));
         Ok(())
     }
@@ -331,6 +351,17 @@ impl QueuedThread {
     }
 }
 
+/// Thread `id`'s live text, through the store.
+pub(super) fn live_through_store(
+    store: &Storage,
+    id: ThreadId,
+) -> Result<Option<super::LiveTexts>> {
+    match store.queue().live() {
+        Some(live) => live.follow(id),
+        None => Ok(None),
+    }
+}
+
 impl Follower for QueuedThread {
     fn next(&mut self) -> BoxFuture<'_, Result<Option<Heard>>> {
         async move {
@@ -341,9 +372,30 @@ impl Follower for QueuedThread {
                 if self.done {
                     return Ok(None);
                 }
-                self.read()?;
-                if self.pending.is_empty() {
-                    tokio::time::sleep(FOLLOW_POLL).await;
+                // The store is read a poll apart, however much live text comes between.
+                let due = self
+                    .last_read
+                    .map_or(Duration::ZERO, |at| FOLLOW_POLL.saturating_sub(at.elapsed()));
+                if due.is_zero() {
+                    self.read()?;
+                    self.last_read = Some(Instant::now());
+                    if !self.pending.is_empty() {
+                        continue;
+                    }
+                }
+                let due = if due.is_zero() { FOLLOW_POLL } else { due };
+                let Some(live) = &mut self.live else {
+                    tokio::time::sleep(due).await;
+                    continue;
+                };
+                let heard = tokio::time::timeout(due, live.recv()).await;
+                match heard {
+                    Ok(Some(LiveText { role, text })) => {
+                        let thread = self.id;
+                        self.pending.push_back(Heard::Event(Event::Delta { thread, role, text }));
+                    }
+                    Ok(None) => self.live = None,
+                    Err(_) => {}
                 }
             }
         }
@@ -364,7 +416,18 @@ impl Follower for QueuedThread {
                 self.done = true;
                 return Ok(());
             };
-            match answer::record(&self.store, thread, text) {
+            // A tool call's question is answered with a decision, typed.
+            let reply = match &call.tool {
+                None => Answer::Text(text),
+                Some(tool) => match parse_decision(tool.why, &text) {
+                    Ok(decision) => Answer::Decision(decision),
+                    Err(reason) => {
+                        let record = self.reader.catch_up()?;
+                        return self.ask(&record, Some(reason));
+                    }
+                },
+            };
+            match answer::record(&self.store, thread, reply) {
                 Ok(hash) => enqueue(&self.store, thread, hash, &self.over).await?,
                 Err(Error::InvalidAnswer { reason, .. }) => {
                     let record = self.reader.catch_up()?;

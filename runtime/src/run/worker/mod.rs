@@ -384,6 +384,11 @@ impl Worker {
         }
     }
 
+    /// The control of thread `id`, if this worker runs it.
+    fn control_of(&self, id: ThreadId) -> Option<Arc<ThreadControl>> {
+        self.running.lock().get(&id).map(|r| r.control.clone())
+    }
+
     /// Runs claimed thread `claimed` (its queued request laid over its recorded one, its agents
     /// given `secrets`) in a task of its own;
     /// `interactive` puts its `human` agents' questions to a follower. A thread that cannot
@@ -423,6 +428,9 @@ impl Worker {
             }
         };
         let control = Arc::new(ThreadControl::default());
+        if let Some(live) = self.store.queue().live() {
+            control.set_live(live.publisher(id));
+        }
         let progress = control.watch();
         let questions = interactive.then(|| control.human.attach());
         let (ended_sender, ended) = broadcast::channel(4);

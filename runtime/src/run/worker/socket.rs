@@ -107,6 +107,34 @@ async fn handle(worker: Arc<Worker>, hash: BundleHash, mut connection: Connectio
             Ok(()) => Reply::Ok,
             Err(e) => Reply::Error { message: e.to_string(), code: e.exit_code() },
         },
+        Request::Watch { thread } => {
+            let Some(control) = worker.control_of(thread) else {
+                let reply = Reply::Error {
+                    message: format!("thread {thread} does not run in this worker"),
+                    code: crate::error::exit::STATE,
+                };
+                let _ = connection.send(&reply).await;
+                return;
+            };
+            let mut progress = control.watch();
+            drop(control);
+            if connection.send(&Reply::Ok).await.is_err() {
+                return;
+            }
+            loop {
+                match progress.recv().await {
+                    Ok(Progress::Delta { role, text }) => {
+                        let reply = Reply::Delta { role: role.to_string(), text: text.to_string() };
+                        if connection.send(&reply).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    // Its run here is over.
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
         Request::Take { thread, follow, interactive, secrets } => {
             match take(&worker, hash, thread, secrets, follow && interactive).await {
                 Err(e) => Reply::Error { message: e.to_string(), code: e.exit_code() },
@@ -167,6 +195,9 @@ async fn follow_thread(connection: &mut Connection, started: Started) {
                 let reply = match heard {
                     Ok(Progress::Working(Activity { role, agent })) => Reply::Working { role, agent },
                     Ok(Progress::Step { index, step }) => Reply::Step { index, step },
+                    Ok(Progress::Delta { role, text }) => {
+                        Reply::Delta { role: role.to_string(), text: text.to_string() }
+                    }
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     // The thread's run is over: how it came to rest follows.
                     Err(broadcast::error::RecvError::Closed) => {
@@ -197,6 +228,7 @@ async fn ask(connection: &mut Connection, question: HumanQuestion) {
         context: question.context,
         expected: question.expected,
         error: question.error,
+        tool: question.tool,
     };
     let text = match connection.send(&asked).await {
         Ok(()) => match connection.receive::<ClientMessage>().await {

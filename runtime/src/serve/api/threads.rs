@@ -15,6 +15,7 @@ use crate::clock::now_ms;
 use crate::error::Error;
 use crate::ids::ThreadId;
 use crate::run::actions::{self, Hand, Once, OnceKey};
+use crate::run::answer::Answer;
 use crate::run::catalog::Catalog;
 use crate::run::control;
 use crate::run::lifecycle::ForkAt;
@@ -175,8 +176,10 @@ pub async fn events(
     // The thread is read once for all its followers (see `serve::feeds`); this stream keeps only its
     // place in the shared log. Reading it first makes a thread that does not read a 4xx/5xx,
     // not a stream that ends at once.
-    let log = app.feeds.follow(&app.store, id, app.stopping.subscribe())?;
-    let state = Follow { log, stopping: app.stopping.subscribe(), next: None, after };
+    let crate::serve::feeds::Following { log, live } =
+        app.feeds.follow(&app.store, id, app.stopping.subscribe())?;
+    let state =
+        Follow { log, live: Some(live), stopping: app.stopping.subscribe(), next: None, after };
     let frames = futures::stream::unfold(state, |mut state| async move {
         let mut keep_alive =
             tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
@@ -194,6 +197,12 @@ pub async fn events(
             }
             tokio::select! {
                 changed = state.log.changed() => changed.ok()?,
+                // Live text: sent as it comes, kept by nobody.
+                text = next_live(&mut state.live) => match text {
+                    Ok(live) => return Some((Ok(live.frame.clone()), state)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => state.live = None,
+                },
                 _ = state.stopping.changed() => return None,
                 _ = keep_alive.tick() => {
                     return Some((Ok(axum::body::Bytes::from_static(b":\n\n")), state));
@@ -215,9 +224,25 @@ pub async fn events(
 /// that it is still there.
 const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
 
+type LiveReceiver =
+    tokio::sync::broadcast::Receiver<std::sync::Arc<crate::serve::feeds::LiveFrame>>;
+
+/// The next piece of live text; never, once there is none to follow.
+pub async fn next_live(
+    live: &mut Option<LiveReceiver>,
+) -> Result<std::sync::Arc<crate::serve::feeds::LiveFrame>, tokio::sync::broadcast::error::RecvError>
+{
+    match live {
+        Some(live) => live.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A client's place in a thread's shared log.
 struct Follow {
     log: tokio::sync::watch::Receiver<std::sync::Arc<crate::serve::feeds::Log>>,
+    /// The thread's live text, as its feed hears it (none once the feed is gone).
+    live: Option<LiveReceiver>,
     stopping: tokio::sync::watch::Receiver<bool>,
     /// The next event of the log to send (found on the first look).
     next: Option<usize>,
@@ -265,9 +290,20 @@ pub async fn act(
             actions::resume(store, id, &RunRequest::default(), Hand::Detach).await?;
         }
         "answer" => {
-            let text =
-                body.text.ok_or_else(|| Error::Usage("the answer's `text` is missing".into()))?;
-            actions::answer(store, id, text, Hand::Detach).await?;
+            let answer = match (body.text, body.decision) {
+                (text, Some(decision)) => {
+                    Answer::Decision(decision.with(text).map_err(Error::Usage)?)
+                }
+                (Some(text), None) => Answer::Text(text),
+                (None, None) => {
+                    return Err(Error::Usage(
+                        "the answer's `text` (or, for a tool call, its `decision`) is missing"
+                            .into(),
+                    )
+                    .into());
+                }
+            };
+            actions::answer(store, id, answer, Hand::Detach).await?;
         }
         "fork" => {
             let at = body.at.map_or(ForkAt::All, ForkAt::Steps);

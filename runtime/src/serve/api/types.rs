@@ -4,6 +4,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use crate::store::journal::Decision;
+
 /// Every error: a code a program can test, and one line for a person.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -167,18 +169,51 @@ impl From<crate::store::records::ThreadSummary> for ThreadItem {
     }
 }
 
-/// What an action takes: `answer` its `text`, `fork` the steps to keep (`at`; all if absent),
-/// `resume` a raised budget (`raiseBudget`).
+/// What an action takes: `answer` its `text` (or, for a durable agent's tool call, its
+/// `decision`), `fork` the steps to keep (`at`; all if absent), `resume` a raised budget
+/// (`raiseBudget`).
 #[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActionBody {
-    /// `answer`: the answer (JSON text, when the role's output has a schema).
+    /// `answer`: the answer (JSON text, when the role's output has a schema); with a
+    /// `decision` of `deny`, why; of `skip`, the text the model is given instead of the
+    /// result.
     pub text: Option<String>,
+    /// `answer` to a thread waiting on a tool call: `approve` or `deny` a call that needs
+    /// approval, `redo` or `skip` a call a crash cut in the middle.
+    pub decision: Option<DecisionKind>,
     /// `fork`: how many steps the fork keeps.
     pub at: Option<usize>,
     /// `resume`: raise the thread's budget first (what this sets replaces its own).
     #[serde(rename = "raiseBudget")]
     pub raise_budget: Option<BudgetBody>,
+}
+
+/// A person's decision about a durable agent's tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DecisionKind {
+    Approve,
+    Deny,
+    Redo,
+    Skip,
+}
+
+impl DecisionKind {
+    /// The decision, with `text` (why, for `deny`; the result given instead, for `skip`).
+    pub fn with(self, text: Option<String>) -> Result<Decision, String> {
+        let text = || text.clone().filter(|t| !t.trim().is_empty());
+        Ok(match self {
+            DecisionKind::Approve => Decision::Approve,
+            DecisionKind::Redo => Decision::Redo,
+            DecisionKind::Deny => Decision::Deny {
+                reason: text().ok_or("`deny` needs a `text`: why (the model is told)")?,
+            },
+            DecisionKind::Skip => Decision::Skip {
+                text: text().ok_or("`skip` needs a `text`: what the model is given instead")?,
+            },
+        })
+    }
 }
 
 /// An action done: the thread it was done to, or for `fork` the new thread.

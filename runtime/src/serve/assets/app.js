@@ -127,6 +127,9 @@ function act(id, action, body) {
 
 let events = null;
 let rendering = 0;
+// The text a model is writing for the thread on the page, as /api/events sends it (`delta`):
+// shown as it grows, gone once the thread's next step lands.
+let liveText = { thread: null, steps: -1, role: "", text: "" };
 let filters = { workflow: "", status: "" };
 
 function route() {
@@ -179,6 +182,23 @@ function listen() {
   events.addEventListener("open", () => live.classList.add("on"));
   events.addEventListener("error", () => live.classList.remove("on"));
   events.addEventListener("change", () => render());
+  events.addEventListener("delta", (e) => {
+    const delta = JSON.parse(e.data);
+    if (liveText.thread !== delta.thread || liveText.role !== delta.role) {
+      liveText = { thread: delta.thread, steps: liveText.thread === delta.thread ? liveText.steps : -1, role: delta.role, text: "" };
+    }
+    liveText.text += delta.text;
+    const box = document.getElementById("live-text");
+    if (box) box.replaceChildren(liveBox());
+    else render();
+  });
+}
+
+// The live text's box: whose it is, and what it says so far.
+function liveBox() {
+  return el("div", {},
+    el("div", { class: "muted" }, el("strong", {}, liveText.role), " is writing…"),
+    el("pre", { class: "content" }, liveText.text));
 }
 
 window.addEventListener("hashchange", () => { render(); listen(); });
@@ -316,9 +336,47 @@ async function threadView(id) {
       el("div", {}, el("h2", {}, "Timeline"), timeline(t))),
     el("h2", {}, "Steps"),
     t.steps.length === 0 ? el("p", { class: "muted" }, "No steps yet.") : t.steps.map((s) => step(t, s)),
+    inProgress(t),
+    live(t),
     ending(t),
     el("h2", {}, "Debug log"),
     log(t));
+}
+
+// The turns and tool calls of the calls the thread has not answered yet.
+function inProgress(t) {
+  const loops = (t.inProgress || []).filter((l) => l.turns.length);
+  if (!loops.length) return null;
+  return el("div", { class: "panel", id: "in-progress" },
+    el("div", { class: "muted" }, "In progress"),
+    loops.map((l) => turns(l.turns, "in-progress-" + l.step + "-" + l.seq)));
+}
+
+// The model's text as it is written, while the thread runs (its step replaces it).
+function live(t) {
+  if (liveText.thread !== t.start.threadId) return null;
+  if (liveText.steps !== t.steps.length) {
+    if (liveText.steps !== -1) liveText.text = "";
+    liveText.steps = t.steps.length;
+  }
+  if (!liveText.text || t.status !== "running") return null;
+  return el("div", { class: "panel", id: "live-text" }, liveBox());
+}
+
+// A durable agent's turns: what the model said, and each tool call with where it stands.
+function turns(list, key) {
+  return el("details", { class: "turns", "data-key": key },
+    el("summary", {}, `${list.length} model turn${list.length === 1 ? "" : "s"}, `,
+      `${list.reduce((n, turn) => n + turn.toolCalls.length, 0)} tool calls`),
+    list.map((turn) => el("div", { class: "turn" },
+      el("div", { class: "muted" }, `Turn ${turn.turn} · ${duration(turn.durationMs)}${turn.usage ? " · " + usageText(turn.usage) : ""}`),
+      turn.content ? el("pre", { class: "content" }, cut(turn.content, 4000)) : null,
+      turn.toolCalls.length ? el("table", { class: "tool-calls" }, el("tbody", {}, turn.toolCalls.map((c) => el("tr", { "data-call": c.id },
+        el("td", { class: "mono" }, cut(c.tool, 120)),
+        el("td", { class: "mono text" }, cut(c.arguments, 400)),
+        el("td", {}, el("span", { class: "call " + c.status }, c.status), c.durationMs !== undefined ? " " + duration(c.durationMs) : ""),
+        el("td", { class: "text" }, c.result !== undefined ? el("pre", {}, cut(c.result, 1000)) : null,
+          c.cutFrom ? el("div", { class: "muted" }, `cut from ${c.cutFrom} bytes`) : null))))) : null)));
 }
 
 function working(t, now) {
@@ -331,10 +389,20 @@ function working(t, now) {
   if (t.status === "waiting" && waitsOnChild(t)) {
     return el("div", { id: "working" }, el("strong", {}, t.paused.role || "?"), " runs child thread ", threadLink(t.paused.call.child));
   }
+  if (t.status === "waiting" && t.paused && toolWait(t)) {
+    const wait = toolWait(t);
+    const why = wait.why === "approve" ? "to approve a call to " : "to decide about a cut call to ";
+    return el("div", { id: "working" }, "Waiting for a person ", why, el("strong", { class: "mono" }, wait.tool));
+  }
   if (t.status === "waiting" && t.paused) {
     return el("div", { id: "working" }, "Waiting for a person to answer for ", el("strong", {}, t.paused.role || "?"));
   }
   return null;
+}
+
+// The tool call a waiting thread's durable agent waits on a decision about, if any.
+function toolWait(t) {
+  return t.paused && t.paused.call && t.paused.call.tool ? t.paused.call.tool : null;
 }
 
 // Whether a waiting thread waits on a child workflow's thread (which answers, not a person).
@@ -369,6 +437,23 @@ function actions(t) {
   }
   buttons.push(el("button", { id: "fork", on: { click: run("fork", null, (a) => "Forked into " + a.thread) } }, "Fork all steps"));
   const box = el("div", { class: "actions" }, buttons);
+  const wait = toolWait(t);
+  if (t.status === "waiting" && wait) {
+    // The call, its arguments and what the model said before it: a person decides.
+    const text = el("textarea", { id: "decision-text", placeholder: wait.why === "approve" ? "Why not (the model is told)" : "What the model is given instead of the result" });
+    const decide = (decision, label, needsText) => el("button", { id: decision + "-call", on: { click: run("answer", () => needsText ? { decision, text: text.value } : { decision }, () => label) } }, decision[0].toUpperCase() + decision.slice(1));
+    const choices = wait.why === "approve"
+      ? [decide("approve", "Approved; the call is made.", false), decide("deny", "Denied; the model is told why.", true)]
+      : [decide("redo", "The call is made again.", false), decide("skip", "Skipped; the model is given your text.", true)];
+    return el("div", {}, box,
+      el("div", { class: "panel", id: "tool-wait" },
+        el("div", {}, wait.why === "approve" ? "The agent asks to call " : "A crash cut this call, which may not be safe to repeat: ",
+          el("strong", { class: "mono" }, wait.tool)),
+        wait.reasoning ? el("pre", { class: "content" }, wait.reasoning) : null,
+        el("div", { class: "muted" }, "Arguments"),
+        el("pre", { class: "mono", id: "tool-arguments" }, wait.arguments),
+        text, el("div", { class: "actions" }, choices)));
+  }
   if (t.status === "waiting" && !waitsOnChild(t)) {
     const text = el("textarea", { id: "answer-text", placeholder: t.expected ? "JSON like " + t.expected : "Your answer" });
     const send = el("button", { id: "answer", on: { click: run("answer", () => ({ text: text.value }), () => "Answered; the thread continues.") } }, "Answer");
@@ -544,6 +629,7 @@ function step(t, s) {
   return el("details", { class: "step" + (s.group ? " group" : ""), "data-key": "step-" + s.index, "data-step": s.index },
     el("summary", {}, el("strong", {}, `#${s.index} ${cut(s.role, 64)}`), ` · ${duration(s.durationMs)} · ${when(s.timestamp)}${group}${s.usage ? " · " + usageText(s.usage) : ""}`),
     el("div", {},
+      s.turns && s.turns.length ? turns(s.turns, "turns-" + s.index) : null,
       el("div", { class: "muted" }, "Content"),
       el("pre", { class: "content" }, s.content),
       el("div", { class: "muted" }, "Meta"),

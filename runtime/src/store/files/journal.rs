@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::durable::AppendFile;
 use crate::error::{Error, Result};
-use crate::store::journal::{CallLog, CallRecord};
+use crate::store::journal::{CallLog, JournalLine};
 
 /// A thread's call journal file: kept open from one record to the next while the thread runs,
 /// and closed before it waits ([`CallLog::release`]).
@@ -26,7 +26,7 @@ impl FileCalls {
 }
 
 impl CallLog for FileCalls {
-    fn read(&self) -> Result<Vec<CallRecord>> {
+    fn read(&self) -> Result<Vec<JournalLine>> {
         let bytes = match std::fs::read(&self.path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
@@ -39,8 +39,8 @@ impl CallLog for FileCalls {
             .collect())
     }
 
-    fn append(&mut self, record: &CallRecord, durable: bool) -> Result<()> {
-        let line = serde_json::to_vec(record).expect("call records serialize");
+    fn append(&mut self, record: &JournalLine, durable: bool) -> Result<()> {
+        let line = serde_json::to_vec(record).expect("journal lines serialize");
         let file = match &mut self.file {
             Some(file) => file,
             // `open` repaired a torn tail already.

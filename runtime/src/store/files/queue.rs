@@ -25,7 +25,7 @@ use crate::ids::{BundleHash, ThreadId};
 use crate::run_request::RunRequest;
 use crate::store::ThreadStore;
 use crate::store::queue::{
-    Activity, Claimed, ControlRequest, LiveThread, Release, Scope, WorkQueue, Workers,
+    Activity, Claimed, ControlRequest, LiveChannel, LiveThread, Release, Scope, WorkQueue, Workers,
 };
 
 /// How long a new worker tries to take its bundle's worker lock.
@@ -297,5 +297,9 @@ impl WorkQueue for FileQueue {
 
     fn owner(&self) -> String {
         format!("worker {}", std::process::id())
+    }
+
+    fn live(&self) -> Option<&dyn LiveChannel> {
+        None
     }
 }

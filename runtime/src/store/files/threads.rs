@@ -21,7 +21,7 @@ use crate::home::Home;
 use crate::ids::{BundleHash, ThreadId};
 use crate::limits::Size;
 use crate::store::debug_log::{DebugLine, LogSink};
-use crate::store::journal::{CallLog, CallRecord};
+use crate::store::journal::{CallLog, JournalLine};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadSummary,
@@ -66,7 +66,7 @@ impl ThreadStore for FileThreads {
         &self,
         start: &StartRecord,
         steps: &[StepRecord],
-        calls: &[CallRecord],
+        calls: &[JournalLine],
     ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
         let (hash, id) = (start.hash, start.thread_id);
         let dir = self.home.thread_dir(hash);

@@ -6,7 +6,7 @@ use tokio_postgres::types::Type;
 
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
-use crate::store::journal::{CallLog, CallRecord};
+use crate::store::journal::{CallLog, JournalLine};
 use crate::store::postgres::leases::Leases;
 use crate::store::postgres::{Postgres, commit, json_line};
 
@@ -26,7 +26,7 @@ impl PgCalls {
 }
 
 impl CallLog for PgCalls {
-    fn read(&self) -> Result<Vec<CallRecord>> {
+    fn read(&self) -> Result<Vec<JournalLine>> {
         let client = self.pg.client()?;
         let rows = self.pg.wait(
             &format!("read the call journal of thread {}", self.id),
@@ -42,7 +42,7 @@ impl CallLog for PgCalls {
     /// it; one that need not be (a scripted agent's answer) is kept until the thread's next
     /// record and written in its statement, as the home directory leaves it to the page
     /// cache: losing it only means making the call again.
-    fn append(&mut self, record: &CallRecord, durable: bool) -> Result<()> {
+    fn append(&mut self, record: &JournalLine, durable: bool) -> Result<()> {
         let line = json_line(record);
         let action = format!("append to the call journal of thread {}", self.id);
         let id = self.id.to_string();

@@ -14,6 +14,7 @@ mod deferred;
 mod journal;
 mod leases;
 mod listing;
+mod live;
 pub mod queue;
 pub mod registry;
 pub mod request_keys;

@@ -15,10 +15,11 @@ use tokio_postgres::types::{Json, Type};
 use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
 use crate::run_request::RunRequest;
+use crate::store::postgres::live::PgLive;
 use crate::store::postgres::threads::PgThreads;
 use crate::store::postgres::{Postgres, hostname, summary};
 use crate::store::queue::{
-    Activity, Claimed, ControlRequest, LiveThread, Release, Scope, WorkQueue, Workers,
+    Activity, Claimed, ControlRequest, LiveChannel, LiveThread, Release, Scope, WorkQueue, Workers,
 };
 
 /// The channel a new runnable thread is announced on.
@@ -42,11 +43,12 @@ pub const ALIVE_WITHIN: Duration = Duration::from_secs(3);
 pub struct PgQueue {
     pg: Postgres,
     threads: PgThreads,
+    live: PgLive,
 }
 
 impl PgQueue {
     pub fn new(pg: &Postgres) -> Self {
-        PgQueue { pg: pg.clone(), threads: PgThreads::new(pg) }
+        PgQueue { pg: pg.clone(), threads: PgThreads::new(pg), live: PgLive::new(pg) }
     }
 
     fn notify(&self, channel: &str, payload: &str) -> Result<()> {
@@ -495,5 +497,9 @@ impl WorkQueue for PgQueue {
 
     fn owner(&self) -> String {
         self.pg.owner().to_string()
+    }
+
+    fn live(&self) -> Option<&dyn LiveChannel> {
+        Some(&self.live)
     }
 }

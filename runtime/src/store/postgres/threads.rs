@@ -13,7 +13,7 @@ use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::store::debug_log::{DebugLine, LogSink};
-use crate::store::journal::{CallLog, CallRecord};
+use crate::store::journal::{CallLog, JournalLine};
 use crate::store::postgres::debug_log::PgLog;
 use crate::store::postgres::journal::PgCalls;
 use crate::store::postgres::leases::{Leases, lease_ms};
@@ -165,7 +165,7 @@ impl PgThreads {
         &self,
         start: &StartRecord,
         steps: &[StepRecord],
-        calls: &[CallRecord],
+        calls: &[JournalLine],
         held: bool,
     ) -> Result<ThreadRecord> {
         let id = start.thread_id;
@@ -227,7 +227,7 @@ impl ThreadStore for PgThreads {
         &self,
         start: &StartRecord,
         steps: &[StepRecord],
-        calls: &[CallRecord],
+        calls: &[JournalLine],
     ) -> Result<(Box<dyn ThreadWriter>, ThreadRecord)> {
         let record = self.insert(start, steps, calls, true)?;
         let writer = self.writer(start.thread_id, 1, record.clone());
@@ -240,7 +240,7 @@ impl ThreadStore for PgThreads {
         &self,
         start: &StartRecord,
         steps: &[StepRecord],
-        calls: &[CallRecord],
+        calls: &[JournalLine],
     ) -> Result<ThreadRecord> {
         self.insert(start, steps, calls, false)
     }
