@@ -131,13 +131,7 @@ fn a_developer_reads_and_edits_files_through_the_filesystem_server() -> Result<(
         ),
         _ => Turn::answer("Fixed the parser for empty input.\n{\"summary\": \"parser fixed\"}"),
     })?;
-    let fs_server = format!(
-        "      fs:\n        command: node\n        args: [{}, {}]\n",
-        installed(
-            "target/mcp-node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
-        )?,
-        root.display()
-    );
+    let fs_server = filesystem_server(&root)?;
     let env = workbench(&model, "    stream: true\n", &fs_server)?;
     let run = env.run(&["run", "dev", "-p", "Fix the crash on empty input", "--json"])?;
     ensure!(run.code == 0, "{run:?}");
@@ -200,23 +194,14 @@ fn a_developer_killed_in_the_middle_of_its_loop_makes_no_file_edit_twice() -> Re
         2 => Turn::call("fs__write_file", json!({"path": fix_path, "content": "use first()\n"})),
         _ => Turn::answer("Wrote the fix.\n{\"summary\": \"fix written\"}").gated(&go_in),
     })?;
-    let fs_server = format!(
-        "      fs:\n        command: node\n        args: [{}, {}]\n",
-        installed(
-            "target/mcp-node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
-        )?,
-        root.display()
-    );
+    let fs_server = filesystem_server(&root)?;
     let env = workbench(&model, "    stream: true\n", &fs_server)?;
     let lease = ("UNCAGED_WORKFLOW_LEASE_MS", "1500");
     let run = env.run_with(&["run", "dev", "-p", "Fix the parser", "--detach"], &[lease])?;
     let thread = run.stdout.trim().to_string();
     wait_until("the third turn is asked", || Ok(model.seen().len() == 3))?;
     env.kill_the_worker()?;
-    wait_until("no worker runs the thread", || {
-        let ps = env.json(&["ps"])?;
-        Ok(!ps.as_array().into_iter().flatten().any(|p| p["threadId"] == thread.as_str() && p["state"] == "running"))
-    })?;
+    no_worker_runs(&env, &thread)?;
     ensure!(std::fs::read_to_string(&fix)? == "use first()\n", "the write was made");
     std::fs::write(&fix, "use first()\nadded after the kill\n")?;
     std::fs::write(&go, "")?;
@@ -557,10 +542,7 @@ async fn decisions_from_the_api_and_the_web_view_hold_across_a_worker_crash() ->
     wait_until("the call is made", || Ok(ledger_lines(&ledger) == ["a"]))?;
     // Its worker crashed with it: no worker runs the thread (the record still reads as it was
     // before the crash, waiting; on a database, queued once the lease runs out).
-    wait_until("no worker runs the thread", || {
-        let ps = env.json(&["ps"])?;
-        Ok(!ps.as_array().into_iter().flatten().any(|p| p["threadId"] == thread.as_str() && p["state"] == "running"))
-    })?;
+    no_worker_runs(&env, &thread)?;
     serve.stop()?;
     // Resumed without the crash: the cut call waits on a person; the approval is not asked
     // again.
@@ -696,15 +678,7 @@ fn crash_trial(point: &str, n: u64) -> Result<()> {
         &[ledger_var, lease, ("UNCAGED_WORKFLOW_CRASH_AT", &crash)],
     )?;
     let thread = run.stdout.trim().to_string();
-    wait_until("the worker is killed", || {
-        let ps = env.json(&["ps"])?;
-        let running = ps
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|p| p["threadId"] == thread.as_str() && p["state"] == "running");
-        Ok(!running && status(&env, &thread)? != "running")
-    })?;
+    no_worker_runs(&env, &thread)?;
     for _ in 0..12 {
         let state = status(&env, &thread)?;
         if state == "completed" {
@@ -750,6 +724,31 @@ fn ten_appends(body: &Value) -> Turn {
         k @ 1..=10 => Turn::call("ledger__append", json!({"entry": format!("turn-{k}")})),
         _ => Turn::answer(DONE),
     }
+}
+
+/// The filesystem server from npm over stdio, rooted at `root`.
+fn filesystem_server(root: &Path) -> Result<String> {
+    Ok(format!(
+        "      fs:\n        command: node\n        args: [{}, {}]\n",
+        installed(
+            "target/mcp-node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+        )?,
+        root.display()
+    ))
+}
+
+/// Waits until no worker runs `thread` (its worker was killed; on a database the thread is
+/// queued again once the dead worker's lease runs out).
+fn no_worker_runs(env: &Env, thread: &str) -> Result<()> {
+    wait_until("no worker runs the thread", || {
+        let ps = env.json(&["ps"])?;
+        let running = ps
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["threadId"] == thread && p["state"] == "running");
+        Ok(!running && status(env, thread)? != "running")
+    })
 }
 
 /// Waits until the thread rests (neither running nor queued).

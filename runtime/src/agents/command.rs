@@ -8,7 +8,6 @@
 //! otherwise the error names the program, its status and the tail of its stderr.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,7 @@ use crate::store::records::Usage;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::processes::{AgentProcesses, GroupGuard};
+use super::processes::{AgentProcesses, spawn_group};
 use super::{AgentAnswer, AgentContext, AgentFailure};
 
 /// The environment variable a command agent finds its call's trace context in.
@@ -71,27 +70,12 @@ impl CommandAgent {
             Some(traceparent) => command.env(TRACEPARENT_ENV, traceparent),
             None => command.env_remove(TRACEPARENT_ENV),
         };
+        command.args(&self.args).arg(&context.thread_id);
         // The agent must not outlive the worker that waits for it: if the worker dies (`kill
-        // -9`, a crash), `resume` asks again, and two agents would work on one workspace.
-        die_with_worker(&mut command);
-        let mut child = command
-            .args(&self.args)
-            .arg(&context.thread_id)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so that stopping it stops whatever it started too.
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
+        // -9`, a crash), `resume` asks again, and two agents would work on one workspace. A
+        // killed or timed-out thread drops this future: the agent and its children go too.
+        let (mut child, _group) = spawn_group(&mut command, processes)
             .map_err(|e| AgentFailure::Unavailable(format!("cannot start `{program}`: {e}")))?;
-        // A killed or timed-out thread drops this future: the agent and its children go too.
-        // Listed while it runs, so that a later run of the thread can stop what a dead worker
-        // left behind.
-        let _group = child.id().map(|pid| match processes {
-            Some(processes) => processes.track(pid),
-            None => GroupGuard::untracked(pid),
-        });
 
         let input = serde_json::to_vec(context).expect("agent context serializes");
         let mut stdin = child.stdin.take().expect("stdin is piped");
@@ -147,22 +131,6 @@ impl CommandAgent {
         let text = String::from_utf8(out)
             .map_err(|_| AgentFailure::failed(format!("`{program}` printed invalid UTF-8")))?;
         Ok(parse_answer(text))
-    }
-}
-
-/// Makes `command`'s process die with the worker (`PR_SET_PDEATHSIG`): a program started for
-/// a call must not outlive the worker that waits for it.
-pub(super) fn die_with_worker(command: &mut tokio::process::Command) {
-    // SAFETY: the closure runs in the child between fork and exec, and calls only prctl,
-    // which is async-signal-safe; it touches no memory of the parent. The signal is tied
-    // to the thread that spawned the child: a tokio worker thread, which lives as long as
-    // the worker process's runtime.
-    #[allow(unsafe_code)]
-    unsafe {
-        command.pre_exec(|| {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-                .map_err(std::io::Error::from)
-        });
     }
 }
 

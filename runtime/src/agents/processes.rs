@@ -39,6 +39,46 @@ struct Group {
     boot: String,
 }
 
+/// Starts `command` as an agent's process (a command agent, a tool server), its stdio piped:
+/// in a process group of its own, so that stopping it stops whatever it started too; dying
+/// with the worker; killed when its handle is dropped. Its group is listed in `processes`
+/// while the returned guard lives, so that a later run of the thread can stop what a dead
+/// worker left behind.
+pub fn spawn_group(
+    command: &mut tokio::process::Command,
+    processes: Option<&Arc<AgentProcesses>>,
+) -> std::io::Result<(tokio::process::Child, Option<GroupGuard>)> {
+    die_with_worker(command);
+    let child = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let group = child.id().map(|pid| match processes {
+        Some(processes) => processes.track(pid),
+        None => GroupGuard::untracked(pid),
+    });
+    Ok((child, group))
+}
+
+/// Makes `command`'s process die with the worker (`PR_SET_PDEATHSIG`): a program started for
+/// a call must not outlive the worker that waits for it.
+fn die_with_worker(command: &mut tokio::process::Command) {
+    // SAFETY: the closure runs in the child between fork and exec, and calls only prctl,
+    // which is async-signal-safe; it touches no memory of the parent. The signal is tied
+    // to the thread that spawned the child: a tokio worker thread, which lives as long as
+    // the worker process's runtime.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(std::io::Error::from)
+        });
+    }
+}
+
 /// The ledger of one thread's running agent process groups.
 #[derive(Debug)]
 pub struct AgentProcesses {

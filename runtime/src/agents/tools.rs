@@ -10,7 +10,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 
 use rmcp::model::{
@@ -24,7 +23,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
-use super::processes::GroupGuard;
+use super::processes::{GroupGuard, spawn_group};
 use super::{AgentFailure, AgentProcesses, Secrets};
 use crate::limits::Size;
 use crate::store::tool_servers::{DEFAULT_MAX_RESULT_BYTES, DEFAULT_TOOL_TIMEOUT, ToolServer};
@@ -192,25 +191,13 @@ impl ToolSet {
         for var in &server.env {
             command.env(var, &self.values[var]);
         }
-        super::command::die_with_worker(&mut command);
-        let mut child = command
-            .args(&server.args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group, so that stopping it stops what it started (`npx`'s node).
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
+        // What it starts (`npx`'s node) is in its group, stopped with it.
+        let (mut child, group) =
+            spawn_group(command.args(&server.args), processes).map_err(|e| {
                 AgentFailure::Unavailable(format!(
                     "tool server `{name}`: cannot start `{program}`: {e}"
                 ))
             })?;
-        let group = child.id().map(|pid| match processes {
-            Some(processes) => processes.track(pid),
-            None => GroupGuard::untracked(pid),
-        });
         let stdout = child.stdout.take().expect("stdout is piped");
         let stdin = child.stdin.take().expect("stdin is piped");
         let stderr = child.stderr.take().map(StderrTail::collect);

@@ -11,9 +11,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::AsyncMessage;
 use tokio_postgres::types::Type;
 
 use crate::error::Result;
@@ -128,66 +126,50 @@ impl LiveChannel for PgLive {
         if self.pg.inner.no_notifications.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(None);
         }
-        let (sender, receiver) = mpsc::unbounded_channel();
-        let (config, tls) = (self.pg.inner.config.clone(), self.pg.inner.tls.clone());
-        let target = self.pg.target().to_string();
-        let listen = format!("LISTEN {}", channel(id));
-        let keeper = sender.clone();
-        let (probed, probe_heard) = tokio::sync::oneshot::channel();
-        let listening = self.pg.spawn(async move {
-            let (client, mut connection) = config.connect(tls).await?;
-            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-            // Drives the session, and hands each notification on; it ends with the session.
-            tokio::spawn(async move {
-                let mut probed = Some(probed);
-                while let Some(Ok(message)) = messages.next().await {
-                    let AsyncMessage::Notification(note) = message else { continue };
-                    let Ok(text) = serde_json::from_str::<LiveText>(note.payload()) else {
-                        // The probe this session sent itself (see below).
-                        if let Some(probed) = probed.take() {
-                            let _ = probed.send(());
-                        }
-                        continue;
-                    };
-                    if sender.send(text).is_err() {
-                        return;
-                    }
-                }
-            });
-            client.batch_execute(&listen).await?;
-            Ok::<_, tokio_postgres::Error>(client)
-        });
-        let client = futures::executor::block_on(listening)
-            .expect("the listen task is not aborted")
-            .map_err(|e| super::connect_error(&target, &e))?;
+        let channel = channel(id);
+        let (client, mut notes) = self.pg.listening(&[&channel])?;
         // Whether notifications reach this session at all (not through a transaction-pooling
         // PgBouncer, which hands the listening server connection to others): a probe sent to
-        // itself. Listening when this returns: nothing published after it is missed.
-        let channel = channel(id);
-        let shared = self.pg.client()?;
+        // itself.
         self.pg.wait(
             "probe the live text's channel",
-            shared.execute_typed(
+            self.pg.client()?.execute_typed(
                 "SELECT pg_notify($1, '{\"probe\": true}')",
                 &[(&channel, Type::TEXT)],
             ),
         )?;
-        let heard =
-            self.pg.spawn(async move { tokio::time::timeout(PROBE_WAIT, probe_heard).await });
-        if !matches!(futures::executor::block_on(heard), Ok(Ok(Ok(())))) {
+        let probe = self.pg.spawn(async move {
+            let heard = tokio::time::timeout(PROBE_WAIT, notes.recv()).await;
+            (matches!(heard, Ok(Some(_))), notes)
+        });
+        let (heard, mut notes) =
+            futures::executor::block_on(probe).expect("the probe task is not aborted");
+        if !heard {
             self.pg.inner.no_notifications.store(true, std::sync::atomic::Ordering::Relaxed);
             tracing::warn!(
-                "{target}: a notification did not arrive within {PROBE_WAIT:?}: LISTEN needs a \
+                "{}: a notification did not arrive within {PROBE_WAIT:?}: LISTEN needs a \
                  session of its own, which a transaction-pooling PgBouncer does not keep; no \
-                 live text reaches followers here"
+                 live text reaches followers here",
+                self.pg.target()
             );
             return Ok(None);
         }
+        let (sender, receiver) = mpsc::unbounded_channel();
         // The session lives while its follower does.
         self.pg.spawn(async move {
             let _client = client;
-            while !keeper.is_closed() {
-                tokio::time::sleep(FOLLOWER_CHECK).await;
+            let mut check = tokio::time::interval(FOLLOWER_CHECK);
+            loop {
+                tokio::select! {
+                    note = notes.recv() => {
+                        let Some((_, payload)) = note else { return };
+                        let Ok(text) = serde_json::from_str::<LiveText>(&payload) else { continue };
+                        if sender.send(text).is_err() {
+                            return;
+                        }
+                    }
+                    _ = check.tick() => if sender.is_closed() { return },
+                }
             }
         });
         Ok(Some(receiver))

@@ -252,6 +252,42 @@ impl Postgres {
         &self.inner.deferred
     }
 
+    /// A session of its own listening on `channels` (`LISTEN` needs one: the shared
+    /// connection interleaves many callers): the session, to keep while listening, and each
+    /// notification on them as `(channel, payload)`, in order; the receiver closes with the
+    /// session. Listening when this returns.
+    pub fn listening(
+        &self,
+        channels: &[&str],
+    ) -> Result<(Client, tokio::sync::mpsc::UnboundedReceiver<(String, String)>)> {
+        use futures::StreamExt;
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (config, tls) = (self.inner.config.clone(), self.inner.tls.clone());
+        let statements: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
+        let listening = self.spawn(async move {
+            let (client, mut connection) = config.connect(tls).await?;
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            // Drives the session, and hands each notification on; it ends with the session.
+            tokio::spawn(async move {
+                while let Some(Ok(message)) = messages.next().await {
+                    let tokio_postgres::AsyncMessage::Notification(note) = message else {
+                        continue;
+                    };
+                    let note = (note.channel().to_string(), note.payload().to_string());
+                    if sender.send(note).is_err() {
+                        return;
+                    }
+                }
+            });
+            client.batch_execute(&statements).await?;
+            Ok::<_, tokio_postgres::Error>(client)
+        });
+        let client = futures::executor::block_on(listening)
+            .expect("the listen task is not aborted")
+            .map_err(|e| connect_error(self.target(), &e))?;
+        Ok((client, receiver))
+    }
+
     /// Runs a future on the driver's runtime (for work that needs tokio, such as timers).
     pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
     where

@@ -8,8 +8,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
-use tokio_postgres::AsyncMessage;
 use tokio_postgres::types::{Json, Type};
 
 use crate::error::Result;
@@ -75,42 +73,25 @@ impl PgQueue {
     /// answers `None`). The wait is in the background: nothing starts later for it.
     pub fn listen(&self, channels: &[&str]) -> Result<tokio::sync::mpsc::UnboundedReceiver<()>> {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        let (probed, probe_heard) = tokio::sync::oneshot::channel();
         let probe =
             format!("uncaged_workflow_probe_{}", ulid::Ulid::new().to_string().to_lowercase());
-        let (config, tls) = (self.pg.inner.config.clone(), self.pg.inner.tls.clone());
-        let statements: String =
-            channels.iter().chain([&probe.as_str()]).map(|c| format!("LISTEN {c};")).collect();
-        let target = self.pg.target().to_string();
-        let probe_channel = probe.clone();
-        let listening = self.pg.spawn(async move {
-            let (client, mut connection) = config.connect(tls).await?;
-            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-            tokio::spawn(async move {
-                let mut probed = Some(probed);
-                while let Some(Ok(message)) = messages.next().await {
-                    let AsyncMessage::Notification(note) = message else { continue };
-                    if note.channel() == probe_channel {
-                        if let Some(probed) = probed.take() {
-                            let _ = probed.send(());
-                        }
-                    } else if sender.send(()).is_err() {
-                        return;
+        let mut listened: Vec<&str> = channels.to_vec();
+        listened.push(&probe);
+        let (client, mut notes) = self.pg.listening(&listened)?;
+        self.notify(&probe, "")?;
+        let (pg, target) = (self.pg.clone(), self.pg.target().to_string());
+        // The session lives as long as it is of use.
+        self.pg.spawn(async move {
+            let _client = client;
+            let probed = tokio::time::timeout(PROBE_WAIT, async {
+                while let Some((channel, _)) = notes.recv().await {
+                    if channel == probe {
+                        return true;
                     }
                 }
+                false
             });
-            client.batch_execute(&statements).await?;
-            Ok::<_, tokio_postgres::Error>(client)
-        });
-        let client = futures::executor::block_on(listening)
-            .expect("the listen task is not aborted")
-            .map_err(|e| super::connect_error(&target, &e))?;
-        self.notify(&probe, "")?;
-        let pg = self.pg.clone();
-        // The client lives as long as the listening connection is of use.
-        self.pg.spawn(async move {
-            let client = client;
-            if tokio::time::timeout(PROBE_WAIT, probe_heard).await.is_err() {
+            if !matches!(probed.await, Ok(true)) {
                 pg.inner.no_notifications.store(true, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(
                     "{target}: a notification sent to this process did not arrive within \
@@ -120,8 +101,10 @@ impl PgQueue {
                 );
                 return;
             }
-            while !client.is_closed() {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
+            while notes.recv().await.is_some() {
+                if sender.send(()).is_err() {
+                    return;
+                }
             }
         });
         Ok(receiver)
