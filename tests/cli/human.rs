@@ -12,7 +12,7 @@ use crate::{Env, roles, thread_id_of};
 
 /// A pseudo-terminal for a command (`script` from util-linux puts it on one): what is written
 /// to the returned stdin arrives as typed at that terminal, as fast as it is written.
-fn on_a_terminal(env: &Env, args: &[&str]) -> Result<std::process::Child> {
+pub fn on_a_terminal(env: &Env, args: &[&str]) -> Result<std::process::Child> {
     let bin = env!("CARGO_BIN_EXE_uncaged-workflow");
     let command = std::iter::once(bin)
         .chain(args.iter().copied())
@@ -29,7 +29,7 @@ fn on_a_terminal(env: &Env, args: &[&str]) -> Result<std::process::Child> {
 }
 
 /// Reads `child`'s output until `needle` shows (60 s at most), returning what was read.
-fn read_until(out: &mut impl std::io::Read, needle: &str) -> Result<String> {
+pub fn read_until(out: &mut impl std::io::Read, needle: &str) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];

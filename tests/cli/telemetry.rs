@@ -267,6 +267,57 @@ fn a_threads_spans_reach_the_collector_with_genai_attributes() -> Result<()> {
     Ok(())
 }
 
+/// A durable agent's call is an `invoke_agent` span, with a `chat` span per model turn and an
+/// `execute_tool` span per tool call under it, carrying the GenAI attributes (the tool's name
+/// and the call's id; each turn's tokens).
+#[test]
+fn a_durable_agents_turns_and_tool_calls_are_spans() -> Result<()> {
+    use crate::mock_model::{MockModel, Turn, turn_of};
+    let collector = Collector::start()?;
+    let model = MockModel::start(|body| match turn_of(body) {
+        1 => Turn::calls(&[
+            ("ledger__append", json!({"entry": "a"})),
+            ("ledger__read", json!({})),
+        ]),
+        _ => Turn::answer(crate::tools::DONE),
+    })?;
+    let env = crate::tools::workbench(&model, "", &crate::tools::ledger_server("")?)?;
+    let config = env.home().join("config.yaml");
+    let text = std::fs::read_to_string(&config)?;
+    std::fs::write(&config, format!("{text}telemetry:\n  otlp_endpoint: {}\n", collector.endpoint))?;
+    let ledger = env.dir.path().join("ledger");
+    let run = env.run_with(
+        &["run", "dev", "-p", "Trace me"],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "20"), ("LEDGER_FILE", ledger.to_str().context("path")?)],
+    )?;
+    assert_eq!(run.code, 0, "{run:?}");
+    let spans = collector.wait_for_thread("dev", 1)?;
+    let agent = named(&spans, "invoke_agent m");
+    assert_eq!(agent.len(), 1, "{spans:#?}");
+    let agent = agent[0];
+    assert_eq!(agent.attr("gen_ai.operation.name"), json!("invoke_agent"));
+    assert_eq!(agent.attr("gen_ai.usage.input_tokens"), json!(200), "the turns' tokens, added up");
+    let chats = named(&spans, "chat m");
+    assert_eq!(chats.len(), 2, "a span per turn: {spans:#?}");
+    for (turn, chat) in chats.iter().enumerate() {
+        assert_eq!(chat.parent, agent.span_id, "a turn is under its agent call");
+        assert_eq!(chat.kind, SPAN_KIND_CLIENT);
+        assert_eq!(chat.attr("gen_ai.operation.name"), json!("chat"));
+        assert_eq!(chat.attr("uncaged.turn"), json!(turn + 1));
+        assert_eq!(chat.attr("gen_ai.usage.input_tokens"), json!(100));
+    }
+    for (name, id) in [("ledger.append", "call_1_0"), ("ledger.read", "call_1_1")] {
+        let tool = named(&spans, &format!("execute_tool {name}"));
+        assert_eq!(tool.len(), 1, "{spans:#?}");
+        assert_eq!(tool[0].parent, agent.span_id, "a tool call is under its agent call");
+        assert_eq!(tool[0].attr("gen_ai.operation.name"), json!("execute_tool"));
+        assert_eq!(tool[0].attr("gen_ai.tool.name"), json!(name));
+        assert_eq!(tool[0].attr("gen_ai.tool.call.id"), json!(id));
+        assert_eq!(tool[0].status, 0, "it returned");
+    }
+    Ok(())
+}
+
 /// A thread paused by its budget and resumed is one trace: two runs under the thread's one
 /// span. A failing agent's call is marked with `error.type`, and the failed thread's span with
 /// an error status. The collector is named by the standard variable here.

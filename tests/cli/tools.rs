@@ -46,12 +46,12 @@ schema:\n      type: object\n      required: [summary]\n      properties:\n     
 graph:\n  - from: $START\n    transitions: [{to: developer}]\n  - from: developer\n    transitions: [{to: $END}]\n";
 
 /// The final answer the model gives.
-const DONE: &str = "Done.\n{\"summary\": \"the work is done\"}";
+pub const DONE: &str = "Done.\n{\"summary\": \"the work is done\"}";
 
 /// A home with the `dev` workflow, and `developer` bound to `coder`: an `openai` binding of
 /// `model` with `settings` (lines indented by four) and the tool servers `tools` (lines
 /// indented by six).
-fn workbench(model: &MockModel, settings: &str, tools: &str) -> Result<Env> {
+pub fn workbench(model: &MockModel, settings: &str, tools: &str) -> Result<Env> {
     let env = Env::new()?;
     let flow = env.write("dev.yaml", DEV_YAML)?;
     env.ok(&["add", "dev", flow.to_str().context("path")?])?;
@@ -65,7 +65,7 @@ fn workbench(model: &MockModel, settings: &str, tools: &str) -> Result<Env> {
 }
 
 /// The ledger server over stdio, given LEDGER_FILE, with `extra` settings (indented by eight).
-fn ledger_server(extra: &str) -> Result<String> {
+pub fn ledger_server(extra: &str) -> Result<String> {
     Ok(format!(
         "      ledger:\n        command: {}\n        args: [{}]\n        env: [LEDGER_FILE]\n{extra}",
         python()?,
@@ -83,7 +83,7 @@ fn with_ledger(env: &Env, args: &[&str], ledger: &Path) -> Result<Run> {
 }
 
 /// The entries in the ledger.
-fn ledger_lines(ledger: &Path) -> Vec<String> {
+pub fn ledger_lines(ledger: &Path) -> Vec<String> {
     std::fs::read_to_string(ledger).unwrap_or_default().lines().map(str::to_string).collect()
 }
 
@@ -660,6 +660,78 @@ fn a_kill_at_any_point_of_a_loop_makes_no_tool_call_twice() -> Result<()> {
         let context = format!("seed {seed}, trial {trial}: a kill at `{point}` #{n}");
         crash_trial(point, n).with_context(|| context.clone())?;
     }
+    Ok(())
+}
+
+
+/// A foreground `run` asks the person at it about a call to approve (`yes`, or `no` and why),
+/// its standard input not a terminal: the first approved, the second denied.
+#[test]
+fn run_asks_about_a_tool_call_on_its_standard_input() -> Result<()> {
+    use std::io::Write;
+    let model = MockModel::start(|body| match turn_of(body) {
+        1 => Turn::call("ledger__append", json!({"entry": "a"})),
+        2 => Turn::call("ledger__append", json!({"entry": "b"})),
+        _ => Turn::answer(DONE),
+    })?;
+    let env = workbench(&model, "", &ledger_server("        approve: [append]\n")?)?;
+    let ledger = env.dir.path().join("ledger");
+    let mut child = env
+        .command()
+        .args(["run", "dev", "-p", "Write a and b"])
+        .env("LEDGER_FILE", &ledger)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    child.stdin.take().context("stdin")?.write_all(b"maybe\nyes\nno b is not wanted\n")?;
+    let out = child.wait_with_output()?;
+    let (stdout, stderr) = (String::from_utf8(out.stdout)?, String::from_utf8(out.stderr)?);
+    ensure!(out.status.code() == Some(0), "{stdout}\n{stderr}");
+    ensure!(stderr.contains("asks to call tool `ledger.append`"), "{stderr}");
+    ensure!(stderr.contains("answer `yes`, or `no` and why"), "a reply that is no decision is asked again: {stderr}");
+    ensure!(ledger_lines(&ledger) == ["a"], "{:?}", ledger_lines(&ledger));
+    let results = tool_results(&model.seen()[2]);
+    ensure!(results[1].1 == "A person did not allow this call: b is not wanted", "{results:?}");
+    Ok(())
+}
+
+/// On a terminal, `run` writes out the model's text as it comes (`stream: true`), before the
+/// step's line.
+#[test]
+fn run_shows_the_models_text_as_it_grows_on_a_terminal() -> Result<()> {
+    let model = MockModel::start(|body| match turn_of(body) {
+        1 => Turn::call("ledger__read", json!({})).saying("Reading the ledger first."),
+        _ => Turn::answer(DONE),
+    })?;
+    let env = workbench(&model, "    stream: true\n", &ledger_server("")?)?;
+    std::fs::write(env.dir.path().join("ledger"), "")?;
+    let ledger = env.dir.path().join("ledger").display().to_string();
+    let args = ["env", &format!("LEDGER_FILE={ledger}"), env!("CARGO_BIN_EXE_uncaged-workflow"), "run", "dev", "-p", "Read"];
+    let command = args.iter().map(|a| format!("'{}'", a.replace('\'', "'\\''"))).collect::<Vec<_>>().join(" ");
+    let mut child = env
+        .command_of("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut out = child.stdout.take().context("stdout")?;
+    let shown = match crate::human::read_until(&mut out, "(0): reached") {
+        Ok(shown) => shown,
+        Err(e) => {
+            let status = child.wait()?;
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().context("stderr")?, &mut err)?;
+            anyhow::bail!("{e}; script exited {status}: {err}");
+        }
+    };
+    let _ = child.wait();
+    // Each turn's text on a line of its own, before the step's line.
+    let first = shown.find("developer ▸ Reading the ledger first.\r\n").with_context(|| format!("{shown:?}"))?;
+    let second = shown.find("developer ▸ Done.").with_context(|| format!("{shown:?}"))?;
+    let step = shown.find("[1] developer").with_context(|| format!("{shown:?}"))?;
+    ensure!(first < second && second < step, "the text comes before the step: {shown:?}");
     Ok(())
 }
 

@@ -18,8 +18,8 @@ contract! {
         let (publish, elsewhere) = (live.publisher(id), live.publisher(other));
         let long = "x".repeat(20_000);
         for text in ["Let me ", "read ", long.as_str()] {
-            publish(LiveText { role: "developer".into(), text: text.into() });
-            elsewhere(LiveText { role: "developer".into(), text: "not yours".into() });
+            publish(LiveText { role: "developer".into(), turn: 1, text: text.into() });
+            elsewhere(LiveText { role: "developer".into(), turn: 1, text: "not yours".into() });
         }
         let expected = format!("Let me read {long}");
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

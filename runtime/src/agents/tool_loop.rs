@@ -35,8 +35,8 @@ pub trait TurnHost: Send + Sync {
     fn price(&self, usage: &mut Usage);
     /// What a turn cost, once journaled.
     fn spent(&self, usage: &Usage);
-    /// Text the model is writing, as it comes (`stream: true`).
-    fn delta(&self, text: &str);
+    /// Text the model is writing in turn `turn` (from 1), as it comes (`stream: true`).
+    fn delta(&self, turn: u32, text: &str);
     /// A person's decision about a tool call, if one is at a terminal to make it now;
     /// `None`: the thread waits for one.
     fn decide<'a>(&'a self, wait: &'a ToolWait) -> BoxFuture<'a, Option<Decision>>;
@@ -69,7 +69,7 @@ pub async fn answer(
     ];
     let delta = |text: &str| {
         if let Some(turns) = turns {
-            turns.host.delta(text);
+            turns.host.delta(1, text);
         }
     };
     let Some(tools) = agent.tools() else {
@@ -123,7 +123,7 @@ impl TurnHost for Fallback {
     }
     fn price(&self, _: &mut Usage) {}
     fn spent(&self, _: &Usage) {}
-    fn delta(&self, _: &str) {}
+    fn delta(&self, _: u32, _: &str) {}
     fn decide<'a>(&'a self, _: &'a ToolWait) -> BoxFuture<'a, Option<Decision>> {
         Box::pin(async { None })
     }
@@ -315,7 +315,8 @@ impl Loop<'_> {
         let started = Instant::now();
         let definitions = self.toolbox.definitions();
         let host = self.host;
-        let delta = |text: &str| host.delta(text);
+        let turn = self.state.turns + 1;
+        let delta = |text: &str| host.delta(turn, text);
         let reply = self
             .agent
             .turn(&self.state.messages, &definitions, &delta)

@@ -18,6 +18,7 @@ use crate::run::control;
 use crate::run::dispatch::{Accepted, Heard};
 use crate::run::events::Event;
 use crate::store::Storage;
+use crate::store::queue::LiveText;
 use crate::store::records::{End, StepRecord};
 use crate::terminal;
 
@@ -62,8 +63,9 @@ pub fn step_line(index: usize, step: &StepRecord) -> String {
 struct Progress {
     how: Follow,
     spinner: Option<ProgressBar>,
-    /// The role whose model's text is being written out, mid-line (the spinner is off).
-    live: Option<String>,
+    /// The role and turn whose model's text is being written out, mid-line (the spinner is
+    /// off).
+    live: Option<(String, u32)>,
 }
 
 impl Progress {
@@ -71,23 +73,24 @@ impl Progress {
         Progress { how, spinner: Self::spinner(how), live: None }
     }
 
-    /// Writes out, at a terminal, a piece of the text a model is writing for `role` (piped
-    /// output keeps to its lines: the step's line tells its answer).
-    fn delta(&mut self, role: &str, text: &str) -> Result<()> {
+    /// Writes out, at a terminal, a piece of the text a model is writing, each turn on lines
+    /// of its own (piped output keeps to its lines: the step's line tells its answer).
+    fn delta(&mut self, live: &LiveText) -> Result<()> {
         use std::io::Write as _;
         if self.how.json || self.how.quiet || !std::io::stdout().is_terminal() {
             return Ok(());
         }
         let mut out = std::io::stdout().lock();
-        if self.live.as_deref() != Some(role) {
+        let whose = (live.role.clone(), live.turn);
+        if self.live.as_ref() != Some(&whose) {
             if self.live.is_some() {
                 writeln!(out).map_err(Error::stdout)?;
             }
             self.stop();
-            write!(out, "    {} ▸ ", terminal::line(role)).map_err(Error::stdout)?;
-            self.live = Some(role.to_string());
+            write!(out, "    {} ▸ ", terminal::line(&live.role)).map_err(Error::stdout)?;
+            self.live = Some(whose);
         }
-        write!(out, "{}", terminal::block(text)).map_err(Error::stdout)?;
+        write!(out, "{}", terminal::block(&live.text)).map_err(Error::stdout)?;
         out.flush().map_err(Error::stdout)
     }
 
@@ -250,11 +253,11 @@ pub async fn follow(store: &Storage, handed: Handed, how: Follow) -> Result<i32>
                 }
                 continue;
             }
-            Event::Delta { role, text, .. } => {
+            Event::Delta { text, .. } => {
                 if how.json {
                     print_event(&event)?;
                 }
-                progress.delta(role, text)?;
+                progress.delta(text)?;
                 continue;
             }
             Event::Waiting { role, .. } => {

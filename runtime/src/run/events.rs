@@ -30,9 +30,14 @@ pub enum Event {
     Working { thread: ThreadId, roles: Vec<String>, agents: Vec<String> },
     /// A step was stored; `index` is its position in the thread, from 1.
     Step { thread: ThreadId, index: usize, step: StepRecord },
-    /// A model answering `role` wrote `text` (`stream: true` bindings): the pieces of a turn's
-    /// text as they come, not kept (its whole message is, when the turn ends).
-    Delta { thread: ThreadId, role: String, text: String },
+    /// A model wrote some text for a role, in a turn of its call (`stream: true` bindings): the
+    /// pieces of a turn's text as they come, not kept (its whole message is, when the turn
+    /// ends).
+    Delta {
+        thread: ThreadId,
+        #[serde(flatten)]
+        text: crate::store::queue::LiveText,
+    },
     /// The thread stopped to wait for a person's answer for `role` (`answer` continues it).
     Waiting { thread: ThreadId, role: String },
     /// The thread paused after its step `steps` (`resume` continues it).

@@ -19,6 +19,7 @@ use crate::ids::{BundleHash, ThreadId};
 use crate::run::events::PsEntry;
 use crate::store::Storage;
 use crate::store::pauses::ToolWait;
+use crate::store::queue::LiveText;
 use crate::store::records::{EndRecord, StepRecord};
 
 /// How long a client waits for a worker to come up.
@@ -72,8 +73,8 @@ pub enum Reply {
         #[serde(default)]
         tool: Option<ToolWait>,
     },
-    /// A model answering `role` wrote `text`.
-    Delta { role: String, text: String },
+    /// A model wrote some text.
+    Delta(LiveText),
     /// The thread stopped to wait for a human answer (`answer`).
     Waiting { role: String },
     /// A step was persisted (its agent and duration are in it).

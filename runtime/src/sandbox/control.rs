@@ -50,9 +50,9 @@ pub enum Progress {
     Working(Activity),
     /// A step was stored; `index` is its position in the thread, from 1.
     Step { index: usize, step: StepRecord },
-    /// Text a model is writing for `role`, as it comes (not kept: the turn's whole message is
-    /// journaled when it ends).
-    Delta { role: Arc<str>, text: Arc<str> },
+    /// Text a model is writing, as it comes (not kept: the turn's whole message is journaled
+    /// when it ends).
+    Delta(Arc<LiveText>),
 }
 
 /// How many events a follower may fall behind by before it misses some.
@@ -113,13 +113,13 @@ impl ThreadControl {
         self.publish(|| Progress::Step { index, step: step.clone() });
     }
 
-    /// Tells followers that the model answering `role` wrote `text`: those of this process
-    /// (nothing, if nobody follows), and those elsewhere through the store, if it carries it.
-    pub fn publish_delta(&self, role: &str, text: &str) {
-        self.publish(|| Progress::Delta { role: role.into(), text: text.into() });
+    /// Tells followers what a model wrote: those of this process (nothing, if nobody
+    /// follows), and those elsewhere through the store, if it carries it.
+    pub fn publish_delta(&self, text: LiveText) {
         if let Some(LiveSink(live)) = self.live.get() {
-            live(LiveText { role: role.to_string(), text: text.to_string() });
+            live(text.clone());
         }
+        self.publish(|| Progress::Delta(Arc::new(text)));
     }
 
     /// Sends the thread's live text to `publisher` too (once: a thread has one store).

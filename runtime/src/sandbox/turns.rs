@@ -13,6 +13,7 @@ use crate::agents::{AgentFailure, TurnHost};
 use crate::store::config::Prices;
 use crate::store::journal::Decision;
 use crate::store::pauses::ToolWait;
+use crate::store::queue::LiveText;
 use crate::store::records::{Budget, Usage};
 
 /// What a batch of agent calls has spent: the journal's count when the batch began, and each
@@ -66,8 +67,9 @@ impl TurnHost for ThreadTurns {
         self.spending.0.lock().add(&Usage { calls: 0, ..usage.clone() });
     }
 
-    fn delta(&self, text: &str) {
-        self.control.publish_delta(&self.role, text);
+    fn delta(&self, turn: u32, text: &str) {
+        let role = self.role.clone();
+        self.control.publish_delta(LiveText { role, turn, text: text.to_string() });
     }
 
     fn decide<'a>(&'a self, wait: &'a ToolWait) -> BoxFuture<'a, Option<Decision>> {

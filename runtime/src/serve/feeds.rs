@@ -24,7 +24,6 @@ use crate::run::dispatch::{Dispatch, LiveTexts};
 use crate::run::events::Event;
 use crate::run::watch::ThreadEvents;
 use crate::store::Storage;
-use crate::store::queue::LiveText;
 
 /// How often a followed thread is read for what it stored.
 const INTERVAL: Duration = Duration::from_millis(200);
@@ -229,8 +228,8 @@ async fn read(
             _ = stopping.changed() => continue,
             text = text => {
                 match text {
-                    Some(LiveText { role, text }) => {
-                        let event = Event::Delta { thread: id, role, text };
+                    Some(text) => {
+                        let event = Event::Delta { thread: id, text };
                         let json = serde_json::to_string(&event).expect("events serialize");
                         let frame = Told::of(&event, 0).frame;
                         let _ = feed.live.send(Arc::new(LiveFrame { frame, json }));

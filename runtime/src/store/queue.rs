@@ -223,10 +223,12 @@ pub trait LiveChannel: Send + Sync + fmt::Debug {
     ) -> Result<Option<tokio::sync::mpsc::UnboundedReceiver<LiveText>>>;
 }
 
-/// A piece of text a model wrote for a role.
+/// A piece of text a model wrote for a role, in one of its turns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LiveText {
     pub role: String,
+    /// The turn of the agent call it belongs to (1 for the first).
+    pub turn: u32,
     pub text: String,
 }
 

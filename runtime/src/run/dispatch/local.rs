@@ -14,7 +14,7 @@ use crate::run::ipc::{self, ClientMessage, Connection, Reply, Request};
 use crate::run::worker::{self, WorkerOptions};
 use crate::run_request::RunRequest;
 use crate::store::Storage;
-use crate::store::queue::{ControlRequest, LiveText};
+use crate::store::queue::ControlRequest;
 
 /// How many times a thread is handed to its bundle's worker when the worker dies during the
 /// hand-over.
@@ -185,10 +185,8 @@ impl Dispatch for LocalDispatch {
             }
             let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
             tokio::spawn(async move {
-                while let Ok(Some(Reply::Delta { role, text })) =
-                    connection.receive::<Reply>().await
-                {
-                    if sender.send(LiveText { role, text }).is_err() {
+                while let Ok(Some(Reply::Delta(text))) = connection.receive::<Reply>().await {
+                    if sender.send(text).is_err() {
                         return;
                     }
                 }
@@ -233,7 +231,7 @@ impl Follower for LocalFollower {
                         tool,
                     })
                 }
-                Reply::Delta { role, text } => Heard::Event(Event::Delta { thread, role, text }),
+                Reply::Delta(text) => Heard::Event(Event::Delta { thread, text }),
                 Reply::Error { message, code } => Heard::Failed { message, code },
                 other => Heard::Failed {
                     message: format!(

@@ -390,9 +390,9 @@ impl Follower for QueuedThread {
                 };
                 let heard = tokio::time::timeout(due, live.recv()).await;
                 match heard {
-                    Ok(Some(LiveText { role, text })) => {
+                    Ok(Some(text)) => {
                         let thread = self.id;
-                        self.pending.push_back(Heard::Event(Event::Delta { thread, role, text }));
+                        self.pending.push_back(Heard::Event(Event::Delta { thread, text }));
                     }
                     Ok(None) => self.live = None,
                     Err(_) => {}

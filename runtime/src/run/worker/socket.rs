@@ -123,8 +123,8 @@ async fn handle(worker: Arc<Worker>, hash: BundleHash, mut connection: Connectio
             }
             loop {
                 match progress.recv().await {
-                    Ok(Progress::Delta { role, text }) => {
-                        let reply = Reply::Delta { role: role.to_string(), text: text.to_string() };
+                    Ok(Progress::Delta(text)) => {
+                        let reply = Reply::Delta((*text).clone());
                         if connection.send(&reply).await.is_err() {
                             return;
                         }
@@ -195,9 +195,7 @@ async fn follow_thread(connection: &mut Connection, started: Started) {
                 let reply = match heard {
                     Ok(Progress::Working(Activity { role, agent })) => Reply::Working { role, agent },
                     Ok(Progress::Step { index, step }) => Reply::Step { index, step },
-                    Ok(Progress::Delta { role, text }) => {
-                        Reply::Delta { role: role.to_string(), text: text.to_string() }
-                    }
+                    Ok(Progress::Delta(text)) => Reply::Delta((*text).clone()),
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     // The thread's run is over: how it came to rest follows.
                     Err(broadcast::error::RecvError::Closed) => {

@@ -129,7 +129,7 @@ let events = null;
 let rendering = 0;
 // The text a model is writing for the thread on the page, as /api/events sends it (`delta`):
 // shown as it grows, gone once the thread's next step lands.
-let liveText = { thread: null, steps: -1, role: "", text: "" };
+let liveText = { thread: null, steps: -1, role: "", turn: 0, text: "" };
 let filters = { workflow: "", status: "" };
 
 function route() {
@@ -184,8 +184,8 @@ function listen() {
   events.addEventListener("change", () => render());
   events.addEventListener("delta", (e) => {
     const delta = JSON.parse(e.data);
-    if (liveText.thread !== delta.thread || liveText.role !== delta.role) {
-      liveText = { thread: delta.thread, steps: liveText.thread === delta.thread ? liveText.steps : -1, role: delta.role, text: "" };
+    if (liveText.thread !== delta.thread || liveText.role !== delta.role || liveText.turn !== delta.turn) {
+      liveText = { thread: delta.thread, steps: liveText.thread === delta.thread ? liveText.steps : -1, role: delta.role, turn: delta.turn, text: "" };
     }
     liveText.text += delta.text;
     const box = document.getElementById("live-text");
@@ -197,7 +197,7 @@ function listen() {
 // The live text's box: whose it is, and what it says so far.
 function liveBox() {
   return el("div", {},
-    el("div", { class: "muted" }, el("strong", {}, liveText.role), " is writing…"),
+    el("div", { class: "muted" }, el("strong", {}, liveText.role), ` is writing (turn ${liveText.turn})…`),
     el("pre", { class: "content" }, liveText.text));
 }
 

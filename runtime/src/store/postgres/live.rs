@@ -4,8 +4,8 @@
 //! for costs the server nothing.
 //!
 //! One task per process sends them, in order: what piles up while it sends is joined, per
-//! thread and role, into one notification (under the server's 8,000-byte payload limit), so a
-//! fast model never queues more notifications than the database can take.
+//! thread, role and turn, into one notification (under the server's 8,000-byte payload
+//! limit), so a fast model never queues more notifications than the database can take.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
@@ -60,7 +60,7 @@ impl PgLive {
     }
 }
 
-/// Sends what is published, joining what piled up per thread and role.
+/// Sends what is published, joining what piled up per thread, role and turn.
 async fn send(pg: Postgres, mut queue: mpsc::UnboundedReceiver<(ThreadId, LiveText)>) {
     while let Some(first) = queue.recv().await {
         let mut batch: VecDeque<(ThreadId, LiveText)> = VecDeque::from([first]);
@@ -69,6 +69,7 @@ async fn send(pg: Postgres, mut queue: mpsc::UnboundedReceiver<(ThreadId, LiveTe
                 Some((id, last))
                     if *id == next.0
                         && last.role == next.1.role
+                        && last.turn == next.1.turn
                         && last.text.len() + next.1.text.len() <= PAYLOAD_TEXT =>
                 {
                     last.text.push_str(&next.1.text);
@@ -80,6 +81,7 @@ async fn send(pg: Postgres, mut queue: mpsc::UnboundedReceiver<(ThreadId, LiveTe
             for piece in pieces(&text.text) {
                 let payload = serde_json::to_string(&LiveText {
                     role: text.role.clone(),
+                    turn: text.turn,
                     text: piece.to_string(),
                 })
                 .expect("live text serializes");
