@@ -20,7 +20,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash test-pgbouncer \
-	interpreter check-interpreter browser postgres bench-postgres bench-serve install-check mcp-servers
+	interpreter check-interpreter browser postgres bench-postgres bench-serve bench-agents install-check mcp-servers
 
 all: build bundles
 
@@ -150,7 +150,7 @@ clean:
 
 # Benchmarks: criterion micro-benchmarks, whole workflows against LangGraph and a native floor,
 # concurrency; writes BENCHMARKS.md. Installs LangGraph into target/bench-venv.
-bench: guest-target postgres
+bench: guest-target postgres mcp-servers
 	python3 runtime/benches/report.py
 
 # The PostgreSQL part of the benchmarks alone, put in place in BENCHMARKS.md.
@@ -160,3 +160,7 @@ bench-postgres: guest-target postgres
 # `serve` under load alone (stalled connections, thousands of live views), put in place.
 bench-serve: guest-target
 	python3 runtime/benches/report.py --only serve
+
+# The durable agents' part of the benchmarks alone (journaling per turn, live text's latency).
+bench-agents: mcp-servers
+	python3 runtime/benches/report.py --only agents

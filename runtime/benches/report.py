@@ -23,6 +23,7 @@ import serve_load  # noqa: E402  (runtime/benches/serve_load.py)
 import telemetry  # noqa: E402  (runtime/benches/telemetry.py)
 import fan_out  # noqa: E402  (runtime/benches/fan_out.py)
 import replay  # noqa: E402  (runtime/benches/replay.py)
+import durable_agents  # noqa: E402  (runtime/benches/durable_agents.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
@@ -368,6 +369,7 @@ def main():
     lines += telemetry.section()
     lines += fan_out.section()
     lines += replay.section()
+    lines += durable_agents.section()
     lines += postgres.section(PYTHON)
     lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for mode, ours_us, native_us, peer_us in verdicts:
@@ -453,6 +455,9 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["--only", "replay"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         in_place(replay.section())
+    elif sys.argv[1:] == ["--only", "agents"]:
+        sh("cargo", "build", "--release", "-p", "uncaged-workflow")
+        in_place(durable_agents.section())
     elif sys.argv[1:] == ["--only", "threads"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         print("\n".join(thread_listing_lines()))
