@@ -422,6 +422,7 @@ fn a_server_gets_only_its_variables_and_its_results_are_redacted() -> Result<()>
         1 => Turn::calls(&[
             ("ledger__environment", json!({})),
             ("ledger__append", json!({"entry": KEY})),
+            ("ledger__append", json!({"entry": "\u{1b}[2Jcleared\u{202e}"})),
         ]),
         _ => Turn::answer(DONE),
     })?;
@@ -441,6 +442,10 @@ fn a_server_gets_only_its_variables_and_its_results_are_redacted() -> Result<()>
     ensure!(results[1].1 == "appended [redacted]", "{results:?}");
     let journal = serde_json::to_string(&loop_entries(&env, &dev_hash(&env)?, &thread_of(&run)?)?)?;
     ensure!(journal.contains("appended [redacted]") && !journal.contains("appended sk-"), "{journal}");
+    // A tool's text is shown escaped on a terminal: its control characters cannot act there.
+    let shown = env.ok(&["thread", &thread_of(&run)?])?;
+    ensure!(shown.contains("appended \\u{1b}[2Jcleared\\u{202e}"), "{shown}");
+    ensure!(!shown.contains('\u{1b}') && !shown.contains('\u{202e}'), "{shown:?}");
     Ok(())
 }
 
