@@ -48,6 +48,11 @@ pub struct RunRequest {
     /// What the thread may spend on its agents (`--max-tokens`, `--max-cost`, …).
     #[serde(default, skip_serializing_if = "Budget::is_empty")]
     pub budget: Budget,
+    /// Tools of durable agents a person says yes to before each call, in this thread, beside
+    /// those the bindings' `approve:` names (`--approve server.tool`, or `server.*` for every
+    /// tool of a server).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approve: Vec<String>,
 }
 
 impl RunRequest {
@@ -86,6 +91,13 @@ impl RunRequest {
             max_rounds: self.max_rounds.or(base.max_rounds),
             limits,
             budget: base.budget.raised(&self.budget),
+            // Approvals only add up: a resume never lifts one the thread was started with.
+            approve: base.approve.iter().chain(&self.approve).fold(Vec::new(), |mut all, tool| {
+                if !all.contains(tool) {
+                    all.push(tool.clone());
+                }
+                all
+            }),
         }
     }
 }
@@ -125,6 +137,7 @@ mod tests {
             max_rounds: Some(7),
             limits: LimitOverrides::from_pairs([("memory", "64MiB")]).unwrap(),
             budget: Budget { max_tokens: Some(100), ..Default::default() },
+            approve: vec!["fs.write_file".into()],
         };
         let json = serde_json::to_value(&request).unwrap();
         assert_eq!(json["agentFor"]["reviewer"], "human");

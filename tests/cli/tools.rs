@@ -339,6 +339,33 @@ fn an_approved_call_is_made_and_a_denied_one_is_not() -> Result<()> {
     Ok(())
 }
 
+/// `run --approve server.tool` has a person approve that tool's calls in this thread, though
+/// its binding does not ask it: recorded with the thread, so the run that an answer resumes
+/// asks again for the next call.
+#[test]
+fn a_run_asks_for_approvals_of_its_own() -> Result<()> {
+    let model = MockModel::start(|body| match turn_of(body) {
+        1 => Turn::call("ledger__read", json!({})),
+        k @ 2..=3 => Turn::call("ledger__append", json!({"entry": format!("e{k}")})),
+        _ => Turn::answer(DONE),
+    })?;
+    let env = workbench(&model, "", &ledger_server("")?)?;
+    let ledger = env.dir.path().join("ledger");
+    env.fails(&["run", "dev", "-p", "x", "--approve", "ledger"], 64)?;
+    let run = with_ledger(&env, &["run", "dev", "-p", "Append", "--approve", "ledger.append"], &ledger)?;
+    ensure!(run.code == 75, "the read is made, the append waits: {run:?}");
+    let thread = crate::thread_id_of(&run.stdout)?;
+    let shown = env.json(&["thread", &thread])?;
+    ensure!(shown["start"]["parameters"]["options"]["approve"] == json!(["ledger.append"]), "{shown}");
+    ensure!(shown["paused"]["call"]["tool"]["tool"] == "ledger.append", "{shown}");
+    let approved = with_ledger(&env, &["answer", &thread, "--approve"], &ledger)?;
+    ensure!(approved.code == 75, "the second append waits too: {approved:?}");
+    let approved = with_ledger(&env, &["answer", &thread, "--approve"], &ledger)?;
+    ensure!(approved.code == 0, "{approved:?}");
+    ensure!(ledger_lines(&ledger) == ["e2", "e3"], "{:?}", ledger_lines(&ledger));
+    Ok(())
+}
+
 /// What a thread has spent is checked before each model turn: a loop that crosses its budget
 /// pauses between turns, and `resume --raise-budget` goes on from the journal.
 #[test]

@@ -165,6 +165,7 @@ fn start_record(hash: BundleHash) -> StartRecord {
                     max_cost_usd: Some(0.25),
                     ..Default::default()
                 },
+                approve: vec!["fs.write_file".into()],
             },
         },
         timestamp: 1,

@@ -93,8 +93,14 @@ impl AgentSet {
     ) -> Result<Self> {
         let secrets = Arc::new(secrets.clone());
         let prices = Arc::new(config.prices.clone());
-        let binder =
-            Binder { config, descriptor, cwd: request.cwd.as_deref(), secrets: &secrets, prices };
+        let binder = Binder {
+            config,
+            descriptor,
+            cwd: request.cwd.as_deref(),
+            secrets: &secrets,
+            prices,
+            approve: &request.approve,
+        };
         let default = match (&request.agent, &config.agent) {
             (Some(spec), _) => binder.bind(spec, false)?,
             (None, Some(text)) => binder.bind(&configured(text)?, true)?,
@@ -176,6 +182,8 @@ struct Binder<'a> {
     cwd: Option<&'a Path>,
     secrets: &'a Arc<Secrets>,
     prices: Arc<crate::store::config::Prices>,
+    /// Tools a person approves before each call, beside the bindings' own (`--approve`).
+    approve: &'a [String],
 }
 
 impl Binder<'_> {
@@ -247,7 +255,8 @@ impl Binder<'_> {
             ),
             AgentKind::OpenAi { .. } => Agent::OpenAi(
                 OpenAiAgent::from_config(&config.kind, timeout, self.secrets, self.cwd)
-                    .map_err(invalid)?,
+                    .map_err(invalid)?
+                    .approving(self.approve),
             ),
             AgentKind::Human => Agent::Human,
         };

@@ -128,6 +128,17 @@ impl OpenAiAgent {
         })
     }
 
+    /// The same agent, a person approving each call of the tools `approve` names
+    /// (`server.tool`, `server.*`), beside what its binding's `approve:` lists.
+    pub fn approving(mut self, approve: &[String]) -> Self {
+        if let Some(tools) = &mut self.tools
+            && !approve.is_empty()
+        {
+            Arc::make_mut(tools).approve(approve);
+        }
+        self
+    }
+
     /// One chat completion; `response_format` constrains the output (structured outputs).
     /// HTTP 429 and 5xx, connection failures and timeouts are transient; other statuses are
     /// permanent. Errors name the endpoint and the status.

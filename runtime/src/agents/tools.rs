@@ -43,6 +43,9 @@ pub struct ToolSet {
     values: BTreeMap<String, String>,
     /// Where a server's program runs: the directory the run was asked from.
     cwd: Option<PathBuf>,
+    /// Tools a person approves before each call beside the bindings' own, as a run asked
+    /// (`server.tool`, `server.*`).
+    approve: Vec<String>,
 }
 
 impl ToolSet {
@@ -71,7 +74,12 @@ impl ToolSet {
             }
         }
         let servers = servers.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
-        Ok(ToolSet { servers, values, cwd: cwd.map(Path::to_path_buf) })
+        Ok(ToolSet { servers, values, cwd: cwd.map(Path::to_path_buf), approve: Vec::new() })
+    }
+
+    /// Has a person approve each call of the tools `patterns` name too.
+    pub fn approve(&mut self, patterns: &[String]) {
+        self.approve.extend(patterns.iter().cloned());
     }
 
     /// Starts or reaches every server, lists their tools, and keeps those the model may be
@@ -116,7 +124,7 @@ impl ToolSet {
             let (server, listed) = connected?;
             let config = &self.servers[index].1;
             for tool in listed {
-                if let Some(offer) = Offered::of(index, &server.name, config, tool) {
+                if let Some(offer) = Offered::of(index, &server.name, config, tool, &self.approve) {
                     tools.push(offer);
                 }
             }
@@ -297,7 +305,13 @@ pub struct Offered {
 
 impl Offered {
     /// `tool` of server `name` as offered, if its binding allows it.
-    fn of(server: usize, name: &str, config: &ToolServer, tool: Tool) -> Option<Self> {
+    fn of(
+        server: usize,
+        name: &str,
+        config: &ToolServer,
+        tool: Tool,
+        approve: &[String],
+    ) -> Option<Self> {
         let local = tool.name.to_string();
         if config.allow.as_ref().is_some_and(|allow| !allow.contains(&local)) {
             return None;
@@ -314,7 +328,10 @@ impl Offered {
             name: model_name(name, &local),
             label: format!("{name}.{local}"),
             server,
-            approve: config.approve.contains(&local),
+            approve: config.approve.contains(&local)
+                || approve
+                    .iter()
+                    .any(|p| *p == format!("{name}.{local}") || *p == format!("{name}.*")),
             safe_to_repeat,
             validator,
             tool,

@@ -146,6 +146,22 @@ pub struct AgentArgs {
     /// Agent for one role (repeatable)
     #[arg(long, value_name = "ROLE=AGENT", value_parser = parse_role_binding)]
     pub agent_for: Vec<(String, AgentSpec)>,
+    /// A durable agent's tool that a person approves before each call, in this thread, beside
+    /// its binding's `approve:` (repeatable): SERVER.TOOL, or SERVER.* for all its tools
+    #[arg(long, value_name = "SERVER.TOOL", value_parser = parse_tool_pattern)]
+    pub approve: Vec<String>,
+}
+
+/// `--approve`: `server.tool` or `server.*`.
+fn parse_tool_pattern(text: &str) -> std::result::Result<String, String> {
+    match text.split_once('.') {
+        Some((server, tool)) if !server.is_empty() && !tool.is_empty() => Ok(text.to_string()),
+        _ => Err(format!(
+            "`{}` is not SERVER.TOOL (a tool server's name in config.yaml, a dot, and one of \
+             its tools, or `*` for all of them)",
+            crate::terminal::line(text)
+        )),
+    }
 }
 
 impl AgentArgs {
@@ -155,16 +171,18 @@ impl AgentArgs {
         let request = RunRequest {
             agent: self.agent.clone(),
             agent_for: self.agent_for.iter().cloned().collect(),
+            approve: self.approve.clone(),
             ..Default::default()
         };
         Ok(request.absolutize(&crate::run::lifecycle::current_dir()?))
     }
 
     /// What a run of an existing thread is asked on top of its recorded request: these
-    /// flags' request if any was given, else nothing.
+    /// flags' request if any was given, else nothing (approvals alone keep the thread's
+    /// directory).
     pub fn overrides(&self) -> Result<RunRequest> {
         if self.agent.is_none() && self.agent_for.is_empty() {
-            Ok(RunRequest::default())
+            Ok(RunRequest { approve: self.approve.clone(), ..Default::default() })
         } else {
             self.request()
         }
