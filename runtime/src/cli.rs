@@ -22,6 +22,7 @@ mod follow;
 mod fork;
 mod history;
 mod list;
+mod mcp;
 mod new;
 pub mod options;
 mod output;
@@ -126,6 +127,8 @@ pub enum Command {
     Schedule(schedule::ScheduleCommand),
     /// Fire schedules continuously and serve the web view (opt-in; nothing else needs it)
     Serve(serve::ServeCommand),
+    /// Serve MCP over stdio: workflows as tools for AI assistants
+    Mcp(mcp::McpCommand),
     /// Manage the tokens that let other systems call the HTTP API
     Token(token::TokenCommand),
     /// Scaffold a buildable bundle project in Rust, Python or JavaScript
@@ -184,6 +187,7 @@ impl Cli {
             Command::Answer(c) => c.execute(global).await,
             Command::Schedule(c) => c.execute(global).await,
             Command::Serve(c) => c.execute(global).await,
+            Command::Mcp(c) => c.execute(global).await,
             Command::Token(c) => c.execute(global),
             Command::New(c) => c.execute(global),
             Command::Completions(c) => c.execute(global),

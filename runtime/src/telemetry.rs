@@ -167,8 +167,15 @@ fn thread_context(thread: ThreadId) -> Context {
     ))
 }
 
-/// The span of one run of a thread in this process, under the thread's span.
-pub fn run_span(thread: ThreadId, workflow: &str, hash: BundleHash, steps: usize) -> tracing::Span {
+/// The span of one run of a thread in this process, under the thread's span; `started_by` is
+/// who asked for the thread from outside, if a request did (`mcp token:ci (claude-code)`).
+pub fn run_span(
+    thread: ThreadId,
+    workflow: &str,
+    hash: BundleHash,
+    steps: usize,
+    started_by: Option<&str>,
+) -> tracing::Span {
     let span = tracing::info_span!(
         target: TARGET,
         "thread run",
@@ -177,6 +184,7 @@ pub fn run_span(thread: ThreadId, workflow: &str, hash: BundleHash, steps: usize
         uncaged.workflow.name = workflow,
         uncaged.workflow.hash = %hash,
         uncaged.run.first_step = steps as i64 + 1,
+        uncaged.thread.started_by = started_by,
         uncaged.run.steps = Empty,
         uncaged.run.outcome = Empty,
     );

@@ -142,6 +142,9 @@ impl ThreadCommand {
                         terminal::line(&schedule.firing)
                     )?;
                 }
+                if let Some(by) = &start.started_by {
+                    outln!("started by {}", terminal::line(&by.line()))?;
+                }
                 if let Some(fork) = &start.forked_from {
                     outln!("forked from {} at step {}", fork.thread_id, fork.step)?;
                 }

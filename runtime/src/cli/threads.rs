@@ -85,6 +85,7 @@ struct Listed<'a> {
     prompt: &'a str,
     return_code: Option<i32>,
     schedule: Option<&'a str>,
+    started_by: Option<&'a str>,
     status: ThreadStatus,
     steps: usize,
     thread_id: ThreadId,
@@ -102,6 +103,7 @@ impl<'a> From<&'a ThreadSummary> for Listed<'a> {
             prompt: &thread.prompt,
             return_code: thread.return_code,
             schedule: thread.schedule.as_deref(),
+            started_by: thread.started_by.as_deref(),
             status: thread.status,
             steps: thread.steps,
             thread_id: thread.thread_id,
@@ -179,6 +181,8 @@ impl ThreadsCommand {
         }
         // Which schedule started a thread, in a column shown when a schedule started any.
         let scheduled = page.threads.iter().any(|t| t.schedule.is_some());
+        // Who asked for a thread from outside (an MCP client, an API caller), likewise.
+        let requested = page.threads.iter().any(|t| t.started_by.is_some());
         // Which thread started a child workflow's, in a column shown when there is one.
         let children = page.threads.iter().any(|t| t.parent.is_some());
         // What threads spent, in columns shown when an agent reported tokens, or a price.
@@ -186,6 +190,7 @@ impl ThreadsCommand {
         let priced = page.threads.iter().any(|t| t.cost_usd.is_some());
         let mut header = vec!["THREAD", "WORKFLOW", "STATUS", "STEPS", "AGE"];
         header.extend(scheduled.then_some("SCHEDULE"));
+        header.extend(requested.then_some("STARTED BY"));
         header.extend(children.then_some("PARENT"));
         header.extend(spent.then_some("TOKENS"));
         header.extend(priced.then_some("COST"));
@@ -203,6 +208,9 @@ impl ThreadsCommand {
                 .cell_fmt(format_args!("{}", Age { at_ms: thread.timestamp, now_ms }));
             if scheduled {
                 table.cell(thread.schedule.as_deref().unwrap_or("-"));
+            }
+            if requested {
+                table.cell(thread.started_by.as_deref().unwrap_or("-"));
             }
             if children {
                 match thread.parent {

@@ -47,6 +47,8 @@ pub struct Origin {
     pub schedule: Option<ScheduledBy>,
     /// The parent's step it runs for, when it is a child workflow's thread.
     pub parent: Option<crate::store::records::ParentLink>,
+    /// The outside request that asks for it (an MCP client's tool call, an API caller).
+    pub started_by: Option<crate::store::records::StartedBy>,
 }
 
 /// What [`check_start`] found a new thread will run.
@@ -124,6 +126,7 @@ impl NewThread {
             trigger_data: self.trigger_data,
             schedule: origin.schedule,
             parent: origin.parent,
+            started_by: origin.started_by,
         }
     }
 }

@@ -102,7 +102,14 @@ pub async fn run_thread(
     mut on_event: impl FnMut(ThreadEvent),
 ) -> Result<RunOutcome> {
     let id = record.id();
-    let span = telemetry::run_span(id, &bundle.name, bundle.hash, record.steps.len());
+    let started_by = record.start.started_by.as_ref().map(|by| by.line());
+    let span = telemetry::run_span(
+        id,
+        &bundle.name,
+        bundle.hash,
+        record.steps.len(),
+        started_by.as_deref(),
+    );
     let (mut steps, mut usage) = (record.steps.len(), record.usage());
     let outcome = run_steps(ctx, bundle, writer, record, until, |event| {
         let ThreadEvent::Step { step, .. } = &event;

@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use serde::Deserialize;
 
 use super::api::{self, Caller};
@@ -48,6 +48,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/events", get(events))
         .route("/metrics", get(metrics))
         .nest("/api/v1", api::routes(app.max_body))
+        .route("/mcp", any(super::mcp::http::endpoint))
         .route(
             "/hooks/{workflow}",
             post(hooks::deliver).layer(axum::extract::DefaultBodyLimit::max(app.max_body)),
@@ -99,6 +100,9 @@ async fn checked(
     if path == "/api/v1/health" || path.starts_with("/hooks/") {
         return secure(next.run(request).await);
     }
+    if path == "/mcp" {
+        return secure(mcp_checked(&app, request, next, caller_name).await);
+    }
     if path == "/api/v1" || path.starts_with("/api/v1/") {
         let caller = match api_caller(&app, &request) {
             Ok(caller) => caller,
@@ -149,6 +153,64 @@ async fn checked(
         }
     }
     secure(next.run(request).await)
+}
+
+/// A request to `/mcp`: from no foreign origin (a page on another site must not reach a local
+/// server: the DNS-rebinding rule of MCP's transport), with a bearer token as the API takes.
+/// Refusals are JSON-RPC errors, as a client reads them.
+async fn mcp_checked(
+    app: &Arc<App>,
+    mut request: Request,
+    next: Next,
+    caller_name: &mut Option<String>,
+) -> Response {
+    let headers = request.headers();
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    let foreign = headers.get(header::ORIGIN).is_some_and(|origin| {
+        let origin = origin.to_str().unwrap_or("");
+        let own = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .is_some_and(|o| !host.is_empty() && o == host);
+        !own
+    });
+    let refuse = |status: StatusCode, message: &str| {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": message}
+        });
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    };
+    if foreign {
+        return refuse(StatusCode::FORBIDDEN, "requests from another origin are refused");
+    }
+    let caller = match bearer(headers) {
+        None => {
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                "a token is required: send `Authorization: Bearer TOKEN` (make one with \
+                 `uncaged-workflow token create --name NAME`)",
+            );
+        }
+        Some(given) => match token_caller(app, given) {
+            Ok(Some(caller)) => caller,
+            Ok(None) => {
+                return refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "the token is not valid (revoked, or never made)",
+                );
+            }
+            Err(e) => return api::ApiError::from(e).into_response(),
+        },
+    };
+    *caller_name = Some(caller.name.clone());
+    request.extensions_mut().insert(caller);
+    next.run(request).await
 }
 
 /// Who calls the API: the holder of a bearer token, or the page (its session).

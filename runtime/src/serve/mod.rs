@@ -12,6 +12,7 @@ pub mod feeds;
 pub mod hooks;
 pub mod http;
 pub mod live;
+pub mod mcp;
 pub mod metrics;
 pub mod views;
 
@@ -98,6 +99,8 @@ pub async fn serve(
         vec![]
     };
     let csrf = crate::ids::random_hex(16);
+    let stopping = tokio::sync::watch::channel(false).0;
+    let mcp = mcp::http::service(store.clone(), options.max_body, stopping.subscribe());
     let app = Arc::new(app::App {
         store: store.clone(),
         token: options.token.clone(),
@@ -108,7 +111,8 @@ pub async fn serve(
         hosts,
         histories: Default::default(),
         cookie: http::token_cookie(bound.port()),
-        stopping: tokio::sync::watch::channel(false).0,
+        stopping,
+        mcp,
         live: Default::default(),
         deliveries: Default::default(),
         latencies: Default::default(),

@@ -79,6 +79,10 @@ pub struct Config {
     /// Where traces go (see [`crate::telemetry`]).
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// The MCP server (`serve`'s `/mcp`, `uncaged-workflow mcp`): which workflows it offers as
+    /// tools, and how long a call waits for its thread's end.
+    #[serde(default)]
+    pub mcp: McpConfig,
     /// Where relative paths in the file are resolved from.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -195,6 +199,19 @@ pub struct ServeConfig {
     /// are refused with 413.
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
+}
+
+/// `mcp:` in config.yaml.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// The workflows offered as tools, by name [default: every registered workflow].
+    #[serde(default)]
+    pub workflows: Option<Vec<String>>,
+    /// How long a tool call from a client without tasks waits for its thread to end before it
+    /// answers with the thread's id and how to follow it [default: 60s].
+    #[serde(default)]
+    pub wait: Option<Seconds>,
 }
 
 /// One named agent binding: its kind and the failure policy of its calls. (Read by hand,
@@ -387,7 +404,9 @@ const TOP_KEYS: &[&str] = &[
     "budgets",
     "store",
     "telemetry",
+    "mcp",
 ];
+const MCP_KEYS: &[&str] = &["workflows", "wait"];
 const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint"];
 const BUDGET_KEYS: &[&str] = &["max_tokens", "max_cost", "max_agent_calls", "max_duration"];
 const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];
@@ -447,6 +466,9 @@ fn check_keys(value: &serde_yaml::Value) -> std::result::Result<(), String> {
     }
     if let Some(serve) = top.get("serve").and_then(|s| s.as_mapping()) {
         known(serve, SERVE_KEYS, "serve.")?;
+    }
+    if let Some(mcp) = top.get("mcp").and_then(|m| m.as_mapping()) {
+        known(mcp, MCP_KEYS, "mcp.")?;
     }
     if let Some(telemetry) = top.get("telemetry").and_then(|t| t.as_mapping()) {
         known(telemetry, TELEMETRY_KEYS, "telemetry.")?;

@@ -33,6 +33,45 @@ pub struct StartRecord {
     /// Set when a step of another thread started this one as its child workflow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentLink>,
+    /// Who asked for the thread from outside, when a request did (an MCP client, an API
+    /// caller): what `threads`, `thread`, the web view and traces name as its starter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<StartedBy>,
+}
+
+/// The request that started a thread from outside: over which door, with which credential, from
+/// which client program.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartedBy {
+    /// `mcp` (a tool call) or `api` (`POST /api/v1/threads`).
+    pub via: String,
+    /// Whose credential: a token's name (`token:ci`), the server's own token (`server`), or
+    /// `stdio` (the local user running `uncaged-workflow mcp`).
+    pub caller: String,
+    /// The client program, as it named itself (MCP's `clientInfo`), if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+}
+
+/// How much of a client's name a record keeps: it is the client's own text.
+const MAX_CLIENT_NAME: usize = 80;
+
+impl StartedBy {
+    pub fn new(via: &str, caller: &str, client: Option<&str>) -> Self {
+        let client = client
+            .map(|c| crate::terminal::line(c).chars().take(MAX_CLIENT_NAME).collect::<String>())
+            .filter(|c| !c.trim().is_empty());
+        StartedBy { via: via.into(), caller: caller.into(), client }
+    }
+
+    /// One line: `mcp token:ci (claude-code)`.
+    pub fn line(&self) -> String {
+        match &self.client {
+            Some(client) => format!("{} {} ({client})", self.via, self.caller),
+            None => format!("{} {}", self.via, self.caller),
+        }
+    }
 }
 
 impl StartRecord {
@@ -262,6 +301,9 @@ pub struct ThreadSummary {
     /// The thread whose step started this one as a child workflow, if one did.
     #[serde(default)]
     pub parent: Option<ThreadId>,
+    /// Who asked for it from outside ([`StartedBy::line`]), if a request did.
+    #[serde(default)]
+    pub started_by: Option<String>,
 }
 
 /// How much of a prompt a [`ThreadSummary`] keeps: enough to tell threads apart in a listing
@@ -336,6 +378,7 @@ impl ThreadRecord {
             tokens: usage.as_ref().map_or(0, |u| u.input_tokens + u.output_tokens),
             cost_usd: usage.and_then(|u| u.cost_usd),
             parent: self.start.parent.as_ref().map(|p| p.thread_id),
+            started_by: self.start.started_by.as_ref().map(StartedBy::line),
         }
     }
 }

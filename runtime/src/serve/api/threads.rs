@@ -22,7 +22,7 @@ use crate::run::lifecycle::ForkAt;
 use crate::run::query::{self, ThreadQuery};
 use crate::run_request::RunRequest;
 use crate::serve::views;
-use crate::store::records::ThreadStatus;
+use crate::store::records::{StartedBy, ThreadStatus};
 use crate::store::request_keys::MAX_KEY_LEN;
 
 /// The header that makes a retried start return the thread the first one started.
@@ -73,7 +73,8 @@ pub async fn start(
             })
         }
     };
-    let start = body.start_request(Catalog::new(&app.store).name_of(&body.workflow)?);
+    let mut start = body.start_request(Catalog::new(&app.store).name_of(&body.workflow)?);
+    start.origin.started_by = Some(StartedBy::new("api", &caller.name, None));
     let (status, id) = match actions::start_once(&app.store, start, key).await? {
         Once::Started(id) => (StatusCode::CREATED, id),
         Once::Replayed(id) => (StatusCode::OK, id),

@@ -147,6 +147,9 @@ pub struct ThreadItem {
     pub cost_usd: Option<f64>,
     /// The thread whose step started it as a child workflow, if one did.
     pub parent: Option<String>,
+    /// Who asked for it from outside, if a request did: `mcp token:ci (claude-code)`,
+    /// `api token:ci`.
+    pub started_by: Option<String>,
 }
 
 impl From<crate::store::records::ThreadSummary> for ThreadItem {
@@ -165,6 +168,7 @@ impl From<crate::store::records::ThreadSummary> for ThreadItem {
             tokens: t.tokens,
             cost_usd: t.cost_usd,
             parent: t.parent.map(|p| p.to_string()),
+            started_by: t.started_by,
         }
     }
 }

@@ -223,7 +223,7 @@ async function threadsView() {
     el("td", {}, badge(t.status)),
     el("td", {}, t.steps),
     el("td", {}, ago(t.timestamp, now)),
-    el("td", {}, t.schedule || "-"),
+    el("td", {}, t.schedule || t.startedBy || "-"),
     el("td", { class: "text" }, cut(t.prompt, 100)),
   ));
   return el("div", {},
@@ -234,7 +234,7 @@ async function threadsView() {
       el("span", { class: "muted" }, `${threads.length} thread(s), newest first`)),
     threads.length === 0 ? el("p", { class: "muted" }, "No threads.") :
       el("table", { id: "threads" },
-        el("thead", {}, el("tr", {}, ["Thread", "Workflow", "Status", "Steps", "Started", "Schedule", "Prompt"].map((h) => el("th", {}, h)))),
+        el("thead", {}, el("tr", {}, ["Thread", "Workflow", "Status", "Steps", "Started", "Started by", "Prompt"].map((h) => el("th", {}, h)))),
         el("tbody", {}, rows)));
 }
 
@@ -317,6 +317,7 @@ async function threadView(id) {
       el("div", {}, el("strong", {}, start.name), " ", el("span", { class: "mono muted" }, start.hash)),
       el("div", {}, el("span", { class: "muted" }, "Prompt: "), cut(start.parameters.prompt, 2000)),
       start.schedule ? el("div", { class: "muted" }, `Started by schedule ${start.schedule.name} (${cut(start.schedule.firing, 200)})`) : null,
+      start.startedBy ? el("div", { class: "muted", id: "started-by" }, `Started by ${start.startedBy.via} ${start.startedBy.caller}${start.startedBy.client ? ` (${cut(start.startedBy.client, 80)})` : ""}`) : null,
       start.forkedFrom ? el("div", { class: "muted" }, "Forked from ", threadLink(start.forkedFrom.threadId), ` at step ${start.forkedFrom.step}`) : null,
       (t.upgrades || []).length ? el("div", { class: "muted", id: "upgrades" },
         t.upgrades.map((u) => el("div", {}, `Upgraded from ${u.from} to ${u.to} after step ${u.atStep}`))) : null,

@@ -41,7 +41,7 @@ use crate::store::records::ThreadSummary;
 const MAGIC: &[u8; 8] = b"UWTHIDX\n";
 
 /// The layout this code writes; an index of another is rebuilt.
-const VERSION: u32 = 7;
+const VERSION: u32 = 8;
 
 /// How far behind the clock a directory time must be to be trusted.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -342,6 +342,7 @@ mod tests {
             tokens: 0,
             cost_usd: None,
             parent: None,
+            started_by: None,
         }
     }
 

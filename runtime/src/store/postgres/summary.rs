@@ -23,7 +23,7 @@ pub const COUNT: usize = 15;
 /// The layout of a packed summary, its first byte: postcard of [`ThreadSummary`] as this
 /// binary declares it. Counted up when that changes; a row packed in another layout is read
 /// from its columns instead.
-pub const LAYOUT: u8 = 1;
+pub const LAYOUT: u8 = 2;
 
 /// `summary` packed, for the `listing` column.
 pub fn pack(summary: &ThreadSummary) -> Vec<u8> {
@@ -71,6 +71,9 @@ pub fn read(row: &Row, first: usize) -> Option<ThreadSummary> {
                 Some(parent) => Some(parent.parse().ok()?),
                 None => None,
             },
+            // Not a column: a row read from its columns was packed in an older layout, by a
+            // binary that did not record who started a thread.
+            started_by: None,
         })
     };
     let summary = read();
@@ -129,6 +132,7 @@ mod tests {
             tokens: 1234,
             cost_usd: Some(0.0125),
             parent: Some("01J0000000000000000000000B".parse().unwrap()),
+            started_by: Some("mcp token:ci (claude-code)".into()),
         }
     }
 

@@ -1,0 +1,113 @@
+//! `/mcp`: MCP over Streamable HTTP, for `serve`. `serve`'s guard has checked the request
+//! (its host, its origin, its token: see [`crate::serve::http`]); here its body is bounded and
+//! read as JSON before the SDK's service gets it, so that a request over the limit or not JSON
+//! is answered with a JSON-RPC error, as a client can read, and changes nothing.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tower_service::Service;
+
+use super::{McpServer, Shared};
+use crate::serve::app::App;
+use crate::store::Storage;
+
+/// The SDK's service behind `/mcp`.
+#[derive(Clone)]
+pub struct McpService(StreamableHttpService<McpServer, LocalSessionManager>);
+
+impl std::fmt::Debug for McpService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("McpService")
+    }
+}
+
+/// The service for `store`, taking bodies up to `max_body` bytes; it ends its streams when
+/// `stopping` is set.
+pub fn service(
+    store: Storage,
+    max_body: usize,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> McpService {
+    let shared = Shared::new(store);
+    // Host and Origin are `serve`'s guard's to check (with the API's rules), not the SDK's.
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(Vec::<String>::new())
+        .with_max_request_body_bytes(max_body);
+    let cancel = config.cancellation_token.clone();
+    tokio::spawn(async move {
+        while !*stopping.borrow() {
+            if stopping.changed().await.is_err() {
+                break;
+            }
+        }
+        cancel.cancel();
+    });
+    McpService(StreamableHttpService::new(
+        move || Ok(McpServer::http(shared.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    ))
+}
+
+/// A JSON-RPC error with no request id, as the HTTP answer `status`.
+fn rpc_error(status: StatusCode, code: i32, message: &str) -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}
+    });
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// JSON-RPC's codes for a body that is not JSON, and for one that is not a request.
+const PARSE_ERROR: i32 = -32700;
+const INVALID_REQUEST: i32 = -32600;
+
+/// Serves one request to `/mcp`.
+pub async fn endpoint(State(app): State<Arc<App>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = if parts.method == axum::http::Method::POST {
+        let bytes: Bytes = match axum::body::to_bytes(body, app.max_body).await {
+            Ok(bytes) => bytes,
+            Err(_) => {
+                return rpc_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    INVALID_REQUEST,
+                    &format!(
+                        "the request is over the limit of {} bytes (serve.max_body_bytes)",
+                        app.max_body
+                    ),
+                );
+            }
+        };
+        match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(serde_json::Value::Object(_)) => {}
+            Ok(_) => {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    INVALID_REQUEST,
+                    "the body is not a JSON-RPC message (an object)",
+                );
+            }
+            Err(e) => {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    PARSE_ERROR,
+                    &format!("the body is not JSON: {e}"),
+                );
+            }
+        }
+        Body::from(bytes)
+    } else {
+        body
+    };
+    let mut service = app.mcp.0.clone();
+    match service.call(Request::from_parts(parts, body)).await {
+        Ok(response) => response.map(Body::new),
+        Err(never) => match never {},
+    }
+}
