@@ -74,10 +74,13 @@ pub async fn call(
         ));
     }
     tools::may_act(caller)?;
+    // The steps the client has heard of already (a retried call's thread's).
+    let mut told = 0;
     let id = match &request.request_state {
         // A call retried with a person's answer (or to go on waiting): the thread it follows.
         Some(state) => {
-            let id = continued(store, &name, state)?;
+            let (id, steps) = continued(store, &name, state)?;
+            told = steps;
             if let Some(responses) = &request.input_responses {
                 answer_with(store, id, responses).await.map_err(protocol_error)?;
             }
@@ -111,9 +114,12 @@ pub async fn call(
         meta.insert(THREAD_KEY.into(), json!(id.to_string()));
         return Ok(CallToolResponse::Task(CreateTaskResult::new(task).with_meta(meta)));
     }
-    let _in_flight = server.in_flight(&context, caller, id);
+    let in_flight = server.in_flight(&context, caller, id);
     let wait = store.config().ok().and_then(|c| c.mcp.wait).map_or(DEFAULT_WAIT, |s| s.0);
-    let rest = follow(store, id, wait, &context).await.map_err(protocol_error)?;
+    let rest = follow(store, id, told, wait, &context).await.map_err(protocol_error)?;
+    if !context.ct.is_cancelled() {
+        in_flight.answered();
+    }
     let record = store.threads().read(id).map_err(protocol_error)?;
     let modern = context
         .protocol_version()
@@ -125,7 +131,8 @@ pub async fn call(
             Some(format!("{STATE_PREFIX}{id}")),
         )
         .into(),
-        Rest::Asks(_) | Rest::Running => pending(&record).into(),
+        Rest::Asks(question) => pending(&record, Some(&question)).into(),
+        Rest::Running => pending(&record, None).into(),
     })
 }
 
@@ -184,12 +191,13 @@ async fn start(
     }
 }
 
-/// The thread an `InputRequiredResult`'s request state names, if it is one of `workflow`.
+/// The thread an `InputRequiredResult`'s request state names, if it is one of `workflow`, and
+/// the steps it has.
 fn continued(
     store: &Storage,
     workflow: &str,
     state: &str,
-) -> std::result::Result<ThreadId, McpError> {
+) -> std::result::Result<(ThreadId, usize), McpError> {
     let bad = || McpError::invalid_params("requestState is not one this server gave", None);
     let id: ThreadId =
         state.strip_prefix(STATE_PREFIX).ok_or_else(bad)?.parse().map_err(|_| bad())?;
@@ -197,7 +205,7 @@ fn continued(
     if record.start.name != workflow {
         return Err(bad());
     }
-    Ok(id)
+    Ok((id, record.steps.len()))
 }
 
 /// Where a followed thread came to rest, as far as the call is concerned.
@@ -212,10 +220,12 @@ pub enum Rest {
 }
 
 /// Follows thread `id` until it ends, waits for a person, pauses, or `wait` passes, sending a
-/// progress notification for each step when the client asked for progress.
+/// progress notification for each step after its first `told` when the client asked for
+/// progress.
 pub async fn follow(
     store: &Storage,
     id: ThreadId,
+    told: usize,
     wait: Duration,
     context: &RequestContext<RoleServer>,
 ) -> Result<Rest> {
@@ -230,7 +240,7 @@ pub async fn follow(
         }
         for event in batch {
             match event {
-                Event::Step { index, step, .. } => {
+                Event::Step { index, step, .. } if index > told => {
                     if let Some(token) = &progress {
                         let line =
                             step.content.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
@@ -409,7 +419,7 @@ pub async fn answer_with(
 /// as text; a failed or killed thread is an error result saying why.
 pub fn ended(record: &ThreadRecord) -> CallToolResult {
     let id = record.id();
-    let Some(end) = record.end.as_ref().map(|e| &e.end) else { return pending(record) };
+    let Some(end) = record.end.as_ref().map(|e| &e.end) else { return pending(record, None) };
     let mut result = match end.status {
         EndStatus::Completed => {
             let meta = record.steps.last().map_or(Value::Null, |s| s.meta.clone());
@@ -429,56 +439,37 @@ pub fn ended(record: &ThreadRecord) -> CallToolResult {
     result
 }
 
-/// The result of a call whose thread has not ended: its id, where it is, and how to go on.
-pub fn pending(record: &ThreadRecord) -> CallToolResult {
+/// The result of a call whose thread has not ended: its id, where it is, the question it asks
+/// a person (if it does), and how to go on.
+pub fn pending(record: &ThreadRecord, question: Option<&Question>) -> CallToolResult {
     let id = record.id();
     let status = record.status();
-    let (said, question) = match status {
-        ThreadStatus::Waiting => match Question::of_record(record) {
-            Some(text) => (
-                format!("waits for a person: {text} Answer it with answer_thread (thread `{id}`)."),
-                Some(text),
-            ),
-            None => ("waits for its child thread.".to_string(), None),
-        },
-        ThreadStatus::Paused => {
-            ("is paused (resume it with `uncaged-workflow resume`).".to_string(), None)
-        }
-        _ => ("runs on.".to_string(), None),
+    let workflow = &record.start.name;
+    let text = match (status, question) {
+        (_, Some(question)) => format!(
+            "Thread {id} of workflow `{workflow}` waits for a person. {} Answer it with \
+             answer_thread (thread `{id}`); follow it with get_thread; stop it with kill_thread.",
+            question.text
+        ),
+        (ThreadStatus::Paused, None) => format!(
+            "Thread {id} of workflow `{workflow}` is paused; it goes on when resumed \
+             (`uncaged-workflow resume {id}`). Follow it with get_thread (thread `{id}`)."
+        ),
+        (status, None) => format!(
+            "Thread {id} of workflow `{workflow}` is {} and goes on without this call. Follow it \
+             with get_thread (thread `{id}`); stop it with kill_thread.",
+            status.as_str()
+        ),
     };
-    let text = format!(
-        "Thread {id} of workflow `{}` is {} and {said} Follow it with get_thread (thread `{id}`); \
-         stop it with kill_thread.",
-        record.start.name,
-        status.as_str()
-    );
     let mut result = CallToolResult::structured(json!({
         "thread": id.to_string(),
         "status": status.as_str(),
         "steps": record.steps.len(),
-        "question": question,
+        "question": question.map(|q| q.text.clone()),
     }));
     result.content = vec![ContentBlock::text(text)];
     result.meta = Some(thread_meta(id));
     result
-}
-
-impl Question {
-    /// The question's text as the record alone tells it (no store at hand): for `pending`.
-    fn of_record(record: &ThreadRecord) -> Option<String> {
-        let paused = record.paused.as_ref()?;
-        let call = paused.call.as_ref()?;
-        if call.child.is_some() {
-            return None;
-        }
-        let role = paused.role.as_deref().unwrap_or_default();
-        Some(match &call.tool {
-            Some(tool) => {
-                format!("role `{role}` wants to call tool `{}`.", crate::terminal::line(&tool.tool))
-            }
-            None => format!("role `{role}` asks for an answer."),
-        })
-    }
 }
 
 fn thread_meta(id: ThreadId) -> MetaObject {

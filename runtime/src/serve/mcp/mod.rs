@@ -49,7 +49,7 @@ pub struct Shared {
     pub store: Storage,
     /// Calls in progress, by the connection and request id they came with: a
     /// `notifications/cancelled` for one kills its thread.
-    in_flight: parking_lot::Mutex<HashMap<(String, String), ThreadId>>,
+    in_flight: parking_lot::Mutex<HashMap<(String, String), Following>>,
 }
 
 impl Shared {
@@ -57,6 +57,17 @@ impl Shared {
         Arc::new(Shared { store, in_flight: Default::default() })
     }
 }
+
+/// A call's thread, and since when the call no longer waits on it (cut short).
+#[derive(Debug, Clone, Copy)]
+struct Following {
+    thread: ThreadId,
+    cut: Option<std::time::Instant>,
+}
+
+/// How long a cut call is remembered: the SDK cuts a call at once when its cancellation comes,
+/// and tells the handler after, which must still find the call's thread.
+const REMEMBER_CUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The handler of one connection (a stdio process, an HTTP session, or one stateless HTTP
 /// request).
@@ -135,20 +146,36 @@ impl McpServer {
     ) -> InFlight {
         let key =
             Self::in_flight_key(self.connection(context).as_deref(), &caller.name, &context.id);
-        self.shared.in_flight.lock().insert(key.clone(), thread);
-        InFlight { shared: self.shared.clone(), key }
+        let mut in_flight = self.shared.in_flight.lock();
+        in_flight.retain(|_, f| f.cut.is_none_or(|at| at.elapsed() < REMEMBER_CUT));
+        in_flight.insert(key.clone(), Following { thread, cut: None });
+        InFlight { shared: self.shared.clone(), key, answered: false }
     }
 }
 
-/// A call in progress; gone from the map when dropped (answered, or its request abandoned).
+/// A call in progress: gone from the map when it is answered; when it is cut short (its
+/// request cancelled, or its connection gone), remembered a while for the cancellation.
 pub struct InFlight {
     shared: Arc<Shared>,
     key: (String, String),
+    answered: bool,
+}
+
+impl InFlight {
+    /// The call is answered: nothing can cancel it now.
+    pub fn answered(mut self) {
+        self.answered = true;
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.shared.in_flight.lock().remove(&self.key);
+        let mut in_flight = self.shared.in_flight.lock();
+        if self.answered {
+            in_flight.remove(&self.key);
+        } else if let Some(following) = in_flight.get_mut(&self.key) {
+            following.cut = Some(std::time::Instant::now());
+        }
     }
 }
 
@@ -259,7 +286,7 @@ impl ServerHandler for McpServer {
         };
         let Some(request) = &notification.request_id else { return };
         let key = Self::in_flight_key(connection.as_deref(), &caller.name, request);
-        let thread = self.shared.in_flight.lock().get(&key).copied();
+        let thread = self.shared.in_flight.lock().remove(&key).map(|f| f.thread);
         if let Some(thread) = thread {
             tracing::info!("mcp: the call of thread {thread} was cancelled by its client");
             if let Err(e) = crate::run::control::kill(self.store(), thread).await {
