@@ -62,6 +62,7 @@ mod human;
 mod languages;
 mod lifecycle;
 mod llm;
+mod mcp;
 mod mock_model;
 mod parallel;
 mod plan;

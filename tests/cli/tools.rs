@@ -13,12 +13,12 @@ use crate::mock_model::{MockModel, Turn, offered, tool_results, turn_of};
 use crate::{Env, Run, Serve, status, wait_until};
 
 /// The repository's root (the MCP servers are installed under its `target/`).
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// A file `tests/mcp/install.sh` installs (`make test` runs it).
-fn installed(path: &str) -> Result<String> {
+pub fn installed(path: &str) -> Result<String> {
     let path = repo().join(path);
     ensure!(
         path.exists(),
@@ -30,7 +30,7 @@ fn installed(path: &str) -> Result<String> {
 }
 
 /// The Python of the venv the MCP servers are installed in.
-fn python() -> Result<String> {
+pub fn python() -> Result<String> {
     installed("target/mcp-venv/bin/python")
 }
 

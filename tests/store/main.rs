@@ -173,6 +173,11 @@ fn start_record(hash: BundleHash) -> StartRecord {
         trigger_data: Some(serde_json::json!({"item": "<b>&"})),
         schedule: None,
         parent: None,
+        started_by: Some(uncaged_workflow::store::records::StartedBy::new(
+            "mcp",
+            "token:ci",
+            Some("claude-code"),
+        )),
     }
 }
 

@@ -40,7 +40,7 @@ contract! {
 
     /// A listing shows each thread as its records say — every field of its summary: name,
     /// prompt, steps, tokens and cost, the role it waits on and since when, how it ended, the
-    /// schedule that started it — when created, waiting and ended.
+    /// schedule that started it, who asked for it — when created, waiting and ended.
     fn a_listing_shows_each_thread_as_its_records_say(store: &Storage) -> Result<()> {
         let threads = store.threads();
         let mut start = start_record(hash(4));
@@ -72,6 +72,7 @@ contract! {
         let summary = listed.iter().find(|s| s.thread_id == id).context("listed")?;
         ensure!(summary.tokens > 0 && summary.cost_usd.is_some() && summary.return_code == Some(3));
         ensure!(summary.schedule.as_deref() == Some("nightly"), "{summary:?}");
+        ensure!(summary.started_by.as_deref() == Some("mcp token:ci (claude-code)"), "{summary:?}");
         Ok(())
     }
 

@@ -63,6 +63,10 @@ fn rpc_error(status: StatusCode, code: i32, message: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
+/// The most of a body over the limit that is read (and dropped) before the refusal: past it the
+/// connection is cut.
+const DRAIN_AT_MOST: usize = 256 << 20;
+
 /// JSON-RPC's codes for a body that is not JSON, and for one that is not a request.
 const PARSE_ERROR: i32 = -32700;
 const INVALID_REQUEST: i32 = -32600;
@@ -71,9 +75,25 @@ const INVALID_REQUEST: i32 = -32600;
 pub async fn endpoint(State(app): State<Arc<App>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let body = if parts.method == axum::http::Method::POST {
-        let bytes: Bytes = match axum::body::to_bytes(body, app.max_body).await {
-            Ok(bytes) => bytes,
-            Err(_) => {
+        let mut stream = body.into_data_stream();
+        let mut bytes = Vec::new();
+        let (mut over, mut read) = (false, 0usize);
+        while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+            let Ok(chunk) = chunk else { break };
+            read += chunk.len();
+            over |= read > app.max_body;
+            if !over {
+                bytes.extend_from_slice(&chunk);
+            } else if read > DRAIN_AT_MOST {
+                break;
+            }
+        }
+        let bytes = Bytes::from(bytes);
+        match over {
+            false => {}
+            // What was sent is read to its end (and dropped, up to DRAIN_AT_MOST), so that the
+            // client, still sending, reads the refusal rather than a reset connection.
+            true => {
                 return rpc_error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     INVALID_REQUEST,
@@ -83,14 +103,16 @@ pub async fn endpoint(State(app): State<Arc<App>>, request: Request) -> Response
                     ),
                 );
             }
-        };
+        }
         match serde_json::from_slice::<serde_json::Value>(&bytes) {
-            Ok(serde_json::Value::Object(_)) => {}
+            Ok(message) if is_json_rpc(&message) => {}
             Ok(_) => {
                 return rpc_error(
                     StatusCode::BAD_REQUEST,
                     INVALID_REQUEST,
-                    "the body is not a JSON-RPC message (an object)",
+                    "the body is not a JSON-RPC 2.0 message: an object with \"jsonrpc\": \"2.0\" \
+                     and a string `method` (a request or notification) or an `id` with a `result` \
+                     or an `error` (a response)",
                 );
             }
             Err(e) => {
@@ -106,8 +128,36 @@ pub async fn endpoint(State(app): State<Arc<App>>, request: Request) -> Response
         body
     };
     let mut service = app.mcp.0.clone();
-    match service.call(Request::from_parts(parts, body)).await {
+    let response = match service.call(Request::from_parts(parts, body)).await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},
+    };
+    as_json_rpc(response).await
+}
+
+/// Whether `message` has the shape of a JSON-RPC 2.0 message.
+fn is_json_rpc(message: &serde_json::Value) -> bool {
+    let Some(object) = message.as_object() else { return false };
+    let version = object.get("jsonrpc").and_then(|v| v.as_str()) == Some("2.0");
+    let request = object.get("method").is_some_and(|m| m.is_string());
+    let response = object.contains_key("id")
+        && (object.contains_key("result") || object.contains_key("error"));
+    version && (request || response)
+}
+
+/// A refusal the SDK answers in plain text (a session it does not know, say), as the JSON-RPC
+/// error a client reads; every other answer as it is.
+async fn as_json_rpc(response: Response) -> Response {
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .is_none_or(|t| t.starts_with("text/plain"));
+    let status = response.status();
+    if !(status.is_client_error() && plain) {
+        return response;
     }
+    let text = axum::body::to_bytes(response.into_body(), 64 * 1024).await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    rpc_error(status, INVALID_REQUEST, text.trim())
 }

@@ -443,6 +443,7 @@ mod tests {
             forked_from: None,
             trigger_data: None,
             schedule: None,
+            started_by: None,
         }
     }
 

@@ -1,0 +1,480 @@
+//! The MCP server, called by clients no one here wrote: the official Python SDK (PyPI `mcp`,
+//! driven by tests/mcp/client.py) over stdio (`uncaged-workflow mcp`) and over Streamable HTTP
+//! (`serve`'s /mcp), in the SDK's own protocol negotiation (2026-07-28) and in the handshake
+//! of earlier versions (`legacy`), and the official TypeScript SDK over HTTP. Each test runs on
+//! both stores.
+
+use std::io::BufRead;
+use std::process::Stdio;
+
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+use crate::tools::{installed, python, repo};
+use crate::{Env, Serve, status, wait_until};
+
+/// The approval a person gives solve-issue's reviewer.
+const APPROVED: &str = "{\"approved\": true, \"comments\": []}";
+
+/// The tests' Python client.
+fn client_script() -> Result<String> {
+    Ok(repo().join("tests/mcp/client.py").canonicalize()?.display().to_string())
+}
+
+/// How a test's client reaches the server.
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    /// `uncaged-workflow mcp`, started by the client on the test's store.
+    Stdio,
+    /// `serve`'s /mcp, with a token (or none).
+    Http(&'a Serve, Option<&'a str>),
+}
+
+/// The client's command for `plan`, in protocol `mode` (`auto` or `legacy`).
+fn client(env: &Env, via: Via, mode: &str, plan: &Value) -> Result<std::process::Command> {
+    let mut command = env.command_of(&python()?);
+    command.args([&client_script()?, "--mode", mode, "--plan", &plan.to_string()]);
+    match via {
+        Via::Stdio => {
+            command.args(["--stdio", env!("CARGO_BIN_EXE_uncaged-workflow")]);
+        }
+        Via::Http(serve, token) => {
+            command.args(["--http", &format!("http://{}/mcp", serve.addr)]);
+            if let Some(token) = token {
+                command.args(["--token", token]);
+            }
+        }
+    }
+    Ok(command)
+}
+
+/// Carries out `plan` with the client; a JSON line per step (the last an `error` if one
+/// failed).
+fn steps(env: &Env, via: Via, mode: &str, plan: Value) -> Result<Vec<Value>> {
+    let out = client(env, via, mode, &plan)?.stderr(Stdio::piped()).output()?;
+    let stdout = String::from_utf8(out.stdout)?;
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr)))?;
+    ensure!(
+        out.status.success(),
+        "the client exited with {}: {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(lines)
+}
+
+/// Carries out `plan`, every step of which must succeed.
+fn ok_steps(env: &Env, via: Via, mode: &str, plan: Value) -> Result<Vec<Value>> {
+    let lines = steps(env, via, mode, plan)?;
+    ensure!(lines.iter().all(|l| l.get("error").is_none()), "a step failed: {lines:?}");
+    Ok(lines)
+}
+
+/// The thread a call's result names.
+fn thread_of(result: &Value) -> Result<String> {
+    Ok(result["_meta"]["uncaged-workflow/thread"].as_str().context("a thread")?.to_string())
+}
+
+/// A home with solve-issue, a token `ci`, and `serve` on it.
+fn serving(env: &Env) -> Result<(Serve, String)> {
+    env.add_solve_issue()?;
+    let token = env.ok(&["token", "create", "--name", "ci"])?.trim().to_string();
+    let serve = Serve::start(env, &["--no-schedules"], &[])?;
+    Ok((serve, token))
+}
+
+/// Binds solve-issue's roles to a scripted agent that takes `delay` an answer (a call long
+/// enough to cut in the middle).
+fn slow(env: &Env, delay: &str) -> Result<()> {
+    let config = format!("agent: slow\nagents:\n  slow:\n    kind: scripted\n    delay: {delay}\n");
+    std::fs::write(env.home().join("config.yaml"), config)?;
+    Ok(())
+}
+
+/// The only thread with prompt `prompt`.
+fn thread_prompted(env: &Env, prompt: &str) -> Result<Value> {
+    let threads = env.json(&["threads"])?;
+    let found: Vec<&Value> =
+        threads.as_array().context("threads")?.iter().filter(|t| t["prompt"] == prompt).collect();
+    ensure!(found.len() == 1, "{} threads prompted {prompt:?}: {threads}", found.len());
+    Ok(found[0].clone())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+/// Posts `body` (bytes) to `/mcp` with `headers`; the status and the body as JSON.
+async fn post(serve: &Serve, headers: &[(&str, &str)], body: Vec<u8>) -> Result<(u16, Value)> {
+    let http = uncaged_workflow::http::client_builder().build()?;
+    let mut request = http
+        .post(format!("http://{}/mcp", serve.addr))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let session =
+        response.headers().get("mcp-session-id").and_then(|s| s.to_str().ok()).map(str::to_string);
+    let text = response.text().await?;
+    // A response may come as server-sent events: its JSON-RPC message is the last `data:` line
+    // that holds one.
+    let message = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .rfind(|d| !d.trim().is_empty())
+        .unwrap_or(&text)
+        .to_string();
+    let mut body: Value = serde_json::from_str(message.trim())
+        .with_context(|| format!("{status}: not JSON: {text:?}"))?;
+    if let (Some(session), Some(object)) = (session, body.as_object_mut()) {
+        object.insert("session".into(), json!(session));
+    }
+    Ok((status, body))
+}
+
+on_both_stores! {
+
+/// The issue's first test: a client lists the workflows and calls one to its end, hearing a
+/// progress notification per step, over stdio and over HTTP, in both protocol generations;
+/// the thread is named as started over MCP in `threads`, `thread` and the API.
+#[test]
+fn a_client_calls_a_workflow_to_its_end_with_progress_over_stdio_and_http() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    let ways = [
+        ("stdio", Via::Stdio, "legacy"),
+        ("stdio", Via::Stdio, "auto"),
+        ("http", Via::Http(&serve, Some(&token)), "legacy"),
+        ("http", Via::Http(&serve, Some(&token)), "auto"),
+    ];
+    for (transport, via, mode) in ways {
+        let prompt = format!("fix it ({transport}, {mode})");
+        let data = json!({"issue": 7, "title": "<b>it breaks</b>"});
+        let lines = ok_steps(&env, via, mode, json!([
+            {"op": "list"},
+            {"op": "call", "tool": "solve-issue", "args": {"prompt": prompt, "data": data}},
+        ]))?;
+        let names: Vec<&str> =
+            lines[0]["tools"].as_array().context("tools")?.iter().filter_map(|t| t["name"].as_str()).collect();
+        assert_eq!(
+            names,
+            ["solve-issue", "list_threads", "get_thread", "answer_thread", "kill_thread"],
+            "{transport} {mode}"
+        );
+        let schema = &lines[0]["tools"][0]["inputSchema"];
+        assert_eq!(schema["required"], json!(["prompt"]), "{schema}");
+        assert_eq!(schema["properties"]["data"]["type"], "object", "{schema}");
+        let result = &lines[1]["result"];
+        assert_eq!(result["isError"], false, "{result}");
+        let id = thread_of(result)?;
+        let thread = env.json(&["thread", &id])?;
+        assert_eq!(thread["status"], "completed");
+        assert_eq!(thread["start"]["triggerData"], data);
+        let steps = thread["steps"].as_array().context("steps")?;
+        assert_eq!(result["structuredContent"], steps.last().context("a step")?["meta"], "{result}");
+        assert_eq!(result["content"][0]["text"], thread["end"]["summary"], "{result}");
+        // One progress notification per step, in order, naming its role.
+        let progress = lines[1]["progress"].as_array().context("progress")?;
+        assert_eq!(progress.len(), steps.len(), "{progress:?}");
+        for (i, (note, step)) in progress.iter().zip(steps).enumerate() {
+            let note = note.as_str().context("a message")?;
+            let role = step["role"].as_str().context("role")?;
+            ensure!(note.starts_with(&format!("step {}: {role}: ", i + 1)), "{note}");
+        }
+        let caller = if transport == "stdio" { "stdio" } else { "token:ci" };
+        let started_by = format!("mcp {caller} (mcp)");
+        assert_eq!(thread["start"]["startedBy"], json!({"via": "mcp", "caller": caller, "client": "mcp"}));
+        assert_eq!(thread_prompted(&env, &prompt)?["startedBy"], started_by.as_str());
+        let shown = env.ok(&["thread", &id])?;
+        ensure!(shown.contains(&format!("started by {started_by}")), "{shown}");
+    }
+    let listed = env.ok(&["threads"])?;
+    ensure!(listed.lines().next().is_some_and(|h| h.contains("STARTED BY")), "{listed}");
+    ensure!(listed.contains("mcp token:ci (mcp)"), "{listed}");
+    Ok(())
+}
+
+/// A thread that waits for a person is answered through the client: on 2026-07-28 the call
+/// asks the person (an elicitation in an `InputRequiredResult`) and goes on with the answer;
+/// with the tasks extension the task asks (`input_required`) and `tasks/update` answers; a
+/// client of an earlier version is told the thread's id and question, and answers with
+/// `answer_thread`.
+#[test]
+fn a_thread_that_waits_for_a_person_is_answered_through_the_client() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    std::fs::write(env.home().join("config.yaml"), "roles:\n  reviewer: human\n")?;
+    for via in [Via::Stdio, Via::Http(&serve, Some(&token))] {
+        let lines = ok_steps(&env, via, "auto", json!([
+            {"op": "call", "tool": "solve-issue", "args": {"prompt": "ask me"}, "answers": [APPROVED]},
+        ]))?;
+        let asked = lines[0]["asked"].as_array().context("asked")?;
+        ensure!(asked.len() == 1 && asked[0].as_str().is_some_and(|q| q.contains("reviewer")), "{asked:?}");
+        let result = &lines[0]["result"];
+        assert_eq!(result["structuredContent"], json!({"approved": true, "comments": []}), "{result}");
+        assert_eq!(status(&env, &thread_of(result)?)?, "completed");
+        // The steps before the question are told once, not again after the answer.
+        let progress = lines[0]["progress"].as_array().context("progress")?;
+        assert_eq!(progress.len(), 3, "{progress:?}");
+    }
+    // The tasks extension.
+    let lines = ok_steps(&env, Via::Http(&serve, Some(&token)), "auto", json!([
+        {"op": "task", "tool": "solve-issue", "args": {"prompt": "ask my task"}, "answers": [APPROVED]},
+    ]))?;
+    let task = &lines[0];
+    assert_eq!(task["statuses"].as_array().context("statuses")?.last(), Some(&json!("completed")), "{task}");
+    ensure!(task["statuses"].as_array().context("statuses")?.contains(&json!("input_required")), "{task}");
+    let id = task["task"]["taskId"].as_str().context("a task id")?;
+    assert_eq!(task["final"]["result"]["structuredContent"]["approved"], true, "{task}");
+    assert_eq!(status(&env, id)?, "completed");
+    // An earlier protocol: the call answers with the thread and its question.
+    let lines = ok_steps(&env, Via::Stdio, "legacy", json!([
+        {"op": "call", "tool": "solve-issue", "args": {"prompt": "ask me later"}},
+    ]))?;
+    let result = &lines[0]["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["status"], "waiting", "{result}");
+    ensure!(result["structuredContent"]["question"].as_str().is_some_and(|q| q.contains("reviewer")), "{result}");
+    let text = result["content"][0]["text"].as_str().context("text")?;
+    ensure!(text.contains("answer_thread") && text.contains("get_thread"), "{text}");
+    let id = thread_of(result)?;
+    let lines = ok_steps(&env, Via::Stdio, "legacy", json!([
+        {"op": "call", "tool": "answer_thread", "args": {"thread": id, "text": APPROVED}},
+    ]))?;
+    assert_eq!(lines[0]["result"]["isError"], false, "{lines:?}");
+    wait_until("the answered thread ends", || Ok(status(&env, &id)? == "completed"))?;
+    let lines = ok_steps(&env, Via::Stdio, "legacy", json!([
+        {"op": "call", "tool": "get_thread", "args": {"thread": id}},
+    ]))?;
+    assert_eq!(lines[0]["result"]["structuredContent"]["status"], "completed", "{lines:?}");
+    Ok(())
+}
+
+/// Cancelling a call kills its thread: a `notifications/cancelled` from a client that keeps a
+/// session (stdio, HTTP), and `tasks/cancel` of a call's task.
+#[test]
+fn cancelling_a_call_kills_its_thread() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    slow(&env, "400ms")?;
+    for (prompt, via) in [("cancel stdio", Via::Stdio), ("cancel http", Via::Http(&serve, Some(&token)))] {
+        let lines = ok_steps(&env, via, "legacy", json!([
+            {"op": "cancel", "tool": "solve-issue", "args": {"prompt": prompt}, "after_progress": 1},
+        ]))?;
+        assert_eq!(lines[0]["cancelled"], true);
+        let id = thread_prompted(&env, prompt)?["threadId"].as_str().context("id")?.to_string();
+        wait_until("the cancelled call's thread is killed", || Ok(status(&env, &id)? == "killed"))?;
+    }
+    let lines = ok_steps(&env, Via::Http(&serve, Some(&token)), "auto", json!([
+        {"op": "task", "tool": "solve-issue", "args": {"prompt": "cancel task"}, "cancel_at": "working"},
+    ]))?;
+    assert_eq!(lines[0]["final"]["status"], "cancelled", "{lines:?}");
+    let id = lines[0]["task"]["taskId"].as_str().context("id")?;
+    assert_eq!(status(&env, id)?, "killed");
+    Ok(())
+}
+
+/// A client that goes away mid-call (no goodbye) leaves its thread running: it completes, and
+/// another client reads its result.
+#[test]
+fn a_dropped_connection_leaves_the_thread_to_complete() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    slow(&env, "200ms")?;
+    for (prompt, via) in [("drop stdio", Via::Stdio), ("drop http", Via::Http(&serve, Some(&token)))] {
+        let lines = steps(&env, via, "auto", json!([
+            {"op": "drop", "tool": "solve-issue", "args": {"prompt": prompt}, "after_progress": 1},
+        ]))?;
+        assert_eq!(lines, [json!({"dropped": true})]);
+        let id = thread_prompted(&env, prompt)?["threadId"].as_str().context("id")?.to_string();
+        wait_until("the dropped call's thread completes", || Ok(status(&env, &id)? == "completed"))?;
+        let lines = ok_steps(&env, via, "auto", json!([
+            {"op": "call", "tool": "get_thread", "args": {"thread": id}},
+        ]))?;
+        let thread = &lines[0]["result"]["structuredContent"];
+        assert_eq!(thread["status"], "completed", "{thread}");
+        assert_eq!(thread["steps"].as_array().map(Vec::len), Some(5), "{thread}");
+    }
+    Ok(())
+}
+
+/// The same call sent again starts one thread: the same idempotency key in `_meta` (also
+/// through two `serve` on one store), and the same request id in the same session.
+#[test]
+fn a_call_sent_again_starts_one_thread() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    let other = Serve::start(&env, &["--no-schedules"], &[])?;
+    let key = json!({"uncaged-workflow/idempotency-key": "issue-7"});
+    let call = json!({"op": "call", "tool": "solve-issue", "args": {"prompt": "once"}, "meta": key});
+    let first = ok_steps(&env, Via::Http(&serve, Some(&token)), "auto", json!([call, call]))?;
+    let again = ok_steps(&env, Via::Http(&other, Some(&token)), "legacy", json!([call]))?;
+    let ids: Vec<String> =
+        first.iter().chain(&again).map(|l| thread_of(&l["result"])).collect::<Result<_>>()?;
+    ensure!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    thread_prompted(&env, "once")?;
+    // The same request id, twice, in one session.
+    runtime()?.block_on(async {
+        let auth = format!("Bearer {token}");
+        let headers = [("authorization", auth.as_str())];
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}});
+        let (status, body) = post(&serve, &headers, serde_json::to_vec(&init)?).await?;
+        ensure!(status == 200, "{status} {body}");
+        let session = body["session"].as_str().context("a session")?.to_string();
+        let in_session = [("authorization", auth.as_str()), ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", "2025-11-25")];
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let (status, _) = post(&serve, &in_session, serde_json::to_vec(&initialized)?)
+            .await
+            .or_else(|_| Ok::<_, anyhow::Error>((202, Value::Null)))?;
+        ensure!(status == 202, "{status}");
+        let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "solve-issue", "arguments": {"prompt": "request seven"}}});
+        let mut threads = vec![];
+        for _ in 0..2 {
+            let (status, body) = post(&serve, &in_session, serde_json::to_vec(&call)?).await?;
+            ensure!(status == 200, "{status} {body}");
+            threads.push(thread_of(&body["result"])?);
+        }
+        ensure!(threads[0] == threads[1], "{threads:?}");
+        Ok(())
+    })?;
+    thread_prompted(&env, "request seven")?;
+    Ok(())
+}
+
+/// Auth as the API's: no token, a wrong one, a foreign Origin are refused; a read-only token
+/// sees and calls only the tools that read; nothing is started by any of them. Malformed
+/// JSON-RPC and a 50 MiB request get a JSON-RPC error, and the server serves on.
+#[test]
+fn tokens_origins_and_bad_requests_are_refused_and_nothing_starts() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    let viewer = env.ok(&["token", "create", "--name", "viewer", "--read-only"])?.trim().to_string();
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string().into_bytes();
+    runtime()?.block_on(async {
+        let bearer = format!("Bearer {token}");
+        let refused = [
+            (vec![], 401),
+            (vec![("authorization", "Bearer uwt_not_a_token")], 401),
+            (vec![("authorization", bearer.as_str()), ("origin", "http://evil.example")], 403),
+        ];
+        for (headers, expected) in refused {
+            let (status, body) = post(&serve, &headers, list.clone()).await?;
+            assert_eq!(status, expected, "{headers:?}: {body}");
+            ensure!(body["error"]["message"].is_string() && body["jsonrpc"] == "2.0", "{body}");
+        }
+        let own = format!("http://{}", serve.addr);
+        let ok = [("authorization", bearer.as_str()), ("origin", own.as_str())];
+        let bad = [
+            (b"{not json".to_vec(), 400, -32700),
+            (b"{}".to_vec(), 400, -32600),
+            (b"[1, 2]".to_vec(), 400, -32600),
+            (vec![b'a'; 50 << 20], 413, -32600),
+        ];
+        for (body, expected, code) in bad {
+            let (status, answer) = post(&serve, &ok, body).await?;
+            assert_eq!((status, answer["error"]["code"].as_i64()), (expected, Some(code)), "{answer}");
+        }
+        Ok(())
+    })?;
+    // The SDK's client without a token does not get as far as a session.
+    let out = client(&env, Via::Http(&serve, None), "legacy", &json!([{"op": "list"}]))?.output()?;
+    ensure!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    ensure!(String::from_utf8_lossy(&out.stderr).contains("a token is required"), "{}", String::from_utf8_lossy(&out.stderr));
+    let viewer_via = Via::Http(&serve, Some(&viewer));
+    let lines = ok_steps(&env, viewer_via, "auto", json!([{"op": "list"}]))?;
+    let names: Vec<&str> =
+        lines[0]["tools"].as_array().context("tools")?.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["list_threads", "get_thread"]);
+    for (tool, args) in [("solve-issue", json!({"prompt": "no"})), ("kill_thread", json!({"thread": "01M8H9EMB6MZ195GKK1K67KCXS"}))] {
+        let lines = steps(&env, viewer_via, "auto", json!([{"op": "call", "tool": tool, "args": args}]))?;
+        ensure!(lines[0].get("error").is_some() || lines[0]["result"]["isError"] == true, "{tool}: {lines:?}");
+    }
+    assert_eq!(env.json(&["threads"])?, json!([]));
+    // The server serves on.
+    let lines = ok_steps(&env, Via::Http(&serve, Some(&token)), "auto", json!([
+        {"op": "call", "tool": "solve-issue", "args": {"prompt": "still here"}},
+    ]))?;
+    assert_eq!(lines[0]["result"]["isError"], false);
+    Ok(())
+}
+
+/// The tools follow the registry while a client is connected (`notifications/tools/list_changed`
+/// when a workflow is added), and `mcp.workflows` in config.yaml limits which are offered.
+#[test]
+fn the_offered_tools_follow_the_registry_and_the_config() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let plan = json!([{"op": "list"}, {"op": "wait_list_changed", "timeout": 30}, {"op": "list"}]);
+    let mut child = client(&env, Via::Stdio, "legacy", &plan)?
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut lines = std::io::BufReader::new(child.stdout.take().context("stdout")?).lines();
+    let first: Value = serde_json::from_str(&lines.next().context("a listing")??)?;
+    assert_eq!(first["tools"].as_array().map(Vec::len), Some(5), "{first}");
+    let flow = env.write("review.yaml", REVIEW_YAML)?;
+    env.ok(&["add", "review", flow.to_str().context("path")?])?;
+    let told: Value = serde_json::from_str(&lines.next().context("news")??)?;
+    assert_eq!(told, json!({"list_changed": true}));
+    let second: Value = serde_json::from_str(&lines.next().context("a listing")??)?;
+    let names: Vec<&str> =
+        second["tools"].as_array().context("tools")?.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names[..2], ["review", "solve-issue"]);
+    ensure!(second["tools"][0]["description"] == "Reviews a change", "{second}");
+    child.wait()?;
+    std::fs::write(env.home().join("config.yaml"), "mcp:\n  workflows: [review]\n")?;
+    let lines = steps(&env, Via::Stdio, "auto", json!([
+        {"op": "list"},
+        {"op": "call", "tool": "solve-issue", "args": {"prompt": "not offered"}},
+    ]))?;
+    let names: Vec<&str> =
+        lines[0]["tools"].as_array().context("tools")?.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names[..2], ["review", "list_threads"]);
+    ensure!(lines[1].get("error").is_some_and(|e| e.as_str().is_some_and(|e| e.contains("no tool"))), "{lines:?}");
+    Ok(())
+}
+
+/// A second client no one here wrote: the official TypeScript SDK lists the tools and calls
+/// one over HTTP, with progress.
+#[test]
+fn the_typescript_sdk_lists_and_calls_a_workflow_over_http() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    let script = repo().join("tests/mcp/ts_client.mjs").canonicalize()?;
+    let modules = installed("target/mcp-node/node_modules")?;
+    let out = env
+        .command_of("node")
+        .env("MCP_NODE_MODULES", modules)
+        .arg(script)
+        .args([&format!("http://{}/mcp", serve.addr), &token, "solve-issue", r#"{"prompt": "from typescript"}"#])
+        .output()?;
+    let stdout = String::from_utf8(out.stdout)?;
+    ensure!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_str(stdout.trim())?;
+    assert_eq!(got["tools"][0], "solve-issue", "{got}");
+    assert_eq!(got["result"]["isError"], false, "{got}");
+    assert_eq!(got["progress"].as_array().map(Vec::len), Some(5), "{got}");
+    let thread = thread_prompted(&env, "from typescript")?;
+    assert_eq!(thread["status"], "completed");
+    assert_eq!(thread["startedBy"], "mcp token:ci (ts-test-client)");
+    Ok(())
+}
+
+}
+
+/// A second workflow, added while a client is connected.
+const REVIEW_YAML: &str = "description: Reviews a change\nroles:\n  reviewer:\n    \
+description: Reviews\n    system_prompt: You review.\n\
+graph:\n  - from: $START\n    transitions: [{to: reviewer}]\n  - from: reviewer\n    transitions: [{to: $END}]\n";
