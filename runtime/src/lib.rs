@@ -16,7 +16,8 @@
 //!    socket protocol.
 //! 7. [`schedule`] — threads that start themselves: cron and poll triggers, fired exactly
 //!    once by `schedule tick` or `serve`.
-//! 8. [`serve`] — the opt-in long-lived process: the schedule loop and the web view.
+//! 8. [`serve`] — the opt-in long-lived process: the schedule loop, the web view, the API,
+//!    and the MCP server (also over stdio, for `uncaged-workflow mcp`).
 //! 9. [`cli`] — one thin file per subcommand.
 
 pub mod agent_spec;

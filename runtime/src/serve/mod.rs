@@ -1,5 +1,6 @@
 //! `serve`: the one long-lived process, and an opt-in one. It fires schedules continuously
-//! (the loop `schedule tick` runs once) and serves the web view on a local address.
+//! (the loop `schedule tick` runs once) and serves the web view on a local address, with the
+//! HTTP API, webhooks and MCP ([`mcp`], which `uncaged-workflow mcp` also serves over stdio).
 //!
 //! Nothing else needs it: threads run in their bundles' worker processes whether or not it
 //! runs, and the web view reads the same store the CLI does, through the library.
