@@ -23,7 +23,7 @@ fn client_script() -> Result<String> {
 
 /// How a test's client reaches the server.
 #[derive(Clone, Copy)]
-enum Via<'a> {
+pub enum Via<'a> {
     /// `uncaged-workflow mcp`, started by the client on the test's store.
     Stdio,
     /// `serve`'s /mcp, with a token (or none).
@@ -31,7 +31,7 @@ enum Via<'a> {
 }
 
 /// The client's command for `plan`, in protocol `mode` (`auto` or `legacy`).
-fn client(env: &Env, via: Via, mode: &str, plan: &Value) -> Result<std::process::Command> {
+pub fn client(env: &Env, via: Via, mode: &str, plan: &Value) -> Result<std::process::Command> {
     let mut command = env.command_of(&python()?);
     command.args([&client_script()?, "--mode", mode, "--plan", &plan.to_string()]);
     match via {

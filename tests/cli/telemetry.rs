@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use prost::Message;
@@ -387,6 +387,30 @@ fn a_resumed_thread_continues_its_trace_and_a_failure_is_marked() -> Result<()> 
     assert_eq!(call.attr("error.type"), json!("failed"));
     assert_eq!(call.status, STATUS_ERROR);
     assert_eq!(named(&ours, "thread solve-issue")[0].status, STATUS_ERROR);
+    Ok(())
+}
+
+/// A thread an MCP client started says so on its runs' spans (`uncaged.thread.started_by`): who
+/// called, and which client.
+#[test]
+fn a_thread_started_over_mcp_names_its_starter_in_its_trace() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let collector = Collector::start()?;
+    let plan = json!([{"op": "call", "tool": "solve-issue", "args": {"prompt": "traced"}}]);
+    let out = crate::mcp::client(&env, crate::mcp::Via::Stdio, "auto", &plan)?
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "20")
+        .output()?;
+    let stdout = String::from_utf8(out.stdout)?;
+    let line: Value = serde_json::from_str(stdout.trim()).context(stdout.clone())?;
+    let id = line["result"]["_meta"]["uncaged-workflow/thread"].as_str().context("a thread")?;
+    let spans = collector.wait_for_thread("solve-issue", 1)?;
+    let trace = trace_of(id);
+    let ours: Vec<Span> = spans.into_iter().filter(|s| s.trace_id == trace).collect();
+    let runs = named(&ours, "run solve-issue");
+    ensure!(!runs.is_empty(), "{ours:#?}");
+    assert!(runs.iter().all(|r| r.attr("uncaged.thread.started_by") == json!("mcp stdio (mcp)")));
     Ok(())
 }
 

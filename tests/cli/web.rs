@@ -426,6 +426,11 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
         wait_until("the started thread ends", || Ok(status(&env, &started)? == "completed"))?;
         let record = env.json(&["thread", &started])?;
         assert_eq!(record["start"]["parameters"]["prompt"], "Started from the page");
+        // Who started it is shown: on its page, and in the list.
+        wait_for(&browser, "who started it", "return document.getElementById('started-by')?.textContent === 'Started by api page'").await?;
+        browser.goto(&format!("{base}/#/")).await?;
+        let row = format!("return document.querySelector('#threads tbody tr[data-thread=\"{started}\"]')?.textContent.includes('api page') === true");
+        wait_for(&browser, "the list names who started it", &row).await?;
         Ok::<_, anyhow::Error>(())
     }
     .await;
