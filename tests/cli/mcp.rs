@@ -303,6 +303,55 @@ fn a_dropped_connection_leaves_the_thread_to_complete() -> Result<()> {
         assert_eq!(thread["status"], "completed", "{thread}");
         assert_eq!(thread["steps"].as_array().map(Vec::len), Some(5), "{thread}");
     }
+    let lines = ok_steps(&env, Via::Stdio, "auto", json!([
+        {"op": "call", "tool": "list_threads", "args": {"status": "completed", "workflow": "solve-issue"}},
+    ]))?;
+    let listed = lines[0]["result"]["structuredContent"]["threads"].as_array().context("threads")?.clone();
+    let prompts: Vec<&str> = listed.iter().filter_map(|t| t["prompt"].as_str()).collect();
+    assert_eq!(prompts, ["drop http", "drop stdio"], "{listed:?}");
+    assert_eq!(listed[0]["startedBy"], "mcp token:ci (mcp)");
+    Ok(())
+}
+
+/// A thread that fails, or is killed (`kill_thread`, from another client) while its call
+/// follows it, answers the call with an error result saying why.
+#[test]
+fn a_failed_or_killed_thread_is_an_error_result() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let config = "agent: broken\nagents:\n  broken:\n    kind: command\n    command: /bin/false\n    retries: 0\n";
+    std::fs::write(env.home().join("config.yaml"), config)?;
+    let lines = ok_steps(&env, Via::Stdio, "auto", json!([
+        {"op": "call", "tool": "solve-issue", "args": {"prompt": "fail"}},
+    ]))?;
+    let result = &lines[0]["result"];
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().context("text")?;
+    ensure!(text.contains(&format!("thread {} failed", thread_of(result)?)), "{text}");
+    // A thread killed (with kill_thread, by another client) while a call follows it.
+    slow(&env, "2s")?;
+    let plan = json!([{"op": "call", "tool": "solve-issue", "args": {"prompt": "kill me"}}]);
+    let following = client(&env, Via::Stdio, "auto", &plan)?.stdout(Stdio::piped()).spawn()?;
+    let mut id = String::new();
+    wait_until("the call's thread runs", || {
+        let threads = env.json(&["threads"])?;
+        let found = threads.as_array().into_iter().flatten().find(|t| t["prompt"] == "kill me");
+        id = found.and_then(|t| t["threadId"].as_str()).unwrap_or_default().to_string();
+        Ok(!id.is_empty())
+    })?;
+    let lines = ok_steps(&env, Via::Stdio, "legacy", json!([
+        {"op": "call", "tool": "kill_thread", "args": {"thread": id}},
+        {"op": "call", "tool": "kill_thread", "args": {"thread": id}},
+    ]))?;
+    assert_eq!(lines[0]["result"]["isError"], false, "{lines:?}");
+    assert_eq!(status(&env, &id)?, "killed");
+    // Killing it again is the tool's error, which the model reads.
+    assert_eq!(lines[1]["result"]["isError"], true, "{lines:?}");
+    let out = following.wait_with_output()?;
+    let heard: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(heard["result"]["isError"], true, "{heard}");
+    let text = heard["result"]["content"][0]["text"].as_str().context("text")?;
+    ensure!(text.contains(&format!("thread {id} killed")), "{text}");
     Ok(())
 }
 
