@@ -33,6 +33,4 @@ pub struct App {
     pub deliveries: super::metrics::Deliveries,
     /// Agent-call latencies counted so far, for `/metrics`.
     pub latencies: super::metrics::Latencies,
-    /// The MCP server's HTTP service (`/mcp`).
-    pub mcp: super::mcp::http::McpService,
 }

@@ -39,8 +39,9 @@ pub const CSRF_HEADER: &str = "x-uncaged-csrf";
 
 type Shared = State<Arc<App>>;
 
-/// The routes.
-pub fn router(app: Arc<App>) -> Router {
+/// The routes; `/mcp` is `mcp`'s.
+pub fn router(app: Arc<App>, mcp: super::mcp::http::McpService) -> Router {
+    let mcp = Router::new().route("/mcp", any(super::mcp::http::endpoint)).with_state(mcp);
     Router::new()
         .route("/", get(index))
         .route("/assets/app.js", get(|| async { asset("text/javascript", assets::APP_JS) }))
@@ -48,7 +49,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/api/events", get(events))
         .route("/metrics", get(metrics))
         .nest("/api/v1", api::routes(app.max_body))
-        .route("/mcp", any(super::mcp::http::endpoint))
+        .merge(mcp)
         .route(
             "/hooks/{workflow}",
             post(hooks::deliver).layer(axum::extract::DefaultBodyLimit::max(app.max_body)),

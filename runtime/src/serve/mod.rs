@@ -113,7 +113,6 @@ pub async fn serve(
         histories: Default::default(),
         cookie: http::token_cookie(bound.port()),
         stopping,
-        mcp,
         live: Default::default(),
         deliveries: Default::default(),
         latencies: Default::default(),
@@ -133,7 +132,7 @@ pub async fn serve(
     tokio::spawn(shutdown);
     connections::serve(
         listener,
-        http::router(app.clone()),
+        http::router(app.clone(), mcp),
         options.limits,
         app.stopping.subscribe(),
     )

@@ -14,12 +14,14 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tower_service::Service;
 
 use super::{McpServer, Shared};
-use crate::serve::app::App;
 use crate::store::Storage;
 
-/// The SDK's service behind `/mcp`.
+/// The SDK's service behind `/mcp`, and the largest body it takes.
 #[derive(Clone)]
-pub struct McpService(StreamableHttpService<McpServer, LocalSessionManager>);
+pub struct McpService {
+    sdk: StreamableHttpService<McpServer, LocalSessionManager>,
+    max_body: usize,
+}
 
 impl std::fmt::Debug for McpService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,11 +50,12 @@ pub fn service(
         }
         cancel.cancel();
     });
-    McpService(StreamableHttpService::new(
+    let sdk = StreamableHttpService::new(
         move || Ok(McpServer::http(shared.clone())),
         Arc::new(LocalSessionManager::default()),
         config,
-    ))
+    );
+    McpService { sdk, max_body }
 }
 
 /// A JSON-RPC error with no request id, as the HTTP answer `status`.
@@ -72,7 +75,7 @@ const PARSE_ERROR: i32 = -32700;
 const INVALID_REQUEST: i32 = -32600;
 
 /// Serves one request to `/mcp`.
-pub async fn endpoint(State(app): State<Arc<App>>, request: Request) -> Response {
+pub async fn endpoint(State(mcp): State<McpService>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let body = if parts.method == axum::http::Method::POST {
         let mut stream = body.into_data_stream();
@@ -81,7 +84,7 @@ pub async fn endpoint(State(app): State<Arc<App>>, request: Request) -> Response
         while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
             let Ok(chunk) = chunk else { break };
             read += chunk.len();
-            over |= read > app.max_body;
+            over |= read > mcp.max_body;
             if !over {
                 bytes.extend_from_slice(&chunk);
             } else if read > DRAIN_AT_MOST {
@@ -99,7 +102,7 @@ pub async fn endpoint(State(app): State<Arc<App>>, request: Request) -> Response
                     INVALID_REQUEST,
                     &format!(
                         "the request is over the limit of {} bytes (serve.max_body_bytes)",
-                        app.max_body
+                        mcp.max_body
                     ),
                 );
             }
@@ -127,7 +130,7 @@ pub async fn endpoint(State(app): State<Arc<App>>, request: Request) -> Response
     } else {
         body
     };
-    let mut service = app.mcp.0.clone();
+    let mut service = mcp.sdk.clone();
     let response = match service.call(Request::from_parts(parts, body)).await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},

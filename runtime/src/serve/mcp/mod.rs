@@ -7,13 +7,16 @@
 //! - [`tools`]: what is offered — the workflows, and `list_threads`, `get_thread`,
 //!   `answer_thread`, `kill_thread` — and the operations' calls.
 //! - [`calls`]: a workflow's call: a thread started once per call, followed with progress
-//!   notifications, answered with its end, a person's question, or how to follow it.
+//!   notifications until it ends, asks a person, or the wait is over.
+//! - [`answers`]: what the thread answers the call with: its end, a person's question (and
+//!   the answer read back), or how to follow it.
 //! - [`tasks`]: the tasks extension: a call's thread as a task to poll, answer and cancel.
 //!
 //! The rules are the library's: a start is [`crate::run::actions::start_once`] (the API's
 //! idempotency path), an answer [`crate::run::actions::answer`], a kill
 //! [`crate::run::control::kill`]; this module only speaks the protocol.
 
+pub mod answers;
 pub mod calls;
 pub mod http;
 pub mod tasks;
@@ -106,24 +109,31 @@ impl McpServer {
     /// Who sends this request: the transport's caller, or the one `serve`'s guard found for
     /// the HTTP request.
     pub fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
-        if let Some(caller) = &self.caller {
-            return Ok(caller.clone());
-        }
-        context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Caller>())
-            .cloned()
+        self.caller_in(&context.extensions)
             .ok_or_else(|| McpError::invalid_request("no caller: a token is required", None))
+    }
+
+    /// Who sends a message whose transport put `extensions` with it.
+    fn caller_in(&self, extensions: &rmcp::model::Extensions) -> Option<Caller> {
+        if let Some(caller) = &self.caller {
+            return Some(caller.clone());
+        }
+        let parts = extensions.get::<axum::http::request::Parts>()?;
+        parts.extensions.get::<Caller>().cloned()
     }
 
     /// The connection a request came on, when there is one to name it by: the stdio process,
     /// or an HTTP session (`Mcp-Session-Id`). Stateless HTTP requests have none.
     pub fn connection(&self, context: &RequestContext<RoleServer>) -> Option<String> {
+        self.connection_in(&context.extensions)
+    }
+
+    /// The connection of a message whose transport put `extensions` with it.
+    fn connection_in(&self, extensions: &rmcp::model::Extensions) -> Option<String> {
         if let Some(connection) = &self.connection {
             return Some(connection.clone());
         }
-        let parts = context.extensions.get::<axum::http::request::Parts>()?;
+        let parts = extensions.get::<axum::http::request::Parts>()?;
         let session = parts.headers.get("mcp-session-id")?.to_str().ok()?;
         Some(format!("session:{session}"))
     }
@@ -267,23 +277,10 @@ impl ServerHandler for McpServer {
         notification: CancelledNotificationParam,
         context: NotificationContext<RoleServer>,
     ) {
-        let caller = match &self.caller {
-            Some(caller) => Some(caller.clone()),
-            None => context
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| parts.extensions.get::<Caller>())
-                .cloned(),
+        let Some(caller) = self.caller_in(&context.extensions).filter(|c| c.may_act) else {
+            return;
         };
-        let Some(caller) = caller.filter(|c| c.may_act) else { return };
-        let connection = match &self.connection {
-            Some(connection) => Some(connection.clone()),
-            None => context
-                .extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|parts| parts.headers.get("mcp-session-id")?.to_str().ok())
-                .map(|session| format!("session:{session}")),
-        };
+        let connection = self.connection_in(&context.extensions);
         let Some(request) = &notification.request_id else { return };
         let key = Self::in_flight_key(connection.as_deref(), &caller.name, request);
         let thread = self.shared.in_flight.lock().remove(&key).map(|f| f.thread);

@@ -6,7 +6,7 @@
 use rmcp::ErrorData as McpError;
 use rmcp::model::{DetailedTask, InputResponses, JsonObject, Task, TaskPayload, TaskStatus};
 
-use super::calls::{self, Question};
+use super::answers::{self, Question};
 use super::protocol_error;
 use crate::ids::ThreadId;
 use crate::store::Storage;
@@ -56,11 +56,13 @@ pub async fn get(store: &Storage, task_id: &str) -> Result<DetailedTask, McpErro
     let record = store.threads().read(id).map_err(protocol_error)?;
     let task = task(&record);
     let payload = match task.status {
-        TaskStatus::Completed => TaskPayload::Completed { result: object(&calls::ended(&record)) },
+        TaskStatus::Completed => {
+            TaskPayload::Completed { result: object(&answers::ended(&record)) }
+        }
         TaskStatus::Cancelled => TaskPayload::Cancelled,
         TaskStatus::InputRequired => match Question::of(store, &record) {
             Some(question) => {
-                TaskPayload::InputRequired { input_requests: calls::input_requests(&question) }
+                TaskPayload::InputRequired { input_requests: answers::input_requests(&question) }
             }
             None => TaskPayload::Working,
         },
@@ -83,7 +85,7 @@ pub async fn update(
     responses: &InputResponses,
 ) -> Result<(), McpError> {
     let id = thread_of(store, task_id)?;
-    calls::answer_with(store, id, responses).await.map_err(protocol_error)?;
+    answers::answer_with(store, id, responses).await.map_err(protocol_error)?;
     Ok(())
 }
 
