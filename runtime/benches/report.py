@@ -25,6 +25,7 @@ import fan_out  # noqa: E402  (runtime/benches/fan_out.py)
 import replay  # noqa: E402  (runtime/benches/replay.py)
 import durable_agents  # noqa: E402  (runtime/benches/durable_agents.py)
 import mcp  # noqa: E402  (runtime/benches/mcp.py)
+import starts  # noqa: E402  (runtime/benches/starts.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
@@ -372,6 +373,7 @@ def main():
     lines += replay.section()
     lines += durable_agents.section()
     lines += mcp.section()
+    lines += starts.section()
     lines += postgres.section(PYTHON)
     lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for mode, ours_us, native_us, peer_us in verdicts:
@@ -400,7 +402,7 @@ def main():
         ok = not big.get("error") and big["rss_kib"] < 1024 * 1024
         lines.append(f"| 10,000 waiting threads in one worker under 1 GiB RSS | {big['rss_kib'] / 1024:.0f} MiB | {'yes' if ok else 'no'} |")
     # The sections' own targets, as their last run measured them.
-    lines += durable_agents.TARGETS + mcp.TARGETS
+    lines += durable_agents.TARGETS + mcp.TARGETS + starts.TARGETS
     lines.append("")
     (ROOT / "BENCHMARKS.md").write_text("\n".join(with_notes(lines)))
     print("\n".join(lines))
@@ -466,6 +468,10 @@ if __name__ == "__main__":
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
         in_place(mcp.section())
+    elif sys.argv[1:] == ["--only", "starts"]:
+        sh("cargo", "build", "--release", "-p", "uncaged-workflow")
+        sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
+        in_place(starts.section())
     elif sys.argv[1:] == ["--only", "threads"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         print("\n".join(thread_listing_lines()))

@@ -5,14 +5,11 @@
   is checked): its latency, and whether the stalled ones are cut off;
 - 2,000 live views (server-sent events) of one thread holding 2 MiB of steps: the server's
   resident memory before, while they watch, and after they close;
-- threads started per second over the HTTP API (`POST /api/v1/threads`, detached, on a home
-  directory), by clients sending at once.
+(Threads started per second are runtime/benches/starts.py's.)
 
 The release binary, on loopback, with its defaults but a 5 s header timeout.
 """
 
-import concurrent.futures
-import http.client
 import json
 import os
 import resource
@@ -29,8 +26,6 @@ BINARY = TARGET / "release" / "uncaged-workflow"
 BUNDLE = TARGET / "wasm32-wasip2" / "guest" / "solve_issue.wasm"
 STALLED = 1000
 STREAMS = 2000
-STARTS = 300
-CLIENTS = 8
 
 
 def rss_mib(pid):
@@ -138,40 +133,6 @@ def streams(home):
         serve.stop()
 
 
-def starts(home):
-    """Threads started per second over the API: STARTS requests from CLIENTS clients at once."""
-    env = home_env(home)
-    subprocess.run([BINARY, "add", "solve-issue", BUNDLE], env=env, check=True, capture_output=True)
-    serve = Serve(home)
-    host, port = serve.target
-    body = json.dumps({"workflow": "solve-issue", "prompt": "Fix the crash"})
-    headers = {"Authorization": f"Bearer {serve.token}", "Content-Type": "application/json",
-               "Host": serve.addr}
-
-    def client(n):
-        connection = http.client.HTTPConnection(host, port, timeout=60)
-        latencies = []
-        for _ in range(n):
-            started = time.perf_counter()
-            connection.request("POST", "/api/v1/threads", body, headers)
-            answer = connection.getresponse()
-            answer.read()
-            assert answer.status == 201, answer.status
-            latencies.append((time.perf_counter() - started) * 1e3)
-        connection.close()
-        return latencies
-
-    try:
-        client(5)  # the bundle's worker started, the connection paths warm
-        started = time.perf_counter()
-        with concurrent.futures.ThreadPoolExecutor(CLIENTS) as pool:
-            latencies = [ms for part in pool.map(client, [STARTS // CLIENTS] * CLIENTS) for ms in part]
-        elapsed = time.perf_counter() - started
-        return len(latencies) / elapsed, statistics.median(latencies), max(latencies)
-    finally:
-        serve.stop()
-
-
 def section():
     """The BENCHMARKS.md lines of this part."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -180,8 +141,6 @@ def section():
         idle, loaded, cut = stalled(home)
     with tempfile.TemporaryDirectory(dir=TARGET) as home:
         before, watching, after = streams(home)
-    with tempfile.TemporaryDirectory(dir=TARGET) as home:
-        rate, start_median, start_max = starts(home)
     med = statistics.median
     return ["## `serve` under load (release build, loopback)", "",
             f"A normal request (`GET /api/v1/threads` with a token, 20 of them) with and without {STALLED:,} connections that",
@@ -197,12 +156,7 @@ def section():
             f"| 3 s after they closed | {after:.0f} |", "",
             "Before the connection bounds and the shared watch (a23869d), an outside test found a normal",
             "request timing out under 1,100 stalled connections, and 2,000 streams taking the server from",
-            "13 MiB to 3 GiB, 1.7 GiB of it staying after they closed.", "",
-            f"Threads started over the HTTP API: {STARTS - STARTS % CLIENTS} `POST /api/v1/threads` from {CLIENTS} clients at",
-            "once (each answered once the thread is recorded and handed to the bundle's worker; the",
-            "threads then run, on the scripted agent, while the next requests come in):", "",
-            "| threads started per second | median request | max |", "|---|---|---|",
-            f"| {rate:,.0f} | {start_median:.1f} ms | {start_max:.1f} ms |", ""]
+            "13 MiB to 3 GiB, 1.7 GiB of it staying after they closed.", ""]
 
 
 if __name__ == "__main__":

@@ -402,7 +402,7 @@ fn a_call_sent_again_starts_one_thread() -> Result<()> {
     Ok(())
 }
 
-/// Auth as the API's: no token, a wrong one, a foreign Origin are refused; a read-only token
+/// Auth as the API's: no token, a wrong one, a foreign Origin, a foreign Host are refused; a read-only token
 /// sees and calls only the tools that read; nothing is started by any of them. Malformed
 /// JSON-RPC and a 50 MiB request get a JSON-RPC error, and the server serves on.
 #[test]
@@ -423,6 +423,10 @@ fn tokens_origins_and_bad_requests_are_refused_and_nothing_starts() -> Result<()
             assert_eq!(status, expected, "{headers:?}: {body}");
             ensure!(body["error"]["message"].is_string() && body["jsonrpc"] == "2.0", "{body}");
         }
+        // A name rebound to the loopback is not one this server answers to.
+        let rebound = [("authorization", bearer.as_str()), ("host", "evil.example")];
+        let (status, body) = post(&serve, &rebound, list.clone()).await?;
+        assert_eq!(status, 421, "{body}");
         let own = format!("http://{}", serve.addr);
         let ok = [("authorization", bearer.as_str()), ("origin", own.as_str())];
         let bad = [
