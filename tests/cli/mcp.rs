@@ -225,6 +225,13 @@ fn a_thread_that_waits_for_a_person_is_answered_through_the_client() -> Result<(
         let progress = lines[0]["progress"].as_array().context("progress")?;
         assert_eq!(progress.len(), 3, "{progress:?}");
     }
+    // A person who declines is not asked again: the call answers with the waiting thread.
+    let lines = ok_steps(&env, Via::Stdio, "auto", json!([
+        {"op": "call", "tool": "solve-issue", "args": {"prompt": "ask me, I decline"}},
+    ]))?;
+    assert_eq!(lines[0]["asked"].as_array().map(Vec::len), Some(1), "{lines:?}");
+    let result = &lines[0]["result"];
+    assert_eq!(result["structuredContent"]["status"], "waiting", "{result}");
     // The tasks extension.
     let lines = ok_steps(&env, Via::Http(&serve, Some(&token)), "auto", json!([
         {"op": "task", "tool": "solve-issue", "args": {"prompt": "ask my task"}, "answers": [APPROVED]},

@@ -220,7 +220,8 @@ pub fn pending(record: &ThreadRecord, question: Option<&Question>) -> CallToolRe
     result
 }
 
-fn thread_meta(id: ThreadId) -> MetaObject {
+/// A result's `_meta`, naming the call's thread.
+pub fn thread_meta(id: ThreadId) -> MetaObject {
     let mut meta = MetaObject::default();
     meta.insert(THREAD_KEY.into(), json!(id.to_string()));
     meta

@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CreateTaskResult, InputRequiredResult, MetaObject,
+    CallToolRequestParams, CallToolResponse, CreateTaskResult, InputRequiredResult,
     ProgressNotificationParam, ProtocolVersion,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::answers::{Question, answer_with, ended, input_requests, pending};
-use super::{IDEMPOTENCY_KEY, McpServer, THREAD_KEY, protocol_error, tools};
+use super::answers::{Question, answer_with, ended, input_requests, pending, thread_meta};
+use super::{IDEMPOTENCY_KEY, McpServer, protocol_error, tools};
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
 use crate::run::actions::{self, Once, OnceKey};
@@ -27,7 +27,7 @@ use crate::run::watch::ThreadEvents;
 use crate::run_request::RunRequest;
 use crate::serve::api::Caller;
 use crate::store::Storage;
-use crate::store::records::StartedBy;
+use crate::store::records::{PauseReason, StartedBy, ThreadStatus};
 use crate::store::request_keys::MAX_KEY_LEN;
 
 /// How long a call waits for its thread unless `mcp.wait` says.
@@ -68,15 +68,16 @@ pub async fn call(
         ));
     }
     tools::may_act(caller)?;
-    // The steps the client has heard of already (a retried call's thread's).
-    let mut told = 0;
+    // The steps the client has heard of already (a retried call's thread's), and whether the
+    // person it asked declined to answer (then it is not asked again in this call).
+    let (mut told, mut declined) = (0, false);
     let id = match &request.request_state {
         // A call retried with a person's answer (or to go on waiting): the thread it follows.
         Some(state) => {
             let (id, steps) = continued(store, &name, state)?;
             told = steps;
             if let Some(responses) = &request.input_responses {
-                answer_with(store, id, responses).await.map_err(protocol_error)?;
+                declined = !answer_with(store, id, responses).await.map_err(protocol_error)?;
             }
             id
         }
@@ -104,9 +105,7 @@ pub async fn call(
     if context.client_capabilities().is_some_and(|caps| caps.supports_tasks()) {
         let record = store.threads().read(id).map_err(protocol_error)?;
         let task = super::tasks::task(&record);
-        let mut meta = MetaObject::default();
-        meta.insert(THREAD_KEY.into(), json!(id.to_string()));
-        return Ok(CallToolResponse::Task(CreateTaskResult::new(task).with_meta(meta)));
+        return Ok(CallToolResponse::Task(CreateTaskResult::new(task).with_meta(thread_meta(id))));
     }
     let in_flight = server.in_flight(&context, caller, id);
     let wait = store.config().ok().and_then(|c| c.mcp.wait).map_or(DEFAULT_WAIT, |s| s.0);
@@ -120,7 +119,7 @@ pub async fn call(
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
     Ok(match rest {
         Rest::Ended => ended(&record).into(),
-        Rest::Asks(question) if modern => InputRequiredResult::new(
+        Rest::Asks(question) if modern && !declined => InputRequiredResult::new(
             Some(input_requests(&question)),
             Some(format!("{STATE_PREFIX}{id}")),
         )
@@ -227,8 +226,10 @@ pub async fn follow(
     let progress = context.meta.get_progress_token();
     let mut events = ThreadEvents::new(store, id);
     let mut changed = tokio::time::Instant::now();
-    // The thread came to rest waiting, and may ask a person once its worker has let it go.
-    let mut waiting = false;
+    // Whether the thread may be waiting for a person: at first (it may have come to rest before
+    // this call looked, while its worker still held it, which its events do not tell again), and
+    // after it comes to rest waiting, until its worker lets it go and the person can answer.
+    let mut waiting = true;
     loop {
         let batch = events.poll()?;
         if !batch.is_empty() {
@@ -261,8 +262,16 @@ pub async fn follow(
             if let Some(question) = Question::of(store, &record) {
                 return Ok(Rest::Asks(question));
             }
-            // Waiting on a child thread: it goes on by itself.
-            waiting = record.waited_child().is_none();
+            match record.status() {
+                // Paused before this call looked: its event is not told again.
+                ThreadStatus::Paused => return Ok(Rest::Running),
+                // Its rest recorded, its worker about to let it go: look again.
+                ThreadStatus::Running | ThreadStatus::Queued => {
+                    waiting = record.paused.as_ref().is_some_and(|p| p.by == PauseReason::Waiting);
+                }
+                // Waiting on a child thread (which goes on by itself), or not at all.
+                _ => waiting = false,
+            }
         }
         let look = if changed.elapsed() < QUICK_FOR { FIRST_LOOKS } else { LATER_LOOKS };
         tokio::select! {
