@@ -3,7 +3,9 @@
 //! types is the line format of `.data.jsonl` and of `thread --json`.
 
 pub use super::pauses::{PauseReason, PauseRecord, Paused, PendingCall, ToolWait, ToolWaitReason};
+pub use super::started_by::StartedBy;
 pub use super::steps::{StepGroup, StepRecord};
+pub use super::summaries::{SUMMARY_PROMPT_CHARS, ThreadStatus, ThreadSummary};
 pub use super::upgrades::{Retry, RetryRecord, Upgrade, UpgradeRecord};
 use crate::ids::{BundleHash, ThreadId};
 use crate::run_request::RunRequest;
@@ -37,41 +39,6 @@ pub struct StartRecord {
     /// caller): what `threads`, `thread`, the web view and traces name as its starter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<StartedBy>,
-}
-
-/// The request that started a thread from outside: over which door, with which credential, from
-/// which client program.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StartedBy {
-    /// `mcp` (a tool call) or `api` (`POST /api/v1/threads`).
-    pub via: String,
-    /// Whose credential: a token's name (`token:ci`), the server's own token (`server`), or
-    /// `stdio` (the local user running `uncaged-workflow mcp`).
-    pub caller: String,
-    /// The client program, as it named itself (MCP's `clientInfo`), if it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client: Option<String>,
-}
-
-/// How much of a client's name a record keeps: it is the client's own text.
-const MAX_CLIENT_NAME: usize = 80;
-
-impl StartedBy {
-    pub fn new(via: &str, caller: &str, client: Option<&str>) -> Self {
-        let client = client
-            .map(|c| crate::terminal::line(c).chars().take(MAX_CLIENT_NAME).collect::<String>())
-            .filter(|c| !c.trim().is_empty());
-        StartedBy { via: via.into(), caller: caller.into(), client }
-    }
-
-    /// One line: `mcp token:ci (claude-code)`.
-    pub fn line(&self) -> String {
-        match &self.client {
-            Some(client) => format!("{} {} ({client})", self.via, self.caller),
-            None => format!("{} {}", self.via, self.caller),
-        }
-    }
 }
 
 impl StartRecord {
@@ -267,50 +234,6 @@ pub enum RestKind {
     Ended(End),
 }
 
-/// A thread as listings show it (`threads`, `ps`, `threads prune`): what a store can keep in
-/// an index so that a listing reads no thread (the file store's is binary: no field names).
-/// Its fields, in this order, are a binary layout (postcard) in the file store's index and in
-/// the database's packed listings: a change to them counts up `thread_index::VERSION` and
-/// `postgres::summary::LAYOUT`, so that what was written before is read again, not misread.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ThreadSummary {
-    pub thread_id: ThreadId,
-    pub name: String,
-    pub hash: BundleHash,
-    pub status: ThreadStatus,
-    pub steps: usize,
-    /// When the thread started.
-    pub timestamp: u64,
-    /// The start of the prompt ([`SUMMARY_PROMPT_CHARS`] characters at most).
-    pub prompt: String,
-    pub return_code: Option<i32>,
-    /// When it ended, if it has.
-    pub ended: Option<u64>,
-    /// For a waiting thread: the role a person must answer for, and since when.
-    pub waiting_role: Option<String>,
-    pub paused_at: Option<u64>,
-    /// The schedule that started it, if one did.
-    pub schedule: Option<String>,
-    /// The tokens its agents reported, in and out (0 when none did); absent from summaries
-    /// stored before they were kept, as their cost (when `prices:` priced any) is.
-    #[serde(default)]
-    pub tokens: u64,
-    #[serde(default)]
-    pub cost_usd: Option<f64>,
-    /// The thread whose step started this one as a child workflow, if one did.
-    #[serde(default)]
-    pub parent: Option<ThreadId>,
-    /// Who asked for it from outside ([`StartedBy::line`]), if a request did.
-    #[serde(default)]
-    pub started_by: Option<String>,
-}
-
-/// How much of a prompt a [`ThreadSummary`] keeps: enough to tell threads apart in a listing
-/// (which shows 40), little enough that an index of 100,000 threads stays small (the whole
-/// prompt is in the thread's start record).
-pub const SUMMARY_PROMPT_CHARS: usize = 120;
-
 impl ThreadRecord {
     /// What the thread may spend: the budget it started with, or the one last raised.
     pub fn budget(&self) -> Budget {
@@ -383,58 +306,8 @@ impl ThreadRecord {
     }
 }
 
-/// Where a thread is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ThreadStatus {
-    /// A process is running it now.
-    Running,
-    /// Stopped between steps; `resume` or `step` continues it.
-    Paused,
-    /// Stopped until a person answers for a `human` agent (`answer`).
-    Waiting,
-    /// Its process died mid-run (crash, `kill -9`); `resume` continues from the last step.
-    Interrupted,
-    Completed,
-    Failed,
-    Killed,
-    /// Waiting in a shared store's queue for a worker to take it. (Last, so that the listing
-    /// index written before it was kept reads the same.)
-    Queued,
-}
-
+/// What a status says of a thread's end (with [`EndStatus`], which is a record's).
 impl ThreadStatus {
-    /// Lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ThreadStatus::Running => "running",
-            ThreadStatus::Queued => "queued",
-            ThreadStatus::Paused => "paused",
-            ThreadStatus::Waiting => "waiting",
-            ThreadStatus::Interrupted => "interrupted",
-            ThreadStatus::Completed => "completed",
-            ThreadStatus::Failed => "failed",
-            ThreadStatus::Killed => "killed",
-        }
-    }
-
-    /// Every status, in the order of a thread's life.
-    pub const ALL: [ThreadStatus; 8] = [
-        ThreadStatus::Queued,
-        ThreadStatus::Running,
-        ThreadStatus::Paused,
-        ThreadStatus::Waiting,
-        ThreadStatus::Interrupted,
-        ThreadStatus::Completed,
-        ThreadStatus::Failed,
-        ThreadStatus::Killed,
-    ];
-
-    /// The status named `name` (as [`as_str`](Self::as_str) writes it).
-    pub fn named(name: &str) -> Option<ThreadStatus> {
-        Self::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-
     /// How the thread ended, if it has ended for good.
     pub fn end_status(self) -> Option<EndStatus> {
         match self {
