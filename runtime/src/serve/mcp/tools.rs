@@ -123,35 +123,45 @@ pub struct Offered {
 /// The workflows offered, by name: every registered one, or those `mcp.workflows` in
 /// config.yaml names; never one named as an operation.
 pub fn offered(store: &Storage) -> Result<Vec<Offered>> {
+    let bundles = store.bundles();
+    Ok(offered_versions(store)?
+        .into_iter()
+        .map(|(name, hash)| {
+            let description = bundles
+                .descriptor(hash)
+                .map(|d| d.description)
+                .ok()
+                .filter(|d| !d.trim().is_empty())
+                .unwrap_or_else(|| format!("Runs workflow `{name}`."));
+            Offered { name, description }
+        })
+        .collect())
+}
+
+/// The workflows offered and their current versions, from the registry and config.yaml alone
+/// (a call asks this, not every descriptor).
+fn offered_versions(store: &Storage) -> Result<Vec<(String, crate::ids::BundleHash)>> {
     let only = store.config()?.mcp.workflows;
     let registry = store.registry().load()?;
-    let bundles = store.bundles();
-    let mut out = Vec::new();
-    for (name, entry) in &registry.workflows {
-        if Operation::named(name).is_some()
-            || only.as_ref().is_some_and(|only| !only.iter().any(|n| n == name))
-        {
-            continue;
-        }
-        let description = bundles
-            .descriptor(entry.hash)
-            .map(|d| d.description)
-            .ok()
-            .filter(|d| !d.trim().is_empty())
-            .unwrap_or_else(|| format!("Runs workflow `{name}`."));
-        out.push(Offered { name: name.clone(), description });
-    }
-    Ok(out)
+    Ok(registry
+        .workflows
+        .into_iter()
+        .filter(|(name, _)| {
+            Operation::named(name).is_none()
+                && only.as_ref().is_none_or(|only| only.iter().any(|n| n == name))
+        })
+        .map(|(name, entry)| (name, entry.hash))
+        .collect())
 }
 
 /// The names of the workflows offered, to tell when they change.
 pub fn offered_names(store: &Storage) -> Result<Vec<String>> {
-    Ok(offered(store)?.into_iter().map(|o| o.name).collect())
+    Ok(offered_versions(store)?.into_iter().map(|(name, _)| name).collect())
 }
 
 /// Whether workflow `name` is offered.
 pub fn is_offered(store: &Storage, name: &str) -> Result<bool> {
-    Ok(offered(store)?.iter().any(|o| o.name == name))
+    Ok(offered_versions(store)?.iter().any(|(offered, _)| offered == name))
 }
 
 /// Every tool a caller may call, in a stable order: the workflows by name, then the
