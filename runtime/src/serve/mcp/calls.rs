@@ -226,19 +226,19 @@ pub async fn follow(
     let progress = context.meta.get_progress_token();
     let mut events = ThreadEvents::new(store, id);
     let mut changed = tokio::time::Instant::now();
-    // Whether the thread may be waiting for a person: at first (it may have come to rest before
-    // this call looked, while its worker still held it, which its events do not tell again), and
-    // after it comes to rest waiting, until its worker lets it go and the person can answer.
-    let mut waiting = true;
+    // Whether to look at the record for a rest: at first and after anything happened (the
+    // thread may have come to rest while its worker still held it, which its events then never
+    // tell), and while it rests waiting until its worker lets it go and a person can answer.
+    let mut look_at_record = true;
     loop {
         let batch = events.poll()?;
         if !batch.is_empty() {
             changed = tokio::time::Instant::now();
+            look_at_record = true;
         }
         for event in batch {
             match event {
                 Event::Step { index, step, .. } => {
-                    waiting = false;
                     if let Some(token) = progress.as_ref().filter(|_| index > told) {
                         let line =
                             step.content.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
@@ -251,11 +251,10 @@ pub async fn follow(
                 }
                 Event::Ended { .. } => return Ok(Rest::Ended),
                 Event::Paused { .. } => return Ok(Rest::Running),
-                Event::Waiting { .. } => waiting = true,
                 _ => {}
             }
         }
-        if waiting {
+        if look_at_record {
             // Its rest is recorded a moment before its worker lets it go (on a database, the
             // lease): a person can answer only then.
             let record = store.threads().read(id)?;
@@ -267,10 +266,11 @@ pub async fn follow(
                 ThreadStatus::Paused => return Ok(Rest::Running),
                 // Its rest recorded, its worker about to let it go: look again.
                 ThreadStatus::Running | ThreadStatus::Queued => {
-                    waiting = record.paused.as_ref().is_some_and(|p| p.by == PauseReason::Waiting);
+                    look_at_record =
+                        record.paused.as_ref().is_some_and(|p| p.by == PauseReason::Waiting);
                 }
                 // Waiting on a child thread (which goes on by itself), or not at all.
-                _ => waiting = false,
+                _ => look_at_record = false,
             }
         }
         let look = if changed.elapsed() < QUICK_FOR { FIRST_LOOKS } else { LATER_LOOKS };
