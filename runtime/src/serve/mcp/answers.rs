@@ -13,7 +13,7 @@ use super::THREAD_KEY;
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
 use crate::run::actions::{self, Hand};
-use crate::run::answer::{self, Answer};
+use crate::run::answer::Answer;
 use crate::serve::api::types::DecisionKind;
 use crate::store::Storage;
 use crate::store::pauses::ToolWaitReason;
@@ -47,13 +47,13 @@ const MAX_QUESTION: usize = 4000;
 
 impl Question {
     /// The question thread `record` asks a person, if it waits for one (not for a child).
-    pub fn of(store: &Storage, record: &ThreadRecord) -> Option<Question> {
+    /// The record in hand says it: nothing is read again.
+    pub fn of(record: &ThreadRecord) -> Option<Question> {
         if record.status() != ThreadStatus::Waiting {
             return None;
         }
-        answer::answerable(store, record.id()).ok()?;
         let paused = record.paused.as_ref()?;
-        let call = paused.call.as_ref()?;
+        let call = paused.call.as_ref().filter(|call| call.child.is_none())?;
         let role = paused.role.clone().unwrap_or_default();
         let (text, kind) = match &call.tool {
             Some(tool) => {

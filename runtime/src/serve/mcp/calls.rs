@@ -258,7 +258,7 @@ pub async fn follow(
             // Its rest is recorded a moment before its worker lets it go (on a database, the
             // lease): a person can answer only then.
             let record = store.threads().read(id)?;
-            if let Some(question) = Question::of(store, &record) {
+            if let Some(question) = Question::of(&record) {
                 return Ok(Rest::Asks(question));
             }
             match record.status() {

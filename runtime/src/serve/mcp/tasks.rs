@@ -60,7 +60,7 @@ pub async fn get(store: &Storage, task_id: &str) -> Result<DetailedTask, McpErro
             TaskPayload::Completed { result: object(&answers::ended(&record)) }
         }
         TaskStatus::Cancelled => TaskPayload::Cancelled,
-        TaskStatus::InputRequired => match Question::of(store, &record) {
+        TaskStatus::InputRequired => match Question::of(&record) {
             Some(question) => {
                 TaskPayload::InputRequired { input_requests: answers::input_requests(&question) }
             }
