@@ -37,6 +37,11 @@ impl ThreadReader {
         }
     }
 
+    /// The thread as of the last [`catch_up`](Self::catch_up), if there was one.
+    pub fn current(&self) -> Option<&Arc<ThreadRecord>> {
+        self.current.as_ref()
+    }
+
     /// The thread as it is now, reading only the records stored since the last call.
     pub fn catch_up(&mut self) -> Result<Arc<ThreadRecord>> {
         let changes = self
@@ -110,6 +115,11 @@ impl ThreadEvents {
         self.rests_told = Some(record.rests.len());
         self.tell_steps(&record, record.steps.len(), &mut events);
         Ok(events)
+    }
+
+    /// The thread as the last [`poll`](Self::poll) saw it: every step of it has been told.
+    pub fn seen(&self) -> Option<&Arc<ThreadRecord>> {
+        self.reader.current()
     }
 
     /// Tells the steps of `record` not told yet, up to its first `upto`.

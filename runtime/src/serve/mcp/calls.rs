@@ -256,8 +256,10 @@ pub async fn follow(
         }
         if look_at_record {
             // Its rest is recorded a moment before its worker lets it go (on a database, the
-            // lease): a person can answer only then.
-            let record = store.threads().read(id)?;
+            // lease): a person can answer only then. The record is the one the events were
+            // read from, so every step in it has been told before its question is asked.
+            let record =
+                events.seen().cloned().ok_or_else(|| Error::UnknownThread(id.to_string()))?;
             if let Some(question) = Question::of(&record) {
                 return Ok(Rest::Asks(question));
             }
