@@ -58,7 +58,9 @@ impl Dispatch for SharedDispatch {
             let record = self.store.threads().read(id)?;
             enqueue(&self.store, id, hash, over).await?;
             let accepted = Accepted { pid: None, cache_hit: false, steps: record.steps.len() };
-            let follower = QueuedThread::new(&self.store, &record, over, follow);
+            // Live text is listened for only by a follower: a detached start opens no
+            // session for it (a connection a start, which the server forks a process for).
+            let follower = QueuedThread::new(&self.store, &record, over, follow, follow);
             Ok((Box::new(follower) as Box<dyn Follower>, accepted))
         }
         .boxed()
@@ -155,7 +157,7 @@ fn start_worker(store: &Storage) -> Result<()> {
 /// `seen`, and how it comes to rest (a parent waiting on a child workflow is followed on,
 /// through the child's run and its own).
 pub fn follow_stored(store: &Storage, record: &ThreadRecord, seen: usize) -> Box<dyn Follower> {
-    let mut follower = QueuedThread::new(store, record, &RunRequest::default(), false);
+    let mut follower = QueuedThread::new(store, record, &RunRequest::default(), false, true);
     follower.seen = seen;
     Box::new(follower)
 }
@@ -192,8 +194,14 @@ struct QueuedThread {
 
 impl QueuedThread {
     /// Follows the thread of `record` (as it was when queued with `over`); `interactive`
-    /// puts a `human` agent's questions to the follower.
-    fn new(store: &Storage, record: &ThreadRecord, over: &RunRequest, interactive: bool) -> Self {
+    /// puts a `human` agent's questions to the follower, and `live` hears its live text.
+    fn new(
+        store: &Storage,
+        record: &ThreadRecord,
+        over: &RunRequest,
+        interactive: bool,
+        live: bool,
+    ) -> Self {
         QueuedThread {
             store: store.clone(),
             over: over.clone(),
@@ -208,11 +216,16 @@ impl QueuedThread {
             pending: VecDeque::new(),
             done: false,
             last_read: None,
-            live: store.queue().live().and_then(|live| match live.follow(record.id()) {
-                Ok(live) => live,
-                Err(e) => {
-                    tracing::warn!("the live text of thread {} is not followed: {e}", record.id());
-                    None
+            live: live.then(|| store.queue().live()).flatten().and_then(|live| {
+                match live.follow(record.id()) {
+                    Ok(live) => live,
+                    Err(e) => {
+                        tracing::warn!(
+                            "the live text of thread {} is not followed: {e}",
+                            record.id()
+                        );
+                        None
+                    }
                 }
             }),
         }
