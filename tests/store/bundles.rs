@@ -24,6 +24,7 @@ contract! {
             summary: Some("a bundle".into()),
         };
         ensure!(backend.read(hash)?.is_none() && backend.read_descriptor(hash)?.is_none());
+        ensure!(backend.stamp(hash)?.is_none());
         backend.write(hash, &bytes, &descriptor, &record)?;
         ensure!(backend.read(hash)? == Some(bytes.clone()));
         let yaml = backend.read_descriptor(hash)?.context("a descriptor")?;
@@ -33,6 +34,41 @@ contract! {
         ensure!(backend.place(hash).to_string_lossy().contains(&hash.to_string()));
         ensure!(!backend.descriptor_place(hash).as_os_str().is_empty());
         ensure!(backend.database().is_some() == store.url().is_some());
+        Ok(())
+    }
+
+    /// A bundle verified once is not read again while its stamp holds, and bytes changed
+    /// after that (a damaged or tampered copy) change its stamp and are refused.
+    fn a_verified_bundle_changed_since_is_refused(store: &Storage) -> Result<()> {
+        let backend = store.bundles().backend();
+        backend.prepare()?;
+        let bytes = b"\0asm verified".to_vec();
+        let hash = BundleHash::of(&bytes);
+        let descriptor = Descriptor {
+            description: "a bundle".into(),
+            max_rounds: 3,
+            roles: vec![],
+            contract: "0.2.0".into(),
+        };
+        let record = BundleRecord {
+            sha256: uncaged_workflow::store::bundles::sha256_hex(&bytes),
+            size: bytes.len() as u64,
+            summary: None,
+        };
+        backend.write(hash, &bytes, &descriptor, &record)?;
+        let mut registry = uncaged_workflow::store::registry::RegistryTable::default();
+        registry.bundles.insert(hash, record.clone());
+        let stamp = backend.stamp(hash)?.context("a stamp")?;
+        store.bundles().verify(&registry, "w", hash)?;
+        store.bundles().verify(&registry, "w", hash)?;
+        ensure!(backend.stamp(hash)? == Some(stamp.clone()), "reading changed the stamp");
+        let tampered = b"\0asm tampered".to_vec();
+        backend.write(hash, &tampered, &descriptor, &record)?;
+        ensure!(backend.stamp(hash)?.is_some_and(|now| now != stamp), "the stamp held");
+        let refused = store.bundles().verify(&registry, "w", hash);
+        ensure!(refused.is_err(), "changed bytes were not refused");
+        backend.write(hash, &bytes, &descriptor, &record)?;
+        store.bundles().verify(&registry, "w", hash)?;
         Ok(())
     }
 }

@@ -54,6 +54,31 @@ contract! {
         Ok(())
     }
 
+    /// A thread created queued is there whole, at rest with no steps, and queued with its
+    /// request: claimed once, as a thread queued after its creation is; the same id again is
+    /// refused and leaves the first as it was.
+    fn a_thread_created_queued_is_claimed_once_with_its_request(store: &Storage) -> Result<()> {
+        let queue = store.queue();
+        queue.register(Scope::Bundle(hash(1)), 4)?;
+        let start = start_record(hash(1));
+        let id = start.thread_id;
+        let request = RunRequest { cwd: Some("/work".into()), ..Default::default() };
+        let created = queue.create_queued(&start, &request)?;
+        ensure!(created.id() == id && created.steps.is_empty() && created.queued, "{created:?}");
+        let read = store.threads().read(id)?;
+        ensure!(read.start == start && read.steps.is_empty() && !read.running, "{read:?}");
+        let changes = store.threads().changes(id, -1)?.context("its changes")?;
+        ensure!(changes.queued && !changes.held && changes.lines.len() == 1, "{changes:?}");
+        ensure!(!queue.is_taken(id)?, "queued, not taken");
+        ensure!(queue.create_queued(&start, &request).is_err(), "created twice");
+        let claimed = queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?;
+        ensure!(claimed.len() == 1 && claimed[0].id == id && claimed[0].request == request, "{claimed:?}");
+        ensure!(queue.claim(Scope::Bundle(hash(1)), 4, &[], None)?.is_empty(), "claimed twice");
+        ensure!(store.threads().read(id)?.status() == ThreadStatus::Running);
+        queue.unregister()?;
+        Ok(())
+    }
+
     /// Claims are oldest first, at most as many as asked, never a thread the worker runs, and
     /// never one another process holds: held for a moment (an answer refused under the run
     /// lock), it stays queued; withdrawn by its holder (a kill), it leaves the queue.

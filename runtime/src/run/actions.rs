@@ -83,10 +83,9 @@ pub async fn start_once(
 ) -> Result<Once> {
     let checked = lifecycle::check_start(store, &start)?;
     let Some(key) = key else {
-        let record = lifecycle::create(store, start, checked)?;
-        hand_over(store, record.id(), record.version(), &RunRequest::default(), Hand::Detach)
-            .await?;
-        return Ok(Once::Started(record.id()));
+        let record = lifecycle::start_record(start, checked);
+        dispatch::of(store).start(&record).await?;
+        return Ok(Once::Started(record.thread_id));
     };
     let claim = RequestKey {
         scope: key.scope,
@@ -97,7 +96,7 @@ pub async fn start_once(
     };
     match store.request_keys().claim(&claim)? {
         Claim::New => {
-            start_reserved(store, start, Some(checked), claim.thread).await?;
+            start_claimed(store, start, checked, claim.thread).await?;
             Ok(Once::Started(claim.thread))
         }
         Claim::Taken(taken) if taken.fingerprint != claim.fingerprint => {
@@ -107,6 +106,31 @@ pub async fn start_once(
             finish_claim(store, start, checked, &taken).await?;
             Ok(Once::Replayed(taken.thread))
         }
+    }
+}
+
+/// Starts thread `id`, reserved for `start` by a key this request has just claimed: nothing of
+/// it can exist yet, so it is created and handed over in one go ([`Dispatch::start`]: one
+/// durable write on a database). Should it exist after all (a request that came again with the
+/// key and found this one slow started it) or a hand-over fail after it was created, what is
+/// left is done as for any reservation ([`start_reserved`]).
+///
+/// [`Dispatch::start`]: crate::run::dispatch::Dispatch::start
+async fn start_claimed(
+    store: &Storage,
+    start: StartRequest,
+    checked: Checked,
+    id: ThreadId,
+) -> Result<()> {
+    let mut record = start.clone();
+    record.origin.thread_id = Some(id);
+    let record = lifecycle::start_record(record, checked.clone());
+    match dispatch::of(store).start(&record).await {
+        Ok(()) => Ok(()),
+        Err(e) => match store.threads().read(id) {
+            Ok(_) => start_reserved(store, start, Some(checked), id).await.map(drop),
+            Err(_) => Err(e),
+        },
     }
 }
 
@@ -133,6 +157,10 @@ async fn finish_claim(
     };
     loop {
         match store.threads().read(id) {
+            // Queued, its claimer may have died before it made sure a worker takes it.
+            Ok(record) if record.status() == ThreadStatus::Queued && claimer_had_its_time() => {
+                return hand_over_reserved(store, id, record.version()).await;
+            }
             Ok(record) if !record.never_ran() => return Ok(()),
             Ok(_) | Err(Error::UnknownThread(_)) if claimer_had_its_time() => {
                 tracing::info!("thread {id} of a claimed key was left undone: starting it");

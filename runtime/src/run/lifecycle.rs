@@ -70,7 +70,7 @@ pub fn check_start(store: &Storage, start: &StartRequest) -> Result<Checked> {
     // One read of the registry serves both the name and the bundle's integrity record.
     let registry = catalog.registry().load()?;
     let entry = registry.entry(name)?;
-    catalog.bundles().load(&registry, name, entry.hash)?;
+    catalog.bundles().verify(&registry, name, entry.hash)?;
     let descriptor = catalog.bundles().descriptor(entry.hash)?;
     let config = store.config()?;
     let request = &start.request;
@@ -98,10 +98,18 @@ pub fn check_start(store: &Storage, start: &StartRequest) -> Result<Checked> {
 ///
 /// [`ThreadStore::create_at_rest`]: crate::store::ThreadStore::create_at_rest
 pub fn create(store: &Storage, start: StartRequest, checked: Checked) -> Result<ThreadRecord> {
+    store.threads().create_at_rest(&start_record(start, checked), &[], &[])
+}
+
+/// The start record of the new thread `start` asks for, as [`check_start`] found it
+/// (`checked`): what [`create`] creates, or [`Dispatch::start`] creates and hands over.
+///
+/// [`Dispatch::start`]: crate::run::dispatch::Dispatch::start
+pub fn start_record(start: StartRequest, checked: Checked) -> StartRecord {
     let StartRequest { name, prompt, trigger_data, origin, .. } = start;
     let thread =
         NewThread { name, hash: checked.hash, prompt, trigger_data, request: checked.request };
-    store.threads().create_at_rest(&thread.start_record(origin, None), &[], &[])
+    thread.start_record(origin, None)
 }
 
 /// A thread to create: what its start record holds.

@@ -2,9 +2,12 @@
 //! (or both in the database's `bundles` table), and the integrity checks (SHA-256 against the
 //! registry, XXH64 against the id) done whenever a bundle is loaded.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use sha2::{Digest, Sha256};
 
@@ -27,6 +30,10 @@ pub trait BundleBackend: Send + Sync + fmt::Debug {
     ) -> Result<()>;
     /// A bundle's bytes, `None` if it is not stored.
     fn read(&self, hash: BundleHash) -> Result<Option<Vec<u8>>>;
+    /// What changes whenever a bundle's stored bytes change (a file's size and modification
+    /// time, a row's version), `None` if it is not stored: bytes verified under one stamp need
+    /// not be read and hashed again while it holds.
+    fn stamp(&self, hash: BundleHash) -> Result<Option<String>>;
     /// A bundle's descriptor as stored (YAML), `None` if it is not stored.
     fn read_descriptor(&self, hash: BundleHash) -> Result<Option<String>>;
     /// Where a bundle is, for messages.
@@ -44,6 +51,8 @@ pub trait BundleBackend: Send + Sync + fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct BundleStore {
     backend: Arc<dyn BundleBackend>,
+    /// The bundles this process verified: each one's stamp then, and the SHA-256 it matched.
+    verified: Arc<Mutex<HashMap<BundleHash, (String, String)>>>,
 }
 
 /// A stored bundle's bytes, verified.
@@ -57,7 +66,7 @@ pub struct StoredBundle {
 impl BundleStore {
     /// The bundles `backend` keeps.
     pub fn with(backend: Arc<dyn BundleBackend>) -> Self {
-        BundleStore { backend }
+        BundleStore { backend, verified: Arc::default() }
     }
 
     /// Where they are kept (what the store contract tests, method by method).
@@ -101,6 +110,26 @@ impl BundleStore {
         self.backend.write(hash, bytes, descriptor, &record)?;
         registry.bundles.insert(hash, record);
         Ok(hash)
+    }
+
+    /// Checks a stored bundle against its integrity record as [`load`](Self::load) does,
+    /// without reading its bytes again where this process verified them under the stamp they
+    /// still have (a start checks its bundle; reading and hashing it for every start of a
+    /// busy server is most of what a start costs the store).
+    pub fn verify(&self, registry: &RegistryTable, name: &str, hash: BundleHash) -> Result<()> {
+        let stamp = self.backend.stamp(hash)?;
+        let expected = registry.bundles.get(&hash).map(|r| r.sha256.as_str());
+        if let (Some(stamp), Some(expected)) = (&stamp, expected)
+            && self.verified.lock().get(&hash).is_some_and(|(s, sha)| s == stamp && sha == expected)
+        {
+            return Ok(());
+        }
+        self.load(registry, name, hash)?;
+        // Stamped before the bytes were read: a change since then has another stamp.
+        if let (Some(stamp), Some(expected)) = (stamp, expected) {
+            self.verified.lock().insert(hash, (stamp, expected.to_string()));
+        }
+        Ok(())
     }
 
     /// Loads a stored bundle and checks it against its integrity record. `name` is the

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
 use crate::run_request::RunRequest;
 use crate::store::ThreadWriter;
-use crate::store::records::{ThreadRecord, ThreadSummary};
+use crate::store::records::{StartRecord, ThreadRecord, ThreadSummary};
 
 /// A thread a worker took. Its writer holds the thread (the run lock or the lease) until it is
 /// dropped; [`WorkQueue::release`] says what becomes of its place in the queue.
@@ -124,6 +124,14 @@ pub struct LiveThread {
 pub trait WorkQueue: Send + Sync + fmt::Debug {
     /// How this store's threads are taken.
     fn workers(&self) -> Workers;
+
+    /// Creates thread `start` (no steps) as [`ThreadStore::create_at_rest`] does, queued to
+    /// run with `request`, and wakes the workers that listen for work: one durable write where
+    /// the queue is a part of the threads' store (a database: a start is then one statement,
+    /// committed with the other writes of the moment), two where it is not.
+    ///
+    /// [`ThreadStore::create_at_rest`]: crate::store::ThreadStore::create_at_rest
+    fn create_queued(&self, start: &StartRecord, request: &RunRequest) -> Result<ThreadRecord>;
 
     /// Queues thread `id` (of bundle `hash`) to run with `request` laid over its recorded one;
     /// wakes the workers that listen for work.

@@ -15,6 +15,7 @@ use crate::run::worker::{self, WorkerOptions};
 use crate::run_request::RunRequest;
 use crate::store::Storage;
 use crate::store::queue::ControlRequest;
+use crate::store::records::StartRecord;
 
 /// How many times a thread is handed to its bundle's worker when the worker dies during the
 /// hand-over.
@@ -115,6 +116,20 @@ impl Dispatch for LocalDispatch {
         follow: bool,
     ) -> BoxFuture<'a, Result<(Box<dyn Follower>, Accepted)>> {
         self.take(id, hash, over, follow).boxed()
+    }
+
+    /// Created at rest, then handed over as [`hand_over`](Self::hand_over) does: a bundle's
+    /// worker takes only the threads it is handed over its socket, so a creator that dies
+    /// between the two must leave a thread that never ran (which whoever finishes its start
+    /// hands over), not one queued for nobody.
+    fn start<'a>(&'a self, start: &'a StartRecord) -> BoxFuture<'a, Result<()>> {
+        async move {
+            let (id, hash) = (start.thread_id, start.hash);
+            self.store.threads().create_at_rest(start, &[], &[])?;
+            crate::faults::crash_point("start-created");
+            self.take(id, hash, &RunRequest::default(), false).await.map(drop)
+        }
+        .boxed()
     }
 
     /// The request goes in the queue, and the bundle's worker is told over its socket (its

@@ -23,6 +23,7 @@ use crate::run::worker::WorkerOptions;
 use crate::run_request::RunRequest;
 use crate::store::Storage;
 use crate::store::queue::{ControlRequest, Workers};
+use crate::store::records::StartRecord;
 
 /// What a worker said when it took a thread.
 #[derive(Debug, Clone, Copy)]
@@ -94,6 +95,14 @@ pub trait Dispatch: Send + Sync {
         over: &'a RunRequest,
         follow: bool,
     ) -> BoxFuture<'a, Result<(Box<dyn Follower>, Accepted)>>;
+
+    /// Creates the thread `start` records (a new one, with no steps) and hands it to a worker,
+    /// detached: as [`ThreadStore::create_at_rest`] and [`hand_over`](Self::hand_over) do, in
+    /// as few durable writes as the store allows (on a database, one statement creates it
+    /// queued; the workers' notification goes out as it commits).
+    ///
+    /// [`ThreadStore::create_at_rest`]: crate::store::ThreadStore::create_at_rest
+    fn start<'a>(&'a self, start: &'a StartRecord) -> BoxFuture<'a, Result<()>>;
 
     /// Asks the worker that holds thread `id` (of bundle `hash`) to kill or pause it, and
     /// wakes it. A thread held by a process that is no worker (a `step` in progress) is

@@ -23,7 +23,7 @@ use crate::run::worker::{self, WorkerOptions};
 use crate::run_request::RunRequest;
 use crate::store::Storage;
 use crate::store::queue::{ControlRequest, LiveText};
-use crate::store::records::{PendingCall, ThreadRecord, ThreadStatus};
+use crate::store::records::{PendingCall, StartRecord, ThreadRecord, ThreadStatus};
 
 /// How often a follower reads what was stored since it last looked (one indexed read of the
 /// new records, usually none).
@@ -62,6 +62,17 @@ impl Dispatch for SharedDispatch {
             // session for it (a connection a start, which the server forks a process for).
             let follower = QueuedThread::new(&self.store, &record, over, follow, follow);
             Ok((Box::new(follower) as Box<dyn Follower>, accepted))
+        }
+        .boxed()
+    }
+
+    /// Created queued, in one statement; a start waits for no worker (one alive takes it when
+    /// it has room), but makes sure one is alive (started here if none is, anywhere).
+    fn start<'a>(&'a self, start: &'a StartRecord) -> BoxFuture<'a, Result<()>> {
+        async move {
+            self.store.queue().create_queued(start, &RunRequest::default())?;
+            crate::faults::crash_point("start-created");
+            ensure_worker(&self.store)
         }
         .boxed()
     }

@@ -27,6 +27,7 @@ use crate::store::ThreadStore;
 use crate::store::queue::{
     Activity, Claimed, ControlRequest, LiveChannel, LiveThread, Release, Scope, WorkQueue, Workers,
 };
+use crate::store::records::{StartRecord, ThreadRecord};
 
 /// How long a new worker tries to take its bundle's worker lock.
 const LOCK_WAIT: Duration = Duration::from_secs(1);
@@ -148,6 +149,15 @@ impl FileQueue {
 impl WorkQueue for FileQueue {
     fn workers(&self) -> Workers {
         Workers::PerBundle
+    }
+
+    /// The thread's file, then its queue entry: a creator that dies between the two leaves a
+    /// thread at rest that never ran, which whoever finishes its start hands over.
+    fn create_queued(&self, start: &StartRecord, request: &RunRequest) -> Result<ThreadRecord> {
+        let mut record = self.threads.create_at_rest(start, &[], &[])?;
+        self.enqueue(start.thread_id, start.hash, request)?;
+        record.queued = true;
+        Ok(record)
     }
 
     fn enqueue(&self, id: ThreadId, hash: BundleHash, request: &RunRequest) -> Result<()> {

@@ -3,6 +3,7 @@
 //! descriptor `bundles/<HASH>.yaml`.
 
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use crate::durable;
@@ -99,6 +100,24 @@ impl BundleBackend for FileBundles {
         let path = self.home.bundle_file(hash);
         match std::fs::read(&path) {
             Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("read bundle", &path)(e)),
+        }
+    }
+
+    fn stamp(&self, hash: BundleHash) -> Result<Option<String>> {
+        let path = self.home.bundle_file(hash);
+        match std::fs::metadata(&path) {
+            // The change time too: setting the modification time back cannot hide a change.
+            Ok(meta) => Ok(Some(format!(
+                "{} {} {}.{} {}.{}",
+                meta.ino(),
+                meta.len(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ctime(),
+                meta.ctime_nsec()
+            ))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io("read bundle", &path)(e)),
         }

@@ -19,6 +19,7 @@ use crate::store::postgres::{Postgres, hostname, summary};
 use crate::store::queue::{
     Activity, Claimed, ControlRequest, LiveChannel, LiveThread, Release, Scope, WorkQueue, Workers,
 };
+use crate::store::records::{StartRecord, ThreadRecord};
 
 /// The channel a new runnable thread is announced on.
 pub const QUEUE_CHANNEL: &str = "uncaged_workflow_queue";
@@ -118,6 +119,10 @@ impl WorkQueue for PgQueue {
 
     /// Makes thread `id` runnable with `request`, and wakes the workers. A thread queued
     /// already keeps its place (a `resume` of a thread waiting for a worker).
+    fn create_queued(&self, start: &StartRecord, request: &RunRequest) -> Result<ThreadRecord> {
+        self.threads.create_queued(start, request)
+    }
+
     fn enqueue(&self, id: ThreadId, _hash: BundleHash, request: &RunRequest) -> Result<()> {
         let client = self.pg.client()?;
         self.pg.wait(

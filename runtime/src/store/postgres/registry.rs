@@ -136,6 +136,11 @@ impl BundleBackend for PgBundles {
         self.column("bytes", hash)
     }
 
+    /// The row's version: any update of it (a repair, a tampering) gives another.
+    fn stamp(&self, hash: BundleHash) -> Result<Option<String>> {
+        self.column("xmin::text", hash)
+    }
+
     fn read_descriptor(&self, hash: BundleHash) -> Result<Option<String>> {
         self.column("descriptor", hash)
     }

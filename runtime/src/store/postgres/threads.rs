@@ -12,17 +12,20 @@ use tokio_postgres::types::Type;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
+use crate::run_request::RunRequest;
 use crate::store::debug_log::{DebugLine, LogSink};
 use crate::store::journal::{CallLog, JournalLine};
 use crate::store::postgres::debug_log::PgLog;
 use crate::store::postgres::journal::PgCalls;
 use crate::store::postgres::leases::{Leases, lease_ms};
+use crate::store::postgres::queue::QUEUE_CHANNEL;
 use crate::store::postgres::{Postgres, commit, json_line, listing, summary};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadSummary,
 };
 use crate::store::{Changes, ThreadStore, ThreadWriter};
+use tokio_postgres::types::Json;
 
 /// The threads of a PostgreSQL store.
 #[derive(Debug, Clone)]
@@ -168,16 +171,47 @@ impl PgThreads {
         calls: &[JournalLine],
         held: bool,
     ) -> Result<ThreadRecord> {
+        let (mut record, params) = self.insert_params(start, steps, calls, held, None);
+        let client = self.pg.client()?;
+        let params = commit::borrowed(&params);
+        self.pg.wait(
+            &format!("create thread {}", start.thread_id),
+            client.execute_typed(INSERT, &params),
+        )?;
+        record.running = held;
+        Ok(record)
+    }
+
+    /// Creates thread `start` queued with `request` (see [`crate::store::queue::WorkQueue::create_queued`]): one
+    /// statement, committed with whatever else this process commits at the moment (the
+    /// starts that arrive together share a WAL flush), its notification waking the workers.
+    pub(super) fn create_queued(
+        &self,
+        start: &StartRecord,
+        request: &RunRequest,
+    ) -> Result<ThreadRecord> {
+        let (record, params) = self.insert_params(start, &[], &[], false, Some(request));
+        let action = format!("create thread {}", start.thread_id);
+        super::block(self.pg.commit(&action, INSERT_QUEUED, params))?;
+        Ok(record)
+    }
+
+    /// The new thread's record, and the parameters of [`INSERT`] (or [`INSERT_QUEUED`], with
+    /// `queued`, the request it is queued with).
+    fn insert_params(
+        &self,
+        start: &StartRecord,
+        steps: &[StepRecord],
+        calls: &[JournalLine],
+        held: bool,
+        queued: Option<&RunRequest>,
+    ) -> (ThreadRecord, commit::Params) {
         let id = start.thread_id;
         let mut record = ThreadRecord::created(start, steps);
         record.running = held;
         let mut lines = vec![json_line(start)];
         lines.extend(steps.iter().map(json_line));
         let calls: Vec<String> = calls.iter().map(json_line).collect();
-        let client = self.pg.client()?;
-        // One statement: the thread appears whole (its row, records and copied calls) or not
-        // at all, already leased to this process if it holds it (a NULL owner and expiry
-        // otherwise).
         let summary = at_rest(&record);
         let owner = held.then(|| self.pg.owner().to_string());
         let mut params: commit::Params = vec![
@@ -191,36 +225,61 @@ impl PgThreads {
         params.extend(summary::fixed(&summary));
         params.extend(summary::changing(&summary));
         params.push((Box::new(summary::pack(&summary)), Type::BYTEA));
-        let params = commit::borrowed(&params);
-        self.pg.wait(
-            &format!("create thread {id}"),
-            client.execute_typed(
-                "WITH t AS ( \
-                     INSERT INTO uncaged_workflow.threads \
-                         (id, bundle, next_seq, lease_owner, lease_until, lease_token, \
-                          name, started_ms, prompt, schedule, parent, \
-                          status, steps, return_code, ended_ms, waiting_role, paused_at_ms, \
-                          tokens, cost_usd, listing) \
-                     VALUES ($1, $2, cardinality($5::text[]), $3, \
-                             now() + $4::bigint * interval '1 millisecond', 1, \
-                             $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, \
-                             $20) \
-                     RETURNING id), \
-                 r AS ( \
-                     INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
-                     SELECT $1, s.i - 1, s.line \
-                     FROM unnest($5::text[]) WITH ORDINALITY AS s(line, i)), \
-                 c AS ( \
-                     INSERT INTO uncaged_workflow.thread_calls (thread, line) \
-                     SELECT $1, s.line FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
-                     ORDER BY s.i) \
-                 SELECT 1 FROM t",
-                &params,
-            ),
-        )?;
-        Ok(record)
+        if let Some(request) = queued {
+            params.push((Box::new(Json(request.clone())), Type::JSONB));
+            params.push((Box::new(QUEUE_CHANNEL), Type::TEXT));
+            record.queued = true;
+        }
+        (record, params)
     }
 }
+
+/// A new thread: its row, records and copied calls in one statement, so that it appears whole
+/// or not at all, already leased to the process that holds it (a NULL owner and expiry
+/// otherwise).
+const INSERT: &str = "WITH t AS ( \
+         INSERT INTO uncaged_workflow.threads \
+             (id, bundle, next_seq, lease_owner, lease_until, lease_token, \
+              name, started_ms, prompt, schedule, parent, \
+              status, steps, return_code, ended_ms, waiting_role, paused_at_ms, \
+              tokens, cost_usd, listing) \
+         VALUES ($1, $2, cardinality($5::text[]), $3, \
+                 now() + $4::bigint * interval '1 millisecond', 1, \
+                 $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
+         RETURNING id), \
+     r AS ( \
+         INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
+         SELECT $1, s.i - 1, s.line \
+         FROM unnest($5::text[]) WITH ORDINALITY AS s(line, i)), \
+     c AS ( \
+         INSERT INTO uncaged_workflow.thread_calls (thread, line) \
+         SELECT $1, s.line FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
+         ORDER BY s.i) \
+     SELECT 1 FROM t";
+
+/// A new thread as [`INSERT`] makes it, queued for any worker with request `$21`, and the
+/// workers woken (`$22`: the queue's channel; a notification goes out when the transaction
+/// commits, so no worker looks for a thread that is not there yet).
+const INSERT_QUEUED: &str = "WITH t AS ( \
+         INSERT INTO uncaged_workflow.threads \
+             (id, bundle, next_seq, lease_owner, lease_until, lease_token, \
+              name, started_ms, prompt, schedule, parent, \
+              status, steps, return_code, ended_ms, waiting_role, paused_at_ms, \
+              tokens, cost_usd, listing, runnable, run_request, queued_at) \
+         VALUES ($1, $2, cardinality($5::text[]), $3, \
+                 now() + $4::bigint * interval '1 millisecond', 1, \
+                 $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
+                 true, $21, now()) \
+         RETURNING id), \
+     r AS ( \
+         INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
+         SELECT $1, s.i - 1, s.line \
+         FROM unnest($5::text[]) WITH ORDINALITY AS s(line, i)), \
+     c AS ( \
+         INSERT INTO uncaged_workflow.thread_calls (thread, line) \
+         SELECT $1, s.line FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
+         ORDER BY s.i) \
+     SELECT pg_notify($22, $1) FROM t";
 
 impl ThreadStore for PgThreads {
     fn create(
