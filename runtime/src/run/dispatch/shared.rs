@@ -5,7 +5,7 @@
 //! the thread queued again, as `answer` would, so no worker holds a thread (or its lease)
 //! while a person types.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -137,13 +137,29 @@ async fn enqueue(store: &Storage, id: ThreadId, hash: BundleHash, over: &RunRequ
     ensure_worker(store)
 }
 
+/// How long a worker seen alive (or started) by this process is taken to be alive still,
+/// without asking the store again: a dead one's threads wait for the next look at most this
+/// much longer (or for any worker, which takes them over by their leases).
+const SEEN_ALIVE_FOR: Duration = Duration::from_millis(500);
+
+/// When this process last saw a worker alive, by store. Starts that arrive together look
+/// once: each looking for itself would find none, and start a worker each.
+static SEEN_ALIVE: parking_lot::Mutex<BTreeMap<String, Instant>> =
+    parking_lot::Mutex::new(BTreeMap::new());
+
 /// Starts a worker on this machine if none is alive anywhere (no daemon to set up for one
 /// machine).
 fn ensure_worker(store: &Storage) -> Result<()> {
-    match store.queue().live_workers()? {
-        0 => start_worker(store),
-        _ => Ok(()),
+    let mut seen = SEEN_ALIVE.lock();
+    let key = store.url().unwrap_or_default().to_string();
+    if seen.get(&key).is_some_and(|at| at.elapsed() < SEEN_ALIVE_FOR) {
+        return Ok(());
     }
+    if store.queue().live_workers()? == 0 {
+        start_worker(store)?;
+    }
+    seen.insert(key, Instant::now());
+    Ok(())
 }
 
 /// Starts `worker --exit-when-idle` on this machine and waits for it to say it is up.
