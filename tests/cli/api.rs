@@ -237,6 +237,73 @@ on_both_stores! {
         Ok(())
     }
 
+    /// A server killed (-9) in the middle of a burst of keyed starts loses no start it
+    /// answered and starts none twice: each key sent again gets the thread its first request
+    /// was answered with (or, its answer lost, the one that request made), one thread a key,
+    /// and every thread runs to its end.
+    #[test]
+    fn a_server_killed_in_a_burst_of_starts_loses_and_repeats_none() -> Result<()> {
+        let env = Env::new()?;
+        env.set_clock(1_893_456_000_500)?;
+        let (serve, token) = serving(&env)?;
+        let keys: Vec<String> = (0..40).map(|i| format!("burst-{i}")).collect();
+        let asked = |key: &str| json!({"workflow": "solve-issue", "prompt": format!("start {key}")});
+        let send = |api: &Api, key: &str| {
+            Api::send(api.post("/threads").header("idempotency-key", key).json(&asked(key)))
+        };
+        // Where the kill lands in the burst is left to chance: wherever it lands, nothing may
+        // be lost or doubled.
+        let pid = serve.child.id().to_string();
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(80));
+            crate::kill_9(&[pid]);
+        });
+        let api = Api::new(&serve, &token)?;
+        let first: Vec<Option<String>> = runtime()?.block_on(async {
+            let sends = keys.iter().enumerate().map(|(i, key)| {
+                let (api, send) = (&api, &send);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(i as u64 * 4)).await;
+                    match send(api, key).await {
+                        Ok((201, body)) => body["id"].as_str().map(String::from),
+                        _ => None,
+                    }
+                }
+            });
+            futures::future::join_all(sends).await
+        });
+        killer.join().expect("the killer thread");
+        drop(serve);
+        env.advance(Duration::from_secs(2))?;
+        let serve = Serve::start(&env, &["--no-schedules"], &[])?;
+        let api = Api::new(&serve, &token)?;
+        let again: Vec<String> = runtime()?.block_on(async {
+            let mut ids = vec![];
+            for key in &keys {
+                let (status, body) = send(&api, key).await?;
+                ensure!(status == 200 || status == 201, "{key}: {status} {body}");
+                ids.push(body["id"].as_str().context("an id")?.to_string());
+            }
+            Ok::<_, anyhow::Error>(ids)
+        })?;
+        for ((key, first), again) in keys.iter().zip(&first).zip(&again) {
+            if let Some(first) = first {
+                assert_eq!(first, again, "{key}: answered with one thread, then another");
+            }
+        }
+        let mut distinct = again.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), keys.len(), "{again:?}");
+        wait_until("every thread ends", || {
+            let threads = env.json(&["threads"])?;
+            let threads = threads.as_array().context("a list")?;
+            ensure!(threads.len() == keys.len(), "{} threads for {} keys", threads.len(), keys.len());
+            Ok(threads.iter().all(|t| t["status"] == "completed"))
+        })?;
+        Ok(())
+    }
+
     #[test]
     fn tokens_none_wrong_read_only_and_revoked() -> Result<()> {
         let env = Env::new()?;
