@@ -75,6 +75,19 @@ fn main() {
             emit(concurrency(n).await);
             return;
         }
+        // `UNCAGED_BENCH_PROFILE=MODE:N` (memory or durable) runs only our loop of N steps, many
+        // times over: a workload to hold still under `perf record`.
+        if let Some((mode, steps)) = std::env::var("UNCAGED_BENCH_PROFILE").ok().and_then(|v| {
+            let (mode, steps) = v.split_once(':')?;
+            Some((mode.to_string(), steps.parse::<usize>().ok()?))
+        }) {
+            let dir = if mode == "memory" { memory_dir() } else { disk_dir() };
+            emit(json!({"bench": "ours", "mode": mode, "steps": steps,
+                "per_step_us": ours(&dir, Path::new(artifacts::SOLVE_ISSUE), steps, 40).await}));
+            emit(json!({"bench": "native", "mode": mode, "steps": steps,
+                "per_step_us": native(&dir, steps, 40).await}));
+            return;
+        }
         emit(json!({"bench": "parallel", "agent_ms": 100,
             "group_ms": parallel_round(if quick { 2 } else { 7 }).await}));
         emit(json!({"bench": "add_yaml", "ms": add_yaml(if quick { 2 } else { 7 }).await}));

@@ -41,6 +41,10 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::error::{DatabaseFailure, Error, Result};
 use crate::ids::ThreadId;
 
+/// The channel a new runnable thread is announced on (by the queue, and by a thread created
+/// queued).
+pub const QUEUE_CHANNEL: &str = "uncaged_workflow_queue";
+
 /// How long a worker holds a thread without renewing its lease. A worker that stops
 /// renewing (killed, frozen, cut off) loses its threads to another after this long.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);

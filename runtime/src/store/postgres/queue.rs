@@ -21,8 +21,7 @@ use crate::store::queue::{
 };
 use crate::store::records::{StartRecord, ThreadRecord};
 
-/// The channel a new runnable thread is announced on.
-pub const QUEUE_CHANNEL: &str = "uncaged_workflow_queue";
+use crate::store::postgres::QUEUE_CHANNEL;
 
 /// The channel a kill or pause request is announced on.
 pub const CONTROL_CHANNEL: &str = "uncaged_workflow_control";

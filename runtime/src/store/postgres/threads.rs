@@ -18,8 +18,7 @@ use crate::store::journal::{CallLog, JournalLine};
 use crate::store::postgres::debug_log::PgLog;
 use crate::store::postgres::journal::PgCalls;
 use crate::store::postgres::leases::{Leases, lease_ms};
-use crate::store::postgres::queue::QUEUE_CHANNEL;
-use crate::store::postgres::{Postgres, commit, json_line, listing, summary};
+use crate::store::postgres::{Postgres, QUEUE_CHANNEL, commit, json_line, listing, summary};
 use crate::store::records::{
     EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
     ThreadSummary,
