@@ -2,7 +2,7 @@
 //! of many — from any process, on any machine — claim a key.
 
 use crate::error::Result;
-use crate::store::postgres::Postgres;
+use crate::store::postgres::{Postgres, commit};
 use crate::store::request_keys::{Claim, RequestKey, RequestKeys};
 use tokio_postgres::types::Type;
 
@@ -18,26 +18,25 @@ impl PgRequestKeys {
     }
 }
 
+/// A key claimed, unless it was: one row back if this claim made it.
+const CLAIM: &str = "INSERT INTO uncaged_workflow.request_keys \
+         (scope, key, fingerprint, thread_id, created_ms) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING 1";
+
 impl RequestKeys for PgRequestKeys {
     fn claim(&self, key: &RequestKey) -> Result<Claim> {
-        let client = self.pg.client()?;
         let created = i64::try_from(key.created).unwrap_or(i64::MAX);
-        let thread = key.thread.to_string();
-        let claimed = self.pg.wait(
-            "claim a request key",
-            client.execute_typed(
-                "INSERT INTO uncaged_workflow.request_keys
-                     (scope, key, fingerprint, thread_id, created_ms)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-                &[
-                    (&key.scope, Type::TEXT),
-                    (&key.key, Type::TEXT),
-                    (&key.fingerprint, Type::TEXT),
-                    (&thread, Type::TEXT),
-                    (&created, Type::INT8),
-                ],
-            ),
-        )?;
+        // Through the group commit: the claims that arrive together (a burst of deliveries)
+        // share a WAL flush, as the threads they then start do.
+        let params: commit::Params = vec![
+            (Box::new(key.scope.clone()), Type::TEXT),
+            (Box::new(key.key.clone()), Type::TEXT),
+            (Box::new(key.fingerprint.clone()), Type::TEXT),
+            (Box::new(key.thread.to_string()), Type::TEXT),
+            (Box::new(created), Type::INT8),
+        ];
+        let claimed = super::block(self.pg.commit("claim a request key", CLAIM, params))?.len();
+        let client = self.pg.client()?;
         if claimed == 1 {
             return Ok(Claim::New);
         }
