@@ -6,12 +6,10 @@
 //! file made to be shared (a bundle `build` writes) is made by [`write_shared`] instead, with
 //! the permissions the umask allows, as `cargo` and `cc` make theirs.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 /// Permissions of the directories of the home.
 const PRIVATE_DIR: u32 = 0o700;
@@ -110,7 +108,7 @@ fn synced_temp<'a>(
     let mut temp =
         builder.tempfile_in(dir).map_err(Error::io("create a temporary file in", dir))?;
     temp.write_all(bytes).map_err(Error::io("write", temp.path()))?;
-    on_disk(|| temp.as_file().sync_all()).map_err(Error::io("sync", temp.path()))?;
+    temp.as_file().sync_all().map_err(Error::io("sync", temp.path()))?;
     Ok((dir, temp))
 }
 
@@ -134,83 +132,9 @@ pub fn create_atomic(
     Ok(file)
 }
 
-/// Makes a rename or a file creation in `dir` durable. Writers that wait on the same
-/// directory at the same time share fsyncs (see [`DirSync`]).
+/// Makes a rename or a file creation in `dir` durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    let shared = {
-        let mut dirs = DIR_SYNCS.lock();
-        dirs.entry(dir.to_path_buf()).or_default().clone()
-    };
-    on_disk(|| shared.sync(dir)).map_err(Error::io("sync directory", dir))
-}
-
-/// Runs `wait`, a wait on the disk, letting the runtime's other tasks go on meanwhile: on a
-/// tokio multi-thread runtime (`serve`'s), the thread's other tasks are handed to another
-/// thread first, so that a request waiting on an fsync holds up no other request, and the
-/// requests that arrive together reach the disk together (and share their directory fsyncs).
-fn on_disk<T>(wait: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(wait)
-        }
-        _ => wait(),
-    }
-}
-
-/// Each directory's shared fsyncs, in this process.
-static DIR_SYNCS: parking_lot::Mutex<BTreeMap<PathBuf, Arc<DirSync>>> =
-    parking_lot::Mutex::new(BTreeMap::new());
-
-/// The fsyncs of one directory, shared by the writers that wait for one at the same time
-/// (group commit, for the names a directory holds): an fsync that starts after a writer's
-/// rename makes that rename durable, so a writer that arrives while one runs waits for the
-/// next, which covers every writer that arrived meanwhile.
-#[derive(Debug, Default)]
-struct DirSync {
-    state: parking_lot::Mutex<DirSyncState>,
-    done: parking_lot::Condvar,
-}
-
-#[derive(Debug, Default)]
-struct DirSyncState {
-    /// Writers that asked, in order of asking.
-    asked: u64,
-    /// The writers the last finished fsync covers (the first `synced` to ask).
-    synced: u64,
-    /// Whether an fsync runs now.
-    running: bool,
-    /// How the last finished fsync went.
-    failed: Option<(std::io::ErrorKind, String)>,
-}
-
-impl DirSync {
-    /// Waits until an fsync of `dir` that started after this call has finished.
-    fn sync(&self, dir: &Path) -> std::io::Result<()> {
-        let mut state = self.state.lock();
-        state.asked += 1;
-        let me = state.asked;
-        loop {
-            if state.synced >= me {
-                return match &state.failed {
-                    None => Ok(()),
-                    Some((kind, message)) => Err(std::io::Error::new(*kind, message.clone())),
-                };
-            }
-            if state.running {
-                self.done.wait(&mut state);
-                continue;
-            }
-            state.running = true;
-            let covers = state.asked;
-            drop(state);
-            let result = File::open(dir).and_then(|d| d.sync_all());
-            state = self.state.lock();
-            state.running = false;
-            state.synced = covers;
-            state.failed = result.err().map(|e| (e.kind(), e.to_string()));
-            self.done.notify_all();
-        }
-    }
+    File::open(dir).and_then(|d| d.sync_all()).map_err(Error::io("sync directory", dir))
 }
 
 /// An append-only file whose every [`append`](AppendFile::append) is on disk when it returns,
@@ -317,37 +241,4 @@ fn ends_with_newline(file: &File) -> std::io::Result<bool> {
     let mut last = [0u8; 1];
     file.read_exact_at(&mut last, len - 1)?;
     Ok(last[0] == b'\n')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Writers syncing one directory at the same time each return once an fsync that started
-    /// after they asked has finished, and a failed fsync fails each writer it covers.
-    #[test]
-    fn writers_share_a_directorys_fsyncs() {
-        let dir = tempfile::tempdir().unwrap();
-        let barrier = Arc::new(std::sync::Barrier::new(16));
-        let writers: Vec<_> = (0..16)
-            .map(|i| {
-                let (dir, barrier) = (dir.path().to_path_buf(), barrier.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    write_atomic(&dir.join(format!("f{i}")), b"x").and_then(|()| sync_dir(&dir))
-                })
-            })
-            .collect();
-        for writer in writers {
-            writer.join().unwrap().unwrap();
-        }
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 16);
-        let shared = DIR_SYNCS.lock().get(dir.path()).cloned().unwrap();
-        let state = shared.state.lock();
-        assert!(!state.running && state.synced == state.asked && state.asked == 32);
-        drop(state);
-        let gone = dir.path().join("gone");
-        let e = sync_dir(&gone).unwrap_err();
-        assert!(e.to_string().contains("sync directory"), "{e}");
-    }
 }
