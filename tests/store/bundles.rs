@@ -11,18 +11,7 @@ contract! {
         let backend = store.bundles().backend();
         backend.prepare()?;
         let bytes = b"\0asm pretend".to_vec();
-        let hash = BundleHash::of(&bytes);
-        let descriptor = Descriptor {
-            description: "a bundle".into(),
-            max_rounds: 3,
-            roles: vec![],
-            contract: "0.2.0".into(),
-        };
-        let record = BundleRecord {
-            sha256: uncaged_workflow::store::bundles::sha256_hex(&bytes),
-            size: bytes.len() as u64,
-            summary: Some("a bundle".into()),
-        };
+        let (hash, descriptor, record) = described(&bytes);
         ensure!(backend.read(hash)?.is_none() && backend.read_descriptor(hash)?.is_none());
         ensure!(backend.stamp(hash)?.is_none());
         backend.write(hash, &bytes, &descriptor, &record)?;
@@ -43,18 +32,7 @@ contract! {
         let backend = store.bundles().backend();
         backend.prepare()?;
         let bytes = b"\0asm verified".to_vec();
-        let hash = BundleHash::of(&bytes);
-        let descriptor = Descriptor {
-            description: "a bundle".into(),
-            max_rounds: 3,
-            roles: vec![],
-            contract: "0.2.0".into(),
-        };
-        let record = BundleRecord {
-            sha256: uncaged_workflow::store::bundles::sha256_hex(&bytes),
-            size: bytes.len() as u64,
-            summary: None,
-        };
+        let (hash, descriptor, record) = described(&bytes);
         backend.write(hash, &bytes, &descriptor, &record)?;
         let mut registry = uncaged_workflow::store::registry::RegistryTable::default();
         registry.bundles.insert(hash, record.clone());
@@ -71,4 +49,20 @@ contract! {
         store.bundles().verify(&registry, "w", hash)?;
         Ok(())
     }
+}
+
+/// A bundle of `bytes`: its id, a descriptor and its integrity record.
+fn described(bytes: &[u8]) -> (BundleHash, Descriptor, BundleRecord) {
+    let descriptor = Descriptor {
+        description: "a bundle".into(),
+        max_rounds: 3,
+        roles: vec![],
+        contract: "0.2.0".into(),
+    };
+    let record = BundleRecord {
+        sha256: uncaged_workflow::store::bundles::sha256_hex(bytes),
+        size: bytes.len() as u64,
+        summary: Some("a bundle".into()),
+    };
+    (BundleHash::of(bytes), descriptor, record)
 }

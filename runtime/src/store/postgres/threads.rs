@@ -233,52 +233,49 @@ impl PgThreads {
     }
 }
 
-/// A new thread: its row, records and copied calls in one statement, so that it appears whole
-/// or not at all, already leased to the process that holds it (a NULL owner and expiry
+/// The statement that creates a thread: its row (the columns every thread has, then
+/// `$more_columns` set to `$more_values`), its records and copied calls, all in one, so that it
+/// appears whole or not at all; then `$last`, a SELECT from the new row `t`.
+macro_rules! insert_thread {
+    ($more_columns:literal, $more_values:literal, $last:literal) => {
+        concat!(
+            "WITH t AS ( \
+                 INSERT INTO uncaged_workflow.threads \
+                     (id, bundle, next_seq, lease_owner, lease_until, lease_token, \
+                      name, started_ms, prompt, schedule, parent, \
+                      status, steps, return_code, ended_ms, waiting_role, paused_at_ms, \
+                      tokens, cost_usd, listing",
+            $more_columns,
+            ") VALUES ($1, $2, cardinality($5::text[]), $3, \
+                         now() + $4::bigint * interval '1 millisecond', 1, \
+                         $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20",
+            $more_values,
+            ") RETURNING id), \
+             r AS ( \
+                 INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
+                 SELECT $1, s.i - 1, s.line \
+                 FROM unnest($5::text[]) WITH ORDINALITY AS s(line, i)), \
+             c AS ( \
+                 INSERT INTO uncaged_workflow.thread_calls (thread, line) \
+                 SELECT $1, s.line FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
+                 ORDER BY s.i) ",
+            $last
+        )
+    };
+}
+
+/// A new thread, already leased to the process that holds it (a NULL owner and expiry
 /// otherwise).
-const INSERT: &str = "WITH t AS ( \
-         INSERT INTO uncaged_workflow.threads \
-             (id, bundle, next_seq, lease_owner, lease_until, lease_token, \
-              name, started_ms, prompt, schedule, parent, \
-              status, steps, return_code, ended_ms, waiting_role, paused_at_ms, \
-              tokens, cost_usd, listing) \
-         VALUES ($1, $2, cardinality($5::text[]), $3, \
-                 now() + $4::bigint * interval '1 millisecond', 1, \
-                 $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) \
-         RETURNING id), \
-     r AS ( \
-         INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
-         SELECT $1, s.i - 1, s.line \
-         FROM unnest($5::text[]) WITH ORDINALITY AS s(line, i)), \
-     c AS ( \
-         INSERT INTO uncaged_workflow.thread_calls (thread, line) \
-         SELECT $1, s.line FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
-         ORDER BY s.i) \
-     SELECT 1 FROM t";
+const INSERT: &str = insert_thread!("", "", "SELECT 1 FROM t");
 
 /// A new thread as [`INSERT`] makes it, queued for any worker with request `$21`, and the
 /// workers woken (`$22`: the queue's channel; a notification goes out when the transaction
 /// commits, so no worker looks for a thread that is not there yet).
-const INSERT_QUEUED: &str = "WITH t AS ( \
-         INSERT INTO uncaged_workflow.threads \
-             (id, bundle, next_seq, lease_owner, lease_until, lease_token, \
-              name, started_ms, prompt, schedule, parent, \
-              status, steps, return_code, ended_ms, waiting_role, paused_at_ms, \
-              tokens, cost_usd, listing, runnable, run_request, queued_at) \
-         VALUES ($1, $2, cardinality($5::text[]), $3, \
-                 now() + $4::bigint * interval '1 millisecond', 1, \
-                 $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
-                 true, $21, now()) \
-         RETURNING id), \
-     r AS ( \
-         INSERT INTO uncaged_workflow.thread_records (thread, seq, line) \
-         SELECT $1, s.i - 1, s.line \
-         FROM unnest($5::text[]) WITH ORDINALITY AS s(line, i)), \
-     c AS ( \
-         INSERT INTO uncaged_workflow.thread_calls (thread, line) \
-         SELECT $1, s.line FROM unnest($6::text[]) WITH ORDINALITY AS s(line, i) \
-         ORDER BY s.i) \
-     SELECT pg_notify($22, $1) FROM t";
+const INSERT_QUEUED: &str = insert_thread!(
+    ", runnable, run_request, queued_at",
+    ", true, $21, now()",
+    "SELECT pg_notify($22, $1) FROM t"
+);
 
 impl ThreadStore for PgThreads {
     fn create(
