@@ -10,7 +10,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -19,9 +18,7 @@ use uncaged_workflow::agents::{
 };
 use uncaged_workflow::store::config::{AgentConfig, AgentKind, Config};
 use uncaged_workflow::store::files::journal::FileCalls;
-use uncaged_workflow::store::journal::{CallLoop, Decision, Journal};
-use uncaged_workflow::store::pauses::ToolWait;
-use uncaged_workflow::store::records::Usage;
+use uncaged_workflow::store::journal::{CallLoop, Journal};
 use uncaged_workflow::store::tool_servers::ToolServer;
 
 /// Model turns per call: each calls one read-only tool; then one answers.
@@ -132,12 +129,6 @@ impl TurnHost for Clock {
     fn before_turn(&self) -> Result<(), AgentFailure> {
         self.first_turn.lock().get_or_insert_with(Instant::now);
         Ok(())
-    }
-    fn price(&self, _: &mut Usage) {}
-    fn spent(&self, _: &Usage) {}
-    fn delta(&self, _: u32, _: &str) {}
-    fn decide<'a>(&'a self, _: &'a ToolWait) -> BoxFuture<'a, Option<Decision>> {
-        Box::pin(async { None })
     }
 }
 

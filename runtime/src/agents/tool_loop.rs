@@ -28,18 +28,25 @@ use crate::telemetry;
 const SHOWN_BYTES: usize = 4096;
 
 /// What the thread a durable agent's call runs in lets it know and do between turns.
+///
+/// Each method's default is a host with nothing to enforce or tell: no budget, no pause,
+/// nobody to ask (a call outside a thread).
 pub trait TurnHost: Send + Sync {
     /// Before each model turn: whether it may be asked (the thread's budget, a pause).
-    fn before_turn(&self) -> Result<(), AgentFailure>;
+    fn before_turn(&self) -> Result<(), AgentFailure> {
+        Ok(())
+    }
     /// A turn's usage, priced, as the journal keeps it.
-    fn price(&self, usage: &mut Usage);
+    fn price(&self, _usage: &mut Usage) {}
     /// What a turn cost, once journaled.
-    fn spent(&self, usage: &Usage);
+    fn spent(&self, _usage: &Usage) {}
     /// Text the model is writing in turn `turn` (from 1), as it comes (`stream: true`).
-    fn delta(&self, turn: u32, text: &str);
+    fn delta(&self, _turn: u32, _text: &str) {}
     /// A person's decision about a tool call, if one is at a terminal to make it now;
     /// `None`: the thread waits for one.
-    fn decide<'a>(&'a self, wait: &'a ToolWait) -> BoxFuture<'a, Option<Decision>>;
+    fn decide<'a>(&'a self, _wait: &'a ToolWait) -> BoxFuture<'a, Option<Decision>> {
+        Box::pin(async { None })
+    }
 }
 
 /// Where a durable agent's call is journaled, and the thread it runs in.
@@ -117,17 +124,7 @@ pub async fn answer(
 #[derive(Default)]
 struct Fallback;
 
-impl TurnHost for Fallback {
-    fn before_turn(&self) -> Result<(), AgentFailure> {
-        Ok(())
-    }
-    fn price(&self, _: &mut Usage) {}
-    fn spent(&self, _: &Usage) {}
-    fn delta(&self, _: u32, _: &str) {}
-    fn decide<'a>(&'a self, _: &'a ToolWait) -> BoxFuture<'a, Option<Decision>> {
-        Box::pin(async { None })
-    }
-}
+impl TurnHost for Fallback {}
 
 /// A journal that cannot be written: the call stops, its thread interrupted by the store.
 fn store(e: crate::Error) -> AgentFailure {
