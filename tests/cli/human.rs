@@ -256,10 +256,11 @@ fn without_anyone_to_ask_the_thread_waits_for_answer() -> Result<()> {
     assert!(out.contains("completed (0)"), "{out}");
     let lines = env.thread_lines(&hash, &thread)?;
     assert_eq!(roles(&lines), ["planner", "developer", "reviewer"]);
-    // The wait is a control line between the steps.
+    // The wait is a control line between the steps, and so is its worker taking it up again.
     assert_eq!(lines[3]["paused"]["by"], "waiting");
     assert_eq!(lines[3]["paused"]["role"], "reviewer");
-    assert_eq!(lines[4]["content"], "Ship it. {\"approved\": true}");
+    assert!(lines[4]["continued"]["by"].as_str().is_some_and(|by| !by.is_empty()), "{}", lines[4]);
+    assert_eq!(lines[5]["content"], "Ship it. {\"approved\": true}");
 
     let answer = env.write("answer.txt", "{\"approved\": true}")?;
     env.ok(&["answer", &detached, "--file", answer.to_str().unwrap()])?;

@@ -317,6 +317,53 @@ contract! {
         Ok(())
     }
 
+    /// A follower whose first look comes while the thread's worker still holds it after its
+    /// rest was recorded (letting it go: a lease, a lock) hears that rest — at 9e65bc6 it read
+    /// `running`, counted the rest as told and never told it; once a worker has taken the
+    /// thread up again (its continuation marker), a new follower hears no rest that is over.
+    fn a_rest_recorded_while_still_held_is_told_to_a_new_follower(store: &Storage) -> Result<()> {
+        use uncaged_workflow::run::events::Event;
+        use uncaged_workflow::run::watch::ThreadEvents;
+        let rests = |events: Vec<Event>| -> Vec<String> {
+            events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Waiting { role, .. } => Some(format!("waiting {role}")),
+                    Event::Paused { steps, .. } => Some(format!("paused {steps}")),
+                    Event::Ended { .. } => Some("ended".into()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let waiting = Paused { role: Some("reviewer".into()), ..Paused::by(PauseReason::Waiting) };
+        let (mut writer, record) = store.threads().create(&start_record(hash(13)), &[], &[])?;
+        let id = record.id();
+        futures::executor::block_on(writer.append_steps(&[step("planner", "p")]))?;
+        writer.append_pause(waiting.clone())?;
+        ensure!(store.threads().read(id)?.running, "still held by its writer");
+        let first = rests(ThreadEvents::new(store, id).poll()?);
+        ensure!(first == ["waiting reviewer"], "held at rest: {first:?}");
+        drop(writer);
+        eventually("let go", || Ok(!store.threads().read(id)?.running))?;
+
+        // Taken up again: held, the rest over.
+        let mut writer = reopen(store, id)?;
+        writer.append_continued("worker 1")?;
+        let record = store.threads().read(id)?;
+        ensure!(record.running && !record.resting, "{record:?}");
+        let mut after = ThreadEvents::new(store, id);
+        let heard = rests(after.poll()?);
+        ensure!(heard.is_empty(), "taken up again: {heard:?}");
+        futures::executor::block_on(writer.append_steps(&[step("reviewer", "r")]))?;
+        writer.append_pause(Paused::by(PauseReason::Pause))?;
+        let heard = rests(after.poll()?);
+        ensure!(heard == ["paused 2"], "the next rest, still held: {heard:?}");
+        drop(writer);
+        let late = rests(ThreadEvents::new(store, id).poll()?);
+        ensure!(late == ["paused 2"], "{late:?}");
+        Ok(())
+    }
+
     /// A move to another version of the workflow is a record: the thread runs that version
     /// from then on, and keeps the one it started on (under which its records are kept).
     fn a_move_to_another_version_is_recorded(store: &Storage) -> Result<()> {

@@ -151,6 +151,12 @@ async fn run_steps(
     mut on_event: impl FnMut(ThreadEvent),
 ) -> Result<RunOutcome> {
     let id = record.id();
+    // Taken up again after a rest: said first, so that whoever reads the thread while this
+    // process holds it knows the rest is over (and one held while it lets go of a rest is
+    // known to be at rest).
+    if record.resting && record.end.is_none() {
+        writer.append_continued(&ctx.store.queue().owner())?;
+    }
     // Its records stay where they were first stored, under the version it started on.
     let info = ctx.store.threads().debug_log(record.start.hash, id)?;
     let resumed = if record.steps.is_empty() {

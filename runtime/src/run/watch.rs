@@ -91,7 +91,8 @@ impl ThreadEvents {
     }
 
     /// What happened since the last call; empty if nothing did. The first call tells the
-    /// steps so far and the rest the thread is in, if it is at rest (not every rest it had).
+    /// steps so far and the rest the thread is in, if it is at rest (not every rest it had),
+    /// by its records: also while its worker still holds it, letting it go.
     pub fn poll(&mut self) -> Result<Vec<Event>> {
         let record = self.reader.catch_up()?;
         let thread = record.id();
@@ -101,6 +102,9 @@ impl ThreadEvents {
             None => match record.status() {
                 ThreadStatus::Waiting | ThreadStatus::Paused => last_rest(&record),
                 status if status.is_ended() => last_rest(&record),
+                // Held a moment after it came to rest, while its worker lets it go (a lease, a
+                // lock): at rest by its records, which say when a worker takes it up again.
+                ThreadStatus::Running if record.resting => last_rest(&record),
                 _ => &[],
             },
         };

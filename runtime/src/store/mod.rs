@@ -205,6 +205,9 @@ pub trait ThreadWriter: Send + fmt::Debug {
     ) -> futures::future::BoxFuture<'a, Result<()>>;
     /// Appends a pause marker.
     fn append_pause(&mut self, paused: Paused) -> Result<()>;
+    /// Appends a continuation marker: the thread, at rest by its records, is taken up again
+    /// by `by` (see [`records::ContinueRecord`]).
+    fn append_continued(&mut self, by: &str) -> Result<()>;
     /// Appends the end record.
     fn append_end(&mut self, end: &EndRecord) -> Result<()>;
     /// Appends a move to another version of the workflow.

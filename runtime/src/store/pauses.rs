@@ -13,6 +13,22 @@ pub struct PauseRecord {
     pub timestamp: u64,
 }
 
+/// A control line: a worker took the thread up again after a rest (a person answered, it was
+/// resumed or stepped). Written first thing when it runs on, so that the records of a thread
+/// held by a worker tell one still letting go of its rest from one continuing after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContinueRecord {
+    pub continued: Continued,
+    pub timestamp: u64,
+}
+
+/// Who took a thread up again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Continued {
+    /// The process that runs it on (`worker 1234`, as the queue names its owner).
+    pub by: String,
+}
+
 /// Why a thread is paused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Paused {

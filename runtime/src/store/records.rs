@@ -2,7 +2,10 @@
 //! markers and its end record, and the thread as read back with its status. The JSON of these
 //! types is the line format of `.data.jsonl` and of `thread --json`.
 
-pub use super::pauses::{PauseReason, PauseRecord, Paused, PendingCall, ToolWait, ToolWaitReason};
+pub use super::pauses::{
+    ContinueRecord, Continued, PauseReason, PauseRecord, Paused, PendingCall, ToolWait,
+    ToolWaitReason,
+};
 pub use super::started_by::StartedBy;
 pub use super::steps::{StepGroup, StepRecord};
 pub use super::summaries::{SUMMARY_PROMPT_CHARS, ThreadStatus, ThreadSummary};
@@ -205,6 +208,12 @@ pub struct ThreadRecord {
     /// are told, so that a rest between two looks at it is not missed.
     #[serde(skip)]
     pub rests: Vec<Rest>,
+    /// Whether its records end in its last rest: nothing (no step, no
+    /// [`ContinueRecord`]) says a worker took it up since. A thread held a moment after it
+    /// came to rest (while its worker lets it go) is at rest by its records, one held after
+    /// it was taken up again is not: a follower's first look tells the two apart by this.
+    #[serde(skip)]
+    pub resting: bool,
     /// Whether a process held the thread's run lock when it was read.
     #[serde(skip)]
     pub running: bool,
@@ -260,6 +269,7 @@ impl ThreadRecord {
             upgrades: Vec::new(),
             retries: Vec::new(),
             rests: Vec::new(),
+            resting: false,
             running: true,
             queued: false,
         }
@@ -391,6 +401,8 @@ pub struct ThreadLines {
     upgrades: Vec<Upgrade>,
     retries: Vec<RetryRecord>,
     rests: Vec<Rest>,
+    /// Whether the lines so far end in a rest (see [`ThreadRecord::resting`]).
+    resting: bool,
     skipped_lines: Vec<usize>,
 }
 
@@ -419,6 +431,8 @@ impl ThreadLines {
             serde_json::from_value::<UpgradeRecord>(value).map(|u| self.upgrades.push(u.upgrade))
         } else if value.get("retry").is_some() {
             serde_json::from_value::<RetryRecord>(value).map(|r| self.retried(number, r))
+        } else if value.get("continued").is_some() {
+            serde_json::from_value::<ContinueRecord>(value).map(|_| self.resting = false)
         } else if value.get("paused").is_some() {
             serde_json::from_value::<PauseRecord>(value).map(|p| {
                 match &p.paused.budget {
@@ -438,6 +452,7 @@ impl ThreadLines {
                 self.steps.push(s);
                 self.step_lines.push(number);
                 self.paused = None;
+                self.resting = false;
             })
         };
         if parsed.is_err() {
@@ -448,6 +463,7 @@ impl ThreadLines {
     /// The thread came to rest, after the steps read so far.
     fn rested(&mut self, kind: RestKind) {
         self.rests.push(Rest { steps: self.steps.len(), kind });
+        self.resting = true;
     }
 
     /// A retry: the thread's end is undone, the steps it carries are the thread's, and it is
@@ -490,6 +506,9 @@ impl ThreadLines {
                 self.steps.truncate(keep);
             }
         }
+        // A cut group's steps dropped, the rest after them is no rest of these steps.
+        let resting =
+            self.resting && self.rests.last().is_some_and(|r| r.steps == self.steps.len());
         let (paused, paused_at) = match self.paused {
             Some(PauseRecord { paused, timestamp }) => (Some(paused), Some(timestamp)),
             None => (None, None),
@@ -506,6 +525,7 @@ impl ThreadLines {
             upgrades: self.upgrades,
             retries: self.retries,
             rests: self.rests,
+            resting,
             running,
             queued: false,
         };

@@ -23,8 +23,8 @@ use crate::limits::Size;
 use crate::store::debug_log::{DebugLine, LogSink};
 use crate::store::journal::{CallLog, JournalLine};
 use crate::store::records::{
-    EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
-    ThreadSummary,
+    ContinueRecord, Continued, EndRecord, PauseRecord, Paused, StartRecord, StepRecord,
+    ThreadLines, ThreadRecord, ThreadSummary,
 };
 use crate::store::{Changes, ThreadStore, ThreadWriter};
 
@@ -38,6 +38,15 @@ impl FileThreads {
     /// The threads under `home`.
     pub fn new(home: &Home) -> Self {
         FileThreads { home: home.clone() }
+    }
+
+    /// The thread whose data file is at `path`, queued if its queue entry is there (as
+    /// [`ThreadStore::changes`] tells it): a thread its creator queued and no worker took yet
+    /// is taken by the next worker of its bundle, so it reads as queued, not interrupted.
+    fn read_at(&self, path: &Path) -> Result<ThreadRecord> {
+        let mut record = read_thread(path)?;
+        record.queued = self.home.queue_entry(record.id()).exists();
+        Ok(record)
     }
 
     /// Where a thread's data file is, by id (threads are filed under their bundle's hash).
@@ -99,7 +108,7 @@ impl ThreadStore for FileThreads {
     }
 
     fn read(&self, id: ThreadId) -> Result<ThreadRecord> {
-        read_thread(&self.find(id)?.1)
+        self.read_at(&self.find(id)?.1)
     }
 
     /// The lines after line `after` (0-based), read from the file (its lines are numbered
@@ -138,7 +147,7 @@ impl ThreadStore for FileThreads {
         let index = self.home.thread_index_file();
         let reopened = self.home.thread_reopen_log();
         listing::summaries(&index, &reopened, bundle_log_dirs(&self.home)?, |path| {
-            read_thread(path)
+            self.read_at(path)
                 .map(|thread| listing::Listed { summary: thread.summary(), held: thread.running })
         })
     }
@@ -307,6 +316,10 @@ impl ThreadWriter for FileWriter {
 
     fn append_pause(&mut self, paused: Paused) -> Result<()> {
         self.append(&PauseRecord { paused, timestamp: now_ms() })
+    }
+
+    fn append_continued(&mut self, by: &str) -> Result<()> {
+        self.append(&ContinueRecord { continued: Continued { by: by.into() }, timestamp: now_ms() })
     }
 
     fn append_end(&mut self, end: &EndRecord) -> Result<()> {

@@ -20,8 +20,8 @@ use crate::store::postgres::journal::PgCalls;
 use crate::store::postgres::leases::{Leases, lease_ms};
 use crate::store::postgres::{Postgres, QUEUE_CHANNEL, commit, json_line, listing, summary};
 use crate::store::records::{
-    EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines, ThreadRecord,
-    ThreadSummary,
+    ContinueRecord, Continued, EndRecord, PauseRecord, Paused, StartRecord, StepRecord,
+    ThreadLines, ThreadRecord, ThreadSummary,
 };
 use crate::store::{Changes, ThreadStore, ThreadWriter};
 use tokio_postgres::types::Json;
@@ -473,6 +473,12 @@ impl ThreadWriter for PgWriter {
         self.record.paused = Some(paused.clone());
         self.record.paused_at = Some(timestamp);
         super::block(self.append(vec![json_line(&PauseRecord { paused, timestamp })]))
+    }
+
+    fn append_continued(&mut self, by: &str) -> Result<()> {
+        let continued =
+            ContinueRecord { continued: Continued { by: by.into() }, timestamp: now_ms() };
+        super::block(self.append(vec![json_line(&continued)]))
     }
 
     fn append_end(&mut self, end: &EndRecord) -> Result<()> {
