@@ -903,6 +903,42 @@ fn a_start_does_not_wait_for_a_busy_worker_to_take_its_thread() -> Result<()> {
     Ok(())
 }
 
+/// With no worker service, a thread whose on-demand worker was killed is taken over by the
+/// next on-demand worker, even one that has nothing else to do before the dead worker's lease
+/// runs out: it stays idle until then and runs the thread to its end, with nobody running
+/// `resume` (at 9e65bc6 it exited after 5 s idle, before the lease ran out, and the thread
+/// stayed queued).
+#[test]
+fn an_idle_on_demand_worker_stays_to_take_over_a_dead_workers_thread() -> Result<()> {
+    let (rig, _) = fresh_rig()?;
+    wait_until("no worker is left", || {
+        Ok(rig.env.sql("SELECT count(*) FROM workers")?.trim() == "0")
+    })?;
+    // A lease longer than an on-demand worker stays idle (5 s), as the default (15 s) is.
+    let lease = [("UNCAGED_WORKFLOW_LEASE_MS", "9000")];
+    let (gate, gated) = gated_agent(&rig)?;
+    let run = rig
+        .env
+        .run_with(&["run", "solve-issue", "-p", "s", "--agent", &gated, "--detach"], &lease)?;
+    ensure!(run.code == 0, "{run:?}");
+    let thread = run.stdout.trim().to_string();
+    wait_until("its worker runs it", || Ok(crate::status(&rig.env, &thread)? == "running"))?;
+    rig.env.kill_the_worker()?;
+    std::fs::write(&gate, "")?;
+    // A moment later another run: its new worker runs that thread, then has nothing to do.
+    let other =
+        rig.env.run_with(&["run", "solve-issue", "-p", "o", "--agent", &rig.agent], &lease)?;
+    ensure!(other.code == 0, "{other:?}");
+    let ended = wait_until("the idle worker takes the thread over and ends it", || {
+        Ok(crate::status(&rig.env, &thread)? == "completed")
+    });
+    if ended.is_err() {
+        let log = std::fs::read_to_string(rig.env.home().join("run/pool-worker.log"))?;
+        anyhow::bail!("{}: {log}", crate::status(&rig.env, &thread)?);
+    }
+    Ok(())
+}
+
 /// With no worker service, a thread whose on-demand worker was killed is not stranded: once
 /// the lease has run out it reads `queued` with no worker alive, and `resume` (at 4abdda5:
 /// "is running", exit 75) makes sure a worker takes it, which runs it to its end.

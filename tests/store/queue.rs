@@ -54,6 +54,33 @@ contract! {
         Ok(())
     }
 
+    /// A lease a live worker holds is no one else's business; one whose worker is gone (it
+    /// left the list of workers, or stopped beating) is told to the other workers until it
+    /// runs out, so that an idle on-demand worker stays to take it over. A home directory has
+    /// no leases: its locks die with their process.
+    fn a_dead_workers_lease_is_told_until_it_runs_out(store: &Storage) -> Result<()> {
+        let (queue, other) = (store.queue(), another_handle(store)?);
+        queue.register(Scope::Any, 4)?;
+        let start = start_record(hash(1));
+        queue.create_queued(&start, &RunRequest::default())?;
+        let claimed = queue.claim(Scope::Any, 4, &[], Some(start.thread_id))?;
+        ensure!(claimed.len() == 1, "{claimed:?}");
+        ensure!(other.queue().orphaned_until()?.is_none(), "its worker is alive");
+        // Gone from the list of workers, its lease still held.
+        queue.unregister()?;
+        let left = other.queue().orphaned_until()?;
+        match queue.hold() {
+            Some(lease) => ensure!(
+                left.is_some_and(|left| left <= lease),
+                "a dead worker's lease of {lease:?}: {left:?}"
+            ),
+            None => ensure!(left.is_none(), "no leases: {left:?}"),
+        }
+        ensure!(queue.orphaned_until()?.is_none(), "its own leases are not another's");
+        drop(claimed);
+        Ok(())
+    }
+
     /// A thread queued and not yet taken reads as queued wherever it is read — `read`, the
     /// listing, `changes` — on every store, and so after it is handed back; it reads as
     /// running while a worker holds it.

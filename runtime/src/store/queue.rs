@@ -206,6 +206,14 @@ pub trait WorkQueue: Send + Sync + fmt::Debug {
         Ok(None)
     }
 
+    /// How long until the last lease on a runnable thread that a worker no longer alive holds
+    /// runs out, if one is still to: an on-demand worker stays until then and takes those
+    /// threads over (on one machine with no worker service, nobody else would). None where
+    /// nothing is held under a lease (a home directory's locks die with their process).
+    fn orphaned_until(&self) -> Result<Option<Duration>> {
+        Ok(None)
+    }
+
     /// This process as the queue knows it (for messages).
     fn owner(&self) -> String;
 

@@ -187,6 +187,8 @@ impl Worker {
         // Whether the database was out of reach at the last look (said once, not every poll).
         let mut unavailable = false;
         let mut takeover = takeover::Takeover::default();
+        // Whether an idle worker said it stays for a dead worker's leases (said once).
+        let mut orphans_told = false;
         loop {
             match self.poll(&mut last_heartbeat, &mut wake) {
                 Ok(()) if unavailable => {
@@ -204,7 +206,9 @@ impl Worker {
             }
             if !self.running.lock().is_empty() {
                 idle_since = Instant::now();
-            } else if self.options.exit_when_idle.is_some_and(|idle| idle_since.elapsed() >= idle) {
+            } else if self.options.exit_when_idle.is_some_and(|idle| idle_since.elapsed() >= idle)
+                && takeover::may_exit_idle(self.queue(), &mut orphans_told)
+            {
                 tracing::info!("worker {} exiting: nothing to run", std::process::id());
                 break;
             }

@@ -1,6 +1,7 @@
 //! When a pool worker looks at the queue again without being woken: at its next poll, or —
 //! with room for a thread — just after another worker's lease on a runnable thread runs out,
-//! so that a dead worker's thread is taken over as its lease ends, not up to a poll later.
+//! so that a dead worker's thread is taken over as its lease ends, not up to a poll later; and
+//! an idle on-demand worker stays while a dead worker's lease is still to run out.
 
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,31 @@ impl Takeover {
         match self.due {
             Some(due) => (due.saturating_duration_since(now) + MARGIN).min(POLL),
             None => POLL,
+        }
+    }
+}
+
+/// Whether an idle on-demand worker may exit: not while a dead worker's lease on a
+/// runnable thread is still to run out, which this worker then takes over (with no worker
+/// service, nobody else would, and the thread would stay queued until someone resumed it).
+/// A store that cannot say lets it go.
+pub(super) fn may_exit_idle(queue: &dyn WorkQueue, told: &mut bool) -> bool {
+    match queue.orphaned_until() {
+        Ok(Some(left)) => {
+            if !*told {
+                tracing::info!(
+                    "worker {} stays: a dead worker's lease runs out in {left:?}, and its \
+                     thread is taken over then",
+                    std::process::id()
+                );
+                *told = true;
+            }
+            false
+        }
+        Ok(None) => true,
+        Err(e) => {
+            tracing::warn!("looking for a dead worker's leases: {e}");
+            true
         }
     }
 }

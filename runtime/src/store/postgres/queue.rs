@@ -482,6 +482,37 @@ impl WorkQueue for PgQueue {
         Ok(row.get::<_, Option<i64>>(0).map(|ms| Duration::from_millis(ms.max(0) as u64)))
     }
 
+    /// The leases of dead workers still to run out: those whose owner is not in the list of
+    /// workers, sent no heartbeat within [`ALIVE_WITHIN`], or is a process of this machine
+    /// that is gone (as [`PgQueue::live_workers`] counts them).
+    fn orphaned_until(&self) -> Result<Option<Duration>> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            "look for the leases of dead workers",
+            client.query_typed(
+                "SELECT (EXTRACT(EPOCH FROM t.lease_until - now()) * 1000)::bigint, \
+                        w.host, w.pid, \
+                        coalesce(w.heartbeat_at > now() - $2::bigint * interval '1 millisecond', \
+                                 false) \
+                 FROM uncaged_workflow.threads t \
+                 LEFT JOIN uncaged_workflow.workers w ON w.id = t.lease_owner \
+                 WHERE t.runnable AND t.lease_owner <> $1 AND t.lease_until > now()",
+                &[(&self.pg.owner(), Type::TEXT), (&(ALIVE_WITHIN.as_millis() as i64), Type::INT8)],
+            ),
+        )?;
+        let here = hostname();
+        let orphaned = rows.iter().filter(|row| {
+            let beating: bool = row.get(3);
+            let gone_here = match (row.get::<_, Option<&str>>(1), row.get::<_, Option<i32>>(2)) {
+                (Some(host), Some(pid)) => host == here && !crate::procfs::runs(pid),
+                _ => true,
+            };
+            !beating || gone_here
+        });
+        let last = orphaned.map(|row| row.get::<_, i64>(0)).max();
+        Ok(last.map(|ms| Duration::from_millis(ms.max(0) as u64)))
+    }
+
     fn owner(&self) -> String {
         self.pg.owner().to_string()
     }
