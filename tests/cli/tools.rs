@@ -514,6 +514,34 @@ fn a_streamable_http_server_gets_its_header_from_a_variable() -> Result<()> {
     Ok(())
 }
 
+/// A tool server that dies in the middle of a call is reaped at once, not left a zombie of
+/// the worker for the rest of its agent call (at 9e65bc6 it stayed one until the call ended).
+#[test]
+fn a_tool_server_that_died_leaves_no_zombie() -> Result<()> {
+    let gates = tempfile::tempdir()?;
+    let gate = gates.path().join("go");
+    let next = gate.clone();
+    let model = MockModel::start(move |body| match turn_of(body) {
+        1 => Turn::call("ledger__die", json!({})),
+        // The next turn waits: the call goes on, the server dead.
+        2 => Turn::answer(DONE).gated(&next),
+        _ => Turn::answer(DONE),
+    })?;
+    // Streamed: the mock holds a gated turn's text back.
+    let env = workbench(&model, "    stream: true\n", &ledger_server("        allow: [die]\n")?)?;
+    let ledger = env.dir.path().join("ledger");
+    let run = with_ledger(&env, &["run", "dev", "-p", "Die", "--detach"], &ledger)?;
+    ensure!(run.code == 0, "{run:?}");
+    let thread = run.stdout.trim().to_string();
+    wait_until("the turn after the server died is asked", || Ok(model.asked(2) == 1))?;
+    let ps = env.json(&["ps"])?;
+    let worker = ps[0]["pid"].as_u64().with_context(|| format!("the worker's pid: {ps}"))?;
+    wait_until("no child of the worker is a zombie", || Ok(zombies_of(worker).is_empty()))?;
+    std::fs::write(&gate, "")?;
+    ensure!(at_rest(&env, &thread)? == "completed", "{}", status(&env, &thread)?);
+    Ok(())
+}
+
 /// `pause` while a tool call runs: the loop stops before its next turn, and `resume` goes on
 /// from the journal, asking no turn twice.
 #[test]
@@ -853,6 +881,21 @@ fn no_worker_runs(env: &Env, thread: &str) -> Result<()> {
             .any(|p| p["threadId"] == thread && p["state"] == "running");
         Ok(!running && status(env, thread)? != "running")
     })
+}
+
+/// The children of process `parent` that are zombies (exited, not reaped).
+fn zombies_of(parent: u64) -> Vec<u64> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // After the command's name: state, parent.
+            let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+            fields.next() == Some("Z") && fields.next() == Some(parent.to_string().as_str())
+        })
+        .collect()
 }
 
 /// Waits until the thread rests (neither running nor queued).

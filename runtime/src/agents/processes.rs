@@ -63,6 +63,35 @@ pub fn spawn_group(
     Ok((child, group))
 }
 
+/// A long-lived agent process (a tool server) that nobody waits on while it serves: reaped
+/// the moment it exits, so that one that died leaves no zombie for the rest of its call, and
+/// killed (and reaped) once this is dropped.
+#[derive(Debug)]
+pub struct Reaped {
+    /// Dropped, it tells the reaping task to kill the process.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Reaped {
+    /// Reaps `child` (`what` names it in the log) in a task of its own.
+    pub fn watch(mut child: tokio::process::Child, what: String) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            tokio::select! {
+                status = child.wait() => match status {
+                    Ok(status) => tracing::debug!("{what} exited ({status})"),
+                    Err(e) => tracing::warn!("{what}: waiting for it: {e}"),
+                },
+                // Dropped or told: kill it, and wait for it.
+                _ = stopped => {
+                    let _ = child.kill().await;
+                }
+            }
+        });
+        Reaped { _stop: stop }
+    }
+}
+
 /// Makes `command`'s process die with the worker (`PR_SET_PDEATHSIG`): a program started for
 /// a call must not outlive the worker that waits for it.
 fn die_with_worker(command: &mut tokio::process::Command) {

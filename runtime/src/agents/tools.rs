@@ -23,7 +23,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
-use super::processes::{GroupGuard, spawn_group};
+use super::processes::{GroupGuard, Reaped, spawn_group};
 use super::{AgentFailure, AgentProcesses, Secrets};
 use crate::limits::Size;
 use crate::store::tool_servers::{DEFAULT_MAX_RESULT_BYTES, DEFAULT_TOOL_TIMEOUT, ToolServer};
@@ -228,7 +228,8 @@ impl ToolSet {
                 });
             }
         };
-        Ok(Server { name: name.to_string(), client, _process: Some((child, group)), stderr })
+        let process = Reaped::watch(child, format!("tool server `{name}`"));
+        Ok(Server { name: name.to_string(), client, _process: Some((process, group)), stderr })
     }
 
     /// `value` with each `${NAME}` replaced by that variable's value.
@@ -245,9 +246,9 @@ impl ToolSet {
 struct Server {
     name: String,
     client: RunningService<RoleClient, ClientConfig>,
-    /// A server run over stdio: its process (killed when dropped, and reaped by tokio), and
+    /// A server run over stdio: its process (reaped once it exits, killed when dropped), and
     /// the guard that kills its process group (what it started) and unlists it.
-    _process: Option<(tokio::process::Child, Option<GroupGuard>)>,
+    _process: Option<(Reaped, Option<GroupGuard>)>,
     stderr: Option<StderrTail>,
 }
 
