@@ -280,6 +280,9 @@ fn cancelling_a_call_kills_its_thread() -> Result<()> {
         let id = thread_prompted(&env, prompt)?["threadId"].as_str().context("id")?.to_string();
         wait_until("the cancelled call's thread is killed", || Ok(status(&env, &id)? == "killed"))?;
     }
+    // A task at once, for a thread that runs on (not after `mcp.task_after`).
+    let config = std::fs::read_to_string(env.home().join("config.yaml"))?;
+    std::fs::write(env.home().join("config.yaml"), format!("{config}mcp:\n  task_after: 0s\n"))?;
     let lines = ok_steps(&env, Via::Http(&serve, Some(&token)), "auto", json!([
         {"op": "task", "tool": "solve-issue", "args": {"prompt": "cancel task"}, "cancel_at": "working"},
     ]))?;
@@ -529,6 +532,49 @@ fn the_typescript_sdk_lists_and_calls_a_workflow_over_http() -> Result<()> {
     let thread = thread_prompted(&env, "from typescript")?;
     assert_eq!(thread["status"], "completed");
     assert_eq!(thread["startedBy"], "mcp token:ci (ts-test-client)");
+    Ok(())
+}
+
+/// The MCP Inspector's CLI (npm, pinned in tests/mcp/package.json), the tool most people try a
+/// server with, calls a workflow over HTTP and over stdio and shows its result: the last
+/// step's meta and the summary. It declares the tasks extension but polls no task it is handed
+/// (at 9e65bc6 it was handed one at once, and showed `"content": []`).
+#[test]
+fn the_mcp_inspector_shows_a_calls_result() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    let inspector = installed("target/mcp-node/node_modules/.bin/mcp-inspector")?;
+    let url = format!("http://{}/mcp", serve.addr);
+    let auth = format!("Authorization: Bearer {token}");
+    let binary = env!("CARGO_BIN_EXE_uncaged-workflow");
+    let home = format!("UNCAGED_WORKFLOW_HOME={}", env.home().display());
+    let mut over: Vec<(&str, Vec<&str>)> =
+        vec![("http", vec![&url, "--transport", "http", "--header", &auth])];
+    // Over stdio the Inspector starts `uncaged-workflow mcp` with only the variables it is given.
+    let store = env.store.as_ref().map(|url| format!("UNCAGED_WORKFLOW_STORE={url}"));
+    let mut stdio = vec!["-e", &home];
+    if let Some(store) = &store {
+        stdio.extend(["-e", store]);
+    }
+    stdio.extend([binary, "mcp"]);
+    over.push(("stdio", stdio));
+    for (way, target) in over {
+        let prompt = format!("prompt=from the inspector over {way}");
+        let out = env
+            .command_of("node")
+            .arg(&inspector)
+            .arg("--cli")
+            .args(&target)
+            .args(["--method", "tools/call", "--tool-name", "solve-issue", "--tool-arg", &prompt])
+            .output()?;
+        let stdout = String::from_utf8(out.stdout)?;
+        ensure!(out.status.success(), "{way}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        let shown: Value = serde_json::from_str(stdout.trim()).with_context(|| format!("{way}: {stdout}"))?;
+        assert_eq!(shown["structuredContent"], json!({"approved": true, "comments": []}), "{way}: {shown}");
+        assert_eq!(shown["content"][0]["text"], "approved after 2 development round(s)", "{way}: {shown}");
+        ensure!(shown.get("taskId").is_none(), "{way}: handed a task: {shown}");
+        assert_eq!(status(&env, &thread_of(&shown)?)?, "completed", "{way}");
+    }
     Ok(())
 }
 

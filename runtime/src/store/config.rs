@@ -212,6 +212,11 @@ pub struct McpConfig {
     /// answers with the thread's id and how to follow it [default: 60s].
     #[serde(default)]
     pub wait: Option<Seconds>,
+    /// How long a tool call from a client of the tasks extension waits for its thread to end
+    /// before it answers with a task to poll [default: 5s]; a thread that waits for a person
+    /// is a task at once.
+    #[serde(default)]
+    pub task_after: Option<Seconds>,
 }
 
 /// One named agent binding: its kind and the failure policy of its calls. (Read by hand,
@@ -406,7 +411,7 @@ const TOP_KEYS: &[&str] = &[
     "telemetry",
     "mcp",
 ];
-const MCP_KEYS: &[&str] = &["workflows", "wait"];
+const MCP_KEYS: &[&str] = &["workflows", "wait", "task_after"];
 const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint"];
 const BUDGET_KEYS: &[&str] = &["max_tokens", "max_cost", "max_agent_calls", "max_duration"];
 const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];

@@ -33,6 +33,10 @@ use crate::store::request_keys::MAX_KEY_LEN;
 /// How long a call waits for its thread unless `mcp.wait` says.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(60);
 
+/// How long a call from a client of the tasks extension waits for its thread to end before it
+/// answers with a task, unless `mcp.task_after` says.
+pub const DEFAULT_TASK_AFTER: Duration = Duration::from_secs(5);
+
 /// How often a followed thread is read: soon after a step at first, less often while nothing
 /// happens.
 const FIRST_LOOKS: Duration = Duration::from_millis(20);
@@ -102,18 +106,26 @@ pub async fn call(
             }
         }
     };
-    if context.client_capabilities().is_some_and(|caps| caps.supports_tasks()) {
-        let record = store.threads().read(id).map_err(protocol_error)?;
-        let task = super::tasks::task(&record);
-        return Ok(CallToolResponse::Task(CreateTaskResult::new(task).with_meta(thread_meta(id))));
-    }
+    // A client of the tasks extension is answered at once when its thread ends soon, as any
+    // client is, and gets a task to poll only for a thread that goes on (or waits for a
+    // person): a client that asked for no task gets its result where it can (the MCP
+    // Inspector's CLI shows a task it was handed as an empty result).
+    let tasks = context.client_capabilities().is_some_and(|caps| caps.supports_tasks());
+    let config = store.config().ok();
+    let wait = match tasks {
+        true => config.as_ref().and_then(|c| c.mcp.task_after).map_or(DEFAULT_TASK_AFTER, |s| s.0),
+        false => config.as_ref().and_then(|c| c.mcp.wait).map_or(DEFAULT_WAIT, |s| s.0),
+    };
     let in_flight = server.in_flight(&context, caller, id);
-    let wait = store.config().ok().and_then(|c| c.mcp.wait).map_or(DEFAULT_WAIT, |s| s.0);
     let rest = follow(store, id, told, wait, &context).await.map_err(protocol_error)?;
     if !context.ct.is_cancelled() {
         in_flight.answered();
     }
     let record = store.threads().read(id).map_err(protocol_error)?;
+    if tasks && !matches!(rest, Rest::Ended) {
+        let task = super::tasks::task(&record);
+        return Ok(CallToolResponse::Task(CreateTaskResult::new(task).with_meta(thread_meta(id))));
+    }
     let modern = context
         .protocol_version()
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
