@@ -883,6 +883,54 @@ fn no_worker_runs(env: &Env, thread: &str) -> Result<()> {
     })
 }
 
+/// SIGTERM to a worker in the middle of a durable agent's loop hands the thread back at the
+/// next turn's boundary (on a database, where workers hand threads back): the next turn is
+/// asked only by the worker that goes on with it, from the journal (at 9e65bc6 the stopping
+/// worker asked it, and the step was dropped only once the grace ran out).
+#[test]
+fn a_worker_stopped_with_sigterm_hands_a_loop_back_between_its_turns() -> Result<()> {
+    crate::use_store(crate::TestStore::Postgres);
+    let model = MockModel::start(|body| match turn_of(body) {
+        1 => Turn::call("ledger__slow", json!({"seconds": 1.5})),
+        2 => Turn::call("ledger__append", json!({"entry": "after"})),
+        _ => Turn::answer(DONE),
+    })?;
+    let env = workbench(&model, "", &ledger_server("")?)?;
+    let ledger = env.dir.path().join("ledger");
+    // A grace longer than the test waits: only a stop between the turns ends the worker soon.
+    let mut worker = env
+        .command()
+        .args(["worker", "--grace", "120s"])
+        .env("LEDGER_FILE", &ledger)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(worker.stdout.take().context("stdout")?),
+        &mut ready,
+    )?;
+    ensure!(ready.starts_with("ready"), "the worker did not come up: {ready:?}");
+    let run = with_ledger(&env, &["run", "dev", "-p", "Hand me back", "--detach"], &ledger)?;
+    ensure!(run.code == 0, "{run:?}");
+    let thread = run.stdout.trim().to_string();
+    wait_until("the first turn is asked", || Ok(model.seen().len() == 1))?;
+    std::process::Command::new("kill").args(["-TERM", &worker.id().to_string()]).status()?;
+    let mut exited = None;
+    wait_until("the worker hands the thread back and exits", || {
+        exited = worker.try_wait()?;
+        Ok(exited.is_some())
+    })?;
+    ensure!(exited.is_some_and(|s| s.success()), "it exited {exited:?}");
+    ensure!(model.asked(2) == 0, "the stopping worker asked the next turn");
+    ensure!(ledger_lines(&ledger).is_empty(), "{:?}", ledger_lines(&ledger));
+    let resumed = with_ledger(&env, &["resume", &thread], &ledger)?;
+    ensure!(resumed.code == 0, "{resumed:?}");
+    ensure!(ledger_lines(&ledger) == ["after"], "{:?}", ledger_lines(&ledger));
+    ensure!((1..=3).all(|k| model.asked(k) == 1), "a turn asked twice");
+    Ok(())
+}
+
 /// The children of process `parent` that are zombies (exited, not reaped).
 fn zombies_of(parent: u64) -> Vec<u64> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return vec![] };

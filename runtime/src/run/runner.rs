@@ -231,6 +231,16 @@ async fn run_steps(
         let next = generator.next(bundle, count, max_rounds, started);
         let steps = match next.instrument(span.clone()).await {
             Ok(steps) => steps,
+            // A durable agent stopped between its turns for a hand-back (the worker was told to
+            // stop): nothing is recorded, and the worker that takes the thread goes on from the
+            // call's journal, as after a pause.
+            Err(Stop::Paused)
+                if ctx.control.hand_back_requested() && !ctx.control.pause_requested() =>
+            {
+                telemetry::step_stopped(&span, "handed back");
+                info.write(LogLevel::Info, TAG_PAUSE, "handed back between an agent's turns");
+                return Ok(RunOutcome::HandedBack);
+            }
             Err(stop) => {
                 telemetry::step_stopped(&span, stop.as_str());
                 return finish(writer, &info, stop);

@@ -42,7 +42,9 @@ pub struct ThreadTurns {
 
 impl TurnHost for ThreadTurns {
     fn before_turn(&self) -> Result<(), AgentFailure> {
-        if self.control.pause_requested() {
+        // A hand-back (the worker stops) stops the loop here too: the thread goes on
+        // elsewhere from its journal, at the turn it would have asked now.
+        if self.control.pause_requested() || self.control.hand_back_requested() {
             return Err(AgentFailure::Paused);
         }
         if self.budget.is_empty() {

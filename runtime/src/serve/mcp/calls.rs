@@ -238,9 +238,9 @@ pub async fn follow(
     let progress = context.meta.get_progress_token();
     let mut events = ThreadEvents::new(store, id);
     let mut changed = tokio::time::Instant::now();
-    // Whether to look at the record for a rest: at first and after anything happened (the
-    // thread may have come to rest while its worker still held it, which its events then never
-    // tell), and while it rests waiting until its worker lets it go and a person can answer.
+    // Whether to look at the record for a question: at first and after anything happened,
+    // and while the thread rests waiting, until its worker lets it go (its events tell the
+    // rest at once, but a person can answer only a thread its worker let go).
     let mut look_at_record = true;
     loop {
         let batch = events.poll()?;
