@@ -40,15 +40,6 @@ impl FileThreads {
         FileThreads { home: home.clone() }
     }
 
-    /// The thread whose data file is at `path`, queued if its queue entry is there (as
-    /// [`ThreadStore::changes`] tells it): a thread its creator queued and no worker took yet
-    /// is taken by the next worker of its bundle, so it reads as queued, not interrupted.
-    fn read_at(&self, path: &Path) -> Result<ThreadRecord> {
-        let mut record = read_thread(path)?;
-        record.queued = self.home.queue_entry(record.id()).exists();
-        Ok(record)
-    }
-
     /// Where a thread's data file is, by id (threads are filed under their bundle's hash).
     fn find(&self, id: ThreadId) -> Result<(BundleHash, PathBuf)> {
         let file_name = format!("{id}.data.jsonl");
@@ -108,7 +99,7 @@ impl ThreadStore for FileThreads {
     }
 
     fn read(&self, id: ThreadId) -> Result<ThreadRecord> {
-        self.read_at(&self.find(id)?.1)
+        read_thread(&self.find(id)?.1)
     }
 
     /// The lines after line `after` (0-based), read from the file (its lines are numbered
@@ -147,7 +138,7 @@ impl ThreadStore for FileThreads {
         let index = self.home.thread_index_file();
         let reopened = self.home.thread_reopen_log();
         listing::summaries(&index, &reopened, bundle_log_dirs(&self.home)?, |path| {
-            self.read_at(path)
+            read_thread(path)
                 .map(|thread| listing::Listed { summary: thread.summary(), held: thread.running })
         })
     }
