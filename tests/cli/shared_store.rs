@@ -911,30 +911,42 @@ fn a_start_does_not_wait_for_a_busy_worker_to_take_its_thread() -> Result<()> {
 #[test]
 fn an_idle_on_demand_worker_stays_to_take_over_a_dead_workers_thread() -> Result<()> {
     let (rig, _) = fresh_rig()?;
-    wait_until("no worker is left", || {
-        Ok(rig.env.sql("SELECT count(*) FROM workers")?.trim() == "0")
-    })?;
     // A lease longer than an on-demand worker stays idle (5 s), as the default (15 s) is.
     let lease = [("UNCAGED_WORKFLOW_LEASE_MS", "9000")];
-    let (gate, gated) = gated_agent(&rig)?;
-    let run = rig
-        .env
-        .run_with(&["run", "solve-issue", "-p", "s", "--agent", &gated, "--detach"], &lease)?;
-    ensure!(run.code == 0, "{run:?}");
-    let thread = run.stdout.trim().to_string();
-    wait_until("its worker runs it", || Ok(crate::status(&rig.env, &thread)? == "running"))?;
-    rig.env.kill_the_worker()?;
+    let (gate, thread) = its_on_demand_worker_killed_mid_call(&rig, &lease)?;
     std::fs::write(&gate, "")?;
     // A moment later another run: its new worker runs that thread, then has nothing to do.
     let other =
         rig.env.run_with(&["run", "solve-issue", "-p", "o", "--agent", &rig.agent], &lease)?;
     ensure!(other.code == 0, "{other:?}");
-    let ended = wait_until("the idle worker takes the thread over and ends it", || {
-        Ok(crate::status(&rig.env, &thread)? == "completed")
-    });
-    if ended.is_err() {
+    completes(&rig, &thread, "the idle worker takes the thread over and ends it")
+}
+
+/// A thread started with `run --detach` and an agent that waits for the gate returned, once
+/// its on-demand worker (the only one) is killed in the middle of its call.
+fn its_on_demand_worker_killed_mid_call(
+    rig: &Rig,
+    lease: &[(&str, &str)],
+) -> Result<(std::path::PathBuf, String)> {
+    wait_until("no worker is left", || {
+        Ok(rig.env.sql("SELECT count(*) FROM workers")?.trim() == "0")
+    })?;
+    let (gate, gated) = gated_agent(rig)?;
+    let run = rig
+        .env
+        .run_with(&["run", "solve-issue", "-p", "s", "--agent", &gated, "--detach"], lease)?;
+    ensure!(run.code == 0, "{run:?}");
+    let thread = run.stdout.trim().to_string();
+    wait_until("its worker runs it", || Ok(crate::status(&rig.env, &thread)? == "running"))?;
+    rig.env.kill_the_worker()?;
+    Ok((gate, thread))
+}
+
+/// Waits until `thread` completes; the on-demand workers' log is the error if it does not.
+fn completes(rig: &Rig, thread: &str, what: &str) -> Result<()> {
+    if wait_until(what, || Ok(crate::status(&rig.env, thread)? == "completed")).is_err() {
         let log = std::fs::read_to_string(rig.env.home().join("run/pool-worker.log"))?;
-        anyhow::bail!("{}: {log}", crate::status(&rig.env, &thread)?);
+        anyhow::bail!("{what}: {}: {log}", crate::status(&rig.env, thread)?);
     }
     Ok(())
 }
@@ -945,28 +957,11 @@ fn an_idle_on_demand_worker_stays_to_take_over_a_dead_workers_thread() -> Result
 #[test]
 fn a_thread_whose_on_demand_worker_died_is_resumed_by_a_new_worker() -> Result<()> {
     let (rig, _) = fresh_rig()?;
-    wait_until("no worker is left", || {
-        Ok(rig.env.sql("SELECT count(*) FROM workers")?.trim() == "0")
-    })?;
     let lease = [("UNCAGED_WORKFLOW_LEASE_MS", LEASE_MS)];
-    let (gate, gated) = gated_agent(&rig)?;
-    let run = rig
-        .env
-        .run_with(&["run", "solve-issue", "-p", "s", "--agent", &gated, "--detach"], &lease)?;
-    ensure!(run.code == 0, "{run:?}");
-    let thread = run.stdout.trim().to_string();
-    wait_until("its worker runs it", || Ok(crate::status(&rig.env, &thread)? == "running"))?;
-    rig.env.kill_the_worker()?;
+    let (gate, thread) = its_on_demand_worker_killed_mid_call(&rig, &lease)?;
     wait_until("its lease runs out", || Ok(crate::status(&rig.env, &thread)? == "queued"))?;
     std::fs::write(&gate, "")?;
     let resumed = rig.env.run_with(&["resume", &thread, "--detach"], &lease)?;
     ensure!(resumed.code == 0, "resume of a thread nobody holds: {resumed:?}");
-    let ended = wait_until("a new worker runs it to its end", || {
-        Ok(crate::status(&rig.env, &thread)? == "completed")
-    });
-    if ended.is_err() {
-        let log = std::fs::read_to_string(rig.env.home().join("run/pool-worker.log"))?;
-        anyhow::bail!("{}: {log}", crate::status(&rig.env, &thread)?);
-    }
-    Ok(())
+    completes(&rig, &thread, "a new worker runs it to its end")
 }
