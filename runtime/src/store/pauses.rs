@@ -22,10 +22,18 @@ pub struct ContinueRecord {
     pub timestamp: u64,
 }
 
+impl ContinueRecord {
+    /// The marker of `by` taking the thread up now.
+    pub fn by(by: &str) -> Self {
+        ContinueRecord { continued: Continued { by: by.into() }, timestamp: crate::clock::now_ms() }
+    }
+}
+
 /// Who took a thread up again.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Continued {
-    /// The process that runs it on (`worker 1234`, as the queue names its owner).
+    /// The process that runs it on, as its queue names it: `worker 1234` on a home
+    /// directory, `HOST:PID:ULID` (its lease owner) on a database.
     pub by: String,
 }
 

@@ -112,9 +112,10 @@ pub async fn call(
     // Inspector's CLI shows a task it was handed as an empty result).
     let tasks = context.client_capabilities().is_some_and(|caps| caps.supports_tasks());
     let config = store.config().ok();
-    let wait = match tasks {
-        true => config.as_ref().and_then(|c| c.mcp.task_after).map_or(DEFAULT_TASK_AFTER, |s| s.0),
-        false => config.as_ref().and_then(|c| c.mcp.wait).map_or(DEFAULT_WAIT, |s| s.0),
+    let wait = if tasks {
+        config.as_ref().and_then(|c| c.mcp.task_after).map_or(DEFAULT_TASK_AFTER, |s| s.0)
+    } else {
+        config.as_ref().and_then(|c| c.mcp.wait).map_or(DEFAULT_WAIT, |s| s.0)
     };
     let in_flight = server.in_flight(&context, caller, id);
     let rest = follow(store, id, told, wait, &context).await.map_err(protocol_error)?;

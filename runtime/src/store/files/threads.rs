@@ -23,8 +23,8 @@ use crate::limits::Size;
 use crate::store::debug_log::{DebugLine, LogSink};
 use crate::store::journal::{CallLog, JournalLine};
 use crate::store::records::{
-    ContinueRecord, Continued, EndRecord, PauseRecord, Paused, StartRecord, StepRecord,
-    ThreadLines, ThreadRecord, ThreadSummary,
+    ContinueRecord, EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines,
+    ThreadRecord, ThreadSummary,
 };
 use crate::store::{Changes, ThreadStore, ThreadWriter};
 
@@ -310,7 +310,7 @@ impl ThreadWriter for FileWriter {
     }
 
     fn append_continued(&mut self, by: &str) -> Result<()> {
-        self.append(&ContinueRecord { continued: Continued { by: by.into() }, timestamp: now_ms() })
+        self.append(&ContinueRecord::by(by))
     }
 
     fn append_end(&mut self, end: &EndRecord) -> Result<()> {

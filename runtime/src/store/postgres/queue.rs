@@ -36,6 +36,13 @@ const PROBE_WAIT: Duration = Duration::from_secs(1);
 /// zombie): it is dead at once, not a heartbeat later (see [`PgQueue::live_workers`]).
 pub const ALIVE_WITHIN: Duration = Duration::from_secs(3);
 
+/// Whether the worker process `pid` of machine `host` may still run, seen from machine
+/// `here`: a process of another machine cannot be looked at (its heartbeats say), one of this
+/// machine can.
+fn may_run(host: &str, pid: i32, here: &str) -> bool {
+    host != here || crate::procfs::runs(pid)
+}
+
 /// The queue of the store `pg` is connected to.
 #[derive(Debug, Clone)]
 pub struct PgQueue {
@@ -382,10 +389,7 @@ impl WorkQueue for PgQueue {
             ),
         )?;
         let here = hostname();
-        Ok(rows
-            .iter()
-            .filter(|row| row.get::<_, &str>(0) != here || crate::procfs::runs(row.get(1)))
-            .count())
+        Ok(rows.iter().filter(|row| may_run(row.get(0), row.get(1), &here)).count())
     }
 
     /// Whether a worker took thread `id` from the queue: it holds it under a live lease, or
@@ -503,11 +507,8 @@ impl WorkQueue for PgQueue {
         let here = hostname();
         let orphaned = rows.iter().filter(|row| {
             let beating: bool = row.get(3);
-            let gone_here = match (row.get::<_, Option<&str>>(1), row.get::<_, Option<i32>>(2)) {
-                (Some(host), Some(pid)) => host == here && !crate::procfs::runs(pid),
-                _ => true,
-            };
-            !beating || gone_here
+            let listed = row.get::<_, Option<&str>>(1).zip(row.get::<_, Option<i32>>(2));
+            !beating || listed.is_none_or(|(host, pid)| !may_run(host, pid, &here))
         });
         let last = orphaned.map(|row| row.get::<_, i64>(0)).max();
         Ok(last.map(|ms| Duration::from_millis(ms.max(0) as u64)))

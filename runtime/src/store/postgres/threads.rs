@@ -20,8 +20,8 @@ use crate::store::postgres::journal::PgCalls;
 use crate::store::postgres::leases::{Leases, lease_ms};
 use crate::store::postgres::{Postgres, QUEUE_CHANNEL, commit, json_line, listing, summary};
 use crate::store::records::{
-    ContinueRecord, Continued, EndRecord, PauseRecord, Paused, StartRecord, StepRecord,
-    ThreadLines, ThreadRecord, ThreadSummary,
+    ContinueRecord, EndRecord, PauseRecord, Paused, StartRecord, StepRecord, ThreadLines,
+    ThreadRecord, ThreadSummary,
 };
 use crate::store::{Changes, ThreadStore, ThreadWriter};
 use tokio_postgres::types::Json;
@@ -476,9 +476,7 @@ impl ThreadWriter for PgWriter {
     }
 
     fn append_continued(&mut self, by: &str) -> Result<()> {
-        let continued =
-            ContinueRecord { continued: Continued { by: by.into() }, timestamp: now_ms() };
-        super::block(self.append(vec![json_line(&continued)]))
+        super::block(self.append(vec![json_line(&ContinueRecord::by(by))]))
     }
 
     fn append_end(&mut self, end: &EndRecord) -> Result<()> {
