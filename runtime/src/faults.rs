@@ -8,7 +8,8 @@
 //! `thread-rested` (a thread ended or began to wait; a child's result not yet passed on),
 //! `child-delivered` (a child's result is journaled in its parent, which is not handed over),
 //! `upgrade-judged` / `upgrade-recorded` (before and after a thread's move to a version is
-//! appended), `retry-reopening` / `retry-reopened` (before and after a retry is appended).
+//! appended), `retry-reopening` / `retry-reopened` (before and after a retry is appended),
+//! `hand-over-queued` (a home directory's thread is queued, not yet handed to its worker).
 //! Unset, it costs one atomic load per point.
 
 use std::sync::OnceLock;

@@ -500,3 +500,28 @@ esac
     assert_eq!(steps.iter().filter(|l| l.get("role").is_some()).count(), 3);
     Ok(())
 }
+
+/// A command killed in the middle of handing its thread to the bundle's worker (queued, not
+/// yet taken) leaves a thread at rest that `thread` and the listing call `interrupted`, not
+/// `queued` for a worker that will never take it (a bundle's worker takes only what it is
+/// handed); `resume` runs it to its end.
+#[test]
+fn a_thread_whose_hand_over_was_cut_reads_as_interrupted_everywhere() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let crash = [("UNCAGED_WORKFLOW_CRASH_AT", "hand-over-queued:1")];
+    let out = env.run_with(&["run", "solve-issue", "-p", "cut", "--detach"], &crash)?;
+    ensure!(out.code != 0, "the crash point was not reached: {out:?}");
+    let threads = env.json(&["threads"])?;
+    let listed = threads.as_array().context("threads")?;
+    ensure!(listed.len() == 1, "{threads}");
+    let thread = listed[0]["threadId"].as_str().context("id")?.to_string();
+    ensure!(listed[0]["status"] == "interrupted", "listed: {threads}");
+    let shown = env.json(&["thread", &thread])?;
+    ensure!(shown["status"] == "interrupted", "shown: {}", shown["status"]);
+    let queue = env.home().join("run/queue").join(format!("{thread}.json"));
+    ensure!(queue.exists(), "the cut hand-over left its queue entry");
+    let resumed = env.ok(&["resume", &thread])?;
+    ensure!(resumed.contains("completed (0)"), "{resumed}");
+    Ok(())
+}

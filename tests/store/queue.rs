@@ -81,6 +81,48 @@ contract! {
         Ok(())
     }
 
+    /// A thread queued and not yet taken reads as queued wherever it is read — `read`, the
+    /// listing, `changes` — on every store (at 9e65bc6 a home directory's `read` and listing
+    /// said `interrupted`), and so after it is handed back; it reads as running while a worker
+    /// holds it. (On a home directory, while the process that queued it lives: see
+    /// `store::files::queue_entry`.)
+    fn a_queued_thread_reads_as_queued_everywhere(store: &Storage) -> Result<()> {
+        let queue = store.queue();
+        queue.register(Scope::Bundle(hash(1)), 4)?;
+        let agree = |id: ThreadId, status: ThreadStatus, what: &str| -> Result<()> {
+            let read = store.threads().read(id)?.status();
+            let listed = store.threads().summaries()?.into_iter().find(|s| s.thread_id == id);
+            let listed = listed.context("listed")?.status;
+            let changes = store.threads().changes(id, -1)?.context("its changes")?;
+            let queued = status == ThreadStatus::Queued;
+            ensure!(
+                read == status && listed == status && changes.queued == queued,
+                "{what}: read {read:?}, listed {listed:?}, changes queued {} (want {status:?})",
+                changes.queued
+            );
+            Ok(())
+        };
+        let created = start_record(hash(1));
+        queue.create_queued(&created, &RunRequest::default())?;
+        agree(created.thread_id, ThreadStatus::Queued, "created queued")?;
+
+        let at_rest = new_thread(store, hash(1))?;
+        queue.enqueue(at_rest, hash(1), &RunRequest::default())?;
+        agree(at_rest, ThreadStatus::Queued, "queued after its creation")?;
+
+        let claimed = queue.claim(Scope::Bundle(hash(1)), 4, &[], Some(at_rest))?;
+        let claimed = claimed.into_iter().next().context("claimed")?;
+        agree(at_rest, ThreadStatus::Running, "taken")?;
+        queue.release(at_rest, claimed.ticket, Release::HandBack)?;
+        drop(claimed.writer);
+        eventually("the handed-back thread is let go", || {
+            Ok(!store.threads().read(at_rest)?.running)
+        })?;
+        agree(at_rest, ThreadStatus::Queued, "handed back")?;
+        queue.unregister()?;
+        Ok(())
+    }
+
     /// A thread created queued is there whole, at rest with no steps, and queued with its
     /// request: claimed once, as a thread queued after its creation is; the same id again is
     /// refused and leaves the first as it was.

@@ -39,6 +39,7 @@ impl LocalDispatch {
         follow: bool,
     ) -> Result<(Box<dyn Follower>, Accepted)> {
         self.store.queue().enqueue(id, hash, over)?;
+        crate::faults::crash_point("hand-over-queued");
         let taken = self.take_queued(id, hash, follow).await;
         if taken.is_err() {
             // Not taken: it leaves the queue, and waits at rest for `resume`, as it was.

@@ -15,6 +15,7 @@ pub mod debug_log;
 pub mod journal;
 pub mod listing;
 pub mod queue;
+pub mod queue_entry;
 pub mod registry;
 pub mod request_keys;
 pub mod schedules;

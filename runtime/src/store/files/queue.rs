@@ -14,10 +14,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 
+use super::queue_entry::Entry;
 use super::threads::FileThreads;
-use crate::clock::now_ms;
 use crate::durable;
 use crate::error::{Error, Result};
 use crate::home::Home;
@@ -38,15 +37,6 @@ fn remove_if_present(path: &Path, what: &'static str) -> Result<()> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(what, path)(e)),
         _ => Ok(()),
     }
-}
-
-/// A queued thread's file.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Entry {
-    hash: BundleHash,
-    request: RunRequest,
-    queued_at: u64,
 }
 
 /// The queue of a home directory.
@@ -100,17 +90,10 @@ impl FileQueue {
         Ok(ids)
     }
 
-    fn read_entry(&self, path: &Path) -> Result<Option<Entry>> {
-        let Some(text) = durable::read_text(path, "read queued thread")? else { return Ok(None) };
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Error::Corrupt { path: path.into(), reason: e.to_string() })
-    }
-
     /// Takes queued thread `id` for this process, if nobody holds it.
     fn take(&self, id: ThreadId, scope: Scope) -> Result<Option<Claimed>> {
         let path = self.entry(id);
-        let entry = match self.read_entry(&path) {
+        let entry = match Entry::read(&path) {
             Ok(Some(entry)) => entry,
             Ok(None) => return Ok(None),
             Err(e) => {
@@ -161,9 +144,7 @@ impl WorkQueue for FileQueue {
     }
 
     fn enqueue(&self, id: ThreadId, hash: BundleHash, request: &RunRequest) -> Result<()> {
-        let entry = Entry { hash, request: request.clone(), queued_at: now_ms() };
-        let bytes = serde_json::to_vec(&entry).expect("queue entries serialize");
-        durable::write_atomic(&self.entry(id), &bytes)
+        Entry::new(hash, request).write(&self.entry(id))
     }
 
     fn claim(

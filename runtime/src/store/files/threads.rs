@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::debug_log::FileLog;
 use super::journal::FileCalls;
-use super::listing;
+use super::{listing, queue_entry};
 use crate::clock::now_ms;
 use crate::durable::{self, AppendFile};
 use crate::error::{Error, Result};
@@ -38,6 +38,14 @@ impl FileThreads {
     /// The threads under `home`.
     pub fn new(home: &Home) -> Self {
         FileThreads { home: home.clone() }
+    }
+
+    /// The thread whose data file is at `path`, queued while a live process hands it to its
+    /// bundle's worker (see [`queue_entry`]), as [`ThreadStore::changes`] tells it.
+    fn read_at(&self, path: &Path) -> Result<ThreadRecord> {
+        let mut record = read_thread(path)?;
+        record.queued = !record.running && queue_entry::waits(&self.home.queue_entry(record.id()));
+        Ok(record)
     }
 
     /// Where a thread's data file is, by id (threads are filed under their bundle's hash).
@@ -99,7 +107,7 @@ impl ThreadStore for FileThreads {
     }
 
     fn read(&self, id: ThreadId) -> Result<ThreadRecord> {
-        read_thread(&self.find(id)?.1)
+        self.read_at(&self.find(id)?.1)
     }
 
     /// The lines after line `after` (0-based), read from the file (its lines are numbered
@@ -119,7 +127,7 @@ impl ThreadStore for FileThreads {
             .filter(|(_, line)| !line.is_empty())
             .map(|(i, line)| (i as i64, String::from_utf8_lossy(line).into_owned()))
             .collect();
-        let queued = self.home.queue_entry(id).exists();
+        let queued = queue_entry::waits(&self.home.queue_entry(id));
         Ok(Some(Changes { held: is_locked(&path), queued, lines }))
     }
 
@@ -138,7 +146,7 @@ impl ThreadStore for FileThreads {
         let index = self.home.thread_index_file();
         let reopened = self.home.thread_reopen_log();
         listing::summaries(&index, &reopened, bundle_log_dirs(&self.home)?, |path| {
-            read_thread(path)
+            self.read_at(path)
                 .map(|thread| listing::Listed { summary: thread.summary(), held: thread.running })
         })
     }
