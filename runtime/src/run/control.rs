@@ -39,23 +39,32 @@ pub async fn kill(store: &Storage, id: ThreadId) -> Result<()> {
 }
 
 async fn kill_one(store: &Storage, id: ThreadId) -> Result<()> {
-    let record = store.threads().read(id)?;
-    let status = record.status();
-    if status.is_ended() {
-        return Err(Error::ThreadState {
-            id: id.to_string(),
-            status: status.as_str(),
-            reason: "it has already ended".into(),
-        });
-    }
-    if !record.is_live() {
-        match end_at_rest(store, id, ControlRequest::Kill) {
-            // Started meanwhile (`resume`, `answer`): stopped as a running one is.
-            Err(Error::ThreadBusy(_)) => {}
-            done => return done,
+    let mut asked = false;
+    loop {
+        let record = store.threads().read(id)?;
+        let status = record.status();
+        if status.is_ended() && asked {
+            return Ok(());
         }
+        if status.is_ended() {
+            return Err(Error::ThreadState {
+                id: id.to_string(),
+                status: status.as_str(),
+                reason: "it has already ended".into(),
+            });
+        }
+        if !record.is_live() {
+            match end_at_rest(store, id, ControlRequest::Kill) {
+                // Started meanwhile (`resume`, `answer`): stopped as a running one is.
+                Err(Error::ThreadBusy(_)) => {}
+                done => return done,
+            }
+        }
+        ask(store, id, ControlRequest::Kill).await?;
+        // Its worker let it go without ending it: it came to rest (waiting for a person,
+        // paused) before the kill reached it. It is ended where it rests, on the next turn.
+        asked = true;
     }
-    ask(store, id, ControlRequest::Kill).await
 }
 
 /// Stops running thread `id` after its current step, and its child workflows' threads that
