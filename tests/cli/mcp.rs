@@ -535,6 +535,86 @@ fn the_typescript_sdk_lists_and_calls_a_workflow_over_http() -> Result<()> {
     Ok(())
 }
 
+/// A client on protocol 2025-11-25 (the TypeScript SDK 1.x) runs calls as that version's
+/// tasks, over HTTP and stdio: the handshake and the tool list say a workflow may run as a
+/// task; a task runs to its result; one whose thread waits for a person asks it through the
+/// client (an elicitation related to the task) and goes on with the answer; `tasks/cancel`
+/// kills the thread; `tasks/list` lists this caller's calls and `tasks/get` reads one. At
+/// 9e65bc6 such a client could do none of this (the SDK drops a call's `task`, and refuses
+/// `tasks/get` from a client without the 2026-07-28 extension).
+#[test]
+fn a_client_on_2025_11_25_runs_calls_as_tasks() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    std::fs::write(env.home().join("config.yaml"), "roles:\n  reviewer: human\n")?;
+    let script = repo().join("tests/mcp/ts_tasks_client.mjs").canonicalize()?;
+    let modules = installed("target/mcp-node/node_modules")?;
+    let url = format!("http://{}/mcp", serve.addr);
+    let mut vars = serde_json::Map::new();
+    vars.insert("UNCAGED_WORKFLOW_HOME".into(), json!(env.home().display().to_string()));
+    if let Some(store) = &env.store {
+        vars.insert("UNCAGED_WORKFLOW_STORE".into(), json!(store));
+    }
+    let binary = env!("CARGO_BIN_EXE_uncaged-workflow");
+    let answer = json!({"answer": APPROVED});
+    for way in ["http", "stdio"] {
+        let plan = json!([
+            {"op": "tools"},
+            {"op": "task", "tool": "solve-issue", "args": {"prompt": format!("ask {way}")}, "answers": [answer]},
+            {"op": "task", "tool": "solve-issue", "args": {"prompt": format!("cancel {way}")}, "cancel": true},
+            {"op": "list"},
+        ])
+        .to_string();
+        let target: Vec<String> = match way {
+            "http" => vec![url.clone(), token.clone()],
+            _ => vec![binary.into(), json!(["mcp"]).to_string(), Value::Object(vars.clone()).to_string()],
+        };
+        let out = env
+            .command_of("node")
+            .env("MCP_NODE_MODULES", &modules)
+            .arg(&script)
+            .arg(way)
+            .args(&target)
+            .arg(&plan)
+            .output()?;
+        let stdout = String::from_utf8(out.stdout)?;
+        ensure!(out.status.success(), "{way}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<Value> = stdout.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+        ensure!(lines.len() == 5, "{way}: {stdout}");
+        let tasks = &lines[0]["capabilities"]["tasks"];
+        assert_eq!(tasks["requests"]["tools"]["call"], json!({}), "{way}: {}", lines[0]);
+        let tools = lines[1]["tools"].as_array().context("tools")?;
+        assert_eq!(tools[0]["execution"], json!({"taskSupport": "optional"}), "{way}: {tools:?}");
+        ensure!(tools[1..].iter().all(|t| t["execution"].is_null()), "{way}: operations are no tasks: {tools:?}");
+
+        // Asked through the client, answered, completed with the last step's meta.
+        let asked = &lines[2];
+        ensure!(asked["error"].is_null(), "{way}: {asked}");
+        let seen = asked["seen"].as_array().context("seen")?;
+        ensure!(seen.contains(&json!("status:input_required")) && seen.last() == Some(&json!("result")), "{way}: {asked}");
+        assert_eq!(asked["result"]["structuredContent"], json!({"approved": true, "comments": []}), "{way}: {asked}");
+        let id = asked["task"]["taskId"].as_str().context("a task id")?;
+        let question = &asked["asked"][0];
+        ensure!(question["message"].as_str().is_some_and(|q| q.contains("reviewer")), "{way}: {question}");
+        assert_eq!(question["meta"]["io.modelcontextprotocol/related-task"]["taskId"], id, "{way}: {question}");
+        assert_eq!(status(&env, id)?, "completed", "{way}");
+
+        // Cancelled: its thread is killed.
+        let cancelled = &lines[3];
+        ensure!(cancelled["seen"].as_array().is_some_and(|s| s.contains(&json!("status:cancelled"))), "{way}: {cancelled}");
+        let killed = cancelled["task"]["taskId"].as_str().context("a task id")?;
+        wait_until("the cancelled task's thread is killed", || Ok(status(&env, killed)? == "killed"))?;
+
+        // This caller's calls, the newest first; the other transport's caller's are not listed.
+        let listed: Vec<&str> = lines[4]["tasks"].as_array().context("tasks")?.iter()
+            .filter_map(|t| t["taskId"].as_str()).collect();
+        assert_eq!(listed, [killed, id], "{way}: {}", lines[4]);
+        let statuses: Vec<&Value> = lines[4]["tasks"].as_array().context("tasks")?.iter().map(|t| &t["status"]).collect();
+        assert_eq!(statuses[1], "completed", "{way}: {}", lines[4]);
+    }
+    Ok(())
+}
+
 /// The MCP Inspector's CLI (npm, pinned in tests/mcp/package.json), the tool most people try a
 /// server with, calls a workflow over HTTP and over stdio and shows its result: the last
 /// step's meta and the summary. It declares the tasks extension but polls no task it is handed

@@ -4,7 +4,7 @@
 
 use rmcp::model::{
     CallToolResult, ContentBlock, ElicitRequest, ElicitRequestParams, InputRequest, InputRequests,
-    InputResponses, MetaObject,
+    InputResponses, MetaObject, RequestMetaObject,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -94,8 +94,16 @@ impl Question {
     }
 }
 
-/// The question as a form the client shows a person (`elicitation/create`).
+/// The question as the input a client asks a person for (an `elicitation/create`).
 pub fn input_requests(question: &Question) -> InputRequests {
+    let mut requests = InputRequests::new();
+    let form = ElicitRequest::new(form(question, None));
+    requests.insert(QUESTION_KEY.into(), InputRequest::Elicitation(form));
+    requests
+}
+
+/// The question as a form the client shows a person, with `meta` (a related task, say).
+pub fn form(question: &Question, meta: Option<RequestMetaObject>) -> ElicitRequestParams {
     let schema = match question.kind {
         QuestionKind::Text => json!({"type": "object", "properties": {
             "answer": {"type": "string", "title": "Answer", "description": "The role's answer"}},
@@ -109,14 +117,11 @@ pub fn input_requests(question: &Question) -> InputRequests {
             "text": {"type": "string", "title": "The result to use (for skip)"}},
             "required": ["decision"]}),
     };
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
+    ElicitRequestParams::FormElicitationParams {
+        meta,
         message: question.text.clone(),
         requested_schema: serde_json::from_value(schema).expect("the form's schema is valid"),
-    };
-    let mut requests = InputRequests::new();
-    requests.insert(QUESTION_KEY.into(), InputRequest::Elicitation(ElicitRequest::new(params)));
-    requests
+    }
 }
 
 /// A person's answer, as an elicitation's result.

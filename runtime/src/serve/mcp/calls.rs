@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CreateTaskResult, InputRequiredResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CreateTaskResult, InputRequiredResult,
     ProgressNotificationParam, ProtocolVersion,
 };
 use rmcp::service::{RequestContext, RoleServer};
@@ -65,13 +65,7 @@ pub async fn call(
 ) -> std::result::Result<CallToolResponse, McpError> {
     let store = server.store();
     let name = request.name.to_string();
-    if !tools::is_offered(store, &name).map_err(protocol_error)? {
-        return Err(McpError::invalid_params(
-            format!("no tool `{}` (see tools/list)", crate::terminal::line(&name)),
-            None,
-        ));
-    }
-    tools::may_act(caller)?;
+    offered_to(store, caller, &name)?;
     // The steps the client has heard of already (a retried call's thread's), and whether the
     // person it asked declined to answer (then it is not asked again in this call).
     let (mut told, mut declined) = (0, false);
@@ -85,26 +79,10 @@ pub async fn call(
             }
             id
         }
-        None => {
-            let args: CallArgs = match serde_json::from_value(Value::Object(
-                request.arguments.clone().unwrap_or_default(),
-            )) {
-                Ok(args) => args,
-                Err(e) => {
-                    return Ok(tools::tool_error(&format!("invalid arguments: {e}")).into());
-                }
-            };
-            if args.data.as_ref().is_some_and(|d| !d.is_object()) {
-                return Ok(tools::tool_error("invalid arguments: `data` must be an object").into());
-            }
-            match start(server, caller, &name, args, &request, &context).await {
-                Ok(id) => id,
-                Err(e) if e.exit_code() == crate::error::exit::DATA => {
-                    return Ok(tools::tool_error(&crate::error::chain_line(&e)).into());
-                }
-                Err(e) => return Err(protocol_error(e)),
-            }
-        }
+        None => match start_call(server, caller, &request, &context).await? {
+            Ok(id) => id,
+            Err(refused) => return Ok(refused.into()),
+        },
     };
     // A client of the tasks extension is answered at once when its thread ends soon, as any
     // client is, and gets a task to poll only for a thread that goes on (or waits for a
@@ -140,6 +118,46 @@ pub async fn call(
         Rest::Asks(question) => pending(&record, Some(&question)).into(),
         Rest::Running => pending(&record, None).into(),
     })
+}
+
+/// Whether `caller` may call workflow tool `name`: it is offered, and the caller may act.
+pub fn offered_to(
+    store: &Storage,
+    caller: &Caller,
+    name: &str,
+) -> std::result::Result<(), McpError> {
+    if !tools::is_offered(store, name).map_err(protocol_error)? {
+        return Err(McpError::invalid_params(
+            format!("no tool `{}` (see tools/list)", crate::terminal::line(name)),
+            None,
+        ));
+    }
+    tools::may_act(caller)
+}
+
+/// The thread of workflow tool call `request` (checked with [`offered_to`]), started once per
+/// call; arguments the workflow cannot start with are the call's error result.
+pub async fn start_call(
+    server: &McpServer,
+    caller: &Caller,
+    request: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> std::result::Result<std::result::Result<ThreadId, CallToolResult>, McpError> {
+    let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+    let args: CallArgs = match serde_json::from_value(arguments) {
+        Ok(args) => args,
+        Err(e) => return Ok(Err(tools::tool_error(&format!("invalid arguments: {e}")))),
+    };
+    if args.data.as_ref().is_some_and(|d| !d.is_object()) {
+        return Ok(Err(tools::tool_error("invalid arguments: `data` must be an object")));
+    }
+    match start(server, caller, &request.name, args, request, context).await {
+        Ok(id) => Ok(Ok(id)),
+        Err(e) if e.exit_code() == crate::error::exit::DATA => {
+            Ok(Err(tools::tool_error(&crate::error::chain_line(&e))))
+        }
+        Err(e) => Err(protocol_error(e)),
+    }
 }
 
 /// Starts the thread of a call, once per call.

@@ -1,7 +1,10 @@
 //! `/mcp`: MCP over Streamable HTTP, for `serve`. `serve`'s guard has checked the request
 //! (its host, its origin, its token: see [`crate::serve::http`]); here its body is bounded and
 //! read as JSON before the SDK's service gets it, so that a request over the limit or not JSON
-//! is answered with a JSON-RPC error, as a client can read, and changes nothing.
+//! is answered with a JSON-RPC error, as a client can read, and changes nothing; and the task
+//! messages of a client on 2025-11-25 (which names its version in each request's
+//! `MCP-Protocol-Version`) are routed to this server's own methods, its handshake's answer
+//! telling of tasks ([`super::core_tasks`]).
 
 use std::sync::Arc;
 
@@ -13,7 +16,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tower_service::Service;
 
-use super::{McpServer, Shared};
+use super::{McpServer, Shared, core_tasks};
 use crate::store::Storage;
 
 /// The SDK's service behind `/mcp`, and the largest body it takes.
@@ -77,6 +80,8 @@ const INVALID_REQUEST: i32 = -32600;
 /// Serves one request to `/mcp`.
 pub async fn endpoint(State(mcp): State<McpService>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
+    // Whether the request is a handshake, whose answer may have to tell of 2025-11-25's tasks.
+    let mut initialize = false;
     let body = if parts.method == axum::http::Method::POST {
         let mut stream = body.into_data_stream();
         let mut bytes = Vec::new();
@@ -91,7 +96,7 @@ pub async fn endpoint(State(mcp): State<McpService>, request: Request) -> Respon
                 break;
             }
         }
-        let bytes = Bytes::from(bytes);
+        let mut bytes = Bytes::from(bytes);
         match over {
             false => {}
             // What was sent is read to its end (and dropped, up to DRAIN_AT_MOST), so that the
@@ -108,7 +113,15 @@ pub async fn endpoint(State(mcp): State<McpService>, request: Request) -> Respon
             }
         }
         match serde_json::from_slice::<serde_json::Value>(&bytes) {
-            Ok(message) if is_json_rpc(&message) => {}
+            Ok(mut message) if is_json_rpc(&message) => {
+                initialize = message.get("method").and_then(|m| m.as_str()) == Some("initialize");
+                // A client on 2025-11-25 says so in every request after its handshake.
+                let version = parts.headers.get("mcp-protocol-version");
+                if version.is_some_and(|v| v == core_tasks::VERSION) {
+                    core_tasks::route(&mut message);
+                    bytes = Bytes::from(serde_json::to_vec(&message).expect("JSON serializes"));
+                }
+            }
             Ok(_) => {
                 return rpc_error(
                     StatusCode::BAD_REQUEST,
@@ -135,7 +148,49 @@ pub async fn endpoint(State(mcp): State<McpService>, request: Request) -> Respon
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},
     };
-    as_json_rpc(response).await
+    let response = as_json_rpc(response).await;
+    if initialize { advertised(response).await } else { response }
+}
+
+/// The most of a handshake's answer read to put the tasks capability into it.
+const HANDSHAKE_AT_MOST: usize = 1 << 20;
+
+/// The SDK's answer to an `initialize`, telling of tasks where it negotiated 2025-11-25 (see
+/// [`core_tasks::advertise`]); it is one message, as JSON or as one server-sent event.
+async fn advertised(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, HANDSHAKE_AT_MOST).await else {
+        return rpc_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            -32603,
+            "the handshake's answer is too long",
+        );
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let mut told = false;
+    let mut tell = |json: &str| -> Option<String> {
+        let mut message: serde_json::Value = serde_json::from_str(json).ok()?;
+        core_tasks::advertise(&mut message).then(|| {
+            told = true;
+            message.to_string()
+        })
+    };
+    let rewritten: String = if text.trim_start().starts_with('{') {
+        tell(&text).unwrap_or_default()
+    } else {
+        // Server-sent events: the message is a `data:` line.
+        text.split_inclusive('\n')
+            .map(|line| match line.strip_prefix("data:").and_then(|data| tell(data.trim())) {
+                Some(told) => format!("data: {told}\n"),
+                None => line.to_string(),
+            })
+            .collect()
+    };
+    if !told {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(rewritten))
 }
 
 /// Whether `message` has the shape of a JSON-RPC 2.0 message.

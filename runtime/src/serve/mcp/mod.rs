@@ -11,6 +11,8 @@
 //! - [`answers`]: what the thread answers the call with: its end, a person's question (and
 //!   the answer read back), or how to follow it.
 //! - [`tasks`]: the tasks extension: a call's thread as a task to poll, answer and cancel.
+//! - [`core_tasks`]: the tasks of protocol 2025-11-25, which the SDK does not know, for the
+//!   clients on that version; [`stdio`]: the stdio transport that routes them.
 //!
 //! The rules are the library's: a start is [`crate::run::actions::start_once`] (the API's
 //! idempotency path), an answer [`crate::run::actions::answer`], a kill
@@ -18,7 +20,9 @@
 
 pub mod answers;
 pub mod calls;
+pub mod core_tasks;
 pub mod http;
+pub mod stdio;
 pub mod tasks;
 pub mod tools;
 
@@ -27,8 +31,8 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CancelledNotificationParam,
-    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, SubscriptionFilter, UpdateTaskParams,
+    CustomRequest, CustomResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -270,6 +274,23 @@ impl ServerHandler for McpServer {
         tasks::cancel(self.store(), &request.task_id).await
     }
 
+    /// The task messages of a 2025-11-25 client, which its transport routed here (see
+    /// [`core_tasks`]).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        match core_tasks::handle(self, &request, context).await {
+            Some(answer) => answer,
+            None => Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                crate::terminal::line(&request.method).into_owned(),
+                None,
+            )),
+        }
+    }
+
     /// A client that cancels a call it waits on kills the call's thread (a dropped connection
     /// does not: the thread runs on, and its result is read after).
     async fn on_cancelled(
@@ -351,7 +372,7 @@ pub async fn serve_stdio(store: Storage) -> crate::error::Result<()> {
     use rmcp::ServiceExt;
     let server = McpServer::stdio(Shared::new(store));
     let running = server
-        .serve(rmcp::transport::io::stdio())
+        .serve(stdio::transport())
         .await
         .map_err(|e| crate::error::Error::Host(format!("mcp over stdio: {e}")))?;
     running

@@ -34,7 +34,7 @@ pub fn task(record: &ThreadRecord) -> Task {
         .with_poll_interval_ms(POLL_INTERVAL_MS)
 }
 
-fn rfc3339(ms: u64) -> String {
+pub fn rfc3339(ms: u64) -> String {
     chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
