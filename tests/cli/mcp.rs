@@ -612,6 +612,28 @@ fn a_client_on_2025_11_25_runs_calls_as_tasks() -> Result<()> {
         let statuses: Vec<&Value> = lines[4]["tasks"].as_array().context("tasks")?.iter().map(|t| &t["status"]).collect();
         assert_eq!(statuses[1], "completed", "{way}: {}", lines[4]);
     }
+    // A task picked up again by another connection: its client went away once it had the
+    // task; a new one reads it and waits for its result.
+    slow(&env, "300ms")?;
+    let client = |plan: Value| -> Result<Vec<Value>> {
+        let out = env
+            .command_of("node")
+            .env("MCP_NODE_MODULES", &modules)
+            .arg(&script)
+            .args(["http", &url, &token, &plan.to_string()])
+            .output()?;
+        let stdout = String::from_utf8(out.stdout)?;
+        ensure!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        Ok(stdout.lines().map(serde_json::from_str).collect::<Result<_, _>>()?)
+    };
+    let started = client(json!([{"op": "start", "tool": "solve-issue", "args": {"prompt": "pick me up"}}]))?;
+    let id = started[1]["task"]["taskId"].as_str().context("a task id")?.to_string();
+    ensure!(status(&env, &id)? != "completed", "the task ended before it was picked up");
+    let picked = client(json!([{"op": "get", "task": id}, {"op": "result", "task": id}]))?;
+    ensure!(matches!(picked[1]["status"].as_str(), Some("working" | "completed")), "{picked:?}");
+    assert_eq!(picked[2]["structuredContent"], json!({"approved": true, "comments": []}), "{picked:?}");
+    assert_eq!(picked[2]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id.as_str());
+    assert_eq!(status(&env, &id)?, "completed");
     Ok(())
 }
 

@@ -12,8 +12,11 @@
 //        calls the tool as a task (callToolStream), answering each elicitation with the next
 //        of `answers` ({"answer": …} or a decision object), or cancelling the task once it
 //        works when `cancel` is set; prints the messages' types, the task and the result
+//   {"op": "start", "tool", "args"}   calls the tool as a task and leaves at once (the client
+//                                     goes away: the task is picked up by another)
 //   {"op": "list"}                                   tasks/list
 //   {"op": "get", "task"}                            tasks/get of a task id
+//   {"op": "result", "task"}                         tasks/result of a task id
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -83,6 +86,20 @@ for (const step of plan) {
         if (message.type === "error") error = String(message.error);
       }
       say({ seen, task, result, error, asked: [...asked] });
+    } else if (step.op === "start") {
+      const stream = client.experimental.tasks.callToolStream(
+        { name: step.tool, arguments: step.args ?? {} },
+        CallToolResultSchema,
+        { task: { ttl: 60000 } },
+      );
+      for await (const message of stream) {
+        if (message.type === "taskCreated") {
+          say({ task: message.task });
+          break;
+        }
+      }
+    } else if (step.op === "result") {
+      say(await client.experimental.tasks.getTaskResult(step.task, CallToolResultSchema, { timeout: 120000 }));
     } else if (step.op === "list") {
       say(await client.experimental.tasks.listTasks());
     } else if (step.op === "get") {
