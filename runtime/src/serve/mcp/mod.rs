@@ -47,7 +47,8 @@ pub const IDEMPOTENCY_KEY: &str = "uncaged-workflow/idempotency-key";
 /// The `_meta` key of a result or task naming the thread a call started.
 pub const THREAD_KEY: &str = "uncaged-workflow/thread";
 
-/// How often the offered workflows are looked at for `notifications/tools/list_changed`.
+/// How often the offered workflows are looked at for `notifications/tools/list_changed` (by
+/// one task a process), and a session's connection for whether it is gone.
 const LIST_CHANGED_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What every connection's handler shares.
@@ -57,11 +58,43 @@ pub struct Shared {
     /// Calls in progress, by the connection and request id they came with: a
     /// `notifications/cancelled` for one kills its thread.
     in_flight: parking_lot::Mutex<HashMap<(String, String), Following>>,
+    /// The offered workflows' names, as this process's one watcher of them last read them.
+    offered: std::sync::OnceLock<tokio::sync::watch::Receiver<Option<Vec<String>>>>,
 }
 
 impl Shared {
     pub fn new(store: Storage) -> Arc<Shared> {
-        Arc::new(Shared { store, in_flight: Default::default() })
+        Arc::new(Shared { store, in_flight: Default::default(), offered: Default::default() })
+    }
+
+    /// The offered workflows' names and each change of them. One task a process reads them
+    /// (every [`LIST_CHANGED_EVERY`], and only while a connection watches), however many
+    /// connections are told.
+    fn offered(&self) -> tokio::sync::watch::Receiver<Option<Vec<String>>> {
+        let watched = self.offered.get_or_init(|| {
+            let (sender, receiver) =
+                tokio::sync::watch::channel(tools::offered_names(&self.store).ok());
+            let store = self.store.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(LIST_CHANGED_EVERY).await;
+                    // One receiver is this map's own: past it, a connection watches.
+                    if sender.receiver_count() <= 1 {
+                        continue;
+                    }
+                    let Ok(now) = tools::offered_names(&store) else { continue };
+                    sender.send_if_modified(|seen| {
+                        let changed = seen.as_ref() != Some(&now);
+                        *seen = Some(now);
+                        changed
+                    });
+                }
+            });
+            receiver
+        });
+        let mut receiver = watched.clone();
+        receiver.mark_unchanged();
+        receiver
     }
 }
 
@@ -316,21 +349,22 @@ impl ServerHandler for McpServer {
     /// A client that keeps a session (stdio, an HTTP session) is told when the offered tools
     /// change, while it is connected.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        let store = self.store().clone();
+        let mut offered = self.shared.offered();
         let peer = context.peer.clone();
         tokio::spawn(async move {
-            let mut seen = tools::offered_names(&store).ok();
             loop {
-                tokio::time::sleep(LIST_CHANGED_EVERY).await;
-                if peer.is_transport_closed() {
-                    return;
-                }
-                let now = tools::offered_names(&store).ok();
-                if now.is_some() && now != seen {
-                    seen = now;
-                    if peer.notify_tool_list_changed().await.is_err() {
-                        return;
+                tokio::select! {
+                    changed = offered.changed() => if changed.is_err() { return },
+                    // A connection gone is let go of, changes or not.
+                    _ = tokio::time::sleep(LIST_CHANGED_EVERY) => {
+                        if peer.is_transport_closed() {
+                            return;
+                        }
+                        continue;
                     }
+                }
+                if peer.notify_tool_list_changed().await.is_err() {
+                    return;
                 }
             }
         });
@@ -349,19 +383,14 @@ impl ServerHandler for McpServer {
     /// `subscriptions/listen` (2026-07-28): the same news of the offered tools, on the
     /// listening request's stream.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
-        let store = self.store().clone();
-        let mut seen = tools::offered_names(&store).ok();
+        let mut offered = self.shared.offered();
         loop {
             tokio::select! {
                 _ = context.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(LIST_CHANGED_EVERY) => {}
+                changed = offered.changed() => if changed.is_err() { return Ok(()) },
             }
-            let now = tools::offered_names(&store).ok();
-            if now.is_some() && now != seen {
-                seen = now;
-                if context.sink().notify_tool_list_changed().await.is_err() {
-                    return Ok(());
-                }
+            if context.sink().notify_tool_list_changed().await.is_err() {
+                return Ok(());
             }
         }
     }
