@@ -37,9 +37,6 @@ const ROUTED: &str = "uncaged-workflow/2025-11-25/";
 /// The `_meta` key relating a message to a task.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
-/// How often a client is asked to poll a task.
-const POLL_INTERVAL_MS: u64 = 500;
-
 /// Tasks listed a page at most.
 const PAGE: usize = 100;
 
@@ -310,13 +307,9 @@ fn status(status: ThreadStatus, waits_for_a_person: bool) -> &'static str {
 
 /// Thread `record` as a task.
 fn task(record: &ThreadRecord) -> Value {
-    let last = record
-        .end
-        .as_ref()
-        .map(|e| e.timestamp)
-        .or(record.steps.last().map(|s| s.timestamp))
-        .unwrap_or(record.start.timestamp);
-    let waits = Question::of(record).is_some();
+    // As the extension's task says it (see `super::tasks::task`): waiting, but not on a child.
+    let waits = record.waited_child().is_none();
+    let last = super::tasks::last_changed(record);
     task_json(record.id(), status(record.status(), waits), record.start.timestamp, last)
 }
 
@@ -338,7 +331,7 @@ fn task_json(id: ThreadId, status: &str, created: u64, updated: u64) -> Value {
         "lastUpdatedAt": super::tasks::rfc3339(updated),
         // A thread is kept until removed (`thread rm`, `prune`).
         "ttl": null,
-        "pollInterval": POLL_INTERVAL_MS,
+        "pollInterval": super::tasks::POLL_INTERVAL_MS,
     })
 }
 

@@ -13,7 +13,7 @@ use crate::store::Storage;
 use crate::store::records::{ThreadRecord, ThreadStatus};
 
 /// How often a client is asked to poll a task.
-const POLL_INTERVAL_MS: u64 = 500;
+pub const POLL_INTERVAL_MS: u64 = 500;
 
 /// The task of thread `record`, without its payload.
 pub fn task(record: &ThreadRecord) -> Task {
@@ -23,15 +23,20 @@ pub fn task(record: &ThreadRecord) -> Task {
         ThreadStatus::Waiting if record.waited_child().is_none() => TaskStatus::InputRequired,
         _ => TaskStatus::Working,
     };
-    let last = record
+    let last = last_changed(record);
+    Task::new(record.id().to_string(), status, rfc3339(record.start.timestamp), rfc3339(last))
+        .with_status_message(format!("thread {} is {}", record.id(), record.status().as_str()))
+        .with_poll_interval_ms(POLL_INTERVAL_MS)
+}
+
+/// When thread `record` last changed, as a task tells it: its end, its last step, or its start.
+pub fn last_changed(record: &ThreadRecord) -> u64 {
+    record
         .end
         .as_ref()
         .map(|e| e.timestamp)
         .or(record.steps.last().map(|s| s.timestamp))
-        .unwrap_or(record.start.timestamp);
-    Task::new(record.id().to_string(), status, rfc3339(record.start.timestamp), rfc3339(last))
-        .with_status_message(format!("thread {} is {}", record.id(), record.status().as_str()))
-        .with_poll_interval_ms(POLL_INTERVAL_MS)
+        .unwrap_or(record.start.timestamp)
 }
 
 pub fn rfc3339(ms: u64) -> String {
