@@ -16,7 +16,8 @@
 //                                     goes away: the task is picked up by another)
 //   {"op": "list"}                                   tasks/list
 //   {"op": "get", "task"}                            tasks/get of a task id
-//   {"op": "result", "task"}                         tasks/result of a task id
+//   {"op": "result", "task", "answers"?}             tasks/result of a task id, answering as
+//                                                    "task" does
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -99,6 +100,7 @@ for (const step of plan) {
         }
       }
     } else if (step.op === "result") {
+      answers.splice(0, answers.length, ...(step.answers ?? []));
       say(await client.experimental.tasks.getTaskResult(step.task, CallToolResultSchema, { timeout: 120000 }));
     } else if (step.op === "list") {
       say(await client.experimental.tasks.listTasks());
