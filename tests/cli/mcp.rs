@@ -202,6 +202,48 @@ fn a_client_calls_a_workflow_to_its_end_with_progress_over_stdio_and_http() -> R
     Ok(())
 }
 
+/// A call's progress, its question and its end come as its worker says it stored them (over
+/// the worker's socket, or the database's notifications), not from polling the store: with
+/// the store read once an hour besides, a call of slow steps still hears every step, is asked,
+/// and ends, over stdio and over HTTP.
+#[test]
+fn a_calls_progress_question_and_end_are_pushed_not_polled() -> Result<()> {
+    let env = Env::new()?;
+    let (serve, token) = serving(&env)?;
+    std::fs::write(
+        env.home().join("config.yaml"),
+        "mcp:\n  poll: 1h\nagent: slow\nagents:\n  slow:\n    kind: scripted\n    delay: 300ms\n\
+         roles:\n  reviewer: human\n",
+    )?;
+    for via in [Via::Stdio, Via::Http(&serve, Some(&token))] {
+        let lines = ok_steps(&env, via, "auto", json!([
+            {"op": "call", "tool": "solve-issue", "args": {"prompt": "push it"}, "answers": [APPROVED]},
+        ]))?;
+        let result = &lines[0]["result"];
+        assert_eq!(result["structuredContent"], json!({"approved": true, "comments": []}), "{result}");
+        let id = thread_of(result)?;
+        assert_eq!(status(&env, &id)?, "completed");
+        assert_eq!(lines[0]["asked"].as_array().map(Vec::len), Some(1), "{lines:?}");
+        let steps = env.json(&["thread", &id])?["steps"].as_array().context("steps")?.len();
+        let progress = lines[0]["progress"].as_array().context("progress")?;
+        // Every step, before the question and after its answer, told as it was stored.
+        ensure!(progress.len() == steps && steps == 3, "{progress:?}, {steps} steps");
+    }
+    // A step is told while the thread runs on, not when it comes to rest: a call cancelled at
+    // its first progress kills a thread that has steps still to go.
+    let slow_only = "mcp:\n  poll: 1h\nagent: slow\nagents:\n  slow:\n    kind: scripted\n    delay: 300ms\n";
+    std::fs::write(env.home().join("config.yaml"), slow_only)?;
+    for (prompt, via) in [("push stdio", Via::Stdio), ("push http", Via::Http(&serve, Some(&token)))] {
+        let lines = ok_steps(&env, via, "legacy", json!([
+            {"op": "cancel", "tool": "solve-issue", "args": {"prompt": prompt}, "after_progress": 1},
+        ]))?;
+        assert_eq!(lines[0]["cancelled"], true);
+        let id = thread_prompted(&env, prompt)?["threadId"].as_str().context("id")?.to_string();
+        wait_until("the cancelled call's thread is killed", || Ok(status(&env, &id)? == "killed"))?;
+    }
+    Ok(())
+}
+
 /// A thread that waits for a person is answered through the client: on 2026-07-28 the call
 /// asks the person (an elicitation in an `InputRequiredResult`) and goes on with the answer;
 /// with the tasks extension the task asks (`input_required`) and `tasks/update` answers; a

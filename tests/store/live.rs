@@ -30,6 +30,7 @@ contract! {
                     .await
                     .context("the live text stopped coming")?
                     .context("the live text ended")?;
+                let Live::Text(piece) = piece else { continue };
                 ensure!(piece.role == "developer", "{piece:?}");
                 text.push_str(&piece.text);
             }

@@ -34,7 +34,7 @@ use uncaged_workflow::run_request::RunRequest;
 use uncaged_workflow::store::journal::{
     CallKind, CallRecord, CallResponse, Decision, JournalLine, LoopEntry, LoopRecord, ToolCall,
 };
-use uncaged_workflow::store::queue::{ControlRequest, LiveText, Release, Scope};
+use uncaged_workflow::store::queue::{ControlRequest, Live, LiveText, Release, Scope};
 use uncaged_workflow::store::records::{
     End, EndRecord, EndStatus, Parameters, ParentLink, PauseReason, Paused, PendingCall,
     ScheduledBy, StartRecord, StepRecord, ThreadStatus,

@@ -45,8 +45,9 @@ pub enum Request {
     Ps,
     /// Read the kill and pause requests the queue holds for this worker's threads.
     Wake,
-    /// Stream the live text of a thread this worker runs ([`Reply::Delta`]s after a
-    /// [`Reply::Ok`]), until its run here ends.
+    /// Stream what a thread this worker runs does as it happens (after a [`Reply::Ok`]: a
+    /// [`Reply::Delta`] for its model's text, a [`Reply::Stored`] for each step stored),
+    /// until its run here ends.
     Watch { thread: ThreadId },
 }
 
@@ -75,6 +76,8 @@ pub enum Reply {
     },
     /// A model wrote some text.
     Delta(LiveText),
+    /// A step of the watched thread was stored (read it from the store).
+    Stored,
     /// The thread stopped to wait for a human answer (`answer`).
     Waiting { role: String },
     /// A step was persisted (its agent and duration are in it).

@@ -20,10 +20,11 @@ use tokio::sync::{broadcast, watch};
 
 use crate::error::Result;
 use crate::ids::ThreadId;
-use crate::run::dispatch::{Dispatch, LiveTexts};
+use crate::run::dispatch::{Dispatch, LiveNews};
 use crate::run::events::Event;
 use crate::run::watch::ThreadEvents;
 use crate::store::Storage;
+use crate::store::queue::Live;
 
 /// How often a followed thread is read for what it stored.
 const INTERVAL: Duration = Duration::from_millis(200);
@@ -193,7 +194,7 @@ async fn read(
 ) {
     let mut tick = tokio::time::interval(INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut live: Option<LiveTexts> = None;
+    let mut live: Option<LiveNews> = None;
     let mut asked_live: Option<tokio::time::Instant> = None;
     loop {
         {
@@ -226,17 +227,20 @@ async fn read(
         tokio::select! {
             _ = tick.tick() => {}
             _ = stopping.changed() => continue,
-            text = text => {
-                match text {
-                    Some(text) => {
+            heard = text => {
+                match heard {
+                    Some(Live::Text(text)) => {
                         let event = Event::Delta { thread: id, text };
                         let json = serde_json::to_string(&event).expect("events serialize");
                         let frame = Told::of(&event, 0).frame;
                         let _ = feed.live.send(Arc::new(LiveFrame { frame, json }));
+                        continue;
                     }
+                    // Something was stored: read it now.
+                    Some(Live::Stored) => {}
+                    // Its run there ended: what it stored last is read now.
                     None => live = None,
                 }
-                continue;
             }
         }
         let (events, failed) = match reader.poll() {

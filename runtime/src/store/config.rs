@@ -217,6 +217,11 @@ pub struct McpConfig {
     /// is a task at once.
     #[serde(default)]
     pub task_after: Option<Seconds>,
+    /// How often a call's thread is read besides when its worker says it stored something
+    /// [default: 2s]; where no word comes (behind a transaction-pooling PgBouncer) it is read
+    /// every 20 ms after a change, then every 250 ms.
+    #[serde(default)]
+    pub poll: Option<Seconds>,
 }
 
 /// One named agent binding: its kind and the failure policy of its calls. (Read by hand,
@@ -411,7 +416,7 @@ const TOP_KEYS: &[&str] = &[
     "telemetry",
     "mcp",
 ];
-const MCP_KEYS: &[&str] = &["workflows", "wait", "task_after"];
+const MCP_KEYS: &[&str] = &["workflows", "wait", "task_after", "poll"];
 const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint"];
 const BUDGET_KEYS: &[&str] = &["max_tokens", "max_cost", "max_agent_calls", "max_duration"];
 const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];

@@ -231,12 +231,20 @@ pub trait LiveChannel: Send + Sync + fmt::Debug {
     /// background (the model is not slowed by followers), and lost when nobody follows.
     fn publisher(&self, id: ThreadId) -> LivePublisher;
 
-    /// Follows thread `id`'s text from now on: each `(role, text)` as it is published. None
-    /// when it cannot reach this process (`LISTEN` behind a transaction-pooling PgBouncer).
-    fn follow(
-        &self,
-        id: ThreadId,
-    ) -> Result<Option<tokio::sync::mpsc::UnboundedReceiver<LiveText>>>;
+    /// Follows thread `id` from now on: its text as it is published, and a word each time
+    /// something of it is stored. None when it cannot reach this process (`LISTEN` behind a
+    /// transaction-pooling PgBouncer).
+    fn follow(&self, id: ThreadId) -> Result<Option<tokio::sync::mpsc::UnboundedReceiver<Live>>>;
+}
+
+/// What a follower of a thread hears from its worker as it happens, before (or instead of)
+/// reading it in the store.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Live {
+    /// A model wrote some text.
+    Text(LiveText),
+    /// Records of the thread were stored: read it now (what they are is in the store).
+    Stored,
 }
 
 /// A piece of text a model wrote for a role, in one of its turns.

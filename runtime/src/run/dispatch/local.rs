@@ -14,7 +14,7 @@ use crate::run::ipc::{self, ClientMessage, Connection, Reply, Request};
 use crate::run::worker::{self, WorkerOptions};
 use crate::run_request::RunRequest;
 use crate::store::Storage;
-use crate::store::queue::ControlRequest;
+use crate::store::queue::{ControlRequest, Live};
 use crate::store::records::StartRecord;
 
 /// How many times a thread is handed to its bundle's worker when the worker dies during the
@@ -184,7 +184,7 @@ impl Dispatch for LocalDispatch {
         worker::serve_bundle(self.store.clone(), options).boxed()
     }
 
-    fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<super::LiveTexts>>> {
+    fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<super::LiveNews>>> {
         async move {
             let hash = self.store.threads().read(id)?.version();
             let Some(mut connection) = ipc::connect(self.store.home(), hash).await? else {
@@ -201,8 +201,14 @@ impl Dispatch for LocalDispatch {
             }
             let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
             tokio::spawn(async move {
-                while let Ok(Some(Reply::Delta(text))) = connection.receive::<Reply>().await {
-                    if sender.send(text).is_err() {
+                loop {
+                    let heard = match connection.receive::<Reply>().await {
+                        Ok(Some(Reply::Delta(text))) => Live::Text(text),
+                        Ok(Some(Reply::Stored)) => Live::Stored,
+                        // Its run there is over (then what it stored last is in the store).
+                        _ => return,
+                    };
+                    if sender.send(heard).is_err() {
                         return;
                     }
                 }

@@ -121,15 +121,16 @@ pub trait Dispatch: Send + Sync {
     /// directory; a pool worker taking threads from the queue, on a database.
     fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>>;
 
-    /// Follows thread `id`'s live text (a model's deltas) from now on, for a follower that
-    /// does not hold the thread's run (the web view, the API): from the worker that runs it,
-    /// over its socket, on a home directory (none when no worker runs it now: the text ends
-    /// with the run); through the store's notifications, on a database.
-    fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<LiveTexts>>>;
+    /// Follows thread `id` from now on, for a follower that does not hold the thread's run
+    /// (the web view, the API, an MCP call): a model's deltas, and a word each time a step of
+    /// it is stored (read the store then, rather than polling it). From the worker that runs
+    /// it, over its socket, on a home directory (none when no worker runs it now: the news
+    /// ends with the run); through the store's notifications, on a database.
+    fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<LiveNews>>>;
 }
 
-/// A thread's live text, as it comes.
-pub type LiveTexts = tokio::sync::mpsc::UnboundedReceiver<crate::store::queue::LiveText>;
+/// What a follower hears of a thread as it happens (see [`Dispatch::live`]).
+pub type LiveNews = tokio::sync::mpsc::UnboundedReceiver<crate::store::queue::Live>;
 
 /// The dispatch of `store`.
 pub fn of(store: &Storage) -> Arc<dyn Dispatch> {

@@ -22,7 +22,7 @@ use crate::run::watch::ThreadReader;
 use crate::run::worker::{self, WorkerOptions};
 use crate::run_request::RunRequest;
 use crate::store::Storage;
-use crate::store::queue::{ControlRequest, LiveText};
+use crate::store::queue::{ControlRequest, Live};
 use crate::store::records::{PendingCall, StartRecord, ThreadRecord, ThreadStatus};
 
 /// How often a follower reads what was stored since it last looked (one indexed read of the
@@ -122,7 +122,7 @@ impl Dispatch for SharedDispatch {
         worker::serve_pool(self.store.clone(), options).boxed()
     }
 
-    fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<super::LiveTexts>>> {
+    fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<super::LiveNews>>> {
         let store = self.store.clone();
         async move { live_through_store(&store, id) }.boxed()
     }
@@ -214,7 +214,7 @@ struct QueuedThread {
     done: bool,
     /// The thread's live text, as its worker publishes it (none where the store cannot carry
     /// it to this process).
-    live: Option<tokio::sync::mpsc::UnboundedReceiver<LiveText>>,
+    live: Option<super::LiveNews>,
     /// When the store was last read.
     last_read: Option<Instant>,
 }
@@ -392,10 +392,7 @@ impl QueuedThread {
 }
 
 /// Thread `id`'s live text, through the store.
-pub(super) fn live_through_store(
-    store: &Storage,
-    id: ThreadId,
-) -> Result<Option<super::LiveTexts>> {
+pub(super) fn live_through_store(store: &Storage, id: ThreadId) -> Result<Option<super::LiveNews>> {
     match store.queue().live() {
         Some(live) => live.follow(id),
         None => Ok(None),
@@ -430,10 +427,12 @@ impl Follower for QueuedThread {
                 };
                 let heard = tokio::time::timeout(due, live.recv()).await;
                 match heard {
-                    Ok(Some(text)) => {
+                    Ok(Some(Live::Text(text))) => {
                         let thread = self.id;
                         self.pending.push_back(Heard::Event(Event::Delta { thread, text }));
                     }
+                    // Something was stored: read it now, not a poll later.
+                    Ok(Some(Live::Stored)) => self.last_read = None,
                     Ok(None) => self.live = None,
                     Err(_) => {}
                 }

@@ -122,16 +122,19 @@ async fn handle(worker: Arc<Worker>, hash: BundleHash, mut connection: Connectio
                 return;
             }
             loop {
-                match progress.recv().await {
-                    Ok(Progress::Delta(text)) => {
-                        let reply = Reply::Delta((*text).clone());
-                        if connection.send(&reply).await.is_err() {
-                            return;
-                        }
+                let reply = match progress.recv().await {
+                    Ok(Progress::Delta(text)) => Reply::Delta((*text).clone()),
+                    // The step is in the store: the watcher reads it there (a step can be
+                    // megabytes, and the watcher may have read it already).
+                    Ok(Progress::Step { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        Reply::Stored
                     }
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Ok(Progress::Working(_)) => continue,
                     // Its run here is over.
                     Err(broadcast::error::RecvError::Closed) => return,
+                };
+                if connection.send(&reply).await.is_err() {
+                    return;
                 }
             }
         }

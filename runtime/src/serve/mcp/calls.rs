@@ -21,12 +21,14 @@ use super::{IDEMPOTENCY_KEY, McpServer, protocol_error, tools};
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
 use crate::run::actions::{self, Once, OnceKey};
+use crate::run::dispatch::LiveNews;
 use crate::run::events::Event;
 use crate::run::lifecycle::{Origin, StartRequest};
 use crate::run::watch::ThreadEvents;
 use crate::run_request::RunRequest;
 use crate::serve::api::Caller;
 use crate::store::Storage;
+use crate::store::queue::Live;
 use crate::store::records::{PauseReason, StartedBy, ThreadStatus};
 use crate::store::request_keys::MAX_KEY_LEN;
 
@@ -37,12 +39,20 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(60);
 /// answers with a task, unless `mcp.task_after` says.
 pub const DEFAULT_TASK_AFTER: Duration = Duration::from_secs(5);
 
-/// How often a followed thread is read: soon after a step at first, less often while nothing
-/// happens.
+/// How often a followed thread is read besides when its worker says it stored something,
+/// unless `mcp.poll` says.
+pub const DEFAULT_POLL: Duration = Duration::from_secs(2);
+
+/// How often a followed thread is read where its worker says nothing: soon after a step at
+/// first, less often while nothing happens; and while it rests still held by its worker.
 const FIRST_LOOKS: Duration = Duration::from_millis(20);
 const LATER_LOOKS: Duration = Duration::from_millis(250);
 /// How long a thread is read at [`FIRST_LOOKS`] after its last change.
 const QUICK_FOR: Duration = Duration::from_secs(2);
+
+/// How often a call whose worker cannot be heard asks again (a worker that takes the thread
+/// later, a run that ended and another that began).
+const LIVE_RETRY: Duration = Duration::from_secs(1);
 
 /// What an `InputRequiredResult`'s request state holds: the thread the call follows.
 const STATE_PREFIX: &str = "thread:";
@@ -96,7 +106,8 @@ pub async fn call(
         config.as_ref().and_then(|c| c.mcp.wait).map_or(DEFAULT_WAIT, |s| s.0)
     };
     let in_flight = server.in_flight(&context, caller, id);
-    let rest = follow(store, id, told, wait, &context).await.map_err(protocol_error)?;
+    let looks = Looks::of(store, wait);
+    let rest = follow(store, id, told, looks, &context).await.map_err(protocol_error)?;
     if !context.ct.is_cancelled() {
         in_flight.answered();
     }
@@ -243,18 +254,41 @@ pub enum Rest {
     Running,
 }
 
-/// Follows thread `id` until it ends, waits for a person, pauses, or `wait` passes, sending a
-/// progress notification for each step after its first `told` when the client asked for
-/// progress.
+/// How a call follows its thread.
+#[derive(Debug, Clone, Copy)]
+pub struct Looks {
+    /// How long, at most.
+    pub wait: Duration,
+    /// How often it reads the thread besides when its worker says it stored something.
+    pub poll: Duration,
+}
+
+impl Looks {
+    /// For `wait` at most, at the pace config.yaml's `mcp.poll` says.
+    pub fn of(store: &Storage, wait: Duration) -> Looks {
+        let config = store.config().ok();
+        let poll = config.and_then(|c| c.mcp.poll).map_or(DEFAULT_POLL, |s| s.0);
+        Looks { wait, poll }
+    }
+}
+
+/// Follows thread `id` until it ends, waits for a person, pauses, or `looks.wait` passes,
+/// sending a progress notification for each step after its first `told` when the client asked
+/// for progress. The thread is read when its worker says it stored something (over the
+/// worker's socket, or the database's notifications), and every `looks.poll` besides; where
+/// the worker cannot be heard, soon after each change and less often while nothing happens.
 pub async fn follow(
     store: &Storage,
     id: ThreadId,
     told: usize,
-    wait: Duration,
+    looks: Looks,
     context: &RequestContext<RoleServer>,
 ) -> Result<Rest> {
-    let deadline = tokio::time::Instant::now() + wait;
+    let deadline = tokio::time::Instant::now() + looks.wait;
     let progress = context.meta.get_progress_token();
+    let dispatch = crate::run::dispatch::of(store);
+    let mut live: Option<LiveNews> = None;
+    let mut asked_live: Option<tokio::time::Instant> = None;
     let mut events = ThreadEvents::new(store, id);
     let mut changed = tokio::time::Instant::now();
     // Whether to look at the record for a question: at first and after anything happened,
@@ -262,6 +296,11 @@ pub async fn follow(
     // rest at once, but a person can answer only a thread its worker let go).
     let mut look_at_record = true;
     loop {
+        // Heard from before it is read: what was stored before is read now, and after, told.
+        if live.is_none() && asked_live.is_none_or(|at| at.elapsed() >= LIVE_RETRY) {
+            asked_live = Some(tokio::time::Instant::now());
+            live = dispatch.live(id).await.ok().flatten();
+        }
         let batch = events.poll()?;
         if !batch.is_empty() {
             changed = tokio::time::Instant::now();
@@ -306,13 +345,35 @@ pub async fn follow(
                 _ => look_at_record = false,
             }
         }
-        let look = if changed.elapsed() < QUICK_FOR { FIRST_LOOKS } else { LATER_LOOKS };
+        // A thread that rests still held is read until its worker lets it go, which no
+        // word tells.
+        let look = if live.is_some() && !look_at_record {
+            looks.poll
+        } else if changed.elapsed() < QUICK_FOR {
+            FIRST_LOOKS
+        } else {
+            LATER_LOOKS
+        };
         tokio::select! {
             _ = tokio::time::sleep(look) => {}
+            heard = stored(&mut live) => if !heard { live = None },
             _ = tokio::time::sleep_until(deadline) => return Ok(Rest::Running),
             // The client cancelled, or went away: the thread runs on (a cancellation kills it
             // where it is heard, see `on_cancelled`).
             _ = context.ct.cancelled() => return Ok(Rest::Running),
+        }
+    }
+}
+
+/// Waits until `live` says the thread stored something (true), or ends (false); a model's
+/// text is passed over (a call tells steps, not text). Never, without one.
+async fn stored(live: &mut Option<LiveNews>) -> bool {
+    let Some(live) = live else { return std::future::pending().await };
+    loop {
+        match live.recv().await {
+            Some(Live::Stored) => return true,
+            Some(Live::Text(_)) => {}
+            None => return false,
         }
     }
 }

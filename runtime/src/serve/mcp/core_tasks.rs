@@ -186,8 +186,9 @@ async fn result(
     };
     let mut told = store.threads().read(id).map_err(protocol_error)?.steps.len();
     loop {
-        let rest =
-            calls::follow(store, id, told, RESULT_WAIT, context).await.map_err(protocol_error)?;
+        let rest = calls::follow(store, id, told, calls::Looks::of(store, RESULT_WAIT), context)
+            .await
+            .map_err(protocol_error)?;
         let record = store.threads().read(id).map_err(protocol_error)?;
         told = record.steps.len();
         match rest {
