@@ -200,7 +200,8 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     // The store as the first release left it: schema version 1, without the schedules, the
     // API's tables, the firing lock's generation, the append functions and the packed
     // listing, with foreign keys from a thread's rows to it, and each thread's summary one
-    // jsonb value (without the token count, cost and parent summaries came to hold later).
+    // jsonb value (without the token count, cost and parent summaries came to hold later),
+    // and without the time a thread is followed until.
     let append = "append_records(text, bigint, text[], text, bigint, integer, bigint, text, \
                   bigint, bigint, double precision, text[], text[]";
     env.sql(&format!(
@@ -213,7 +214,7 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
              FOREIGN KEY (thread) REFERENCES threads (id) ON DELETE CASCADE; \
          ALTER TABLE thread_log ADD CONSTRAINT thread_log_thread_fkey \
              FOREIGN KEY (thread) REFERENCES threads (id) ON DELETE CASCADE; \
-         ALTER TABLE threads DROP COLUMN listing; \
+         ALTER TABLE threads DROP COLUMN listing, DROP COLUMN followed_until; \
          ALTER TABLE threads ADD COLUMN removing boolean NOT NULL DEFAULT false; \
          ALTER TABLE threads ADD COLUMN summary jsonb; \
          UPDATE threads SET summary = jsonb_build_object('threadId', id, 'name', name, \
@@ -236,10 +237,10 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     assert_eq!(
         applied.trim(),
         "1:store 2:schedules 3:api 4:fire lock 5:summary columns 6:append function \
-         7:packed listing 8:cascade by statement 9:bundle compression"
+         7:packed listing 8:cascade by statement 9:bundle compression 10:followed threads"
     );
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
-    assert_eq!(version.trim(), "9");
+    assert_eq!(version.trim(), "10");
     let removing = env.sql(
         "SELECT count(*) FROM information_schema.columns \
          WHERE table_name = 'threads' AND column_name = 'removing'",
