@@ -86,4 +86,12 @@ export const workflow = define({
   roles,
   moderator,
   maxRounds: 10,
+  // A tracker's webhook or a caller may say which issue: its number and title.
+  inputSchema: {
+    type: "object",
+    properties: {
+      issue: { type: "integer", minimum: 1, description: "The issue's number" },
+      title: { type: "string", maxLength: 512, description: "The issue's title" },
+    },
+  },
 });

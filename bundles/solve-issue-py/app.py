@@ -87,4 +87,12 @@ Workflow = uw.export(uw.Definition(
     roles=ROLES,
     moderator=moderator,
     max_rounds=10,
+    # A tracker's webhook or a caller may say which issue: its number and title.
+    input_schema={
+        "type": "object",
+        "properties": {
+            "issue": {"type": "integer", "minimum": 1, "description": "The issue's number"},
+            "title": {"type": "string", "maxLength": 512, "description": "The issue's title"},
+        },
+    },
 ))

@@ -1,6 +1,6 @@
 // Write uncaged-workflow bundles in JavaScript: roles as data, a moderator, one `define` call.
 //
-// The same model as the Rust SDK (guest-sdk/src) and the Python helper, on contract 0.2.0:
+// The same model as the Rust SDK (guest-sdk/src) and the Python helper, on contract 0.3.0:
 // each call of the host's `next()` runs the moderator, asks the agents the host bound to the
 // chosen role or roles (`Next.parallel([...])`: all at once, the host runs them concurrently),
 // extracts each role's meta with the host's extractor, and yields the steps together. The
@@ -18,7 +18,7 @@
 //
 // Build: jco componentize app.js --wit wit --world-name bundle --disable all -o app.wasm
 
-import { agents, extract, now } from "uncaged:workflow/host@0.2.0";
+import { agents, extract, now } from "uncaged:workflow/host@0.3.0";
 
 export const RETURN_OK = 0;
 export const RETURN_FAILED = 1;
@@ -84,8 +84,11 @@ const errorText = (e) => {
 };
 
 /**
- * Makes `definition` — `{ description, roles, moderator, maxRounds = 10 }`, each role
- * `{ name, description, systemPrompt, extractPrompt, schema }` — the exported `workflow`.
+ * Makes `definition` — `{ description, roles, moderator, maxRounds = 10, inputSchema }`, each
+ * role `{ name, description, systemPrompt, extractPrompt, schema }` — the exported `workflow`.
+ * `inputSchema`, a JSON Schema, says what data a thread starts with (`thread.triggerData`):
+ * the host validates every start against it and shows it to callers; without one a thread
+ * takes any data.
  */
 export function define(definition) {
   const maxRounds = definition.maxRounds ?? 10;
@@ -170,6 +173,7 @@ export function define(definition) {
       description: definition.description,
       roles: roles.map((r) => ({ ...r, schema: JSON.stringify(r.schema) })),
       defaultMaxRounds: maxRounds,
+      inputSchema: definition.inputSchema === undefined ? undefined : JSON.stringify(definition.inputSchema),
     }),
     Thread,
   };

@@ -1,6 +1,6 @@
 """Write uncaged-workflow bundles in Python: roles as data, a moderator, one `export` call.
 
-The same model as the Rust SDK (guest-sdk/src), on contract 0.2.0: each call of the host's
+The same model as the Rust SDK (guest-sdk/src), on contract 0.3.0: each call of the host's
 `next()` runs the moderator, asks the agents the host bound to the chosen role or roles
 (`Next.parallel([...])`: all at once, the host runs them concurrently), extracts each role's
 meta with the host's extractor, and yields the steps together. The SDK keeps the thread's
@@ -107,12 +107,18 @@ class Next:
 
 @dataclass
 class Definition:
-    """A workflow: a description, roles, and a pure moderator routing between them."""
+    """A workflow: a description, roles, and a pure moderator routing between them.
+
+    `input_schema`, a JSON Schema, says what data a thread starts with (`thread.trigger_data`):
+    the host validates every start against it and shows it to callers; without one (`None`) a
+    thread takes any data.
+    """
 
     description: str
     roles: List[Role]
     moderator: Callable[[ThreadContext], Next]
     max_rounds: int = 10
+    input_schema: Any = None
 
 
 _definition: Optional[Definition] = None
@@ -138,6 +144,7 @@ def export(definition: Definition):
                     for r in definition.roles
                 ],
                 default_max_rounds=definition.max_rounds,
+                input_schema=None if definition.input_schema is None else _dumps(definition.input_schema),
             )
 
     return Workflow

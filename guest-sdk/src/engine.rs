@@ -22,6 +22,14 @@ pub trait Workflow: 'static {
     /// The workflow's roles. Names must be unique.
     fn roles() -> Vec<Role>;
 
+    /// JSON Schema of the data a thread starts with (what the moderator reads as
+    /// [`ThreadContext::trigger_data`]): the host validates every start against it (`run
+    /// --data`, the API, a webhook, an MCP tool call) and shows it to callers. `None` (the
+    /// default) takes any data.
+    fn input_schema() -> Option<serde_json::Value> {
+        None
+    }
+
     /// Picks the next role from the thread so far, or ends the thread.
     ///
     /// It must be pure: given the same thread it must decide the same, because resumed and
@@ -92,6 +100,7 @@ impl<W: Workflow> Guest for Engine<W> {
                 })
                 .collect(),
             default_max_rounds: W::MAX_ROUNDS,
+            input_schema: W::input_schema().map(|schema| schema.to_string()),
         }
     }
 }

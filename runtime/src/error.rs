@@ -214,6 +214,19 @@ pub enum Error {
     #[error("limit `{key}`: {reason}")]
     InvalidLimit { key: String, reason: String },
 
+    /// The data a thread is to start with does not fit its workflow's input schema; no
+    /// thread was created.
+    #[error(
+        "workflow `{workflow}` does not take this data: {reason} ({}); `uncaged-workflow show {workflow}` shows its input schema",
+        match path.as_str() { "" => "at the top level".to_string(), path => format!("at `{path}`") }
+    )]
+    InvalidInput {
+        workflow: String,
+        /// Where in the data (a JSON Pointer, empty for the whole value).
+        path: String,
+        reason: String,
+    },
+
     /// `--max-rounds` asks for more than the host allows.
     #[error("max rounds {asked} is over the host's hard cap of {cap} (limits.max-rounds)")]
     RoundsOverCap { asked: u32, cap: u32 },
@@ -307,6 +320,7 @@ impl Error {
             | Error::Corrupt { .. }
             | Error::InvalidAgent { in_config: true, .. }
             | Error::InvalidAnswer { .. }
+            | Error::InvalidInput { .. }
             | Error::InvalidLimit { .. }
             | Error::RecordTooLarge { .. }
             | Error::PlanInvalid { .. } => exit::DATA,

@@ -103,7 +103,8 @@ proptest! {
             description: String::new(),
             max_rounds: 1,
             roles: vec![],
-            contract: "0.2.0".into(),
+            input_schema: None,
+            contract: "0.3.0".into(),
         };
         // Ok or a message: either way no panic.
         let _ = crate::agents::ScriptedAgent::new(Some(&path), &descriptor);

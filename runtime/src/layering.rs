@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "scaffold",
             "terminal",
             "env_name",
+            "data_map",
             "telemetry",
         ],
     ),

@@ -25,6 +25,7 @@ pub mod agents;
 pub mod cli;
 pub mod clock;
 pub mod cron;
+pub mod data_map;
 pub mod declarative;
 pub mod durable;
 pub mod duration;

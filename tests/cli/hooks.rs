@@ -16,7 +16,7 @@ const SECRET: &str = "It's a Secret to Everybody";
 /// A Standard Webhooks secret: `whsec_` and base64.
 const WHSEC: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
-fn github_signature(secret: &str, body: &str) -> String {
+pub(crate) fn github_signature(secret: &str, body: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(body.as_bytes());
     let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
@@ -45,7 +45,7 @@ fn hooked_workflow(env: &Env, name: &str, var: &str) -> Result<()> {
 }
 
 /// Sends `body` to `/hooks/<workflow>` with `headers`; the status and JSON answer.
-async fn deliver(
+pub(crate) async fn deliver(
     base: &str,
     workflow: &str,
     body: &str,

@@ -55,6 +55,21 @@ fn a_recursive_schema_is_refused_and_cannot_take_the_worker_down() -> Result<()>
     let bundle = descriptor_bundle(&env, "recursive", &spec)?;
     let err = env.fails(&["add", "w", bundle.to_str().unwrap()], 65)?;
     assert!(err.contains("role `r` has an invalid JSON Schema: it refers to itself"), "{err}");
+    // The input schema, which every start is validated against, is held to the same bounds.
+    let role = json!([{"name": "r", "schema": {}}]);
+    for (input, said) in [
+        (
+            json!({"allOf": [{"$ref": "#"}]}),
+            "its input schema is not a valid JSON Schema: it refers to itself",
+        ),
+        (json!("{not json"), "its input schema is not JSON"),
+        (json!({"type": 7}), "its input schema is not a valid JSON Schema"),
+    ] {
+        let spec = json!({"description": "d", "roles": role, "input_schema": input});
+        let bundle = descriptor_bundle(&env, "input", &spec)?;
+        let err = env.fails(&["add", "w", bundle.to_str().unwrap()], 65)?;
+        assert!(err.contains(said), "{input}: {err}");
+    }
     assert_eq!(env.json(&["list"])?, json!([]));
     Ok(())
 }

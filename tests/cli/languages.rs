@@ -76,6 +76,28 @@ fn solve_issue_in_rust_python_and_javascript_record_the_same_thread() -> Result<
     for show in &shows[1..] {
         assert_eq!(show["roles"], shows[0]["roles"]);
         assert_eq!(show["description"], shows[0]["description"]);
+        assert_eq!(show["inputSchema"], shows[0]["inputSchema"]);
+    }
+    // Each SDK declares the workflow's input, and each start is checked against it.
+    assert_eq!(shows[0]["inputSchema"]["properties"]["issue"]["minimum"], 1, "{}", shows[0]);
+    for name in ["rust", "python", "js"] {
+        let e = env
+            .fails(&["run", name, "-p", "x", "--data", r#"{"issue": 0}"#, "--agent", &agent], 65)?;
+        ensure!(
+            e.contains(&format!("workflow `{name}` does not take this data"))
+                && e.contains("(at `/issue`)"),
+            "{name}: {e}"
+        );
+        env.ok(&[
+            "run",
+            name,
+            "-p",
+            "x",
+            "--data",
+            r#"{"issue": 4, "title": "t"}"#,
+            "--agent",
+            &agent,
+        ])?;
     }
     Ok(())
 }

@@ -59,6 +59,7 @@ mod fan_out;
 mod hooks;
 mod hostile;
 mod human;
+mod inputs;
 mod languages;
 mod lifecycle;
 mod llm;

@@ -367,6 +367,48 @@ fn a_dropped_connection_leaves_the_thread_to_complete() -> Result<()> {
 
 /// A thread that fails, or is killed (`kill_thread`, from another client) while its call
 /// follows it, answers the call with an error result saying why.
+/// A workflow that declares its input offers it as its tool's `data` (required, when the
+/// schema requires a field), and a call with data it refuses is an error result naming where,
+/// which starts nothing: over stdio and HTTP, with the official Python SDK.
+#[test]
+fn a_workflows_declared_input_is_its_tools_data_and_bad_data_an_error_result() -> Result<()> {
+    let env = Env::new()?;
+    let flow = env.write(
+        "triage.yaml",
+        "description: Triage an issue\ninputs:\n  type: object\n  required: [issue]\n  \
+         properties:\n    issue: {type: integer, minimum: 1}\n  $defs:\n    unused: {type: string}\n\
+         roles:\n  a:\n    description: A\nsteps:\n  - id: a\n    role: a\n",
+    )?;
+    env.ok(&["add", "triage", flow.to_str().unwrap()])?;
+    let token = env.ok(&["token", "create", "--name", "ci"])?.trim().to_string();
+    let serve = Serve::start(&env, &["--no-schedules"], &[])?;
+    for via in [Via::Stdio, Via::Http(&serve, Some(&token))] {
+        let lines = ok_steps(&env, via, "auto", json!([
+            {"op": "list"},
+            {"op": "call", "tool": "triage", "args": {"prompt": "p", "data": {"issue": 0}}},
+            {"op": "call", "tool": "triage", "args": {"prompt": "p"}},
+            {"op": "call", "tool": "triage", "args": {"prompt": "p", "data": {"issue": 9}}},
+        ]))?;
+        let schema = &lines[0]["tools"][0]["inputSchema"];
+        assert_eq!(schema["required"], json!(["prompt", "data"]), "{schema}");
+        let data = &schema["properties"]["data"];
+        assert_eq!(data["properties"]["issue"], json!({"type": "integer", "minimum": 1}), "{schema}");
+        assert_eq!(data["required"], json!(["issue"]), "{schema}");
+        // Its definitions are where its `#/$defs/…` references resolve: the tool schema's root.
+        assert_eq!(schema["$defs"]["unused"], json!({"type": "string"}), "{schema}");
+        for (i, said) in [(1, "(at `/issue`)"), (2, "\"issue\" is a required property")] {
+            let result = &lines[i]["result"];
+            assert_eq!(result["isError"], true, "{result}");
+            let text = result["content"][0]["text"].as_str().context("text")?;
+            ensure!(text.contains("workflow `triage` does not take this data") && text.contains(said), "{text}");
+        }
+        assert_eq!(lines[3]["result"]["isError"], false, "{lines:?}");
+    }
+    // Only the two calls with good data started a thread.
+    assert_eq!(env.json(&["threads"])?.as_array().map(Vec::len), Some(2));
+    serve.stop()
+}
+
 #[test]
 fn a_failed_or_killed_thread_is_an_error_result() -> Result<()> {
     let env = Env::new()?;

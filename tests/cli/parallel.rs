@@ -191,7 +191,7 @@ fn a_component_of_another_contract_version_is_refused_naming_it() -> Result<()> 
     let mut bytes = std::fs::read(artifacts::REVIEW_PANEL)?;
     // The same component, its contract names moved to a version no host runs (same length,
     // so the binary stays well-formed).
-    let (from, to) = (b"uncaged:workflow/".as_slice(), b"@0.2.0".as_slice());
+    let (from, to) = (b"uncaged:workflow/".as_slice(), b"@0.3.0".as_slice());
     let mut i = 0;
     let mut replaced = 0;
     while let Some(at) = bytes[i..].windows(from.len()).position(|w| w == from) {
@@ -207,7 +207,7 @@ fn a_component_of_another_contract_version_is_refused_naming_it() -> Result<()> 
     let path = env.write("future.wasm", bytes)?;
     let err = env.fails(&["add", "future", path.to_str().unwrap()], 65)?;
     assert!(err.contains("uncaged:workflow@0.9.0"), "{err}");
-    assert!(err.contains("0.1.0 and 0.2.0"), "{err}");
+    assert!(err.contains("0.1.0, 0.2.0 and 0.3.0"), "{err}");
     Ok(())
 }
 
@@ -314,7 +314,7 @@ fn review_panel_in_rust_python_and_javascript_record_the_same_thread() -> Result
         ["rust", "python", "js"].iter().map(|n| env.json(&["show", n])).collect::<Result<_>>()?;
     for show in &shows {
         assert_eq!(show["roles"], shows[0]["roles"]);
-        assert_eq!(show["contract"], "0.2.0");
+        assert_eq!(show["contract"], "0.3.0");
     }
     Ok(())
 }

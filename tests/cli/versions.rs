@@ -362,14 +362,22 @@ fn retry_latest_runs_the_failed_step_on_the_fixed_version() -> Result<()> {
     Ok(())
 }
 
-/// Threads recorded under both contract versions replay through their bundles.
+/// Threads recorded under every contract version replay through their bundles.
 #[test]
-fn threads_of_both_contract_versions_replay() -> Result<()> {
+fn threads_of_every_contract_version_replay() -> Result<()> {
     let env = Env::new()?;
-    let old = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/solve-issue-0.1.0.wasm");
-    let old = old.to_str().context("path")?;
-    for (bundle, contract) in [(old, "0.1.0"), (artifacts::SOLVE_ISSUE, "0.2.0")] {
+    let fixture = |contract: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../tests/fixtures/solve-issue-{contract}.wasm"))
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (first, second) = (fixture("0.1.0"), fixture("0.2.0"));
+    for (bundle, contract) in
+        [(first.as_str(), "0.1.0"), (second.as_str(), "0.2.0"), (artifacts::SOLVE_ISSUE, "0.3.0")]
+    {
         env.ok(&["add", "solve-issue", bundle])?;
+        assert_eq!(env.json(&["show", "solve-issue"])?["contract"], contract);
         env.ok(&["run", "solve-issue", "-p", contract])?;
         let thread = env.json(&["threads", "solve-issue", "--limit", "1"])?;
         let id = thread[0]["threadId"].as_str().context("id")?.to_string();

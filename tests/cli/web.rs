@@ -419,6 +419,16 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
         // A thread started from the page, through the API: the page opens it, and it runs.
         browser.goto(&format!("{base}/#/workflows")).await?;
         interact(&browser, "start-prompt", Some("Started from the page")).await?;
+        let chosen = browser.wait().for_element(fantoccini::Locator::Id("start-workflow")).await?;
+        chosen.select_by_value("solve-issue").await?;
+        // The workflow's declared input is a field per property; data it refuses is named, and
+        // starts nothing.
+        interact(&browser, "start-data-issue", Some("0")).await?;
+        interact(&browser, "start", None).await?;
+        let named = "return document.getElementById('notice').textContent.includes('(at `/issue`)')";
+        wait_for(&browser, "the refusal names the field", named).await?;
+        interact(&browser, "start-data-issue", Some("7")).await?;
+        interact(&browser, "start-data-title", Some("<b>crash</b>")).await?;
         interact(&browser, "start", None).await?;
         wait_for(&browser, "the started thread's page", "return location.hash.startsWith('#/thread/')").await?;
         let started = eval(&browser, "return location.hash.slice('#/thread/'.length)").await?;
@@ -426,6 +436,7 @@ async fn the_web_view_shows_threads_live_kills_from_the_page_and_renders_hostile
         wait_until("the started thread ends", || Ok(status(&env, &started)? == "completed"))?;
         let record = env.json(&["thread", &started])?;
         assert_eq!(record["start"]["parameters"]["prompt"], "Started from the page");
+        assert_eq!(record["start"]["triggerData"], json!({"issue": 7, "title": "<b>crash</b>"}));
         // Who started it is shown: on its page, and in the list.
         wait_for(&browser, "who started it", "return document.getElementById('started-by')?.textContent === 'Started by api page'").await?;
         browser.goto(&format!("{base}/#/")).await?;

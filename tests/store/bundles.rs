@@ -57,7 +57,12 @@ fn described(bytes: &[u8]) -> (BundleHash, Descriptor, BundleRecord) {
         description: "a bundle".into(),
         max_rounds: 3,
         roles: vec![],
-        contract: "0.2.0".into(),
+        // Kept as it was given: a store holds the input schema every start is checked against.
+        input_schema: Some(serde_json::json!({
+            "type": "object", "required": ["issue"],
+            "properties": {"issue": {"type": "integer", "minimum": 1}}
+        })),
+        contract: "0.3.0".into(),
     };
     let record = BundleRecord {
         sha256: uncaged_workflow::store::bundles::sha256_hex(bytes),

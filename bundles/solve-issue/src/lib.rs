@@ -1,7 +1,7 @@
 //! `solve-issue`: a planner plans, a developer implements, a reviewer reviews; the developer
 //! goes again until the reviewer approves or the thread runs out of rounds.
 
-use uncaged_workflow_sdk::{Next, Role, ThreadContext, Workflow, export_workflow, json};
+use uncaged_workflow_sdk::{Next, Role, ThreadContext, Value, Workflow, export_workflow, json};
 
 struct SolveIssue;
 
@@ -11,6 +11,17 @@ impl Workflow for SolveIssue {
         reviewer approves.";
 
     const MAX_ROUNDS: u32 = 10;
+
+    /// A tracker's webhook or a caller may say which issue: its number and title.
+    fn input_schema() -> Option<Value> {
+        Some(json!({
+            "type": "object",
+            "properties": {
+                "issue": {"type": "integer", "minimum": 1, "description": "The issue's number"},
+                "title": {"type": "string", "maxLength": 512, "description": "The issue's title"}
+            }
+        }))
+    }
 
     fn roles() -> Vec<Role> {
         vec![

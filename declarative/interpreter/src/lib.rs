@@ -97,6 +97,7 @@ impl Guest for Interpreter {
             description: def.description.clone(),
             roles,
             default_max_rounds: def.max_rounds,
+            input_schema: def.inputs.as_ref().map(Value::to_string),
         }
     }
 }

@@ -27,6 +27,10 @@ pub struct Definition {
     /// longer is cut and marked [`reference::TRUNCATED`]. Absent: [`reference::DEFAULT_LIMIT`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference_limit: Option<u32>,
+    /// JSON Schema of the data a thread starts with (`inputs:`, what `$trigger_data` reads);
+    /// absent, a thread takes any data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Value>,
 }
 
 /// A role: the same data as a code bundle's.

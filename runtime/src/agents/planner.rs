@@ -132,6 +132,7 @@ impl Planner {
             description: "plan".into(),
             max_rounds: 1,
             roles: vec![role.clone()],
+            input_schema: None,
             contract: String::new(),
         };
         let request = RunRequest { agent, ..Default::default() }.absolutize(cwd);

@@ -115,8 +115,9 @@ impl PromptArgs {
 #[derive(Debug, Clone, Args)]
 pub struct TriggerArgs {
     /// JSON handed to the bundle as `run-input.trigger-data` and kept in the start record,
-    /// as a schedule or a poll passes its item (at most 1 MiB)
-    #[arg(long, value_name = "JSON")]
+    /// as a schedule or a poll passes its item (at most 1 MiB); checked against the
+    /// workflow's input schema (`show` prints it)
+    #[arg(long, visible_alias = "data", value_name = "JSON")]
     pub trigger_data: Option<String>,
 }
 

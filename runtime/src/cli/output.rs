@@ -323,7 +323,13 @@ pub fn describe_trigger(trigger: &crate::store::schedules::Trigger) -> String {
             humantime::format_duration(std::time::Duration::from_millis(*every_ms)),
             diff.as_str()
         ),
-        Trigger::Webhook { secret_env } => format!("webhook (secret in ${secret_env})"),
+        Trigger::Webhook { secret_env, map } if map.is_empty() => {
+            format!("webhook (secret in ${secret_env})")
+        }
+        Trigger::Webhook { secret_env, map } => {
+            let fields: Vec<_> = map.iter().map(|(f, p)| format!("{f}={p}")).collect();
+            format!("webhook (secret in ${secret_env}; data {})", fields.join(" "))
+        }
     }
 }
 

@@ -105,6 +105,10 @@ pub struct AddArgs {
     /// The environment variable of `serve` holding the webhook's signing secret
     #[arg(long, value_name = "NAME", requires = "webhook")]
     pub secret_env: Option<String>,
+    /// A field of the threads' data, taken from each delivery's body by a JSON Pointer
+    /// (`--map issue=/issue/number`; repeat it); without any, the body is the data
+    #[arg(long, value_name = "FIELD=POINTER", requires = "webhook", value_parser = map_field)]
+    pub map: Vec<(String, String)>,
     /// How often the poll command runs, e.g. 30s, 5m, 1h
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub every: Option<Duration>,
@@ -133,6 +137,14 @@ pub struct AddArgs {
     pub json: bool,
 }
 
+/// One `--map FIELD=POINTER`.
+fn map_field(text: &str) -> Result<(String, String), String> {
+    let (field, pointer) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not FIELD=POINTER (issue=/issue/number)"))?;
+    Ok((field.to_string(), pointer.to_string()))
+}
+
 /// `--diff`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Diff {
@@ -148,6 +160,7 @@ impl ScheduleCommand {
                 let trigger = match (&args.cron, &args.poll) {
                     _ if args.webhook => Trigger::Webhook {
                         secret_env: args.secret_env.clone().expect("required by --webhook"),
+                        map: args.map.iter().cloned().collect(),
                     },
                     (Some(expression), _) => {
                         Trigger::Cron { expression: expression.clone(), timezone: args.tz.clone() }

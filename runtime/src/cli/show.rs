@@ -10,8 +10,8 @@ use crate::error::Error;
 use crate::run::catalog::Catalog;
 use crate::terminal;
 
-/// Show a workflow: description, current hash, the contract version it targets, and its
-/// roles with their schemas — or, for a declarative (YAML) workflow, the YAML it was built
+/// Show a workflow: description, current hash, the contract version it targets, the JSON
+/// Schema of the data it takes, and its roles with their schemas — or, for a declarative (YAML) workflow, the YAML it was built
 /// from, read back out of the bundle.
 #[derive(Debug, Parser)]
 pub struct ShowCommand {
@@ -53,7 +53,7 @@ impl ShowCommand {
                 "name": self.name, "hash": entry.hash.to_string(), "timestamp": entry.timestamp,
                 "description": descriptor.description, "maxRounds": descriptor.max_rounds,
                 "contract": descriptor.contract, "roles": descriptor.roles,
-                "source": source,
+                "inputSchema": descriptor.input_schema, "source": source,
             }))?;
             return Ok(0);
         }
@@ -61,6 +61,12 @@ impl ShowCommand {
         outln!("{}", terminal::block(&descriptor.description))?;
         outln!("max rounds: {}", descriptor.max_rounds)?;
         outln!("contract: uncaged:workflow@{}", terminal::line(&descriptor.contract))?;
+        if let Some(schema) = &descriptor.input_schema {
+            outln!("input (--data, checked against this JSON Schema):")?;
+            for line in serde_json::to_string_pretty(schema)?.lines() {
+                outln!("  {}", terminal::line(line))?;
+            }
+        }
         if let Some(source) = source {
             outln!("declarative: the YAML below, run by the interpreter built into this host")?;
             outln!()?;

@@ -12,7 +12,7 @@ use wac_graph::{CompositionGraph, EncodeOptions};
 pub const SOURCE_SECTION: &str = "uncaged-workflow:source";
 
 /// The interface every bundle exports.
-const WORKFLOW_EXPORT: &str = "uncaged:workflow/workflow@0.2.0";
+const WORKFLOW_EXPORT: &str = "uncaged:workflow/workflow@0.3.0";
 
 /// The interpreter composed with `definition` (canonical JSON), `source` appended.
 pub fn compose(interpreter: &[u8], definition: &str, source: &str) -> Result<Vec<u8>, String> {

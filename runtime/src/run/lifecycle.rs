@@ -61,10 +61,20 @@ pub struct Checked {
     pub request: RunRequest,
 }
 
-/// Checks a [`StartRequest`] without creating anything — the bundle's integrity, the agent
-/// bindings, the limits, max rounds against the hard cap — so that a mistake is reported
-/// without leaving a thread behind. (A schedule is checked so when it is added.)
+/// Checks a [`StartRequest`] without creating anything — the bundle's integrity, the data
+/// against the workflow's input schema, the agent bindings, the limits, max rounds against
+/// the hard cap — so that a mistake is reported without leaving a thread behind. (A schedule is checked so when it is added.)
 pub fn check_start(store: &Storage, start: &StartRequest) -> Result<Checked> {
+    check(store, start, true)
+}
+
+/// Checks a [`StartRequest`] whose data comes later, as [`check_start`] does but for the data:
+/// a poll's or a webhook's schedule, whose every firing brings its own (and is checked then).
+pub fn check_start_before_data(store: &Storage, start: &StartRequest) -> Result<Checked> {
+    check(store, start, false)
+}
+
+fn check(store: &Storage, start: &StartRequest, with_data: bool) -> Result<Checked> {
     let name = start.name.as_str();
     let catalog = Catalog::new(store);
     // One read of the registry serves both the name and the bundle's integrity record.
@@ -72,6 +82,15 @@ pub fn check_start(store: &Storage, start: &StartRequest) -> Result<Checked> {
     let entry = registry.entry(name)?;
     catalog.bundles().verify(&registry, name, entry.hash)?;
     let descriptor = catalog.bundles().descriptor(entry.hash)?;
+    if with_data {
+        descriptor.check_input(start.trigger_data.as_ref()).map_err(|refused| {
+            Error::InvalidInput {
+                workflow: name.to_string(),
+                path: refused.path,
+                reason: refused.reason,
+            }
+        })?;
+    }
     let config = store.config()?;
     let request = &start.request;
     // Checked with this command's secrets: the ones its worker will be handed.

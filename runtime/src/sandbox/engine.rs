@@ -9,7 +9,7 @@ use super::function_cache::FunctionCache;
 use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::{self, Bundle, Contract, v0_1};
+use super::bindings::{self, Bundle, Contract, v0_1, v0_2};
 use super::instance::BundlePre;
 use super::state::{EPOCH_TICK, HostContext, ThreadState, new_store, within_budget};
 use crate::durable;
@@ -134,6 +134,10 @@ impl Runtime {
             .map_err(|e| internal("link WASI", e))?;
         Bundle::add_to_linker::<ThreadState, HasSelf<ThreadState>>(&mut linker, |state| state)
             .map_err(|e| internal("link the host interface", e))?;
+        v0_2::Bundle::add_to_linker::<ThreadState, HasSelf<ThreadState>>(&mut linker, |state| {
+            state
+        })
+        .map_err(|e| internal("link the 0.2.0 host interface", e))?;
         v0_1::Bundle::add_to_linker::<ThreadState, HasSelf<ThreadState>>(&mut linker, |state| {
             state
         })
@@ -261,8 +265,9 @@ impl Runtime {
         let raw = within_budget(&clock, bundle.descriptor(&mut store))
             .await
             .map_err(|e| invalid(format!("its `descriptor()` failed: {}", chain_line(&e))))?;
-        let mut descriptor = Descriptor::check(raw.description, raw.max_rounds, raw.roles, limits)
-            .map_err(invalid)?;
+        let mut descriptor =
+            Descriptor::check(raw.description, raw.max_rounds, raw.roles, raw.input_schema, limits)
+                .map_err(invalid)?;
         descriptor.contract = pre.contract().version().to_string();
         Ok(descriptor)
     }
@@ -303,11 +308,13 @@ impl Runtime {
         let Some(contract) = Contract::from_version(&version) else {
             // The bundle's text: kept to what a version can hold.
             let shown: String = version.chars().filter(char::is_ascii_graphic).take(32).collect();
-            let known: Vec<_> = Contract::ALL.iter().map(|c| c.version()).collect();
+            let (last, earlier) = Contract::ALL.split_last().expect("a contract");
+            let earlier: Vec<_> = earlier.iter().map(|c| c.version()).collect();
             return Err(invalid(format!(
                 "it targets contract uncaged:workflow@{shown}, which this host does not run (it \
-                 runs {})",
-                known.join(" and ")
+                 runs {} and {})",
+                earlier.join(", "),
+                last.version()
             )));
         };
         let pre = self
@@ -319,7 +326,8 @@ impl Runtime {
         };
         Ok(match contract {
             Contract::V0_1 => BundlePre::V0_1(v0_1::BundlePre::new(pre).map_err(mismatch)?),
-            Contract::V0_2 => BundlePre::V0_2(bindings::BundlePre::new(pre).map_err(mismatch)?),
+            Contract::V0_2 => BundlePre::V0_2(v0_2::BundlePre::new(pre).map_err(mismatch)?),
+            Contract::V0_3 => BundlePre::V0_3(bindings::BundlePre::new(pre).map_err(mismatch)?),
         })
     }
 }

@@ -1,12 +1,11 @@
-//! The host side of the WIT imports of both contract versions: what a bundle can ask of the
-//! host, and nothing more. Agent calls have one implementation (`agent_calls`): 0.2's
-//! `agents` is a batch of calls run concurrently, 0.1's `agent` a batch of one. Extract, log
-//! and sleep are here.
+//! The host side of the WIT imports of every contract version: what a bundle can ask of the
+//! host, and nothing more. Agent calls have one implementation (`agent_calls`): 0.2's and
+//! 0.3's `agents` is a batch of calls run concurrently, 0.1's `agent` a batch of one.
+//! Extract, log and sleep are here.
 
 use super::agent_calls::{Call, agent_request_digest, call_digest};
-use super::bindings::uncaged::workflow::{host, types};
+use super::bindings::ExtractRequest;
 use super::bindings::v0_1;
-use super::bindings::{AgentCall, AgentError, ExtractError, ExtractRequest};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
@@ -66,51 +65,70 @@ macro_rules! log_level {
     };
 }
 
-impl types::Host for ThreadState {}
+/// The imports of 0.2.0 and of 0.3.0, which has the same `host` interface: one
+/// implementation, for each version's generated types.
+macro_rules! batch_host {
+    ($($wit:ident)::+) => {
+        impl $($wit)::+::types::Host for ThreadState {}
 
-impl host::Host for ThreadState {
-    async fn agents(
-        &mut self,
-        calls: Vec<AgentCall>,
-    ) -> wasmtime::Result<Vec<Result<String, AgentError>>> {
-        let calls = calls
-            .into_iter()
-            .map(|c| Call {
-                digest: call_digest(&c.role, c.input.as_deref()),
-                role: c.role,
-                input: c.input,
-                system_prompt: None,
-            })
-            .collect();
-        let responses = self.ask_agents(calls).await?;
-        Ok(responses.into_iter().map(|response| agent_result!(response, AgentError)).collect())
-    }
+        impl $($wit)::+::host::Host for ThreadState {
+            async fn agents(
+                &mut self,
+                calls: Vec<$($wit)::+::types::AgentCall>,
+            ) -> wasmtime::Result<Vec<Result<String, $($wit)::+::types::AgentError>>> {
+                use $($wit)::+::types::AgentError;
+                let calls = calls
+                    .into_iter()
+                    .map(|c| Call {
+                        digest: call_digest(&c.role, c.input.as_deref()),
+                        role: c.role,
+                        input: c.input,
+                        system_prompt: None,
+                    })
+                    .collect();
+                let responses = self.ask_agents(calls).await?;
+                Ok(responses
+                    .into_iter()
+                    .map(|response| agent_result!(response, AgentError))
+                    .collect())
+            }
 
-    async fn extract(
-        &mut self,
-        request: ExtractRequest,
-    ) -> wasmtime::Result<Result<String, ExtractError>> {
-        Ok(extract_result!(self.extract_json(request).await?, ExtractError))
-    }
+            async fn extract(
+                &mut self,
+                request: $($wit)::+::types::ExtractRequest,
+            ) -> wasmtime::Result<Result<String, $($wit)::+::types::ExtractError>> {
+                use $($wit)::+::types::ExtractError;
+                let request = ExtractRequest {
+                    schema: request.schema,
+                    prompt: request.prompt,
+                    content: request.content,
+                };
+                Ok(extract_result!(self.extract_json(request).await?, ExtractError))
+            }
 
-    async fn log(
-        &mut self,
-        level: types::LogLevel,
-        tag: String,
-        message: String,
-    ) -> wasmtime::Result<()> {
-        use types::LogLevel as Wit;
-        self.guest_log(log_level!(level, Wit), tag, message)
-    }
+            async fn log(
+                &mut self,
+                level: $($wit)::+::types::LogLevel,
+                tag: String,
+                message: String,
+            ) -> wasmtime::Result<()> {
+                use $($wit)::+::types::LogLevel as Wit;
+                self.guest_log(log_level!(level, Wit), tag, message)
+            }
 
-    async fn now(&mut self) -> wasmtime::Result<u64> {
-        Ok(now_ms())
-    }
+            async fn now(&mut self) -> wasmtime::Result<u64> {
+                Ok(now_ms())
+            }
 
-    async fn sleep(&mut self, ms: u32) -> wasmtime::Result<()> {
-        self.sleep_ms(ms).await
-    }
+            async fn sleep(&mut self, ms: u32) -> wasmtime::Result<()> {
+                self.sleep_ms(ms).await
+            }
+        }
+    };
 }
+
+batch_host!(super::bindings::uncaged::workflow);
+batch_host!(super::bindings::v0_2::uncaged::workflow);
 
 impl v0_1::uncaged::workflow::types::Host for ThreadState {}
 

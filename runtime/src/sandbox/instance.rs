@@ -5,7 +5,7 @@
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
-use super::bindings::{self, Contract, v0_1};
+use super::bindings::{self, Contract, v0_1, v0_2};
 use super::state::ThreadState;
 use crate::ids::ThreadId;
 use crate::store::descriptor::RoleText;
@@ -27,17 +27,56 @@ macro_rules! role_outputs {
     }};
 }
 
+/// Starts the generator of a bundle of 0.2.0 or a later contract of the same `run-input`.
+macro_rules! start_v0_2 {
+    ($bundle:expr, $wit:ident, $store:expr, $input:expr) => {{
+        let run = $wit::RunInput {
+            prompt: $input.prompt.to_string(),
+            steps: role_outputs!($input.steps, $wit::RoleOutput),
+            trigger_data: $input.trigger_data.map(str::to_string),
+        };
+        let options = $wit::RunOptions {
+            thread_id: $input.thread_id.to_string(),
+            max_rounds: $input.max_rounds,
+        };
+        $bundle
+            .uncaged_workflow_workflow()
+            .thread()
+            .call_constructor($store, &run, &options)
+            .await?
+    }};
+}
+
+/// Steps the generator of a bundle of 0.2.0 or a later contract of the same `step`.
+macro_rules! next_v0_2 {
+    ($bundle:expr, $wit:ident, $store:expr, $thread:expr) => {{
+        match $bundle.uncaged_workflow_workflow().thread().call_next($store, $thread).await? {
+            $wit::Step::Outputs(outputs) => GeneratorStep::Outputs(
+                outputs
+                    .into_iter()
+                    .map(|o| Output { role: o.role, content: o.content, meta: o.meta })
+                    .collect(),
+            ),
+            $wit::Step::Done(r) => {
+                GeneratorStep::Done { return_code: r.return_code, summary: r.summary }
+            }
+        }
+    }};
+}
+
 /// A bundle checked against its world and pre-instantiated: ready to instantiate quickly.
 #[derive(Clone)]
 pub enum BundlePre {
     V0_1(v0_1::BundlePre<ThreadState>),
-    V0_2(bindings::BundlePre<ThreadState>),
+    V0_2(v0_2::BundlePre<ThreadState>),
+    V0_3(bindings::BundlePre<ThreadState>),
 }
 
 /// An instantiated bundle.
 pub enum Instance {
     V0_1(v0_1::Bundle),
-    V0_2(bindings::Bundle),
+    V0_2(v0_2::Bundle),
+    V0_3(bindings::Bundle),
 }
 
 /// A bundle's generator: a thread being run inside its instance.
@@ -51,6 +90,9 @@ pub struct RawDescriptor {
     pub description: String,
     pub max_rounds: u32,
     pub roles: Vec<RoleText>,
+    /// JSON Schema (as JSON text) of the data a thread starts with, if the bundle declares
+    /// one (0.3.0 on).
+    pub input_schema: Option<String>,
 }
 
 /// One role output a bundle yielded, not yet checked.
@@ -87,6 +129,7 @@ impl BundlePre {
         match self {
             BundlePre::V0_1(_) => Contract::V0_1,
             BundlePre::V0_2(_) => Contract::V0_2,
+            BundlePre::V0_3(_) => Contract::V0_3,
         }
     }
 
@@ -95,6 +138,7 @@ impl BundlePre {
         Ok(match self {
             BundlePre::V0_1(pre) => Instance::V0_1(pre.instantiate_async(store).await?),
             BundlePre::V0_2(pre) => Instance::V0_2(pre.instantiate_async(store).await?),
+            BundlePre::V0_3(pre) => Instance::V0_3(pre.instantiate_async(store).await?),
         })
     }
 }
@@ -105,13 +149,15 @@ impl Instance {
         &self,
         store: &mut Store<ThreadState>,
     ) -> wasmtime::Result<RawDescriptor> {
-        // The two versions' descriptor types are distinct types of the same shape.
+        // The versions' descriptor types are distinct types of the same shape, but for the
+        // input schema 0.3.0 added.
         macro_rules! convert {
-            ($raw:expr) => {{
+            ($raw:expr, $input_schema:expr) => {{
                 let raw = $raw;
                 RawDescriptor {
                     description: raw.description,
                     max_rounds: raw.default_max_rounds,
+                    input_schema: $input_schema,
                     roles: raw
                         .roles
                         .into_iter()
@@ -128,10 +174,15 @@ impl Instance {
         }
         Ok(match self {
             Instance::V0_1(b) => {
-                convert!(b.uncaged_workflow_workflow().call_descriptor(store).await?)
+                convert!(b.uncaged_workflow_workflow().call_descriptor(store).await?, None)
             }
             Instance::V0_2(b) => {
-                convert!(b.uncaged_workflow_workflow().call_descriptor(store).await?)
+                convert!(b.uncaged_workflow_workflow().call_descriptor(store).await?, None)
+            }
+            Instance::V0_3(b) => {
+                let mut raw = b.uncaged_workflow_workflow().call_descriptor(store).await?;
+                let input_schema = raw.input_schema.take();
+                convert!(raw, input_schema)
             }
         })
     }
@@ -157,21 +208,9 @@ impl Instance {
                     .call_constructor(store, &run, &options)
                     .await?
             }
-            Instance::V0_2(b) => {
-                let run = bindings::RunInput {
-                    prompt: input.prompt.to_string(),
-                    steps: role_outputs!(input.steps, bindings::RoleOutput),
-                    trigger_data: input.trigger_data.map(str::to_string),
-                };
-                let options = bindings::RunOptions {
-                    thread_id: input.thread_id.to_string(),
-                    max_rounds: input.max_rounds,
-                };
-                b.uncaged_workflow_workflow()
-                    .thread()
-                    .call_constructor(store, &run, &options)
-                    .await?
-            }
+            // 0.2.0 and 0.3.0 start a thread alike.
+            Instance::V0_2(b) => start_v0_2!(b, v0_2, store, input),
+            Instance::V0_3(b) => start_v0_2!(b, bindings, store, input),
         };
         Ok(GuestThread { instance: self, thread })
     }
@@ -193,19 +232,8 @@ impl GuestThread {
                     }
                 }
             }
-            Instance::V0_2(b) => {
-                match b.uncaged_workflow_workflow().thread().call_next(store, self.thread).await? {
-                    bindings::Step::Outputs(outputs) => GeneratorStep::Outputs(
-                        outputs
-                            .into_iter()
-                            .map(|o| Output { role: o.role, content: o.content, meta: o.meta })
-                            .collect(),
-                    ),
-                    bindings::Step::Done(r) => {
-                        GeneratorStep::Done { return_code: r.return_code, summary: r.summary }
-                    }
-                }
-            }
+            Instance::V0_2(b) => next_v0_2!(b, v0_2, store, self.thread),
+            Instance::V0_3(b) => next_v0_2!(b, bindings, store, self.thread),
         })
     }
 }

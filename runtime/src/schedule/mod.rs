@@ -66,8 +66,14 @@ fn add_from(store: &Storage, new: NewSchedule, source: ScheduleSource) -> Result
         since: now,
         source,
     };
-    // Checked as a firing will start its threads.
-    lifecycle::check_start(store, &thread_request(&schedule))?;
+    // Checked as a firing will start its threads: a cron's with no data, a poll's or a
+    // webhook's with the data each firing brings, checked then.
+    match schedule.trigger {
+        Trigger::Cron { .. } => lifecycle::check_start(store, &thread_request(&schedule))?,
+        Trigger::Poll { .. } | Trigger::Webhook { .. } => {
+            lifecycle::check_start_before_data(store, &thread_request(&schedule))?
+        }
+    };
     let schedules = store.schedules();
     let lock = schedules.lock()?;
     schedule.name = match new.name {
@@ -113,8 +119,9 @@ fn check_trigger(trigger: &Trigger, cwd: Option<&std::path::Path>) -> Result<()>
                 return Err(Error::Usage("a poll runs at most once a second (--every 1s)".into()));
             }
         }
-        Trigger::Webhook { secret_env } => {
-            crate::env_name::check(secret_env).map_err(Error::Usage)?
+        Trigger::Webhook { secret_env, map } => {
+            crate::env_name::check(secret_env).map_err(Error::Usage)?;
+            crate::data_map::check(map).map_err(Error::Usage)?;
         }
     }
     Ok(())
@@ -261,7 +268,9 @@ pub fn sync_workflow_trigger(store: &Storage, workflow: &str) -> Result<Option<S
             },
             prompt,
         ),
-        TriggerSpec::Webhook { secret_env, prompt } => (Trigger::Webhook { secret_env }, prompt),
+        TriggerSpec::Webhook { secret_env, map, prompt } => {
+            (Trigger::Webhook { secret_env, map }, prompt)
+        }
     };
     // The same trigger as registered: kept as it is, with its firing log.
     if let Some(existing) = &existing

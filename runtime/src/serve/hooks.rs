@@ -86,7 +86,7 @@ async fn answer(
     body: &Bytes,
 ) -> Result<(StatusCode, crate::ids::ThreadId), ApiError> {
     let schedule = webhook_of(app, workflow)?;
-    let Trigger::Webhook { secret_env } = &schedule.trigger else {
+    let Trigger::Webhook { secret_env, map } = &schedule.trigger else {
         unreachable!("a webhook schedule")
     };
     // The secret is read at each delivery: a rotated secret takes effect without a restart.
@@ -103,7 +103,7 @@ async fn answer(
         refusal(StatusCode::BAD_REQUEST, "malformed_json", &format!("the body is not JSON: {e}"))
     })?;
     let mut start = schedule::thread_request(&schedule);
-    start.trigger_data = Some(data);
+    start.trigger_data = Some(crate::data_map::apply(map, data));
     start.origin.schedule = Some(ScheduledBy {
         name: schedule.name.clone(),
         firing: format!("delivery:{}", crate::terminal::line(&delivery)),
@@ -125,7 +125,7 @@ async fn answer(
 pub fn warn_of_missing_secrets(store: &crate::store::Storage) {
     let Ok(schedules) = store.schedules().list() else { return };
     for schedule in schedules {
-        if let Trigger::Webhook { secret_env } = &schedule.trigger
+        if let Trigger::Webhook { secret_env, .. } = &schedule.trigger
             && std::env::var_os(secret_env).is_none()
         {
             super::say(format_args!(
@@ -216,5 +216,5 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
 }
 
 fn refusal(status: StatusCode, code: &'static str, message: &str) -> ApiError {
-    ApiError { status, code, message: message.to_string() }
+    ApiError::new(status, code, message)
 }

@@ -236,11 +236,7 @@ fn api_caller(app: &App, request: &Request) -> Result<Caller, api::ApiError> {
 }
 
 fn unauthorized(message: &str) -> api::ApiError {
-    api::ApiError {
-        status: StatusCode::UNAUTHORIZED,
-        code: "unauthorized",
-        message: message.into(),
-    }
+    api::ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
 
 /// The page, calling the API from this server's own origin with its CSRF token: a form or a

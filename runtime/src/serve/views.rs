@@ -40,6 +40,10 @@ pub struct WorkflowView {
     /// Where it is as a whole: `active`, `paused`, `executing`, `completed`, `failed`, `ready`.
     pub phase: &'static str,
     pub roles: Vec<RoleView>,
+    /// The JSON Schema of the data its threads take, if it declares one: the start form's
+    /// fields.
+    #[serde(rename = "inputSchema", skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<serde_json::Value>,
     /// Earlier versions, most recent first.
     pub history: Vec<(String, u64)>,
 }
@@ -70,6 +74,7 @@ pub fn workflows(store: &Storage) -> Result<Vec<WorkflowView>> {
             description: descriptor.as_ref().map(|d| d.description.clone()).unwrap_or_default(),
             declarative,
             phase: phases.get(name).map_or("ready", |p| p.as_str()),
+            input_schema: descriptor.as_ref().and_then(|d| d.input_schema.clone()),
             roles: descriptor
                 .map(|d| {
                     d.roles

@@ -1,5 +1,5 @@
-//! A bundle's descriptor: its description and roles, read from the bundle at `add` time and
-//! kept beside it as `bundles/<HASH>.yaml`.
+//! A bundle's descriptor: its description, roles and input schema, read from the bundle at
+//! `add` time and kept beside it as `bundles/<HASH>.yaml`.
 
 use std::collections::HashSet;
 
@@ -17,6 +17,10 @@ pub struct Descriptor {
     pub max_rounds: u32,
     /// The roles, in the order the bundle lists them.
     pub roles: Vec<RoleSpec>,
+    /// JSON Schema of the data a thread starts with (contract 0.3.0 on); absent, a thread
+    /// takes any data. Every start is validated against it (see [`Descriptor::check_input`]).
+    #[serde(rename = "inputSchema", default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<serde_json::Value>,
     /// The version of the WIT contract the bundle targets (`0.2.0`); descriptors recorded
     /// before there was more than one are `0.1.0`.
     #[serde(default = "first_contract")]
@@ -25,6 +29,15 @@ pub struct Descriptor {
 
 fn first_contract() -> String {
     "0.1.0".into()
+}
+
+/// Why a thread's data does not fit its workflow's input schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputRefused {
+    /// Where in the data (a JSON Pointer, empty for the whole value).
+    pub path: String,
+    /// What is wrong there.
+    pub reason: String,
 }
 
 /// One role, as data.
@@ -56,12 +69,13 @@ pub const MAX_ROLE_NAME: usize = 64;
 
 impl Descriptor {
     /// Checks what a bundle says about itself: within the `roles` and `descriptor` limits,
-    /// unique role names of printable characters, schemas that are JSON and valid, bounded
-    /// JSON Schema. The error says which role is wrong and why.
+    /// unique role names of printable characters, schemas (the roles' and the input's) that
+    /// are JSON and valid, bounded JSON Schema. The error says which role is wrong and why.
     pub fn check(
         description: String,
         max_rounds: u32,
         raw: Vec<RoleText>,
+        input_schema: Option<String>,
         limits: &Limits,
     ) -> Result<Self, String> {
         if raw.is_empty() {
@@ -75,6 +89,7 @@ impl Descriptor {
             ));
         }
         let size = description.len()
+            + input_schema.as_ref().map_or(0, String::len)
             + raw
                 .iter()
                 .map(|r| {
@@ -121,8 +136,39 @@ impl Descriptor {
                 schema,
             });
         }
+        let input_schema = match input_schema {
+            None => None,
+            Some(text) => {
+                let schema = serde_json::from_str(&text)
+                    .map_err(|e| format!("its input schema is not JSON: {e}"))?;
+                crate::schema::compile(&text)
+                    .map_err(|e| format!("its input schema is not a valid JSON Schema: {e}"))?;
+                Some(schema)
+            }
+        };
         // The caller, which knows the component, sets the contract.
-        Ok(Descriptor { description, max_rounds, roles, contract: first_contract() })
+        Ok(Descriptor { description, max_rounds, roles, input_schema, contract: first_contract() })
+    }
+
+    /// Checks the data a thread of this workflow is to start with against the workflow's
+    /// input schema. No data reads as an empty object, so that a schema requiring nothing
+    /// accepts a start without data and one requiring a field refuses it. The error says
+    /// where the data is wrong.
+    pub fn check_input(&self, data: Option<&serde_json::Value>) -> Result<(), InputRefused> {
+        let Some(schema) = &self.input_schema else { return Ok(()) };
+        let empty = serde_json::Value::Object(Default::default());
+        let data = data.unwrap_or(&empty);
+        // Checked and compiled at `add`: this is the process's cached validator.
+        let validator = crate::schema::compile(&schema.to_string()).map_err(|reason| {
+            InputRefused { path: String::new(), reason: format!("its input schema: {reason}") }
+        })?;
+        match validator.validate(data) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(InputRefused {
+                path: error.instance_path().to_string(),
+                reason: error.to_string(),
+            }),
+        }
     }
 
     /// The role named `name`.

@@ -69,11 +69,16 @@ pub enum Trigger {
         include_existing: bool,
     },
     /// When a signed request reaches `POST /hooks/<workflow>` on `serve`: one thread per
-    /// delivery, with the request's body as `$trigger_data`.
+    /// delivery, with the request's body as `$trigger_data`, or what `map` picks out of it.
     #[serde(rename_all = "camelCase")]
     Webhook {
         /// The environment variable of `serve` that holds the signing secret.
         secret_env: String,
+        /// The thread's data, field by field: each field's value is what a JSON Pointer
+        /// finds in the delivery's body (a field it finds nothing for is left out). Empty:
+        /// the body itself is the data. See [`crate::data_map`].
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        map: std::collections::BTreeMap<String, String>,
     },
 }
 

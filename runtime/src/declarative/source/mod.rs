@@ -43,6 +43,10 @@ struct File {
     failure_policy: Option<Spanned<PolicySpec>>,
     /// The most bytes of a step's output a reference hands on.
     reference_limit: Option<Spanned<u32>>,
+    /// JSON Schema of the data a thread starts with: read from the node tree, where scalars
+    /// keep their YAML types.
+    #[allow(dead_code)]
+    inputs: Option<serde::de::IgnoredAny>,
     trigger: Option<Spanned<TriggerFields>>,
 }
 
@@ -58,6 +62,8 @@ struct TriggerFields {
     check_script: Option<Spanned<String>>,
     diff_mode: Option<Spanned<String>>,
     secret_env: Option<Spanned<String>>,
+    /// A webhook's data, field by field: a JSON Pointer into the delivery's body for each.
+    map: Option<Spanned<std::collections::BTreeMap<String, String>>>,
     prompt: Option<String>,
 }
 
@@ -72,7 +78,7 @@ pub enum TriggerSpec {
     Poll { command: Vec<String>, interval_seconds: u64, new_items: bool, prompt: String },
     /// A signed request to `serve`'s `POST /hooks/<workflow>`, signed with the secret in the
     /// environment variable `secret_env`.
-    Webhook { secret_env: String, prompt: String },
+    Webhook { secret_env: String, map: std::collections::BTreeMap<String, String>, prompt: String },
 }
 
 #[derive(Debug, Deserialize)]
@@ -271,12 +277,14 @@ impl Checker<'_> {
         if let Some(limit) = file.reference_limit.as_ref().filter(|l| ***l == 0) {
             return Err(self.at(limit.span(), "`reference_limit` must be at least 1 byte"));
         }
+        let inputs = self.schema(child(&root, &["inputs"])).map_err(|e| prefix(e, "`inputs`: "))?;
         let definition = Definition {
             description: file.description.to_string(),
             roles,
             max_rounds,
             routing,
             reference_limit: file.reference_limit.as_ref().map(|l| **l),
+            inputs,
         };
         Ok((definition, trigger))
     }
@@ -297,6 +305,7 @@ impl Checker<'_> {
                 ("check_script", fields.check_script.as_ref().map(|v| v.span())),
                 ("diff_mode", fields.diff_mode.as_ref().map(|v| v.span())),
                 ("secret_env", fields.secret_env.as_ref().map(|v| v.span())),
+                ("map", fields.map.as_ref().map(|v| v.span())),
             ];
             for (key, span) in present {
                 if let Some(span) = span
@@ -366,13 +375,18 @@ impl Checker<'_> {
                 }))
             }
             "webhook" => {
-                only(&["secret_env"])?;
+                only(&["secret_env", "map"])?;
                 let secret_env = required(fields.secret_env.as_ref(), "secret_env")?;
                 if let Err(message) = crate::env_name::check(&secret_env) {
                     let span = fields.secret_env.as_ref().expect("required above").span();
                     return Err(self.at(span, message));
                 }
-                Ok(Some(TriggerSpec::Webhook { secret_env, prompt }))
+                let map = fields.map.as_ref().map(|m| (**m).clone()).unwrap_or_default();
+                if let Err(message) = crate::data_map::check(&map) {
+                    let span = fields.map.as_ref().expect("not empty").span();
+                    return Err(self.at(span, message));
+                }
+                Ok(Some(TriggerSpec::Webhook { secret_env, map, prompt }))
             }
             other => Err(self.at(
                 fields.kind.span(),
@@ -474,7 +488,7 @@ impl Checker<'_> {
         }
     }
 
-    /// A role's or step's schema, which must be a valid JSON Schema.
+    /// A role's, a step's or the inputs' schema, which must be a valid JSON Schema.
     fn schema(&self, node: Option<&Node>) -> Result<Option<Value>> {
         let Some(node) = node else { return Ok(None) };
         let schema = to_json(node);

@@ -158,12 +158,27 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Where in the request's data it is wrong, when that is the error.
+    pub path: Option<String>,
+}
+
+impl ApiError {
+    /// An error with a status, a code and a line.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into(), path: None }
+    }
 }
 
 /// The JSON error answer.
 pub fn error(status: StatusCode, code: &'static str, message: &str) -> Response {
-    let body = ErrorBody { error: ErrorDetail { code: code.into(), message: message.into() } };
-    (status, axum::Json(body)).into_response()
+    error_at(status, code, message, None)
+}
+
+/// The JSON error answer, naming where in the request's data it is wrong.
+fn error_at(status: StatusCode, code: &'static str, message: &str, path: Option<&str>) -> Response {
+    let detail =
+        ErrorDetail { code: code.into(), message: message.into(), path: path.map(str::to_string) };
+    (status, axum::Json(ErrorBody { error: detail })).into_response()
 }
 
 impl From<Error> for ApiError {
@@ -171,6 +186,7 @@ impl From<Error> for ApiError {
         let (status, code) = match &e {
             Error::KeyReused(_) => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
             Error::InvalidAnswer { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_answer"),
+            Error::InvalidInput { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_input"),
             Error::ThreadBusy(_) => (StatusCode::CONFLICT, "thread_busy"),
             _ if e.is_database_unavailable() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             _ => match e.exit_code() {
@@ -180,13 +196,17 @@ impl From<Error> for ApiError {
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             },
         };
-        ApiError { status, code, message: crate::error::chain_line(&e) }
+        let path = match &e {
+            Error::InvalidInput { path, .. } => Some(path.clone()),
+            _ => None,
+        };
+        ApiError { status, code, message: crate::error::chain_line(&e), path }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        error(self.status, self.code, &self.message)
+        error_at(self.status, self.code, &self.message, self.path.as_deref())
     }
 }
 

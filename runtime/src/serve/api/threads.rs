@@ -313,14 +313,14 @@ pub async fn act(
             return done(forked.handed.id);
         }
         other => {
-            return Err(ApiError {
-                status: StatusCode::NOT_FOUND,
-                code: "not_found",
-                message: format!(
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                format!(
                     "no action `{}` on a thread (kill, pause, resume, answer, fork)",
                     crate::terminal::line(other)
                 ),
-            });
+            ));
         }
     }
     done(id)

@@ -19,6 +19,10 @@ pub struct ErrorDetail {
     /// `too_large`, `unsupported_media_type`, `idempotency_key_reused`, `conflict`, …
     pub code: String,
     pub message: String,
+    /// For `invalid_input`: where in the request's `data` it is wrong (a JSON Pointer into
+    /// `data`, empty for `data` itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// The server answers.

@@ -257,18 +257,32 @@ async function workflowsView() {
           w.history.length ? ` · earlier versions: ${w.history.map((v) => v[0]).join(", ")}` : " · no earlier versions"))));
 }
 
-// Starts a thread through the API, as any other system would, and opens it.
+// Starts a thread through the API, as any other system would, and opens it. A workflow that
+// declares its input gets a field per property of its schema (typed as the schema says, the
+// required ones marked); the server validates the data and names the field it refuses.
 function startForm(workflows) {
   const workflow = el("select", { id: "start-workflow", "aria-label": "workflow" },
     workflows.map((w) => el("option", { value: w.name }, w.name)));
   const prompt = el("textarea", { id: "start-prompt", rows: 3, placeholder: "What the thread should do", "aria-label": "prompt" });
+  const fields = el("div", { id: "start-data" });
+  let read = () => undefined;
+  const showFields = () => {
+    const chosen = workflows.find((w) => w.name === workflow.value);
+    fields.replaceChildren();
+    read = inputFields(fields, chosen && chosen.inputSchema);
+  };
+  workflow.addEventListener("change", showFields);
+  showFields();
   const button = el("button", {
     id: "start",
     on: {
       click: async () => {
         button.disabled = true;
         try {
-          const started = await post("/threads", { workflow: workflow.value, prompt: prompt.value });
+          const body = { workflow: workflow.value, prompt: prompt.value };
+          const data = read();
+          if (data !== undefined) body.data = data;
+          const started = await post("/threads", body);
           notice("Started thread " + started.id);
           location.hash = "#/thread/" + started.id;
         } catch (e) {
@@ -280,7 +294,54 @@ function startForm(workflows) {
     },
   }, "Start a thread");
   return el("div", { class: "panel start" }, el("h2", {}, "Start a thread"),
-    el("label", {}, "Workflow ", workflow), prompt, button);
+    el("label", {}, "Workflow ", workflow), prompt, fields, button);
+}
+
+// The fields of an input schema's top-level properties, added to `box`; returns what reads
+// them as the thread's data (undefined when the workflow declares no input). A property the
+// form cannot type (an object, an array, a union) is a JSON field.
+function inputFields(box, schema) {
+  if (!schema || typeof schema !== "object") return () => undefined;
+  const required = new Set(Array.isArray(schema.required) ? schema.required : []);
+  const readers = [];
+  for (const [name, property] of Object.entries(schema.properties || {})) {
+    const p = property && typeof property === "object" ? property : {};
+    const id = "start-data-" + name.replace(/[^A-Za-z0-9_-]/g, "_");
+    let input;
+    let value;
+    if (Array.isArray(p.enum) && p.enum.every((v) => typeof v === "string")) {
+      input = el("select", { id }, required.has(name) ? null : el("option", { value: "" }, ""),
+        p.enum.map((v) => el("option", { value: v }, v)));
+      value = () => input.value === "" ? undefined : input.value;
+    } else if (p.type === "boolean") {
+      input = el("input", { id, type: "checkbox" });
+      value = () => input.checked;
+    } else if (p.type === "integer" || p.type === "number") {
+      input = el("input", { id, type: "number", step: p.type === "integer" ? "1" : "any" });
+      value = () => input.value === "" ? undefined : Number(input.value);
+    } else if (p.type === "string") {
+      input = el("input", { id, type: "text" });
+      value = () => input.value === "" ? undefined : input.value;
+    } else {
+      input = el("textarea", { id, rows: 2, placeholder: "JSON" });
+      value = () => {
+        if (input.value.trim() === "") return undefined;
+        try { return JSON.parse(input.value); } catch (e) { throw new Error(`${name}: not JSON: ${e.message}`); }
+      };
+    }
+    const label = name + (required.has(name) ? " *" : "");
+    box.append(el("label", { class: "field", title: typeof p.description === "string" ? p.description : null },
+      label + " ", input));
+    readers.push([name, value]);
+  }
+  return () => {
+    const data = {};
+    for (const [name, value] of readers) {
+      const v = value();
+      if (v !== undefined) data[name] = v;
+    }
+    return data;
+  };
 }
 
 async function schedulesView() {

@@ -118,6 +118,8 @@ fn object(value: Value) -> Arc<JsonObject> {
 pub struct Offered {
     pub name: String,
     pub description: String,
+    /// The JSON Schema of the data its threads take, if the workflow declares one.
+    pub input_schema: Option<Value>,
 }
 
 /// The workflows offered, by name: every registered one, or those `mcp.workflows` in
@@ -127,13 +129,13 @@ pub fn offered(store: &Storage) -> Result<Vec<Offered>> {
     Ok(offered_versions(store)?
         .into_iter()
         .map(|(name, hash)| {
-            let description = bundles
-                .descriptor(hash)
+            let descriptor = bundles.descriptor(hash).ok();
+            let input_schema = descriptor.as_ref().and_then(|d| d.input_schema.clone());
+            let description = descriptor
                 .map(|d| d.description)
-                .ok()
                 .filter(|d| !d.trim().is_empty())
                 .unwrap_or_else(|| format!("Runs workflow `{name}`."));
-            Offered { name, description }
+            Offered { name, description, input_schema }
         })
         .collect())
 }
@@ -176,18 +178,44 @@ pub fn list(store: &Storage, may_act: bool) -> Result<Vec<Tool>> {
     Ok(tools)
 }
 
-/// A workflow's tool: a call starts a thread of it.
+/// A workflow's tool: a call starts a thread of it. Its `data` is the workflow's input
+/// schema when it declares one (required when that schema requires a field), and any object
+/// when it does not.
 fn workflow_tool(workflow: Offered) -> Tool {
-    let schema = json!({
+    const DATA: &str = "Data for the thread: what its workflow reads as $trigger_data";
+    let mut required = vec!["prompt"];
+    let mut definitions = serde_json::Map::new();
+    let data = match workflow.input_schema {
+        Some(Value::Object(mut schema)) => {
+            // Definitions move to the tool's schema, whose root `#/$defs/…` resolves against.
+            for key in ["$defs", "definitions"] {
+                if let Some(Value::Object(defs)) = schema.remove(key) {
+                    definitions.insert(key.to_string(), Value::Object(defs));
+                }
+            }
+            schema.remove("$schema");
+            schema.remove("$id");
+            if schema.get("required").and_then(Value::as_array).is_some_and(|r| !r.is_empty()) {
+                required.push("data");
+            }
+            schema.entry("description").or_insert_with(|| DATA.into());
+            Value::Object(schema)
+        }
+        Some(other) => other,
+        None => json!({"type": "object", "description": DATA}),
+    };
+    let mut schema = json!({
         "type": "object",
         "properties": {
             "prompt": {"type": "string", "description": "What the thread is asked to do: its prompt"},
-            "data": {"type": "object",
-                "description": "Data for the thread: what its workflow reads as $trigger_data"}
+            "data": data
         },
-        "required": ["prompt"],
+        "required": required,
         "additionalProperties": false
     });
+    if let Value::Object(root) = &mut schema {
+        root.extend(definitions);
+    }
     let annotations = ToolAnnotations::new()
         .read_only(false)
         .destructive(false)

@@ -64,6 +64,7 @@ impl Guest for Adversary {
                 },
             ],
             default_max_rounds: 3,
+            input_schema: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! descriptor it wants — hostile ones included — without a build per case.
 //!
 //! The slot's JSON: `{"description": TEXT, "repeat": N, "roles": [{"name", "description",
-//! "schema"}], "extra_roles": N}` — the description is TEXT repeated N times, and N extra roles
+//! "schema"}], "extra_roles": N, "input_schema": SCHEMA}` — the description is TEXT repeated N times, and N extra roles
 //! `r0`, `r1`, … with an empty schema follow the listed ones. A thread yields one step of the
 //! first role whose content is the description, then ends with the description as summary.
 
@@ -80,7 +80,18 @@ impl Guest for Fixture {
                 schema: "{}".into(),
             });
         }
-        BundleDescriptor { description: description(&spec), roles, default_max_rounds: 3 }
+        // Text as written (a test may give one that is not JSON), or JSON as JSON text.
+        let input_schema = match &spec["input_schema"] {
+            Value::Null => None,
+            Value::String(text) => Some(text.clone()),
+            schema => Some(schema.to_string()),
+        };
+        BundleDescriptor {
+            description: description(&spec),
+            roles,
+            default_max_rounds: 3,
+            input_schema,
+        }
     }
 }
 
