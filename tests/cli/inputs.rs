@@ -148,5 +148,34 @@ fn a_workflows_input_is_checked_when_it_is_added() -> Result<()> {
     ])?;
     let listed = env.json(&["schedule", "list"])?;
     assert_eq!(listed[0]["trigger"]["map"], json!({"issue": "/number"}), "{listed}");
+    // A poll's item is its thread's data: an item the workflow refuses is a failed firing,
+    // said by the tick, and starts nothing.
+    let poll = env.write_script("items.sh", "#!/bin/sh\necho '[{\"issue\": 0}]'\n")?;
+    let poll = poll.to_str().unwrap();
+    env.ok(&[
+        "schedule",
+        "add",
+        "plain",
+        "--poll",
+        poll,
+        "--every",
+        "1s",
+        "--diff",
+        "new-items",
+        "--include-existing",
+        "--name",
+        "p",
+    ])?;
+    let run = env.run(&["schedule", "tick", "--json"])?;
+    let pass: Value = serde_json::from_str(&run.stdout)?;
+    let failed = pass["errors"].as_array().context("errors")?;
+    ensure!(
+        failed.iter().any(|e| e["schedule"] == "p"
+            && e["error"].as_str().is_some_and(
+                |m| m.contains("does not take this data") && m.contains("(at `/issue`)")
+            )),
+        "{pass}"
+    );
+    assert_eq!(env.json(&["threads"])?, json!([]));
     Ok(())
 }

@@ -460,7 +460,8 @@ fn a_workflow_trigger_registers_its_schedule_and_follows_its_versions() -> Resul
 #[test]
 fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()> {
     let env = scheduling()?;
-    let state = env.write("state.txt", "v1")?;
+    // JSON objects, which solve-issue's declared input takes (its output is the data).
+    let state = env.write("state.txt", r#"{"v": 1}"#)?;
     let script = env.write_script(
         "check.sh",
         format!(
@@ -474,13 +475,13 @@ fn any_change_fires_on_a_changed_output_and_failures_are_reported() -> Result<()
     env.advance(SECOND)?;
     let pass = env.json(&["schedule", "tick"])?;
     ensure!(pass["started"].as_array().unwrap().is_empty(), "unchanged output: {pass}");
-    std::fs::write(&state, "v2")?;
+    std::fs::write(&state, r#"{"v": 2}"#)?;
     env.advance(SECOND)?;
     let pass = env.json(&["schedule", "tick"])?;
     let started = pass["started"].as_array().unwrap();
     ensure!(started.len() == 1, "changed output: {pass}");
     let record = env.json(&["thread", started[0]["threadId"].as_str().unwrap()])?;
-    assert_eq!(record["start"]["triggerData"], "v2");
+    assert_eq!(record["start"]["triggerData"], json!({"v": 2}));
     // A failing command: the tick says which schedule and why (the stderr's tail), exits 70.
     std::fs::write(&state, "fail")?;
     env.advance(SECOND)?;
