@@ -50,6 +50,7 @@ fn main() {
             env: vec!["LEDGER_FILE".into()],
             url: None,
             headers: BTreeMap::new(),
+            oauth: None,
             allow: Some(vec!["read".into()]),
             approve: vec![],
             safe_to_repeat: vec![],

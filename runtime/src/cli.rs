@@ -41,6 +41,7 @@ mod step;
 mod thread;
 mod threads;
 mod token;
+mod tools;
 mod upgrade;
 mod worker;
 
@@ -131,6 +132,8 @@ pub enum Command {
     Mcp(mcp::McpCommand),
     /// Manage the tokens that let other systems call the HTTP API
     Token(token::TokenCommand),
+    /// Sign in to the MCP tool servers of durable agents that ask for OAuth
+    Tools(tools::ToolsCommand),
     /// Scaffold a buildable bundle project in Rust, Python or JavaScript
     New(new::NewCommand),
     /// Print shell completions (commands, flags, thread ids, workflow names)
@@ -189,6 +192,7 @@ impl Cli {
             Command::Serve(c) => c.execute(global).await,
             Command::Mcp(c) => c.execute(global).await,
             Command::Token(c) => c.execute(global),
+            Command::Tools(c) => c.execute(global).await,
             Command::New(c) => c.execute(global),
             Command::Completions(c) => c.execute(global),
             Command::Man(c) => c.execute(global, <Cli as clap::CommandFactory>::command()),

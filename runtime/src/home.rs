@@ -58,6 +58,11 @@ impl Home {
         self.root.join("api")
     }
 
+    /// `credentials/`: tool servers' OAuth credentials, a private file each.
+    pub fn credentials_dir(&self) -> PathBuf {
+        self.root.join("credentials")
+    }
+
     /// `config.yaml`: agent bindings and limits.
     pub fn config_file(&self) -> PathBuf {
         self.root.join("config.yaml")

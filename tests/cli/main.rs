@@ -65,6 +65,7 @@ mod lifecycle;
 mod llm;
 mod mcp;
 mod mock_model;
+mod oauth;
 mod parallel;
 mod plan;
 mod registry;

@@ -35,7 +35,7 @@ pub fn python() -> Result<String> {
 }
 
 /// One of this repository's test servers (`tests/mcp/<name>`).
-fn test_server(name: &str) -> Result<String> {
+pub(crate) fn test_server(name: &str) -> Result<String> {
     Ok(repo().join("tests/mcp").join(name).canonicalize()?.display().to_string())
 }
 
@@ -957,7 +957,7 @@ fn at_rest(env: &Env, thread: &str) -> Result<String> {
 }
 
 /// Kills a process when dropped (a server a test started).
-struct KillOnDrop(u32);
+pub(crate) struct KillOnDrop(pub(crate) u32);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {

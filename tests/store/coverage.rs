@@ -20,6 +20,7 @@ const FILES: &[(&str, &[&str])] = &[
     ("LockHolder", &["schedules.rs"]),
     ("TokenBackend", &["tokens.rs"]),
     ("RequestKeys", &["request_keys.rs"]),
+    ("CredentialBackend", &["credentials.rs"]),
 ];
 
 /// The methods of each `pub trait` declared in the Rust files under `dir`, by trait.

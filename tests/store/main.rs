@@ -239,6 +239,7 @@ fn another_handle(store: &Storage) -> Result<Storage> {
 
 mod bundles;
 mod coverage;
+mod credentials;
 mod debug_log;
 mod journal;
 mod live;

@@ -7,6 +7,7 @@ pub mod binding;
 pub mod command;
 pub mod extract;
 pub mod human;
+pub mod oauth;
 pub mod openai;
 pub mod planner;
 pub mod processes;
@@ -115,6 +116,10 @@ pub enum AgentFailure {
     /// Another model turn would go over the thread's budget: the thread pauses between turns.
     #[error("over budget: {0}")]
     OverBudget(String),
+    /// A tool server's sign-in ran out and cannot be renewed: the thread pauses until a
+    /// person signs in again (`tools login`), saying so.
+    #[error("{0}")]
+    SignIn(String),
     /// A pause was asked for: the thread pauses between turns.
     #[error("paused between model turns")]
     Paused,
@@ -140,6 +145,7 @@ impl AgentFailure {
             stop @ (AgentFailure::Waiting
             | AgentFailure::Decide(_)
             | AgentFailure::OverBudget(_)
+            | AgentFailure::SignIn(_)
             | AgentFailure::Paused) => stop,
         }
     }
@@ -152,6 +158,7 @@ impl AgentFailure {
             AgentFailure::Waiting
                 | AgentFailure::Decide(_)
                 | AgentFailure::OverBudget(_)
+                | AgentFailure::SignIn(_)
                 | AgentFailure::Paused
         )
     }
@@ -165,6 +172,7 @@ impl AgentFailure {
             AgentFailure::RateLimited { .. } => "rate_limited",
             AgentFailure::Waiting | AgentFailure::Decide(_) => "waiting",
             AgentFailure::OverBudget(_) => "over_budget",
+            AgentFailure::SignIn(_) => "sign_in",
             AgentFailure::Paused => "paused",
         }
     }

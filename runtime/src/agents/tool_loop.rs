@@ -47,6 +47,11 @@ pub trait TurnHost: Send + Sync {
     fn decide<'a>(&'a self, _wait: &'a ToolWait) -> BoxFuture<'a, Option<Decision>> {
         Box::pin(async { None })
     }
+    /// Where the OAuth credentials of tool servers are kept (none: a server that needs them
+    /// cannot be reached).
+    fn credentials(&self) -> Option<Arc<dyn crate::store::credentials::CredentialBackend>> {
+        None
+    }
 }
 
 /// Where a durable agent's call is journaled, and the thread it runs in.
@@ -90,12 +95,12 @@ pub async fn answer(
         LoopEntry::Offered { tools } => Some(tools.clone()),
         _ => None,
     });
-    let toolbox = tools.connect(processes, offered.as_deref()).await?;
     let fallback = Fallback;
     let host: &dyn TurnHost = match turns {
         Some(turns) => turns.host.as_ref(),
         None => &fallback,
     };
+    let toolbox = tools.connect(processes, offered.as_deref(), host.credentials()).await?;
     let secrets = turns.map_or_else(Default::default, |t| t.secrets.clone());
     let mut run = Loop {
         agent,

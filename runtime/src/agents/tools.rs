@@ -26,6 +26,7 @@ use tokio::io::AsyncReadExt;
 use super::processes::{GroupGuard, Reaped, spawn_group};
 use super::{AgentFailure, AgentProcesses, Secrets};
 use crate::limits::Size;
+use crate::store::credentials::CredentialBackend;
 use crate::store::tool_servers::{DEFAULT_MAX_RESULT_BYTES, DEFAULT_TOOL_TIMEOUT, ToolServer};
 
 /// The largest message a server may send (a result is cut to its binding's size after it
@@ -90,20 +91,21 @@ impl ToolSet {
         self: &Arc<Self>,
         processes: Option<&Arc<AgentProcesses>>,
         offered: Option<&[String]>,
+        credentials: Option<Arc<dyn CredentialBackend>>,
     ) -> Result<ToolBox, AgentFailure> {
+        let credentials = credentials.as_ref();
         let connecting = self.servers.iter().map(|(name, server)| async move {
             let timeout = server.timeout.map_or(DEFAULT_TOOL_TIMEOUT, |t| t.0);
-            let connected = tokio::time::timeout(timeout, self.start(name, server, processes))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(AgentFailure::Failed {
-                        message: format!(
-                            "tool server `{name}` did not answer within {}",
-                            humantime::format_duration(timeout)
-                        ),
-                        transient: true,
-                    })
-                })?;
+            let started = self.start(name, server, processes, credentials);
+            let connected = tokio::time::timeout(timeout, started).await.unwrap_or_else(|_| {
+                Err(AgentFailure::Failed {
+                    message: format!(
+                        "tool server `{name}` did not answer within {}",
+                        humantime::format_duration(timeout)
+                    ),
+                    transient: true,
+                })
+            })?;
             let listed = tokio::time::timeout(timeout, connected.client.list_all_tools())
                 .await
                 .map_err(|_| AgentFailure::Failed {
@@ -141,7 +143,13 @@ impl ToolSet {
         if let Some(offered) = offered {
             tools.retain(|t| offered.contains(&t.name));
         }
-        Ok(ToolBox { servers, tools, set: self.clone(), processes: processes.cloned() })
+        Ok(ToolBox {
+            servers,
+            tools,
+            set: self.clone(),
+            processes: processes.cloned(),
+            credentials: credentials.cloned(),
+        })
     }
 
     /// Starts or reaches one server and does the MCP handshake.
@@ -150,6 +158,7 @@ impl ToolSet {
         name: &str,
         server: &ToolServer,
         processes: Option<&Arc<AgentProcesses>>,
+        credentials: Option<&Arc<dyn CredentialBackend>>,
     ) -> Result<Server, AgentFailure> {
         let info = ClientConfig::new(
             ClientCapabilities::default(),
@@ -181,8 +190,24 @@ impl ToolSet {
             let client = crate::http::client_builder()
                 .build()
                 .map_err(|e| AgentFailure::Unavailable(format!("an HTTP client: {e}")))?;
-            let transport = StreamableHttpClientTransport::with_client(client, config);
-            let client = info.serve(transport).await.map_err(|e| handshake(&e))?;
+            let client = match &server.oauth {
+                None => {
+                    let transport = StreamableHttpClientTransport::with_client(client, config);
+                    info.serve(transport).await.map_err(|e| handshake(&e))?
+                }
+                Some(_) => {
+                    let Some(credentials) = credentials else {
+                        return Err(AgentFailure::Unavailable(format!(
+                            "tool server `{name}` signs in with OAuth, which only a thread's \
+                             call can"
+                        )));
+                    };
+                    let client =
+                        super::oauth::authorized_client(credentials, name, url, client).await?;
+                    let transport = StreamableHttpClientTransport::with_client(client, config);
+                    info.serve(transport).await.map_err(|e| handshake(&e))?
+                }
+            };
             return Ok(Server { name: name.to_string(), client, _process: None, stderr: None });
         }
         let program = server.command.as_deref().expect("a server is a command or a URL");
@@ -357,6 +382,7 @@ pub struct ToolBox {
     tools: Vec<Offered>,
     set: Arc<ToolSet>,
     processes: Option<Arc<AgentProcesses>>,
+    credentials: Option<Arc<dyn CredentialBackend>>,
 }
 
 /// What a tool call came to, as the model is given it.
@@ -448,7 +474,12 @@ impl ToolBox {
             let mut slot = self.servers[tool.server].lock().await;
             // A server that died (in an earlier call) is started again for this one.
             if slot.client.is_transport_closed() {
-                let started = self.set.start(name, settings, self.processes.as_ref());
+                let started = self.set.start(
+                    name,
+                    settings,
+                    self.processes.as_ref(),
+                    self.credentials.as_ref(),
+                );
                 match tokio::time::timeout(timeout, started).await {
                     Ok(Ok(server)) => *slot = Arc::new(server),
                     Ok(Err(failure)) => {

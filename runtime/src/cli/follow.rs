@@ -275,10 +275,20 @@ pub async fn follow(store: &Storage, handed: Handed, how: Follow) -> Result<i32>
                 let End { return_code, summary, status, .. } = end;
                 (format!("{} ({return_code}): {summary}", status.as_str()), end.exit_code())
             }
-            Event::Paused { steps, .. } => (
-                format!("paused after step {steps}; `uncaged-workflow resume {id}` continues it"),
-                exit::STATE,
-            ),
+            Event::Paused { steps, .. } => {
+                // Why, when the thread says (its budget, a tool server to sign in to).
+                let record = store.threads().read(id)?;
+                let why = match record.paused.as_ref().and_then(|p| p.reason.as_deref()) {
+                    Some(reason) => format!(": {}", crate::terminal::line(reason)),
+                    None => String::new(),
+                };
+                (
+                    format!(
+                        "paused after step {steps}{why}; `uncaged-workflow resume {id}` continues it"
+                    ),
+                    exit::STATE,
+                )
+            }
             Event::Started { .. } => continue,
         };
         progress.finish();

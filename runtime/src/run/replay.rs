@@ -183,7 +183,7 @@ fn stopped(count: usize, stop: Stop, record: &ThreadRecord) -> Result<Verdict> {
             cut(&end.summary)
         ),
         Stop::Waiting { role, .. } => format!("it waits for role `{role}` at step {step}"),
-        Stop::Budget(reason) => format!("it stops for a budget: {reason}"),
+        Stop::Rest(_, reason) => format!("it stops: {reason}"),
         Stop::Paused => format!("it pauses at step {step}"),
         Stop::Store(e) => return Err(e),
     };

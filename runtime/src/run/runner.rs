@@ -207,6 +207,7 @@ async fn run_steps(
         },
         budget: record.budget(),
         started: record.start.timestamp,
+        credentials: Some(ctx.store.credentials()),
     };
     let host =
         HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone(), view);
@@ -318,10 +319,9 @@ fn finish(writer: &mut dyn ThreadWriter, info: &DebugLog, stop: Stop) -> Result<
             writer.append_pause(Paused::by(PauseReason::Pause))?;
             return Ok(RunOutcome::Paused);
         }
-        Stop::Budget(reason) => {
-            info.write(LogLevel::Info, TAG_PAUSE, &format!("paused by its budget: {reason}"));
-            writer
-                .append_pause(Paused { reason: Some(reason), ..Paused::by(PauseReason::Budget) })?;
+        Stop::Rest(why, reason) => {
+            info.write(LogLevel::Info, TAG_PAUSE, &format!("paused: {reason}"));
+            writer.append_pause(Paused { reason: Some(reason), ..Paused::by(why) })?;
             return Ok(RunOutcome::Paused);
         }
     };

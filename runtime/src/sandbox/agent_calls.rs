@@ -21,7 +21,7 @@ use crate::ids::ThreadId;
 use crate::limits::Size;
 use crate::store::debug_log::LogLevel;
 use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay};
-use crate::store::pauses::ToolWait;
+use crate::store::pauses::{PauseReason, ToolWait};
 use crate::store::records::PendingCall;
 use crate::telemetry;
 
@@ -61,7 +61,8 @@ enum Settled {
     /// A person must answer it (or decide about one of its tool calls), and nobody is there.
     Wait(Option<ToolWait>),
     /// It stopped between its turns: the thread pauses (over its budget, or asked to).
-    Budget(String),
+    /// The thread must rest, and why: a budget, a sign-in.
+    Rest(PauseReason, String),
     Paused,
 }
 
@@ -88,7 +89,7 @@ fn within(
 #[derive(Default)]
 struct Stops {
     waiting: Option<(String, PendingCall)>,
-    over_budget: Option<String>,
+    rest: Option<(PauseReason, String)>,
     paused: bool,
 }
 
@@ -210,7 +211,7 @@ impl ThreadState {
         let elapsed = crate::clock::now_ms().saturating_sub(self.host.thread.started);
         let Some(reason) = budget.exceeded(&spent, elapsed, calls as u64) else { return Ok(()) };
         self.host.info.write(LogLevel::Warn, TAG_AGENT, &format!("over budget: {reason}"));
-        self.host.over_budget = Some(reason.clone());
+        self.host.rest = Some((PauseReason::Budget, reason.clone()));
         Err(wasmtime::Error::msg(format!("paused by its budget: {reason}")))
     }
 
@@ -332,10 +333,10 @@ impl ThreadState {
             self.host.waiting = Some((role.clone(), call));
             return Err(wasmtime::Error::msg(format!("waiting for {on} for role `{role}`")));
         }
-        if let Some(reason) = stops.over_budget {
-            self.host.info.write(LogLevel::Warn, TAG_AGENT, &format!("over budget: {reason}"));
-            self.host.over_budget = Some(reason.clone());
-            return Err(wasmtime::Error::msg(format!("paused by its budget: {reason}")));
+        if let Some((why, reason)) = stops.rest {
+            self.host.info.write(LogLevel::Warn, TAG_AGENT, &reason);
+            self.host.rest = Some((why, reason.clone()));
+            return Err(wasmtime::Error::msg(format!("paused: {reason}")));
         }
         if stops.paused {
             self.host.paused = true;
@@ -361,6 +362,7 @@ impl ThreadState {
                 spending: spending.clone(),
                 prices: f.bound.prices.clone(),
                 role: f.context.role.name.clone(),
+                credentials: self.host.thread.credentials.clone(),
             };
             f.turns = Some(CallTurns {
                 journal: self.host.journal.loop_of(f.seq),
@@ -405,8 +407,8 @@ impl ThreadState {
                 stops.waiting.get_or_insert((role, call));
                 return Ok(());
             }
-            Settled::Budget(reason) => {
-                stops.over_budget.get_or_insert(reason);
+            Settled::Rest(why, reason) => {
+                stops.rest.get_or_insert((why, reason));
                 return Ok(());
             }
             Settled::Paused => {
@@ -478,7 +480,10 @@ impl ThreadState {
                 );
                 return Settled::Wait(Some(*wait));
             }
-            Err(AgentFailure::OverBudget(reason)) => return Settled::Budget(reason),
+            Err(AgentFailure::OverBudget(reason)) => {
+                return Settled::Rest(PauseReason::Budget, format!("over budget: {reason}"));
+            }
+            Err(AgentFailure::SignIn(reason)) => return Settled::Rest(PauseReason::SignIn, reason),
             Err(AgentFailure::Paused) => return Settled::Paused,
             Err(failure) => {
                 self.host.info.write(

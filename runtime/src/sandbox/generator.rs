@@ -186,8 +186,9 @@ pub enum Stop {
     End(End),
     /// A `human` agent needs an answer nobody was there to give.
     Waiting { role: String, call: PendingCall },
-    /// The next agent call would go over the thread's budget: it pauses, saying why.
-    Budget(String),
+    /// The thread must rest before its next agent call — it would go over its budget, a tool
+    /// server needs a person to sign in — and pauses, saying why.
+    Rest(crate::store::pauses::PauseReason, String),
     /// A pause was asked for, and a durable agent's call stopped between its turns.
     Paused,
     /// The store could not write: the thread stops unended (interrupted), to be resumed.
@@ -203,7 +204,8 @@ impl Stop {
         match self {
             Stop::End(_) => "end",
             Stop::Waiting { .. } => "wait for a human",
-            Stop::Budget(_) => "over budget",
+            Stop::Rest(crate::store::pauses::PauseReason::SignIn, _) => "sign in",
+            Stop::Rest(..) => "over budget",
             Stop::Paused => "paused",
             Stop::Store(_) => "store failure",
             Stop::Diverged(_) => "diverged",
@@ -226,8 +228,8 @@ fn stopped(store: &mut Store<ThreadState>, during: &str, e: &wasmtime::Error) ->
             return Stop::Diverged(divergence.clone());
         }
     }
-    if let Some(reason) = host.over_budget.take() {
-        return Stop::Budget(reason);
+    if let Some((why, reason)) = host.rest.take() {
+        return Stop::Rest(why, reason);
     }
     if std::mem::take(&mut host.paused) {
         return Stop::Paused;

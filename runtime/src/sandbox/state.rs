@@ -58,9 +58,10 @@ pub struct HostContext {
     /// The agent calls answered during the current generator step, in the order they
     /// answered: which agent a step's role had, and how long its call took.
     pub answered: Vec<AnsweredCall>,
-    /// Set when the next agent calls would go over the thread's budget: why. The thread
-    /// pauses before making them.
-    pub over_budget: Option<String>,
+    /// Set when the thread must rest before its next agent calls — they would go over its
+    /// budget, a tool server needs a person to sign in — and why. It pauses before making
+    /// them, saying so.
+    pub rest: Option<(crate::store::pauses::PauseReason, String)>,
     /// Set when a durable agent's call stopped between its turns for a pause: the thread
     /// pauses, and the call goes on from its journal when resumed.
     pub paused: bool,
@@ -116,7 +117,7 @@ impl HostContext {
             waiting: None,
             store_failure: None,
             answered: Vec::new(),
-            over_budget: None,
+            rest: None,
             paused: false,
         }
     }
@@ -136,7 +137,7 @@ impl HostContext {
             waiting: None,
             store_failure: None,
             answered: Vec::new(),
-            over_budget: None,
+            rest: None,
             paused: false,
         }
     }
@@ -165,6 +166,9 @@ pub struct ThreadView {
     pub budget: crate::store::records::Budget,
     /// When the thread started (ms since the epoch).
     pub started: u64,
+    /// The store's OAuth credentials of tool servers, which its durable agents sign in with
+    /// (none where a call runs outside a thread).
+    pub credentials: Option<Arc<dyn crate::store::credentials::CredentialBackend>>,
 }
 
 /// How often the epoch advances: the granularity of the guest-time budget (the engine's

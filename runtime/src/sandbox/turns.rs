@@ -38,6 +38,8 @@ pub struct ThreadTurns {
     pub prices: Arc<Prices>,
     /// The role the call answers (for the text followers see).
     pub role: String,
+    /// The store's OAuth credentials of tool servers.
+    pub credentials: Option<Arc<dyn crate::store::credentials::CredentialBackend>>,
 }
 
 impl TurnHost for ThreadTurns {
@@ -76,5 +78,9 @@ impl TurnHost for ThreadTurns {
 
     fn decide<'a>(&'a self, wait: &'a ToolWait) -> BoxFuture<'a, Option<Decision>> {
         Box::pin(self.control.human.decide(&self.role, wait))
+    }
+
+    fn credentials(&self) -> Option<Arc<dyn crate::store::credentials::CredentialBackend>> {
+        self.credentials.clone()
     }
 }

@@ -371,6 +371,44 @@ pub struct ExtractorConfig {
 }
 
 impl Config {
+    /// The tool server named `name` in the bindings that name one, with its URL and OAuth
+    /// settings: the server `tools login NAME` signs in to. Bindings that give the name to
+    /// servers at different URLs are ambiguous (`BINDING.NAME` picks one).
+    pub fn oauth_server(&self, name: &str) -> std::result::Result<(String, ToolServer), String> {
+        let (binding, server) = match name.split_once('.') {
+            Some((binding, server)) => (Some(binding), server),
+            None => (None, name),
+        };
+        let mut found: Vec<(&str, &ToolServer)> = Vec::new();
+        for (bound, agent) in &self.agents {
+            if binding.is_some_and(|b| b != bound) {
+                continue;
+            }
+            if let AgentKind::OpenAi { tools, .. } = &agent.kind
+                && let Some(tool) = tools.get(server)
+            {
+                found.push((bound, tool));
+            }
+        }
+        let shown = crate::terminal::line(name);
+        let Some((_, first)) = found.first() else {
+            return Err(format!("no binding in config.yaml has a tool server `{shown}`"));
+        };
+        if found.iter().any(|(_, s)| s.url != first.url) {
+            let names: Vec<String> = found.iter().map(|(b, _)| format!("{b}.{server}")).collect();
+            return Err(format!(
+                "tool server `{shown}` is at different URLs in several bindings: name one of {}",
+                names.join(", ")
+            ));
+        }
+        let Some(url) = first.url.clone().filter(|_| first.oauth.is_some()) else {
+            return Err(format!(
+                "tool server `{shown}` does not sign in with OAuth (give it a `url` and `oauth:`)"
+            ));
+        };
+        Ok((url, (*first).clone()))
+    }
+
     /// Reads `path`; a missing file is the empty config.
     pub fn load(path: &Path) -> Result<Self> {
         let Some(text) = crate::durable::read_text(path, "read config")? else {

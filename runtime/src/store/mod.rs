@@ -7,7 +7,8 @@
 //! journals ([`journal::CallLog`]), the registry and bundles ([`registry::RegistryBackend`],
 //! [`bundles::BundleBackend`]), schedules ([`schedules::ScheduleBackend`]), the work queue
 //! ([`queue::WorkQueue`]: `FileQueue`, `PgQueue`), the HTTP API's tokens
-//! ([`tokens::TokenBackend`]) and request keys ([`request_keys::RequestKeys`]). Nothing above this module asks which store
+//! ([`tokens::TokenBackend`]), request keys ([`request_keys::RequestKeys`]) and tool servers'
+//! OAuth credentials ([`credentials::CredentialBackend`]). Nothing above this module asks which store
 //! it is on. The interface is synchronous: each call is one short read or append, made
 //! between guest steps. The home directory stays local either way: the configuration, the
 //! AOT cache and the worker sockets of this machine.
@@ -15,6 +16,7 @@
 pub mod bundles;
 pub mod call_loop;
 pub mod config;
+pub mod credentials;
 pub mod debug_log;
 pub mod descriptor;
 pub mod files;
@@ -229,6 +231,7 @@ pub struct Storage {
     queue: Arc<dyn WorkQueue>,
     tokens: Arc<dyn tokens::TokenBackend>,
     request_keys: Arc<dyn request_keys::RequestKeys>,
+    credentials: Arc<dyn credentials::CredentialBackend>,
     /// The connection string of a database store, handed to the worker processes this one
     /// starts (in their environment, never on their command line).
     url: Option<String>,
@@ -249,6 +252,7 @@ impl Storage {
             queue: Arc::new(files::queue::FileQueue::new(home)),
             tokens: Arc::new(files::tokens::FileTokens::new(home)),
             request_keys: Arc::new(files::request_keys::FileRequestKeys::new(home)),
+            credentials: Arc::new(files::credentials::FileCredentials::new(home)),
             url: None,
         }
     }
@@ -274,6 +278,7 @@ impl Storage {
             queue: Arc::new(postgres::queue::PgQueue::new(&pg)),
             tokens: Arc::new(postgres::tokens::PgTokens::new(&pg)),
             request_keys: Arc::new(postgres::request_keys::PgRequestKeys::new(&pg)),
+            credentials: Arc::new(postgres::credentials::PgCredentials::new(&pg)),
             url: Some(url.to_string()),
         })
     }
@@ -321,6 +326,12 @@ impl Storage {
     /// The keys that make a retried request start one thread.
     pub fn request_keys(&self) -> &dyn request_keys::RequestKeys {
         &*self.request_keys
+    }
+
+    /// The OAuth credentials of tool servers (`tools login`), shared with the agent calls
+    /// that sign in with them.
+    pub fn credentials(&self) -> Arc<dyn credentials::CredentialBackend> {
+        self.credentials.clone()
     }
 
     /// `config.yaml`: agent bindings and limits.

@@ -50,7 +50,7 @@ pub struct Paused {
     /// A budget raised while paused (`resume --raise-budget`): the thread's from then on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
-    /// For `budget`: what would have gone over.
+    /// For `budget`: what would have gone over; for `signin`: which server, and what to do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -76,6 +76,9 @@ pub enum PauseReason {
     Waiting,
     /// The next agent call would go over the thread's budget (`resume --raise-budget`).
     Budget,
+    /// A tool server's sign-in ran out and could not be renewed: a person signs in again
+    /// (`tools login SERVER`), then resumes the thread.
+    SignIn,
 }
 
 /// The agent call a waiting thread needs answered: recorded in its pause marker, so `answer`

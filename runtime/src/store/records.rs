@@ -373,7 +373,8 @@ impl ThreadRecord {
                 PauseReason::Pause
                 | PauseReason::Start
                 | PauseReason::Step
-                | PauseReason::Budget => ThreadStatus::Paused,
+                | PauseReason::Budget
+                | PauseReason::SignIn => ThreadStatus::Paused,
             }
         } else {
             ThreadStatus::Interrupted

@@ -28,6 +28,10 @@ pub struct ToolServer {
     /// Headers sent to the endpoint; `${NAME}` in a value is that variable's value.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// The endpoint asks for OAuth 2.1: a person signs in once with `tools login NAME`, and
+    /// the tokens, kept in the store, are sent and refreshed from then on.
+    #[serde(default)]
+    pub oauth: Option<OAuthSettings>,
     /// The tools the model may see [default: every tool the server lists when the call
     /// starts].
     #[serde(default)]
@@ -46,6 +50,19 @@ pub struct ToolServer {
     /// [default: 65536].
     #[serde(default)]
     pub max_result_bytes: Option<usize>,
+}
+
+/// How a tool server's OAuth client signs in.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthSettings {
+    /// The scopes asked for [default: those the server says it supports].
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// A client registered with the authorization server beforehand [default: one
+    /// registered dynamically at login].
+    #[serde(default)]
+    pub client_id: Option<String>,
 }
 
 /// A tool call's longest time unless its server says.
@@ -80,6 +97,14 @@ impl ToolServer {
                 ));
             }
         }
+        if self.oauth.is_some() {
+            if self.url.is_none() {
+                return Err("`oauth` is for a `url`, not a `command`".into());
+            }
+            if self.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
+                return Err("has `oauth` and an `Authorization` header: choose one".into());
+            }
+        }
         if self.max_result_bytes == Some(0) {
             return Err("`max_result_bytes` must be above 0".into());
         }
@@ -109,6 +134,7 @@ pub(super) const KEYS: &[&str] = &[
     "env",
     "url",
     "headers",
+    "oauth",
     "allow",
     "approve",
     "safe_to_repeat",

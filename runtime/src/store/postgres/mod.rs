@@ -9,6 +9,7 @@
 //! tokio task or a plain thread.
 
 mod commit;
+pub mod credentials;
 mod debug_log;
 mod deferred;
 mod journal;

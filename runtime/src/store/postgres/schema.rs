@@ -28,6 +28,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (8, "cascade by statement", include_str!("migrations/0008_cascade_by_statement.sql")),
     (9, "bundle compression", include_str!("migrations/0009_bundle_compression.sql")),
     (10, "followed threads", include_str!("migrations/0010_followed_threads.sql")),
+    (11, "tool credentials", include_str!("migrations/0011_tool_credentials.sql")),
 ];
 
 /// The schema version this binary writes.
