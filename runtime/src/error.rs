@@ -218,7 +218,7 @@ pub enum Error {
     /// thread was created.
     #[error(
         "workflow `{workflow}` does not take this data: {reason} ({}); `uncaged-workflow show {workflow}` shows its input schema",
-        match path.as_str() { "" => "at the top level".to_string(), path => format!("at `{path}`") }
+        crate::schema::location(path)
     )]
     InvalidInput {
         workflow: String,

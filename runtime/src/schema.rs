@@ -63,9 +63,15 @@ pub fn compile(schema: &str) -> Result<Arc<jsonschema::Validator>, String> {
 /// Why `value` does not match `validator`, on one line naming where (`None` if it matches).
 pub fn first_error(validator: &jsonschema::Validator, value: &Value) -> Option<String> {
     let error = validator.validate(value).err()?;
-    let path = error.instance_path().to_string();
-    let at = if path.is_empty() { "at the top level".to_string() } else { format!("at `{path}`") };
-    Some(format!("{error} ({at})"))
+    Some(format!("{error} ({})", location(&error.instance_path().to_string())))
+}
+
+/// Where in an instance a JSON Pointer points, as an error says it.
+pub fn location(path: &str) -> String {
+    match path {
+        "" => "at the top level".to_string(),
+        path => format!("at `{path}`"),
+    }
 }
 
 /// Compiles the JSON Schema meta-schema, which checking any schema needs first and which

@@ -169,9 +169,10 @@ async fn redirected(listener: &TcpListener, port: u16) -> Result<String, String>
         }
         let target = line.split_whitespace().nth(1).unwrap_or_default().to_string();
         let found = target.starts_with("/callback?");
-        let (status, body) = match found {
-            true => ("200 OK", "Signed in to the tool server: you may close this page."),
-            false => ("404 Not Found", "Not found."),
+        let (status, body) = if found {
+            ("200 OK", "Signed in to the tool server: you may close this page.")
+        } else {
+            ("404 Not Found", "Not found.")
         };
         let answer = format!(
             "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: \

@@ -190,11 +190,8 @@ impl ToolSet {
             let client = crate::http::client_builder()
                 .build()
                 .map_err(|e| AgentFailure::Unavailable(format!("an HTTP client: {e}")))?;
-            let client = match &server.oauth {
-                None => {
-                    let transport = StreamableHttpClientTransport::with_client(client, config);
-                    info.serve(transport).await.map_err(|e| handshake(&e))?
-                }
+            let served = match &server.oauth {
+                None => serve_http(info, client, config).await,
                 Some(_) => {
                     let Some(credentials) = credentials else {
                         return Err(AgentFailure::Unavailable(format!(
@@ -204,10 +201,10 @@ impl ToolSet {
                     };
                     let client =
                         super::oauth::authorized_client(credentials, name, url, client).await?;
-                    let transport = StreamableHttpClientTransport::with_client(client, config);
-                    info.serve(transport).await.map_err(|e| handshake(&e))?
+                    serve_http(info, client, config).await
                 }
             };
+            let client = served.map_err(|e| handshake(&e))?;
             return Ok(Server { name: name.to_string(), client, _process: None, stderr: None });
         }
         let program = server.command.as_deref().expect("a server is a command or a URL");
@@ -265,6 +262,19 @@ impl ToolSet {
         }
         text
     }
+}
+
+/// The MCP handshake over Streamable HTTP through `client`: a plain one, or one that signs
+/// in with OAuth.
+async fn serve_http<C>(
+    info: ClientConfig,
+    client: C,
+    config: StreamableHttpClientTransportConfig,
+) -> Result<RunningService<RoleClient, ClientConfig>, rmcp::service::ClientInitializeError>
+where
+    C: rmcp::transport::streamable_http_client::StreamableHttpClient + Send + Sync + 'static,
+{
+    info.serve(StreamableHttpClientTransport::with_client(client, config)).await
 }
 
 /// A connected server.

@@ -45,7 +45,6 @@ impl ToolsCommand {
         match self.action {
             ToolsAction::Login { server, open_with } => {
                 let (url, settings) = config.oauth_server(&server).map_err(Error::Usage)?;
-                let settings = settings.oauth.unwrap_or_default();
                 let credentials = store.credentials();
                 // Said on standard error, which may have gone (a closed pipe): the sign-in
                 // goes on whether or not anyone reads.

@@ -371,10 +371,13 @@ pub struct ExtractorConfig {
 }
 
 impl Config {
-    /// The tool server named `name` in the bindings that name one, with its URL and OAuth
-    /// settings: the server `tools login NAME` signs in to. Bindings that give the name to
-    /// servers at different URLs are ambiguous (`BINDING.NAME` picks one).
-    pub fn oauth_server(&self, name: &str) -> std::result::Result<(String, ToolServer), String> {
+    /// The URL and OAuth settings of the tool server named `name` in the bindings that name
+    /// one: the server `tools login NAME` signs in to. Bindings that give the name to servers
+    /// at different URLs are ambiguous (`BINDING.NAME` picks one).
+    pub fn oauth_server(
+        &self,
+        name: &str,
+    ) -> std::result::Result<(String, super::tool_servers::OAuthSettings), String> {
         let (binding, server) = match name.split_once('.') {
             Some((binding, server)) => (Some(binding), server),
             None => (None, name),
@@ -401,12 +404,12 @@ impl Config {
                 names.join(", ")
             ));
         }
-        let Some(url) = first.url.clone().filter(|_| first.oauth.is_some()) else {
-            return Err(format!(
+        match (&first.url, &first.oauth) {
+            (Some(url), Some(settings)) => Ok((url.clone(), settings.clone())),
+            _ => Err(format!(
                 "tool server `{shown}` does not sign in with OAuth (give it a `url` and `oauth:`)"
-            ));
-        };
-        Ok((url, (*first).clone()))
+            )),
+        }
     }
 
     /// Reads `path`; a missing file is the empty config.
