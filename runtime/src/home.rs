@@ -63,6 +63,12 @@ impl Home {
         self.root.join("credentials")
     }
 
+    /// `limits/`: the provider limits' last minute of calls, a file each (`<name>.json`) and
+    /// the lock its changes take (`<name>.lock`).
+    pub fn limits_dir(&self) -> PathBuf {
+        self.root.join("limits")
+    }
+
     /// `config.yaml`: agent bindings and limits.
     pub fn config_file(&self) -> PathBuf {
         self.root.join("config.yaml")

@@ -21,6 +21,7 @@ const FILES: &[(&str, &[&str])] = &[
     ("TokenBackend", &["tokens.rs"]),
     ("RequestKeys", &["request_keys.rs"]),
     ("CredentialBackend", &["credentials.rs"]),
+    ("CapacityBackend", &["capacity.rs"]),
 ];
 
 /// The methods of each `pub trait` declared in the Rust files under `dir`, by trait.

@@ -238,6 +238,7 @@ fn another_handle(store: &Storage) -> Result<Storage> {
 }
 
 mod bundles;
+mod capacity;
 mod coverage;
 mod credentials;
 mod debug_log;

@@ -14,6 +14,7 @@
 //!     base_url: http://localhost:11434/v1
 //!     model: llama3.1
 //!     stream: true         # its text reaches followers as it grows
+//!     limit: openai-main   # its calls draw from this limit
 //!     tools:               # MCP servers whose tools the model may call
 //!       fs:
 //!         command: node
@@ -30,7 +31,11 @@
 //!   agent: local           # an openai binding
 //!   retries: 2
 //! limits:
-//!   memory: 256MiB
+//!   memory: 256MiB         # a sandbox limit (see crate::limits)
+//!   openai-main:           # a provider limit, shared by every thread of every worker
+//!     requests_per_minute: 500
+//!     tokens_per_minute: 90000
+//!     concurrent: 20
 //! store: postgres://flows@db.internal/flows   # else the home directory keeps everything
 //! ```
 
@@ -41,6 +46,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::duration::Seconds;
 use crate::error::{Error, Result};
+use crate::store::capacity::ProviderLimit;
 use crate::store::registry::yaml_reason;
 use crate::store::tool_servers::ToolServer;
 
@@ -60,9 +66,13 @@ pub struct Config {
     /// The LLM that extracts a role's meta when the agent's own text holds none.
     #[serde(default)]
     pub extractor: Option<ExtractorConfig>,
-    /// Sandbox limits (see [`crate::limits`]), e.g. `memory: 256MiB`.
+    /// Sandbox limits (see [`crate::limits`]), e.g. `memory: 256MiB`; an entry whose value is
+    /// a mapping is a provider limit instead (see [`Config::provider_limits`]).
     #[serde(default)]
     pub limits: BTreeMap<String, serde_yaml::Value>,
+    /// The provider limits of `limits:`, by name, read from it at load.
+    #[serde(skip)]
+    pub provider_limits: BTreeMap<String, ProviderLimit>,
     /// The store: a `postgres://` connection string, when `--store` and
     /// `UNCAGED_WORKFLOW_STORE` do not give one (the home directory otherwise).
     #[serde(default)]
@@ -266,6 +276,8 @@ pub enum AgentKind {
         max_turns: Option<u32>,
         /// The MCP servers whose tools the model may call, by name.
         tools: BTreeMap<String, ToolServer>,
+        /// The provider limit (under `limits:`) its calls draw from.
+        limit: Option<String>,
     },
     /// A person answers: on the terminal of a foreground `run`, else via `answer`.
     Human,
@@ -301,6 +313,7 @@ impl<'de> serde::de::Visitor<'de> for BindingVisitor {
         let (mut base_url, mut model, mut api_key_env, mut temperature, mut max_tokens) =
             (None, None, None, None, None);
         let (mut stream, mut max_turns, mut tools) = (false, None, BTreeMap::new());
+        let mut limit = None;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "kind" => kind = Some(map.next_value::<String>()?),
@@ -319,6 +332,7 @@ impl<'de> serde::de::Visitor<'de> for BindingVisitor {
                 "stream" => stream = map.next_value()?,
                 "max_turns" => max_turns = map.next_value()?,
                 "tools" => tools = map.next_value::<BTreeMap<String, ToolServer>>()?,
+                "limit" => limit = Some(map.next_value::<String>()?),
                 // Keys that belong to no kind are refused with a suggestion before this runs.
                 other => return Err(A::Error::unknown_field(other, &[])),
             }
@@ -346,6 +360,7 @@ impl<'de> serde::de::Visitor<'de> for BindingVisitor {
                     stream,
                     max_turns,
                     tools,
+                    limit,
                 }
             }
             "human" => AgentKind::Human,
@@ -431,6 +446,8 @@ impl Config {
                 corrupt(if path == "." { reason } else { format!("{path}: {reason}") })
             })?
         };
+        config.provider_limits = crate::store::capacity::configured(&config).map_err(corrupt)?;
+        config.limits.retain(|name, _| !config.provider_limits.contains_key(name));
         // Limits are checked here too, so that a mistake names the file and the key.
         crate::limits::Limits::resolve(&config.limits, &Default::default()).map_err(
             |e| match e {
@@ -479,6 +496,7 @@ const KIND_KEYS: &[(&str, &[&str])] = &[
             "stream",
             "max_turns",
             "tools",
+            "limit",
         ],
     ),
     ("human", &[]),
@@ -541,8 +559,19 @@ fn check_keys(value: &serde_yaml::Value) -> std::result::Result<(), String> {
         }
     }
     if let Some(limits) = top.get("limits").and_then(|l| l.as_mapping()) {
+        // A mapping names a provider limit; anything else is a sandbox limit's value.
+        let (named, sandbox): (serde_yaml::Mapping, serde_yaml::Mapping) =
+            limits.clone().into_iter().partition(|(_, value)| value.is_mapping());
         let valid: Vec<&str> = crate::limits::KEYS.split(", ").collect();
-        known(limits, &valid, "limits.")?;
+        known(&sandbox, &valid, "limits.")?;
+        for (name, keys) in &named {
+            let name = name.as_str().unwrap_or("?");
+            known(
+                keys.as_mapping().expect("a mapping"),
+                crate::store::capacity::LIMIT_KEYS,
+                &format!("limits.{name}."),
+            )?;
+        }
     }
     Ok(())
 }

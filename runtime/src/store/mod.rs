@@ -8,19 +8,22 @@
 //! [`bundles::BundleBackend`]), schedules ([`schedules::ScheduleBackend`]), the work queue
 //! ([`queue::WorkQueue`]: `FileQueue`, `PgQueue`), the HTTP API's tokens
 //! ([`tokens::TokenBackend`]), request keys ([`request_keys::RequestKeys`]) and tool servers'
-//! OAuth credentials ([`credentials::CredentialBackend`]). Nothing above this module asks which store
+//! OAuth credentials ([`credentials::CredentialBackend`]), and provider limits
+//! ([`capacity::CapacityBackend`]). Nothing above this module asks which store
 //! it is on. The interface is synchronous: each call is one short read or append, made
 //! between guest steps. The home directory stays local either way: the configuration, the
 //! AOT cache and the worker sockets of this machine.
 
 pub mod bundles;
 pub mod call_loop;
+pub mod capacity;
 pub mod config;
 pub mod credentials;
 pub mod debug_log;
 pub mod descriptor;
 pub mod files;
 pub mod journal;
+pub mod limiter;
 pub mod pauses;
 mod postgres;
 pub mod queue;
@@ -232,6 +235,10 @@ pub struct Storage {
     tokens: Arc<dyn tokens::TokenBackend>,
     request_keys: Arc<dyn request_keys::RequestKeys>,
     credentials: Arc<dyn credentials::CredentialBackend>,
+    capacity: Arc<dyn capacity::CapacityBackend>,
+    /// This process's calls in line for the provider limits (one line per limit, shared by
+    /// every thread the process runs).
+    limiter: Arc<limiter::Limiter>,
     /// The connection string of a database store, handed to the worker processes this one
     /// starts (in their environment, never on their command line).
     url: Option<String>,
@@ -243,6 +250,8 @@ pub const STORE_ENV: &str = "UNCAGED_WORKFLOW_STORE";
 impl Storage {
     /// The store kept in the home directory `home`.
     pub fn open(home: &Home) -> Self {
+        let capacity: Arc<dyn capacity::CapacityBackend> =
+            Arc::new(files::capacity::FileCapacity::new(home));
         Storage {
             home: home.clone(),
             registry: Registry::with(Arc::new(files::registry::FileRegistry::new(home))),
@@ -253,6 +262,8 @@ impl Storage {
             tokens: Arc::new(files::tokens::FileTokens::new(home)),
             request_keys: Arc::new(files::request_keys::FileRequestKeys::new(home)),
             credentials: Arc::new(files::credentials::FileCredentials::new(home)),
+            capacity: capacity.clone(),
+            limiter: Arc::new(limiter::Limiter::new(capacity)),
             url: None,
         }
     }
@@ -269,6 +280,8 @@ impl Storage {
             )));
         }
         let pg = postgres::Postgres::connect(url)?;
+        let capacity: Arc<dyn capacity::CapacityBackend> =
+            Arc::new(postgres::capacity::PgCapacity::new(&pg));
         Ok(Storage {
             home: home.clone(),
             registry: Registry::with(Arc::new(postgres::registry::PgRegistry::new(&pg))),
@@ -279,6 +292,8 @@ impl Storage {
             tokens: Arc::new(postgres::tokens::PgTokens::new(&pg)),
             request_keys: Arc::new(postgres::request_keys::PgRequestKeys::new(&pg)),
             credentials: Arc::new(postgres::credentials::PgCredentials::new(&pg)),
+            capacity: capacity.clone(),
+            limiter: Arc::new(limiter::Limiter::new(capacity)),
             url: Some(url.to_string()),
         })
     }
@@ -332,6 +347,17 @@ impl Storage {
     /// that sign in with them.
     pub fn credentials(&self) -> Arc<dyn credentials::CredentialBackend> {
         self.credentials.clone()
+    }
+
+    /// The provider limits' shared state (`limits:` in config.yaml), which every thread of
+    /// every worker on this store draws from.
+    pub fn capacity(&self) -> Arc<dyn capacity::CapacityBackend> {
+        self.capacity.clone()
+    }
+
+    /// This process's side of the provider limits: where its threads' calls wait their turn.
+    pub fn limiter(&self) -> &Arc<limiter::Limiter> {
+        &self.limiter
     }
 
     /// `config.yaml`: agent bindings and limits.

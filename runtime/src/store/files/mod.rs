@@ -11,6 +11,7 @@
 //!
 //! [`Storage`]: super::Storage
 
+pub mod capacity;
 pub mod credentials;
 pub mod debug_log;
 pub mod journal;

@@ -8,6 +8,7 @@
 //! runs on the caller's async runtime, so it works the same from a CLI command, a worker's
 //! tokio task or a plain thread.
 
+pub mod capacity;
 mod commit;
 pub mod credentials;
 mod debug_log;

@@ -29,6 +29,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (9, "bundle compression", include_str!("migrations/0009_bundle_compression.sql")),
     (10, "followed threads", include_str!("migrations/0010_followed_threads.sql")),
     (11, "tool credentials", include_str!("migrations/0011_tool_credentials.sql")),
+    (12, "provider limits", include_str!("migrations/0012_provider_limits.sql")),
 ];
 
 /// The schema version this binary writes.
