@@ -66,13 +66,15 @@ fn main() {
             stream: false,
             max_turns: Some(TURNS as u32 + 1),
             tools: BTreeMap::from([("ledger".to_string(), server)]),
+            limit: None,
         };
         let mut config = Config::default();
         let binding =
             AgentConfig { kind: kind.clone(), timeout: None, retries: None, retry_delay: None };
         config.agents.insert("coder".into(), binding);
         let secrets = Secrets::from_env(&config);
-        let agent = OpenAiAgent::from_config(&kind, None, &secrets, None).unwrap();
+        let agent =
+            OpenAiAgent::from_config(&kind, None, &secrets, None, &BTreeMap::new(), None).unwrap();
         // The journal on tmpfs too: what journaling costs besides the disk's syncs.
         let memory =
             tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());

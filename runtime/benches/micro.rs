@@ -54,6 +54,7 @@ fn store(runtime: &Runtime, bundle: &LoadedBundle) -> Store<ThreadState> {
         &RunRequest::default(),
         &Secrets::default(),
         &bundle.descriptor,
+        None,
     )
     .unwrap();
     let host = HostContext::new(

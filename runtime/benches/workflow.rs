@@ -226,7 +226,8 @@ async fn ours_in(
     let request =
         RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
     let agents =
-        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor).unwrap();
+        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor, None)
+            .unwrap();
     let mut results = Vec::new();
     for _ in 0..repeat + 1 {
         let started = Instant::now();
@@ -349,7 +350,8 @@ async fn parallel_round(repeat: usize) -> Vec<f64> {
     let request =
         RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
     let agents =
-        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor).unwrap();
+        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor, None)
+            .unwrap();
     let mut results = Vec::new();
     for _ in 0..repeat + 1 {
         let (mut writer, record) =
@@ -406,7 +408,8 @@ async fn concurrency(n: usize) -> Value {
     let request =
         RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
     let agents =
-        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor).unwrap();
+        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor, None)
+            .unwrap();
     let rss_before = rss_kib();
     let maps_before = memory_maps();
     let started = Instant::now();

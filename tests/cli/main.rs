@@ -62,6 +62,7 @@ mod human;
 mod inputs;
 mod languages;
 mod lifecycle;
+mod limits;
 mod llm;
 mod mcp;
 mod mock_model;
@@ -328,6 +329,12 @@ impl Env {
 
     fn clock_file(&self) -> PathBuf {
         self.dir.path().join("clock")
+    }
+
+    /// The file this test's clock is kept in, for a server of the test's that reads the time
+    /// as the product does.
+    pub fn clock_file_path(&self) -> PathBuf {
+        self.clock_file()
     }
 
     /// `program` (a shell that starts the binary, say) with the binary's environment.

@@ -199,6 +199,7 @@ contract! {
             role: Some("planner".into()),
             agent: Some("scripted".into()),
             working_since: Some(6),
+            waiting_for: Some("openai-main".into()),
         };
         queue.heartbeat(&[(id, working.clone())])?;
         let live = queue.live_threads()?;

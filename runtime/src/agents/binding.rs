@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::run_request::RunRequest;
 use crate::store::config::{AgentConfig, AgentKind, Config};
 use crate::store::descriptor::Descriptor;
+use crate::store::limiter::Caller;
 
 /// Values of the environment variables that bindings name for their secrets, taken from the
 /// environment of the command a user ran and handed to the worker over its socket — never
@@ -85,11 +86,14 @@ impl AgentSet {
     ///
     /// The descriptor supplies the roles' schemas, from which the scripted agent answers when
     /// it has no answers file, and lets a binding for a role the bundle lacks be refused.
+    /// `caller` says for whom the calls are made, when they are a thread's: the provider limits
+    /// their bindings name then hold them back (a check of the bindings makes no call).
     pub fn resolve(
         config: &Config,
         request: &RunRequest,
         secrets: &Secrets,
         descriptor: &Descriptor,
+        caller: Option<&Caller>,
     ) -> Result<Self> {
         let secrets = Arc::new(secrets.clone());
         let prices = Arc::new(config.prices.clone());
@@ -100,6 +104,7 @@ impl AgentSet {
             secrets: &secrets,
             prices,
             approve: &request.approve,
+            caller,
         };
         let default = match (&request.agent, &config.agent) {
             (Some(spec), _) => binder.bind(spec, false)?,
@@ -184,6 +189,8 @@ struct Binder<'a> {
     prices: Arc<crate::store::config::Prices>,
     /// Tools a person approves before each call, beside the bindings' own (`--approve`).
     approve: &'a [String],
+    /// For whom the calls are made (see [`AgentSet::resolve`]).
+    caller: Option<&'a Caller>,
 }
 
 impl Binder<'_> {
@@ -254,9 +261,16 @@ impl Binder<'_> {
                 .map_err(invalid)?,
             ),
             AgentKind::OpenAi { .. } => Agent::OpenAi(
-                OpenAiAgent::from_config(&config.kind, timeout, self.secrets, self.cwd)
-                    .map_err(invalid)?
-                    .approving(self.approve),
+                OpenAiAgent::from_config(
+                    &config.kind,
+                    timeout,
+                    self.secrets,
+                    self.cwd,
+                    &self.config.provider_limits,
+                    self.caller,
+                )
+                .map_err(invalid)?
+                .approving(self.approve),
             ),
             AgentKind::Human => Agent::Human,
         };

@@ -5,17 +5,26 @@
 //! One request is one model turn ([`OpenAiAgent::turn`]), read whole or, with `stream: true`,
 //! as server-sent events whose text is passed on as it comes; the loop of turns and tool calls
 //! of a binding with tools is [`super::tool_loop`]'s.
+//!
+//! A binding that names a provider limit (`limit:`) waits its turn for each request in the
+//! limit's line (see [`crate::store::limiter`]), reserving what the request may use, and settles
+//! it with the usage the endpoint reports; a 429, or a 503 that says when to come back, closes
+//! the limit for every caller of every worker until then.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::tool_loop::{TurnHost, Unhosted};
 use super::tools::ToolSet;
 use super::{AgentFailure, Secrets};
+use crate::store::capacity::{Ask, ProviderLimit};
 use crate::store::config::{AgentKind, DEFAULT_MAX_TURNS};
 use crate::store::journal::ToolCall;
+use crate::store::limiter::{Caller, Reserved};
 use crate::store::records::Usage;
 
 /// Default time one request may take.
@@ -23,6 +32,17 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How much of an error response's body goes into the error.
 const BODY_TAIL: usize = 300;
+
+/// The tokens a request's answer is reserved at when its binding sets no `max_tokens` (the
+/// answer's real size replaces it when the endpoint reports its usage).
+const ANSWER_ESTIMATE: u64 = 1024;
+
+/// How long a limit stays closed after a 429 that does not say when to come back.
+const RATE_LIMITED_FOR: Duration = Duration::from_secs(1);
+
+/// How soon a request still waiting for its turn is shown as waiting, and then how often it
+/// looks whether its thread was paused meanwhile.
+const WAIT_LOOK: Duration = Duration::from_millis(100);
 
 /// A chat-completions endpoint bound as an agent (and usable as the extractor).
 #[derive(Debug, Clone)]
@@ -41,6 +61,17 @@ pub struct OpenAiAgent {
     tools: Option<Arc<ToolSet>>,
     /// The most model turns one call may take with its tools.
     max_turns: u32,
+    /// The provider limit its requests draw on, when its binding names one and it runs in a
+    /// thread.
+    limit: Option<Drawn>,
+}
+
+/// A provider limit as one thread's agent draws on it.
+#[derive(Debug, Clone)]
+struct Drawn {
+    name: String,
+    limit: ProviderLimit,
+    caller: Caller,
 }
 
 /// One chat message.
@@ -76,12 +107,15 @@ impl OpenAiAgent {
 
     /// From an `openai` binding, its key and its tool servers' variables from `secrets` (the
     /// environment of the command that started or resumed the thread); a tool server's program
-    /// runs in `cwd`.
+    /// runs in `cwd`. Its requests draw on the provider limit it names (one of `limits`) when
+    /// `caller` says for whom (a call outside a thread is not held back).
     pub fn from_config(
         kind: &AgentKind,
         timeout: Option<Duration>,
         secrets: &Secrets,
         cwd: Option<&Path>,
+        limits: &BTreeMap<String, ProviderLimit>,
+        caller: Option<&Caller>,
     ) -> Result<Self, String> {
         let AgentKind::OpenAi {
             base_url,
@@ -92,6 +126,7 @@ impl OpenAiAgent {
             stream,
             max_turns,
             tools,
+            limit,
         } = kind
         else {
             return Err("not an openai binding".into());
@@ -109,6 +144,15 @@ impl OpenAiAgent {
             true => None,
             false => Some(Arc::new(ToolSet::bind(tools, secrets, cwd)?)),
         };
+        let limit = match (limit, caller) {
+            (Some(name), Some(caller)) => Some(Drawn {
+                name: name.clone(),
+                // Config::load checked that every binding's limit exists.
+                limit: *limits.get(name).ok_or_else(|| format!("no provider limit `{name}`"))?,
+                caller: caller.clone(),
+            }),
+            _ => None,
+        };
         let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
         let client = crate::http::client_builder()
             .timeout(timeout)
@@ -125,6 +169,7 @@ impl OpenAiAgent {
             stream: *stream,
             tools,
             max_turns: max_turns.unwrap_or(DEFAULT_MAX_TURNS),
+            limit,
         })
     }
 
@@ -162,36 +207,95 @@ impl OpenAiAgent {
         if let Some(format) = response_format {
             body["response_format"] = format.clone();
         }
+        let reserved = self.reserve(&body, &Unhosted).await?;
         let reply = self.scrubbed(async {
             let response = self.post(&body).await?;
             self.read_reply(response).await
         });
-        let reply = reply.await?;
+        let reply = settled(reserved, reply.await)?;
         Ok((self.content_of(&reply)?, reply.usage))
     }
 
-    /// One model turn of an agent call: `messages` so far (in the endpoint's words), the
-    /// `tools` it may call; read as a stream when the binding says so, each piece of text
-    /// passed to `on_delta` as it comes.
+    /// Model turn `turn` (from 1) of an agent call in the thread `host` stands for:
+    /// `messages` so far (in the endpoint's words), the `tools` it may call; read as a stream
+    /// when the binding says so, each piece of text passed to the host as it comes.
     pub async fn turn(
         &self,
         messages: &[Value],
         tools: &[Value],
-        on_delta: &(dyn Fn(&str) + Send + Sync),
+        host: &dyn TurnHost,
+        turn: u32,
     ) -> Result<Reply, AgentFailure> {
         let mut body = self.body(messages, tools);
         if self.stream {
             body["stream"] = json!(true);
             body["stream_options"] = json!({"include_usage": true});
         }
-        self.scrubbed(async {
+        let reserved = self.reserve(&body, host).await?;
+        let on_delta = |text: &str| host.delta(turn, text);
+        let reply = self.scrubbed(async {
             let response = self.post(&body).await?;
             match self.stream {
-                true => self.read_stream(response, on_delta).await,
+                true => self.read_stream(response, &on_delta).await,
                 false => self.read_reply(response).await,
             }
+        });
+        settled(reserved, reply.await)
+    }
+
+    /// Waits for the turn of a request of `body` in its binding's provider limit, if it has
+    /// one: shown to the thread's watchers as waiting for the limit, and given up (its place
+    /// left) when the thread is paused or stopped meanwhile.
+    async fn reserve(
+        &self,
+        body: &Value,
+        host: &dyn TurnHost,
+    ) -> Result<Option<Reserved>, AgentFailure> {
+        let Some(drawn) = &self.limit else { return Ok(None) };
+        // A request larger than the whole minute's tokens goes alone in an empty window.
+        let tokens = self.estimate(body).min(drawn.limit.tokens_per_minute.unwrap_or(u64::MAX));
+        let ask = Ask {
+            workflow: drawn.caller.workflow.clone(),
+            thread: drawn.caller.thread.clone(),
+            tokens,
+        };
+        let started = Instant::now();
+        let mut place = drawn.caller.limiter.join(&drawn.name, drawn.limit, ask);
+        let mut told = false;
+        let turn = loop {
+            tokio::select! {
+                turn = place.turn() => break turn,
+                () = tokio::time::sleep(WAIT_LOOK) => {
+                    if !told {
+                        host.waits_for(&drawn.name);
+                        told = true;
+                    }
+                    if let Err(stop) = host.before_turn() {
+                        host.waited_for(&drawn.name);
+                        return Err(stop);
+                    }
+                }
+            }
+        };
+        if told {
+            host.waited_for(&drawn.name);
+            tracing::info!(
+                limit = %drawn.name,
+                waited_ms = started.elapsed().as_millis() as u64,
+                "waited for the provider limit"
+            );
+        }
+        turn.map(Some).map_err(|e| AgentFailure::Failed {
+            message: format!("provider limit `{}`: {e}", drawn.name),
+            transient: true,
         })
-        .await
+    }
+
+    /// The tokens a request of `body` may use: its text's (about four bytes a token, as
+    /// OpenAI's guidance has it for English) and its answer's most.
+    fn estimate(&self, body: &Value) -> u64 {
+        let prompt = body["messages"].to_string().len() + body["tools"].to_string().len();
+        (prompt as u64).div_ceil(4) + self.max_tokens.map_or(ANSWER_ESTIMATE, u64::from)
     }
 
     /// The text of a reply that must have one (a turn that asked for no tools).
@@ -276,10 +380,22 @@ impl OpenAiAgent {
         let headers = response.headers().clone();
         let text = response.text().await.map_err(|e| self.reading(&e))?;
         let transient = status.as_u16() == 429 || status.is_server_error();
-        let retry_after = (status.as_u16() == 429)
+        // A 429, or a 503 that says when to come back, is the provider's own limit speaking.
+        let rate_limited = status.as_u16() == 429
+            || (status.as_u16() == 503 && headers.contains_key(reqwest::header::RETRY_AFTER));
+        let mut retry_after = rate_limited
             .then(|| retry_after(&headers))
             .flatten()
             .map(|wait| wait.min(self.timeout));
+        if let Some(drawn) = self.limit.as_ref().filter(|_| rate_limited) {
+            // Every caller of the limit, on every worker, waits until then; this call's retry
+            // waits for its turn in the limit's line like any other, not on a timer of its own.
+            let wait = retry_after.unwrap_or(RATE_LIMITED_FOR);
+            let until = crate::clock::now_ms() + wait.as_millis() as u64;
+            drawn.caller.limiter.close(&drawn.name, drawn.limit, until);
+            tracing::warn!(limit = %drawn.name, wait_ms = wait.as_millis() as u64, "the provider asked every caller to wait");
+            retry_after = Some(Duration::ZERO);
+        }
         let tail: String = text
             .chars()
             .take(BODY_TAIL)
@@ -436,6 +552,20 @@ impl OpenAiAgent {
     pub fn url(&self) -> &str {
         &self.url
     }
+}
+
+/// A request's reply, its reservation in a provider limit (if any) settled with the tokens the
+/// endpoint says it used. A failed request keeps its estimate counted for the minute: it may
+/// have been sent and counted by the provider.
+fn settled(
+    reserved: Option<Reserved>,
+    reply: Result<Reply, AgentFailure>,
+) -> Result<Reply, AgentFailure> {
+    if let (Some(reserved), Ok(reply)) = (reserved, &reply) {
+        let used = reply.usage.as_ref().map(|u| u.input_tokens + u.output_tokens);
+        reserved.settle(used);
+    }
+    reply
 }
 
 /// How long a `Retry-After` header asks to wait: seconds, or an HTTP date.

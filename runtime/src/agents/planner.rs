@@ -137,7 +137,7 @@ impl Planner {
         };
         let request = RunRequest { agent, ..Default::default() }.absolutize(cwd);
         let secrets = super::Secrets::from_env(config);
-        let agents = AgentSet::resolve(config, &request, &secrets, &descriptor)?;
+        let agents = AgentSet::resolve(config, &request, &secrets, &descriptor, None)?;
         let bound = agents.for_role(PLANNER_ROLE).expect("the planner role is declared").clone();
         if matches!(*bound.agent, Agent::Human) {
             return Err(Error::InvalidAgent {

@@ -42,6 +42,10 @@ pub trait TurnHost: Send + Sync {
     fn spent(&self, _usage: &Usage) {}
     /// Text the model is writing in turn `turn` (from 1), as it comes (`stream: true`).
     fn delta(&self, _turn: u32, _text: &str) {}
+    /// A request waits for its turn in provider limit `limit`…
+    fn waits_for(&self, _limit: &str) {}
+    /// …and no longer does.
+    fn waited_for(&self, _limit: &str) {}
     /// A person's decision about a tool call, if one is at a terminal to make it now;
     /// `None`: the thread waits for one.
     fn decide<'a>(&'a self, _wait: &'a ToolWait) -> BoxFuture<'a, Option<Decision>> {
@@ -79,13 +83,12 @@ pub async fn answer(
         json!({"role": "system", "content": context.role.system_prompt}),
         json!({"role": "user", "content": context.render()}),
     ];
-    let delta = |text: &str| {
-        if let Some(turns) = turns {
-            turns.host.delta(1, text);
-        }
+    let host: &dyn TurnHost = match turns {
+        Some(turns) => turns.host.as_ref(),
+        None => &Unhosted,
     };
     let Some(tools) = agent.tools() else {
-        let reply = agent.turn(&messages, &[], &delta).await?;
+        let reply = agent.turn(&messages, &[], host, 1).await?;
         let content = agent.content_of(&reply)?;
         return Ok(AgentAnswer { content, meta: None, usage: reply.usage });
     };
@@ -95,11 +98,6 @@ pub async fn answer(
         LoopEntry::Offered { tools } => Some(tools.clone()),
         _ => None,
     });
-    let fallback = Fallback;
-    let host: &dyn TurnHost = match turns {
-        Some(turns) => turns.host.as_ref(),
-        None => &fallback,
-    };
     let toolbox = tools.connect(processes, offered.as_deref(), host.credentials()).await?;
     let secrets = turns.map_or_else(Default::default, |t| t.secrets.clone());
     let mut run = Loop {
@@ -124,12 +122,12 @@ pub async fn answer(
     answer
 }
 
-/// The host of a call outside a thread (the planner, a test): no budget, no pause, nobody
-/// to ask.
+/// The host of a call outside a thread (the planner, the extractor, a test): no budget, no
+/// pause, nobody to ask or tell.
 #[derive(Default)]
-struct Fallback;
+pub struct Unhosted;
 
-impl TurnHost for Fallback {}
+impl TurnHost for Unhosted {}
 
 /// A journal that cannot be written: the call stops, its thread interrupted by the store.
 fn store(e: crate::Error) -> AgentFailure {
@@ -316,12 +314,10 @@ impl Loop<'_> {
         let span = telemetry::chat_span("openai", self.agent.model(), self.state.turns + 1);
         let started = Instant::now();
         let definitions = self.toolbox.definitions();
-        let host = self.host;
         let turn = self.state.turns + 1;
-        let delta = |text: &str| host.delta(turn, text);
         let reply = self
             .agent
-            .turn(&self.state.messages, &definitions, &delta)
+            .turn(&self.state.messages, &definitions, self.host, turn)
             .instrument(span.clone())
             .await;
         let Reply { content, mut tool_calls, mut usage } = match reply {

@@ -33,7 +33,10 @@ impl PsCommand {
                     let mut row = vec![
                         t.thread_id.to_string(),
                         terminal::line(&t.name).into_owned(),
-                        t.state.as_str().to_string(),
+                        match &t.waiting_for {
+                            Some(limit) => format!("waiting for {}", terminal::line(limit)),
+                            None => t.state.as_str().to_string(),
+                        },
                         t.role
                             .as_deref()
                             .map_or_else(|| "-".into(), |r| terminal::line(r).into_owned()),

@@ -195,6 +195,7 @@ pub async fn ps(store: &Storage) -> Result<Vec<PsEntry>> {
                 pid: None,
                 host: None,
                 state: PsState::Waiting,
+                waiting_for: None,
             });
         }
     }

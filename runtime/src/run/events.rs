@@ -99,6 +99,10 @@ pub struct PsEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     pub state: PsState,
+    /// The provider limit one of its requests waits for its turn in (`ps`: `waiting for
+    /// NAME`), if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// Where a thread `ps` lists is.

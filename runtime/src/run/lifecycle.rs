@@ -14,6 +14,7 @@ use crate::limits::Limits;
 use crate::run::catalog::Catalog;
 use crate::run_request::RunRequest;
 use crate::sandbox::engine::LoadedBundle;
+use crate::store::limiter::Caller;
 use crate::store::records::{
     EndStatus, ForkedFrom, Parameters, ScheduledBy, StartRecord, ThreadRecord,
 };
@@ -94,7 +95,7 @@ fn check(store: &Storage, start: &StartRequest, with_data: bool) -> Result<Check
     let config = store.config()?;
     let request = &start.request;
     // Checked with this command's secrets: the ones its worker will be handed.
-    AgentSet::resolve(&config, request, &Secrets::from_env(&config), &descriptor)?;
+    AgentSet::resolve(&config, request, &Secrets::from_env(&config), &descriptor, None)?;
     let cap = Limits::resolve(&config.limits, &request.limits)?.max_rounds;
     let max_rounds = match request.max_rounds {
         Some(asked) if asked > cap => return Err(Error::RoundsOverCap { asked, cap }),
@@ -352,7 +353,12 @@ pub fn agents_for(
 ) -> Result<AgentSet> {
     let request = over.over(&record.start.parameters.options);
     let processes = store.home().agent_processes_file(record.start.thread_id);
-    Ok(AgentSet::resolve(&store.config()?, &request, secrets, &bundle.descriptor)?
+    let caller = Caller {
+        limiter: store.limiter().clone(),
+        workflow: record.start.name.clone(),
+        thread: record.start.thread_id.to_string(),
+    };
+    Ok(AgentSet::resolve(&store.config()?, &request, secrets, &bundle.descriptor, Some(&caller))?
         .with_processes(Arc::new(AgentProcesses::new(processes))))
 }
 

@@ -152,6 +152,7 @@ async fn start_at(
         &RunRequest::default(),
         &Secrets::default(),
         &bundle.descriptor,
+        None,
     )
     .map_err(Stop::Store)?;
     let mut so_far = record.clone();

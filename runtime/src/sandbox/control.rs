@@ -21,6 +21,9 @@ pub struct ThreadControl {
     hand_back: AtomicBool,
     /// What the thread does now, and since when (for `ps`)…
     activity: Mutex<Option<(Activity, u64)>>,
+    /// …and the provider limits its requests wait for their turn in (a name for each request
+    /// waiting: the calls of a step may wait at once).
+    limits: Mutex<Vec<String>>,
     /// …and, in the order they happen, each change of it and each step stored (for
     /// followers: a role is seen at work before its step lands). Made when the first follower
     /// comes: its buffer holds [`FOLLOWER_LAG`] events, a few hundred KiB that a worker's
@@ -71,6 +74,7 @@ impl Default for ThreadControl {
             pause: AtomicBool::new(false),
             hand_back: AtomicBool::new(false),
             activity: Mutex::new(None),
+            limits: Mutex::new(Vec::new()),
             progress: OnceLock::new(),
             steps: AtomicUsize::new(0),
             human: HumanPort::default(),
@@ -93,6 +97,24 @@ impl ThreadControl {
     /// What the thread does now, and since when (ms since the epoch), if an agent is at work.
     pub fn current_activity(&self) -> Option<(Activity, u64)> {
         self.activity.lock().clone()
+    }
+
+    /// The provider limit a request of the thread waits for, if one does.
+    pub fn waiting_for(&self) -> Option<String> {
+        self.limits.lock().first().cloned()
+    }
+
+    /// A request of the thread waits for its turn in provider limit `limit`…
+    pub fn waits_for(&self, limit: &str) {
+        self.limits.lock().push(limit.to_string());
+    }
+
+    /// …and no longer does.
+    pub fn waited_for(&self, limit: &str) {
+        let mut limits = self.limits.lock();
+        if let Some(at) = limits.iter().position(|l| l == limit) {
+            limits.remove(at);
+        }
     }
 
     /// Records what the thread is doing.

@@ -76,6 +76,14 @@ impl TurnHost for ThreadTurns {
         self.control.publish_delta(LiveText { role, turn, text: text.to_string() });
     }
 
+    fn waits_for(&self, limit: &str) {
+        self.control.waits_for(limit);
+    }
+
+    fn waited_for(&self, limit: &str) {
+        self.control.waited_for(limit);
+    }
+
     fn decide<'a>(&'a self, wait: &'a ToolWait) -> BoxFuture<'a, Option<Decision>> {
         Box::pin(self.control.human.decide(&self.role, wait))
     }

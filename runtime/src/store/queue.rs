@@ -109,6 +109,9 @@ pub struct Activity {
     pub role: Option<String>,
     pub agent: Option<String>,
     pub working_since: Option<u64>,
+    /// The provider limit one of its requests waits for its turn in, if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// A thread that is queued, or held by a live worker, as `ps` lists it.

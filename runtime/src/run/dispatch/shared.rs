@@ -110,6 +110,7 @@ impl Dispatch for SharedDispatch {
                     pid: live.worker.as_ref().map(|(_, pid)| *pid),
                     host: live.worker.as_ref().map(|(host, _)| host.clone()),
                     state: if live.worker.is_some() { PsState::Running } else { PsState::Queued },
+                    waiting_for: activity.as_ref().and_then(|a| a.waiting_for.clone()),
                 });
             }
             Ok(entries)

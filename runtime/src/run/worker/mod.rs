@@ -323,6 +323,7 @@ impl Worker {
                     role: now.as_ref().map(|(a, _)| a.role.clone()),
                     agent: now.as_ref().map(|(a, _)| a.agent.clone()),
                     working_since: now.as_ref().map(|(_, since)| *since),
+                    waiting_for: running.control.waiting_for(),
                 };
                 (*id, activity)
             })
@@ -349,6 +350,7 @@ impl Worker {
                     pid: Some(std::process::id()),
                     host: None,
                     state: PsState::Running,
+                    waiting_for: running.control.waiting_for(),
                 }
             })
             .collect();

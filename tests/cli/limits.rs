@@ -1,0 +1,296 @@
+//! Provider limits shared by every thread of every worker: a fleet of threads against a mock
+//! provider that enforces its own limits (it counts requests, tokens and calls in flight on the
+//! test's clock and answers 429 past them, trusting nothing the host counts), on both stores.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use serde_json::{Value, json};
+
+use crate::llm::{by_role, config};
+use crate::{Env, status, wait_until};
+
+/// The limits the mock provider enforces itself, over a minute of the test's clock.
+#[derive(Debug, Clone, Copy, Default)]
+struct Enforced {
+    requests_per_minute: Option<usize>,
+    tokens_per_minute: Option<u64>,
+    concurrent: Option<usize>,
+    /// Answer the first request with 429 and `Retry-After` this many seconds.
+    retry_after_once: Option<u64>,
+}
+
+/// What the provider answered one request.
+#[derive(Debug, Clone)]
+struct Answered {
+    /// When it came, on the test's clock (ms).
+    at: u64,
+    status: u16,
+    tokens: u64,
+}
+
+/// A chat-completions provider on loopback enforcing [`Enforced`], stopped on drop.
+struct LimitedProvider {
+    base_url: String,
+    answered: Arc<Mutex<Vec<Answered>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LimitedProvider {
+    fn start(env: &Env, enforced: Enforced) -> Result<Self> {
+        let server = tiny_http::Server::http("127.0.0.1:0").map_err(|e| anyhow::anyhow!("{e}"))?;
+        let port = server.server_addr().to_ip().unwrap().port();
+        let answered = Arc::new(Mutex::new(Vec::<Answered>::new()));
+        let in_flight = Arc::new(Mutex::new(0usize));
+        let stop = Arc::new(AtomicBool::new(false));
+        let clock = env.clock_file_path();
+        let (answered_in, stop_in) = (answered.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !stop_in.load(Ordering::SeqCst) {
+                let Ok(Some(mut request)) = server.recv_timeout(Duration::from_millis(20)) else {
+                    continue;
+                };
+                let mut text = String::new();
+                let _ = request.as_reader().read_to_string(&mut text);
+                let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                let now: u64 = std::fs::read_to_string(&clock)
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or(0);
+                // The provider's own count of a request: its messages' text, a token for four
+                // bytes, and the twenty tokens of every answer.
+                let tokens = (body["messages"].to_string().len() as u64).div_ceil(4) + 20;
+                let refusal = {
+                    let answered = answered_in.lock().unwrap();
+                    let window: Vec<&Answered> = answered
+                        .iter()
+                        .filter(|a| a.status == 200 && a.at + 60_000 > now)
+                        .collect();
+                    let used: u64 = window.iter().map(|a| a.tokens).sum();
+                    let flying = *in_flight.lock().unwrap();
+                    if enforced.retry_after_once.is_some() && answered.is_empty() {
+                        Some(enforced.retry_after_once)
+                    } else if enforced.requests_per_minute.is_some_and(|max| window.len() >= max)
+                        || enforced.tokens_per_minute.is_some_and(|max| used + tokens > max)
+                        || enforced.concurrent.is_some_and(|max| flying >= max)
+                    {
+                        Some(None)
+                    } else {
+                        None
+                    }
+                };
+                let status = if refusal.is_some() { 429 } else { 200 };
+                answered_in.lock().unwrap().push(Answered { at: now, status, tokens });
+                if refusal.is_none() {
+                    *in_flight.lock().unwrap() += 1;
+                }
+                let in_flight = in_flight.clone();
+                std::thread::spawn(move || {
+                    let response = match refusal {
+                        Some(retry_after) => {
+                            let mut response = tiny_http::Response::from_string(
+                                json!({"error": {"message": "rate limit reached"}}).to_string(),
+                            )
+                            .with_status_code(429);
+                            if let Some(seconds) = retry_after {
+                                response.add_header(
+                                    format!("Retry-After: {seconds}")
+                                        .parse::<tiny_http::Header>()
+                                        .unwrap(),
+                                );
+                            }
+                            response
+                        }
+                        None => {
+                            // A call takes a while: calls overlap, and `concurrent` matters.
+                            std::thread::sleep(Duration::from_millis(150));
+                            let mut reply = by_role(&body);
+                            reply["usage"] =
+                                json!({"prompt_tokens": tokens - 20, "completion_tokens": 20});
+                            *in_flight.lock().unwrap() -= 1;
+                            tiny_http::Response::from_string(reply.to_string())
+                        }
+                    };
+                    let _ = request.respond(response.with_header(
+                        "Content-Type: application/json".parse::<tiny_http::Header>().unwrap(),
+                    ));
+                });
+            }
+        });
+        Ok(LimitedProvider {
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+            answered,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn answered(&self) -> Vec<Answered> {
+        self.answered.lock().unwrap().clone()
+    }
+
+    fn refused(&self) -> usize {
+        self.answered().iter().filter(|a| a.status == 429).count()
+    }
+}
+
+impl Drop for LimitedProvider {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A home whose every role is asked of the provider through the limit `mock-limit`.
+fn limited(env: &Env, provider: &LimitedProvider, limit: &str) -> Result<()> {
+    config(
+        env,
+        &format!(
+            "agent: provider\nagents:\n  provider:\n    kind: openai\n    base_url: {}\n    model: m\n    max_tokens: 50\n    limit: mock-limit\nlimits:\n  mock-limit: {limit}\n",
+            provider.base_url
+        ),
+    )
+}
+
+/// Starts `n` threads of solve-issue in the background; their ids.
+fn start_threads(env: &Env, n: usize) -> Result<Vec<String>> {
+    (0..n)
+        .map(|i| {
+            let out = env.ok(&["run", "solve-issue", "-p", &format!("issue {i}"), "--detach"])?;
+            Ok(out.split_whitespace().find(|w| w.len() == 26).unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+/// The threads `ps` shows waiting for `limit`.
+fn waiting_for(env: &Env, limit: &str) -> Result<usize> {
+    let ps = env.json(&["ps"])?;
+    Ok(ps.as_array().into_iter().flatten().filter(|t| t["waitingFor"] == limit).count())
+}
+
+fn all_completed(env: &Env, threads: &[String]) -> Result<bool> {
+    for thread in threads {
+        match status(env, thread)?.as_str() {
+            "completed" => {}
+            "failed" | "killed" | "interrupted" => {
+                anyhow::bail!("thread {thread} ended {}", status(env, thread)?)
+            }
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+on_both_stores! {
+    /// Four threads of three calls each against a provider that allows six requests a minute
+    /// and two at once: the first six go, the rest wait (shown as waiting for the limit) until
+    /// the minute has passed, and the provider never has to say 429.
+    #[test]
+    fn a_fleet_of_threads_shares_one_limit_and_is_never_refused() -> Result<()> {
+        let env = Env::new()?;
+        env.set_clock(1_000_000_000_000)?;
+        env.add_solve_issue()?;
+        let provider = LimitedProvider::start(
+            &env,
+            Enforced { requests_per_minute: Some(6), concurrent: Some(2), ..Default::default() },
+        )?;
+        limited(&env, &provider, "{requests_per_minute: 6, concurrent: 2}")?;
+        let threads = start_threads(&env, 4)?;
+        wait_until("six calls answered and the others waiting for the limit", || {
+            Ok(provider.answered().len() == 6 && waiting_for(&env, "mock-limit")? > 0)
+        })?;
+        // Nothing more is sent while the minute lasts, however long it takes.
+        std::thread::sleep(Duration::from_millis(800));
+        ensure!(provider.answered().len() == 6, "{:?}", provider.answered());
+        let ps = env.ok(&["ps"])?;
+        ensure!(ps.contains("waiting for mock-limit"), "{ps}");
+        env.advance(Duration::from_secs(61))?;
+        wait_until("the next six calls", || Ok(provider.answered().len() == 12))?;
+        wait_until("every thread completed", || all_completed(&env, &threads))?;
+        ensure!(provider.refused() == 0, "the provider refused calls: {:?}", provider.answered());
+        ensure!(provider.answered().len() == 12);
+        Ok(())
+    }
+
+    /// A provider's 429 with `Retry-After: 5` closes the limit for every thread: no call of it
+    /// is sent until the five seconds (of the test's clock) have passed.
+    #[test]
+    fn a_providers_retry_after_holds_every_thread_of_the_limit() -> Result<()> {
+        let env = Env::new()?;
+        env.set_clock(1_000_000_000_000)?;
+        env.add_solve_issue()?;
+        let provider = LimitedProvider::start(
+            &env,
+            Enforced { retry_after_once: Some(5), ..Default::default() },
+        )?;
+        limited(&env, &provider, "{requests_per_minute: 1000, concurrent: 1}")?;
+        let threads = start_threads(&env, 3)?;
+        wait_until("the 429 and every thread waiting for the limit", || {
+            Ok(provider.refused() == 1 && waiting_for(&env, "mock-limit")? == 3)
+        })?;
+        std::thread::sleep(Duration::from_millis(800));
+        ensure!(provider.answered().len() == 1, "sent while closed: {:?}", provider.answered());
+        env.advance(Duration::from_secs(4))?;
+        std::thread::sleep(Duration::from_millis(500));
+        ensure!(provider.answered().len() == 1, "sent before the 5 s: {:?}", provider.answered());
+        env.advance(Duration::from_secs(2))?;
+        wait_until("every thread completed", || all_completed(&env, &threads))?;
+        let answered = provider.answered();
+        ensure!(answered.len() == 1 + 9 && provider.refused() == 1, "{answered:?}");
+        let reopened = answered[0].at + 5_000;
+        ensure!(answered[1..].iter().all(|a| a.at >= reopened), "{answered:?}");
+        Ok(())
+    }
+
+    /// A thread waiting for its turn in a limit can be paused, and goes on when resumed.
+    #[test]
+    fn a_thread_waiting_for_a_limit_pauses_and_resumes() -> Result<()> {
+        let env = Env::new()?;
+        env.set_clock(1_000_000_000_000)?;
+        env.add_solve_issue()?;
+        let provider = LimitedProvider::start(
+            &env,
+            Enforced { requests_per_minute: Some(1), ..Default::default() },
+        )?;
+        limited(&env, &provider, "{requests_per_minute: 1}")?;
+        let threads = start_threads(&env, 1)?;
+        let thread = &threads[0];
+        wait_until("the thread waiting for its second call", || {
+            Ok(provider.answered().len() == 1 && waiting_for(&env, "mock-limit")? == 1)
+        })?;
+        env.ok(&["pause", thread])?;
+        wait_until("the thread paused", || Ok(status(&env, thread)? == "paused"))?;
+        ensure!(waiting_for(&env, "mock-limit")? == 0);
+        env.advance(Duration::from_secs(61))?;
+        env.ok(&["resume", thread, "--detach"])?;
+        wait_until("the next call", || Ok(provider.answered().len() == 2))?;
+        env.advance(Duration::from_secs(61))?;
+        wait_until("the thread completed", || all_completed(&env, &threads))?;
+        ensure!(provider.refused() == 0 && provider.answered().len() == 3);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_binding_naming_an_unknown_limit_is_refused_with_the_limits_there_are() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    config(
+        &env,
+        "agent: p\nagents:\n  p:\n    kind: openai\n    base_url: http://127.0.0.1:9/v1\n    model: m\n    limit: nope\nlimits:\n  memory: 64MiB\n  openai-main: {requests_per_minute: 5}\n",
+    )?;
+    let err = env.fails(&["run", "solve-issue", "-p", "x"], 65)?;
+    ensure!(err.contains("agents.p.limit") && err.contains("openai-main"), "{err}");
+    config(&env, "limits:\n  openai-main: {requests_per_minute: 0}\n")?;
+    let err = env.fails(&["run", "solve-issue", "-p", "x"], 65)?;
+    ensure!(err.contains("limits.openai-main") && err.contains("more than zero"), "{err}");
+    config(&env, "limits:\n  openai-main: {requests_per_mintue: 5}\n")?;
+    let err = env.fails(&["run", "solve-issue", "-p", "x"], 65)?;
+    ensure!(err.contains("requests_per_mintue"), "{err}");
+    Ok(())
+}
