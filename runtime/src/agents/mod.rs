@@ -6,6 +6,7 @@
 pub mod binding;
 pub mod command;
 pub mod extract;
+pub mod host;
 pub mod human;
 pub mod oauth;
 pub mod openai;
@@ -27,11 +28,12 @@ use crate::telemetry::{self, AgentCall};
 
 pub use binding::{AgentSet, Secrets};
 pub use command::CommandAgent;
+pub use host::TurnHost;
 pub use openai::OpenAiAgent;
 pub use processes::AgentProcesses;
 pub use retry::{RetryPolicy, with_retries};
 pub use scripted::ScriptedAgent;
-pub use tool_loop::{CallTurns, TurnHost};
+pub use tool_loop::CallTurns;
 
 /// What an agent is told: the thread so far, the role it answers as, and any input the bundle
 /// gave this call. This is also the JSON a `command` agent reads on stdin.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::tool_loop::{TurnHost, Unhosted};
+use super::host::{TurnHost, Unhosted};
 use super::tools::ToolSet;
 use super::{AgentFailure, Secrets};
 use crate::store::capacity::{Ask, ProviderLimit};

@@ -1,7 +1,8 @@
 //! `GET /metrics`: what `serve` sees, in the Prometheus text format — threads by status (the
-//! queue depth among them), steps stored, how long agent calls took, and webhook deliveries by
-//! outcome. Read from the store at each scrape (a listing, as `threads` reads it), so every
-//! `serve` on one database reports the same threads; delivery counts are this process's own.
+//! queue depth among them), steps stored, how long agent calls took, each provider limit's use
+//! and the time calls waited for it, and webhook deliveries by outcome. Read from the store at
+//! each scrape (a listing, as `threads` reads it; each limit's shared state), so every `serve`
+//! on one database reports the same threads and limits; delivery counts are this process's own.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -12,6 +13,7 @@ use parking_lot::Mutex;
 use crate::error::Result;
 use crate::ids::ThreadId;
 use crate::store::Storage;
+use crate::store::capacity::LimitUse;
 use crate::store::records::{ThreadStatus, ThreadSummary};
 
 /// Webhook deliveries this process answered, by outcome.
@@ -81,6 +83,71 @@ impl Latencies {
     }
 }
 
+/// A series of a provider limit: its name, its kind, its help, its value in a limit's use.
+type Series = (&'static str, &'static str, &'static str, fn(&LimitUse) -> f64);
+
+/// Each provider limit of config.yaml: its last minute's use and who waits for it, from the
+/// state every worker shares (names are checked when config.yaml is read: safe as labels).
+fn limits(text: &mut String, store: &Storage) -> Result<()> {
+    let config = store.config()?;
+    if config.provider_limits.is_empty() {
+        return Ok(());
+    }
+    let mut uses = Vec::new();
+    for name in config.provider_limits.keys() {
+        uses.push((name, store.limiter().usage(name)?));
+    }
+    let series: [Series; 7] = [
+        (
+            "limit_requests",
+            "gauge",
+            "Requests a provider limit let through in the last minute.",
+            |u| u.requests as f64,
+        ),
+        (
+            "limit_tokens",
+            "gauge",
+            "Tokens counted against a provider limit in the last minute (estimates of calls not yet answered among them).",
+            |u| u.tokens as f64,
+        ),
+        (
+            "limit_in_flight",
+            "gauge",
+            "Requests of a provider limit sent and not yet answered.",
+            |u| u.in_flight as f64,
+        ),
+        ("limit_waiting", "gauge", "Requests waiting for their turn in a provider limit.", |u| {
+            u.waiting as f64
+        }),
+        (
+            "limit_closed",
+            "gauge",
+            "1 while a provider's 429 or Retry-After holds every call of the limit.",
+            |u| f64::from(u8::from(u.closed_until.is_some())),
+        ),
+        (
+            "limit_requests_served_total",
+            "counter",
+            "Requests a provider limit let through, since it was first used.",
+            |u| u.served as f64,
+        ),
+        (
+            "limit_wait_seconds_total",
+            "counter",
+            "Time requests waited for their turn in a provider limit, added up.",
+            |u| u.waited_ms as f64 / 1000.0,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        let name = format!("uncaged_workflow_{name}");
+        let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (limit, used) in &uses {
+            let _ = writeln!(text, "{name}{{limit=\"{limit}\"}} {}", value(used));
+        }
+    }
+    Ok(())
+}
+
 /// The exposition text.
 pub fn render(store: &Storage, deliveries: &Deliveries, latencies: &Latencies) -> Result<String> {
     let summaries = store.threads().summaries()?;
@@ -114,6 +181,7 @@ pub fn render(store: &Storage, deliveries: &Deliveries, latencies: &Latencies) -
     let count: u64 = histogram.buckets.iter().sum();
     let _ = writeln!(text, "{name}_bucket{{le=\"+Inf\"}} {count}");
     let _ = writeln!(text, "{name}_sum {}\n{name}_count {count}", histogram.seconds);
+    limits(&mut text, store)?;
     let _ = writeln!(
         text,
         "# HELP uncaged_workflow_webhook_deliveries_total Webhook deliveries this server \

@@ -76,12 +76,14 @@ pub fn check_name(name: &str) -> std::result::Result<(), String> {
 }
 
 /// The provider limits of `limits:` (its entries whose values are mappings), each checked,
-/// and every `limit:` of a binding naming one of them (read with the rest of config.yaml).
-pub fn configured(
-    config: &crate::store::config::Config,
+/// and every limit the `bindings` name (binding, limit) one of them; read with the rest of
+/// config.yaml.
+pub fn configured<'a>(
+    limits: &BTreeMap<String, serde_yaml::Value>,
+    bindings: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> std::result::Result<BTreeMap<String, ProviderLimit>, String> {
     let mut found = BTreeMap::new();
-    for (name, value) in config.limits.iter().filter(|(_, v)| v.is_mapping()) {
+    for (name, value) in limits.iter().filter(|(_, v)| v.is_mapping()) {
         check_name(name).map_err(|e| format!("limits.{}: {e}", crate::terminal::line(name)))?;
         if crate::limits::KEYS.split(", ").any(|key| key == name) {
             return Err(format!(
@@ -93,10 +95,8 @@ pub fn configured(
         limit.check().map_err(|e| format!("limits.{name}: {e}"))?;
         found.insert(name.clone(), limit);
     }
-    for (binding, agent) in &config.agents {
-        if let crate::store::config::AgentKind::OpenAi { limit: Some(limit), .. } = &agent.kind
-            && !found.contains_key(limit)
-        {
+    for (binding, limit) in bindings {
+        if !found.contains_key(limit) {
             let known: Vec<&str> = found.keys().map(String::as_str).collect();
             return Err(format!(
                 "agents.{binding}.limit: no provider limit `{}` under `limits:` ({})",
@@ -163,6 +163,12 @@ pub struct LimitState {
     pub waiters: Vec<Waiter>,
     #[serde(default)]
     pub grants: Vec<Grant>,
+    /// Calls let through since the limit was first used, and the time they waited for their
+    /// turn, added up (ms): counters every process adds to, for `/metrics`.
+    #[serde(default)]
+    pub served: u64,
+    #[serde(default)]
+    pub waited_ms: u64,
 }
 
 /// How far a limit is used, as `/metrics` and `limits` show it.
@@ -177,6 +183,9 @@ pub struct LimitUse {
     pub waiting: u64,
     /// Closed by a provider until then (ms since the epoch), if it still is.
     pub closed_until: Option<u64>,
+    /// Calls let through since the limit was first used, and the time they waited (ms).
+    pub served: u64,
+    pub waited_ms: u64,
 }
 
 /// What one round of admission decided for the waiters of the process that ran it.
@@ -270,6 +279,8 @@ impl LimitState {
             used.in_flight += 1;
             if mine.contains(&ticket) {
                 let thread = waiter.thread.clone();
+                self.served += 1;
+                self.waited_ms += now.saturating_sub(waiter.since);
                 self.last += 1;
                 let id = self.last;
                 self.grants.push(Grant {
@@ -351,6 +362,8 @@ impl LimitState {
             in_flight: self.grants.iter().filter(|g| g.in_flight).count() as u64,
             waiting: self.waiters.len() as u64,
             closed_until: Some(self.closed_until).filter(|until| *until > now),
+            served: self.served,
+            waited_ms: self.waited_ms,
         }
     }
 }

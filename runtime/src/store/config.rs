@@ -446,7 +446,14 @@ impl Config {
                 corrupt(if path == "." { reason } else { format!("{path}: {reason}") })
             })?
         };
-        config.provider_limits = crate::store::capacity::configured(&config).map_err(corrupt)?;
+        let bindings = config.agents.iter().filter_map(|(binding, agent)| match &agent.kind {
+            AgentKind::OpenAi { limit: Some(limit), .. } => {
+                Some((binding.as_str(), limit.as_str()))
+            }
+            _ => None,
+        });
+        config.provider_limits =
+            crate::store::capacity::configured(&config.limits, bindings).map_err(corrupt)?;
         config.limits.retain(|name, _| !config.provider_limits.contains_key(name));
         // Limits are checked here too, so that a mistake names the file and the key.
         crate::limits::Limits::resolve(&config.limits, &Default::default()).map_err(
@@ -559,19 +566,14 @@ fn check_keys(value: &serde_yaml::Value) -> std::result::Result<(), String> {
         }
     }
     if let Some(limits) = top.get("limits").and_then(|l| l.as_mapping()) {
-        // A mapping names a provider limit; anything else is a sandbox limit's value.
-        let (named, sandbox): (serde_yaml::Mapping, serde_yaml::Mapping) =
-            limits.clone().into_iter().partition(|(_, value)| value.is_mapping());
+        // A mapping is a provider limit, whose keys `capacity::configured` checks.
+        let sandbox: serde_yaml::Mapping = limits
+            .iter()
+            .filter(|(_, v)| !v.is_mapping())
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let valid: Vec<&str> = crate::limits::KEYS.split(", ").collect();
         known(&sandbox, &valid, "limits.")?;
-        for (name, keys) in &named {
-            let name = name.as_str().unwrap_or("?");
-            known(
-                keys.as_mapping().expect("a mapping"),
-                crate::store::capacity::LIMIT_KEYS,
-                &format!("limits.{name}."),
-            )?;
-        }
     }
     Ok(())
 }
