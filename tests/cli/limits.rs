@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use serde_json::{Value, json};
 
 use crate::llm::{by_role, config};
-use crate::{Env, status, wait_until};
+use crate::{Env, Serve, status, wait_until};
 
 /// The limits the mock provider enforces itself, over a minute of the test's clock.
 #[derive(Debug, Clone, Copy, Default)]
@@ -20,6 +20,8 @@ struct Enforced {
     concurrent: Option<usize>,
     /// Answer the first request with 429 and `Retry-After` this many seconds.
     retry_after_once: Option<u64>,
+    /// Never answer the first request (its caller is killed while it is in flight).
+    hold_first: bool,
 }
 
 /// What the provider answered one request.
@@ -36,6 +38,8 @@ struct LimitedProvider {
     base_url: String,
     answered: Arc<Mutex<Vec<Answered>>>,
     stop: Arc<AtomicBool>,
+    /// The client of the held first request is gone.
+    client_gone: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -46,8 +50,10 @@ impl LimitedProvider {
         let answered = Arc::new(Mutex::new(Vec::<Answered>::new()));
         let in_flight = Arc::new(Mutex::new(0usize));
         let stop = Arc::new(AtomicBool::new(false));
+        let client_gone = Arc::new(AtomicBool::new(false));
         let clock = env.clock_file_path();
         let (answered_in, stop_in) = (answered.clone(), stop.clone());
+        let client_gone_in = client_gone.clone();
         let thread = std::thread::spawn(move || {
             while !stop_in.load(Ordering::SeqCst) {
                 let Ok(Some(mut request)) = server.recv_timeout(Duration::from_millis(20)) else {
@@ -87,8 +93,19 @@ impl LimitedProvider {
                 if refusal.is_none() {
                     *in_flight.lock().unwrap() += 1;
                 }
-                let in_flight = in_flight.clone();
+                let (in_flight, client_gone) = (in_flight.clone(), client_gone_in.clone());
+                let held = enforced.hold_first && answered_in.lock().unwrap().len() == 1;
                 std::thread::spawn(move || {
+                    if held {
+                        // Held until its client is gone (the test kills it, then says so):
+                        // then the call no longer counts as in flight, as a provider sees a
+                        // connection close.
+                        while !client_gone.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        *in_flight.lock().unwrap() -= 1;
+                        return;
+                    }
                     let response = match refusal {
                         Some(retry_after) => {
                             let mut response = tiny_http::Response::from_string(
@@ -124,6 +141,7 @@ impl LimitedProvider {
             base_url: format!("http://127.0.0.1:{port}/v1"),
             answered,
             stop,
+            client_gone,
             thread: Some(thread),
         })
     }
@@ -140,10 +158,23 @@ impl LimitedProvider {
 impl Drop for LimitedProvider {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.client_gone.store(true, Ordering::SeqCst);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
+}
+
+/// The body of `GET path` from a server of the test's on `addr` (plain HTTP/1.0).
+fn get(addr: &str, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").context("an HTTP response")?;
+    ensure!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "{head}");
+    Ok(body.to_string())
 }
 
 /// A home whose every role is asked of the provider through the limit `mock-limit`.
@@ -209,11 +240,32 @@ on_both_stores! {
         ensure!(provider.answered().len() == 6, "{:?}", provider.answered());
         let ps = env.ok(&["ps"])?;
         ensure!(ps.contains("waiting for mock-limit"), "{ps}");
+        // The limit's use as Prometheus reads it, from the state every worker shares.
+        let serve = Serve::start(&env, &[], &[])?;
+        let metrics = get(&serve.addr, "/metrics")?;
+        let series = |name: &str| -> Result<f64> {
+            let prefix = format!("uncaged_workflow_{name}{{limit=\"mock-limit\"}} ");
+            let line = metrics.lines().find(|l| l.starts_with(&prefix));
+            Ok(line.with_context(|| format!("{prefix} in {metrics}"))?[prefix.len()..].parse()?)
+        };
+        ensure!(series("limit_requests")? == 6.0 && series("limit_requests_served_total")? == 6.0);
+        ensure!(series("limit_waiting")? >= 1.0 && series("limit_closed")? == 0.0, "{metrics}");
         env.advance(Duration::from_secs(61))?;
         wait_until("the next six calls", || Ok(provider.answered().len() == 12))?;
         wait_until("every thread completed", || all_completed(&env, &threads))?;
         ensure!(provider.refused() == 0, "the provider refused calls: {:?}", provider.answered());
         ensure!(provider.answered().len() == 12);
+        let metrics = get(&serve.addr, "/metrics")?;
+        ensure!(
+            metrics.contains("uncaged_workflow_limit_requests_served_total{limit=\"mock-limit\"} 12"),
+            "{metrics}"
+        );
+        // Those held over the minute waited the 61 s the clock moved, at least.
+        let waited = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("uncaged_workflow_limit_wait_seconds_total{limit=\"mock-limit\"} "))
+            .context("the wait counter")?;
+        ensure!(waited.parse::<f64>()? >= 61.0, "{metrics}");
         Ok(())
     }
 
@@ -244,6 +296,51 @@ on_both_stores! {
         ensure!(answered.len() == 1 + 9 && provider.refused() == 1, "{answered:?}");
         let reopened = answered[0].at + 5_000;
         ensure!(answered[1..].iter().all(|a| a.at >= reopened), "{answered:?}");
+        Ok(())
+    }
+
+    /// `kill -9` of a worker whose call is in flight: the call's place in the limit is given
+    /// back when its lease (15 s of the test's clock) runs out, not before, and the thread,
+    /// resumed, completes without the provider ever refusing a call.
+    #[test]
+    fn a_killed_workers_call_gives_its_place_back_by_lease() -> Result<()> {
+        let env = Env::new()?;
+        env.set_clock(1_000_000_000_000)?;
+        env.add_solve_issue()?;
+        let provider = LimitedProvider::start(
+            &env,
+            Enforced { concurrent: Some(1), hold_first: true, ..Default::default() },
+        )?;
+        limited(&env, &provider, "{concurrent: 1}")?;
+        // A short lease of the thread itself on a database, so that it can be resumed soon.
+        let lease = [("UNCAGED_WORKFLOW_LEASE_MS", "1000")];
+        let run = env.run_with(&["run", "solve-issue", "-p", "x", "--detach"], &lease)?;
+        ensure!(run.code == 0, "{run:?}");
+        let thread = run.stdout.split_whitespace().find(|w| w.len() == 26).unwrap_or_default();
+        wait_until("the first call in flight", || Ok(provider.answered().len() == 1))?;
+        env.kill_the_worker()?;
+        provider.client_gone.store(true, Ordering::SeqCst);
+        wait_until("the thread resumed by a new worker", || {
+            Ok(env.run_with(&["resume", thread, "--detach"], &lease)?.code == 0)
+        })?;
+        wait_until("its call waiting for the dead worker's place", || {
+            Ok(waiting_for(&env, "mock-limit")? == 1)
+        })?;
+        std::thread::sleep(Duration::from_millis(800));
+        ensure!(provider.answered().len() == 1, "sent before the lease ran out");
+        env.advance(Duration::from_secs(16))?;
+        wait_until("the thread completed", || all_completed(&env, &[thread.to_string()]))
+            .with_context(|| {
+                format!(
+                    "{:?}\n{:?}\n{}",
+                    provider.answered(),
+                    env.run(&["ps", "--json"]).map(|r| r.stdout),
+                    std::fs::read_to_string(env.home().join("limits/mock-limit.json"))
+                        .unwrap_or_default()
+                )
+            })?;
+        // The cut call was never answered, so it was asked again; every other once.
+        ensure!(provider.answered().len() == 4 && provider.refused() == 0, "{:?}", provider.answered());
         Ok(())
     }
 
