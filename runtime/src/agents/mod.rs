@@ -14,6 +14,7 @@ pub mod planner;
 pub mod processes;
 pub mod retry;
 pub mod scripted;
+pub mod tool_calls;
 pub mod tool_loop;
 pub mod tools;
 

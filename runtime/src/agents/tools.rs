@@ -1,19 +1,26 @@
 //! A durable agent's tools: the MCP servers its binding names (`tools:` in config.yaml),
-//! connected for one agent call through the official Rust SDK, their tools offered to the
-//! model under names it can call, and each call checked, bounded and redacted.
+//! connected through the official Rust SDK, their tools offered to the model under names it
+//! can call, and each call checked, bounded and redacted.
+//!
+//! A server run over stdio is started once per thread: the thread's [`ToolSet`] (bound with
+//! the thread's agents) keeps it for every later agent call and turn of the thread while it
+//! runs, and it stops with them — when the thread rests, ends or is killed — or is started
+//! again after a crash (its process group, listed for the thread, is stopped first). Nothing
+//! is shared between threads. A server reached over HTTP is connected for each call.
 //!
 //! The servers run with the authority of whoever configured them; what comes back from them
 //! is untrusted text. So a server process gets only the variables its binding names (and
-//! `PATH`), in a process group of its own that dies with the call; an argument is checked
-//! against the tool's input schema before the server sees it; a result is cut to its binding's
-//! size and has every secret the host holds redacted before the model or the journal sees it.
+//! `PATH`), in a process group of its own that dies with its thread's run; an argument is
+//! checked against the tool's input schema before the server sees it; a result is cut to its
+//! binding's size and has every secret the host holds redacted before the model or the journal
+//! sees it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject, Tool,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
 };
 use rmcp::service::{RoleClient, RunningService, ServiceExt};
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -24,8 +31,9 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
 use super::processes::{GroupGuard, Reaped, spawn_group};
+use super::tool_calls::content_text;
+pub use super::tool_calls::{Offered, ToolOutcome, bounded, model_name};
 use super::{AgentFailure, AgentProcesses, Secrets};
-use crate::limits::Size;
 use crate::store::credentials::CredentialBackend;
 use crate::store::tool_servers::{DEFAULT_MAX_RESULT_BYTES, DEFAULT_TOOL_TIMEOUT, ToolServer};
 
@@ -36,8 +44,9 @@ const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// How much of a server's standard error a failure message quotes.
 const STDERR_TAIL: usize = 400;
 
-/// The tool servers of one binding, with the values of the variables they name.
-#[derive(Debug, Clone)]
+/// The tool servers of one binding in one thread, with the values of the variables they name,
+/// and those of its servers run over stdio once started.
+#[derive(Debug)]
 pub struct ToolSet {
     servers: Vec<(String, ToolServer)>,
     /// The values of the variables the servers name (their env, their headers' `${NAME}`).
@@ -47,6 +56,25 @@ pub struct ToolSet {
     /// Tools a person approves before each call beside the bindings' own, as a run asked
     /// (`server.tool`, `server.*`).
     approve: Vec<String>,
+    /// Each stdio server of the binding once started, kept for the thread's later calls (a
+    /// slot per server; one reached over HTTP is connected per call and never kept here).
+    live: Vec<Slot>,
+}
+
+/// Where a connected server is kept: started again when it is found gone (it died).
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Server>>>>;
+
+/// A copy keeps no server of the original's: a server's state belongs to one thread.
+impl Clone for ToolSet {
+    fn clone(&self) -> Self {
+        ToolSet {
+            servers: self.servers.clone(),
+            values: self.values.clone(),
+            cwd: self.cwd.clone(),
+            approve: self.approve.clone(),
+            live: self.servers.iter().map(|_| Slot::default()).collect(),
+        }
+    }
 }
 
 impl ToolSet {
@@ -74,8 +102,9 @@ impl ToolSet {
                     .map_err(|e| format!("tools.{name}: {e}"))?;
             }
         }
-        let servers = servers.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
-        Ok(ToolSet { servers, values, cwd: cwd.map(Path::to_path_buf), approve: Vec::new() })
+        let servers: Vec<_> = servers.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
+        let live = servers.iter().map(|_| Slot::default()).collect();
+        Ok(ToolSet { servers, values, cwd: cwd.map(Path::to_path_buf), approve: Vec::new(), live })
     }
 
     /// Has a person approve each call of the tools `patterns` name too.
@@ -83,10 +112,11 @@ impl ToolSet {
         self.approve.extend(patterns.iter().cloned());
     }
 
-    /// Starts or reaches every server, lists their tools, and keeps those the model may be
-    /// offered: the ones each binding allows, and of them, when `offered` is given (the set
-    /// this call was first offered, from its journal), only those — a tool a server added
-    /// since is not offered.
+    /// Reaches every server (a stdio server this thread started before, unless it died, or
+    /// one started now), lists their tools, and keeps those the model may be offered: the
+    /// ones each binding allows, and of them, when `offered` is given (the set this call was
+    /// first offered, from its journal), only those — a tool a server added since is not
+    /// offered.
     pub async fn connect(
         self: &Arc<Self>,
         processes: Option<&Arc<AgentProcesses>>,
@@ -94,43 +124,51 @@ impl ToolSet {
         credentials: Option<Arc<dyn CredentialBackend>>,
     ) -> Result<ToolBox, AgentFailure> {
         let credentials = credentials.as_ref();
-        let connecting = self.servers.iter().map(|(name, server)| async move {
-            let timeout = server.timeout.map_or(DEFAULT_TOOL_TIMEOUT, |t| t.0);
-            let started = self.start(name, server, processes, credentials);
-            let connected = tokio::time::timeout(timeout, started).await.unwrap_or_else(|_| {
-                Err(AgentFailure::Failed {
-                    message: format!(
-                        "tool server `{name}` did not answer within {}",
-                        humantime::format_duration(timeout)
-                    ),
-                    transient: true,
-                })
-            })?;
-            let listed = tokio::time::timeout(timeout, connected.client.list_all_tools())
-                .await
-                .map_err(|_| AgentFailure::Failed {
-                    message: format!("tool server `{name}` did not list its tools in time"),
-                    transient: true,
-                })?
-                .map_err(|e| AgentFailure::Failed {
-                    message: format!("tool server `{name}` could not list its tools: {e}"),
-                    transient: true,
-                })?;
-            Ok::<_, AgentFailure>((connected, listed))
-        });
-        let mut servers = Vec::new();
+        let connecting =
+            self.servers.iter().enumerate().map(|(index, (name, server))| async move {
+                let timeout = server.timeout.map_or(DEFAULT_TOOL_TIMEOUT, |t| t.0);
+                let slot = match server.command.is_some() {
+                    true => self.live[index].clone(),
+                    false => Slot::default(),
+                };
+                let connected =
+                    self.reach(&slot, index, processes, credentials).await.map_err(|failure| {
+                        match failure {
+                            Reached::Late => AgentFailure::Failed {
+                                message: format!(
+                                    "tool server `{name}` did not answer within {}",
+                                    humantime::format_duration(timeout)
+                                ),
+                                transient: true,
+                            },
+                            Reached::Failed(failure) => failure,
+                        }
+                    })?;
+                let listed = tokio::time::timeout(timeout, connected.client.list_all_tools())
+                    .await
+                    .map_err(|_| AgentFailure::Failed {
+                        message: format!("tool server `{name}` did not list its tools in time"),
+                        transient: true,
+                    })?
+                    .map_err(|e| AgentFailure::Failed {
+                        message: format!("tool server `{name}` could not list its tools: {e}"),
+                        transient: true,
+                    })?;
+                Ok::<_, AgentFailure>((slot, connected, listed))
+            });
+        let mut slots = Vec::new();
         let mut tools = Vec::new();
         for (index, connected) in
             futures::future::join_all(connecting).await.into_iter().enumerate()
         {
-            let (server, listed) = connected?;
+            let (slot, server, listed) = connected?;
             let config = &self.servers[index].1;
             for tool in listed {
                 if let Some(offer) = Offered::of(index, &server.name, config, tool, &self.approve) {
                     tools.push(offer);
                 }
             }
-            servers.push(tokio::sync::Mutex::new(Arc::new(server)));
+            slots.push(slot);
         }
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         // Two tools the model would know by one name: neither is offered (which one it meant
@@ -144,12 +182,36 @@ impl ToolSet {
             tools.retain(|t| offered.contains(&t.name));
         }
         Ok(ToolBox {
-            servers,
+            slots,
             tools,
             set: self.clone(),
             processes: processes.cloned(),
             credentials: credentials.cloned(),
         })
+    }
+
+    /// The server `slot` keeps for server `index`, started (within its timeout) if it has
+    /// none or the one it has is gone.
+    async fn reach(
+        &self,
+        slot: &Slot,
+        index: usize,
+        processes: Option<&Arc<AgentProcesses>>,
+        credentials: Option<&Arc<dyn CredentialBackend>>,
+    ) -> Result<Arc<Server>, Reached> {
+        let (name, server) = &self.servers[index];
+        let mut kept = slot.lock().await;
+        if let Some(live) = kept.as_ref().filter(|s| !s.client.is_transport_closed()) {
+            return Ok(live.clone());
+        }
+        let timeout = server.timeout.map_or(DEFAULT_TOOL_TIMEOUT, |t| t.0);
+        let started = self.start(name, server, processes, credentials);
+        let started = match tokio::time::timeout(timeout, started).await {
+            Ok(started) => Arc::new(started.map_err(Reached::Failed)?),
+            Err(_) => return Err(Reached::Late),
+        };
+        *kept = Some(started.clone());
+        Ok(started)
     }
 
     /// Starts or reaches one server and does the MCP handshake.
@@ -277,7 +339,7 @@ where
     info.serve(StreamableHttpClientTransport::with_client(client, config)).await
 }
 
-/// A connected server.
+/// A connected server (shown by name: its client and process say nothing more to a reader).
 struct Server {
     name: String,
     client: RunningService<RoleClient, ClientConfig>,
@@ -285,6 +347,12 @@ struct Server {
     /// the guard that kills its process group (what it started) and unlists it.
     _process: Option<(Reaped, Option<GroupGuard>)>,
     stderr: Option<StderrTail>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("name", &self.name).finish_non_exhaustive()
+    }
 }
 
 /// The end of what a server printed on its standard error, for the message when it fails.
@@ -322,93 +390,22 @@ fn with_tail(message: String, tail: &str) -> String {
     if tail.is_empty() { message } else { format!("{message}: {tail}") }
 }
 
-/// A tool the model may call.
-#[derive(Debug)]
-pub struct Offered {
-    /// As the model calls it: `server__tool`.
-    pub name: String,
-    /// As config.yaml names it: `server.tool`.
-    pub label: String,
-    server: usize,
-    tool: Tool,
-    validator: Option<jsonschema::Validator>,
-    /// A person says yes before each call (`approve:`).
-    pub approve: bool,
-    /// A call a crash cut may be made again: the tool says it reads only, or may be repeated,
-    /// or its binding lists it in `safe_to_repeat:`.
-    pub safe_to_repeat: bool,
-}
-
-impl Offered {
-    /// `tool` of server `name` as offered, if its binding allows it.
-    fn of(
-        server: usize,
-        name: &str,
-        config: &ToolServer,
-        tool: Tool,
-        approve: &[String],
-    ) -> Option<Self> {
-        let local = tool.name.to_string();
-        if config.allow.as_ref().is_some_and(|allow| !allow.contains(&local)) {
-            return None;
-        }
-        let hints = tool.annotations.as_ref();
-        let safe_to_repeat = config.safe_to_repeat.contains(&local)
-            || hints
-                .is_some_and(|h| h.read_only_hint == Some(true) || h.idempotent_hint == Some(true));
-        // A schema the validator cannot compile is offered all the same: the server checks
-        // what it is sent.
-        let validator =
-            jsonschema::validator_for(&Value::Object((*tool.input_schema).clone())).ok();
-        Some(Offered {
-            name: model_name(name, &local),
-            label: format!("{name}.{local}"),
-            server,
-            approve: config.approve.contains(&local)
-                || approve
-                    .iter()
-                    .any(|p| *p == format!("{name}.{local}") || *p == format!("{name}.*")),
-            safe_to_repeat,
-            validator,
-            tool,
-        })
-    }
-}
-
-/// The name a model calls `tool` of server `server` by: `server__tool`, with what a function
-/// name may not hold (OpenAI's `^[a-zA-Z0-9_-]{1,64}$`) replaced by `_`.
-pub fn model_name(server: &str, tool: &str) -> String {
-    let name: String = format!("{server}__{tool}")
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
-        .collect();
-    name.chars().take(64).collect()
+/// Why a server could not be reached.
+enum Reached {
+    /// It did not start within its timeout.
+    Late,
+    Failed(AgentFailure),
 }
 
 /// The servers of one agent call, connected, and the tools their model is offered.
 pub struct ToolBox {
-    /// Each server, started again when it is found gone (it died in a call).
-    servers: Vec<tokio::sync::Mutex<Arc<Server>>>,
+    /// Where each server is kept (the thread's slot of a stdio server, this call's own of one
+    /// over HTTP), started again when it is found gone (it died in a call).
+    slots: Vec<Slot>,
     tools: Vec<Offered>,
     set: Arc<ToolSet>,
     processes: Option<Arc<AgentProcesses>>,
     credentials: Option<Arc<dyn CredentialBackend>>,
-}
-
-/// What a tool call came to, as the model is given it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolOutcome {
-    pub content: String,
-    pub is_error: bool,
-    /// The result's size before it was cut, when it was.
-    pub cut_from: Option<u64>,
-}
-
-impl ToolOutcome {
-    /// A failure the model is told of (it may try something else).
-    pub fn error(message: impl Into<String>) -> Self {
-        ToolOutcome { content: message.into(), is_error: true, cut_from: None }
-    }
 }
 
 impl ToolBox {
@@ -480,30 +477,21 @@ impl ToolBox {
         let (name, settings) = &self.set.servers[tool.server];
         let timeout = settings.timeout.map_or(DEFAULT_TOOL_TIMEOUT, |t| t.0);
         let max = settings.max_result_bytes.unwrap_or(DEFAULT_MAX_RESULT_BYTES);
-        let server = {
-            let mut slot = self.servers[tool.server].lock().await;
-            // A server that died (in an earlier call) is started again for this one.
-            if slot.client.is_transport_closed() {
-                let started = self.set.start(
-                    name,
-                    settings,
-                    self.processes.as_ref(),
-                    self.credentials.as_ref(),
-                );
-                match tokio::time::timeout(timeout, started).await {
-                    Ok(Ok(server)) => *slot = Arc::new(server),
-                    Ok(Err(failure)) => {
-                        return bounded(ToolOutcome::error(failure.to_string()), max, secrets);
-                    }
-                    Err(_) => {
-                        return ToolOutcome::error(format!(
-                            "tool server `{name}` was gone, and did not start again within {}",
-                            humantime::format_duration(timeout)
-                        ));
-                    }
-                }
+        // A server that died (in an earlier call) is started again for this one.
+        let slot = &self.slots[tool.server];
+        let reached =
+            self.set.reach(slot, tool.server, self.processes.as_ref(), self.credentials.as_ref());
+        let server = match reached.await {
+            Ok(server) => server,
+            Err(Reached::Failed(failure)) => {
+                return bounded(ToolOutcome::error(failure.to_string()), max, secrets);
             }
-            slot.clone()
+            Err(Reached::Late) => {
+                return ToolOutcome::error(format!(
+                    "tool server `{name}` was gone, and did not start again within {}",
+                    humantime::format_duration(timeout)
+                ));
+            }
         };
         let params = CallToolRequestParams::new(tool.tool.name.clone()).with_arguments(arguments);
         let outcome = match tokio::time::timeout(timeout, server.client.call_tool(params)).await {
@@ -539,52 +527,17 @@ impl ToolBox {
         bounded(outcome, max, secrets)
     }
 
-    /// Closes every connection (a server process is killed with its group as well).
+    /// Closes this call's own connections (to servers over HTTP); the thread's stdio servers
+    /// stay for its next call, and stop with its run.
     pub async fn close(self) {
-        for server in self.servers {
-            if let Ok(server) = Arc::try_unwrap(server.into_inner()) {
+        for (index, slot) in self.slots.into_iter().enumerate() {
+            if Arc::ptr_eq(&slot, &self.set.live[index]) {
+                continue;
+            }
+            let kept = slot.lock().await.take();
+            if let Some(server) = kept.and_then(|server| Arc::try_unwrap(server).ok()) {
                 let _ = server.client.cancel().await;
             }
         }
     }
-}
-
-/// A block of a tool result as text: its text, or a line saying what it was.
-fn content_text(block: &impl serde::Serialize) -> String {
-    let value = serde_json::to_value(block).unwrap_or(Value::Null);
-    let kind = value["type"].as_str().unwrap_or("content");
-    match kind {
-        "text" => value["text"].as_str().unwrap_or_default().to_string(),
-        "resource" => match value["resource"]["text"].as_str() {
-            Some(text) => text.to_string(),
-            None => {
-                format!("[a binary resource: {}]", value["resource"]["uri"].as_str().unwrap_or("?"))
-            }
-        },
-        "resource_link" => format!("[a resource: {}]", value["uri"].as_str().unwrap_or("?")),
-        other => {
-            let bytes = value["data"].as_str().map_or(0, |d| d.len() / 4 * 3);
-            let mime = value["mimeType"].as_str().unwrap_or("?");
-            format!("[{other} ({mime}, {}), not shown]", Size(bytes))
-        }
-    }
-}
-
-/// `outcome` as the model and the journal may have it: every secret redacted, and cut to
-/// `max` bytes (at a character boundary) with a marker saying how much there was.
-pub fn bounded(mut outcome: ToolOutcome, max: usize, secrets: &Secrets) -> ToolOutcome {
-    // Redacted first: a cut through a secret would leave its head unredacted.
-    outcome.content = secrets.redact(&outcome.content);
-    if outcome.content.len() > max {
-        let size = outcome.content.len();
-        let end = (0..=max).rev().find(|&i| outcome.content.is_char_boundary(i)).unwrap_or(0);
-        outcome.content.truncate(end);
-        outcome.content.push_str(&format!(
-            "\n[… cut: the result was {}, of which the first {} are shown]",
-            Size(size),
-            Size(end)
-        ));
-        outcome.cut_from = Some(size as u64);
-    }
-    outcome
 }
