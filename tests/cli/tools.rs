@@ -964,3 +964,55 @@ impl Drop for KillOnDrop {
         let _ = std::process::Command::new("kill").args(["-9", &self.0.to_string()]).status();
     }
 }
+
+/// A workflow of three roles, each answered by the one binding `coder`.
+const THREE_ROLES_YAML: &str = "description: Three roles ask one durable agent\n\
+roles:\n  a: {description: A, system_prompt: You are a., schema: {type: object, required: [summary], properties: {summary: {type: string}}}}\n  \
+b: {description: B, system_prompt: You are b., schema: {type: object, required: [summary], properties: {summary: {type: string}}}}\n  \
+c: {description: C, system_prompt: You are c., schema: {type: object, required: [summary], properties: {summary: {type: string}}}}\n\
+graph:\n  - from: $START\n    transitions: [{to: a}]\n  - from: a\n    transitions: [{to: b}]\n  \
+- from: b\n    transitions: [{to: c}]\n  - from: c\n    transitions: [{to: $END}]\n";
+
+/// The process ids of the ledger server's starts, in order.
+fn server_starts(ledger: &Path) -> Vec<u64> {
+    let starts = std::fs::read_to_string(ledger.with_extension("starts")).unwrap_or_default();
+    starts.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+on_both_stores! {
+
+/// Three agent calls of one thread, each appending through the ledger server over stdio: the
+/// server is started once for the thread, used by every call, and stopped when the thread
+/// ends; a second thread starts its own.
+#[test]
+fn a_threads_stdio_tool_server_is_started_once_and_stops_with_it() -> Result<()> {
+    let model = MockModel::start(|body| {
+        let system = body["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+        match turn_of(body) {
+            1 => Turn::call("ledger__append", json!({"entry": system})),
+            _ => Turn::answer(DONE),
+        }
+    })?;
+    let env = workbench(&model, "", &ledger_server("")?)?;
+    let flow = env.write("three.yaml", THREE_ROLES_YAML)?;
+    env.ok(&["add", "three", flow.to_str().context("path")?])?;
+    let config = std::fs::read_to_string(env.home().join("config.yaml"))?
+        .replace("roles:\n  developer: coder\n", "roles:\n  a: coder\n  b: coder\n  c: coder\n");
+    std::fs::write(env.home().join("config.yaml"), config)?;
+    let ledger = env.dir.path().join("ledger");
+    let run = with_ledger(&env, &["run", "three", "-p", "Keep a ledger"], &ledger)?;
+    ensure!(run.code == 0, "{run:?}");
+    ensure!(
+        ledger_lines(&ledger) == ["You are a.", "You are b.", "You are c."],
+        "{:?}",
+        ledger_lines(&ledger)
+    );
+    let starts = server_starts(&ledger);
+    ensure!(starts.len() == 1, "the server started {} times for one thread", starts.len());
+    wait_until("the server stopped with its thread", || Ok(!crate::alive(starts[0])))?;
+    let run = with_ledger(&env, &["run", "three", "-p", "Again"], &ledger)?;
+    ensure!(run.code == 0, "{run:?}");
+    ensure!(server_starts(&ledger).len() == 2, "a thread starts its own server");
+    Ok(())
+}
+}

@@ -7,7 +7,8 @@ middle of a call, and `environment` tells which variables the server was given. 
 first `append`, the server adds a tool `late`: a durable agent must not offer it to a call that
 started before.
 
-The ledger is the file the LEDGER_FILE variable names. A file next to it named
+The ledger is the file the LEDGER_FILE variable names; each start of the server adds its
+process id to `<ledger>.starts`. A file next to it named
 `<ledger>.hang`, holding an entry, makes the `append` of that entry hang after writing, until
 killed: a call cut in the middle.
 """
@@ -20,6 +21,8 @@ from mcp.types import ToolAnnotations
 
 server = MCPServer("ledger")
 LEDGER = os.environ["LEDGER_FILE"]
+with open(LEDGER + ".starts", "a") as starts:
+    starts.write(f"{os.getpid()}\n")
 
 
 def late() -> str:

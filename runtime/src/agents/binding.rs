@@ -105,6 +105,7 @@ impl AgentSet {
             prices,
             approve: &request.approve,
             caller,
+            bound: Default::default(),
         };
         let default = match (&request.agent, &config.agent) {
             (Some(spec), _) => binder.bind(spec, false)?,
@@ -191,6 +192,9 @@ struct Binder<'a> {
     approve: &'a [String],
     /// For whom the calls are made (see [`AgentSet::resolve`]).
     caller: Option<&'a Caller>,
+    /// The bindings of config.yaml bound so far: roles bound to one binding share one agent
+    /// in a thread (its tool servers, started once for all of them).
+    bound: std::cell::RefCell<BTreeMap<String, Bound>>,
 }
 
 impl Binder<'_> {
@@ -204,7 +208,12 @@ impl Binder<'_> {
             |reason: String| Error::InvalidAgent { binding: label.clone(), reason, in_config };
         let cwd = self.cwd.map(Path::to_path_buf);
         if let Some(config) = self.config.agents.get(&label) {
-            return self.bind_config(&label, config);
+            if let Some(bound) = self.bound.borrow().get(&label) {
+                return Ok(bound.clone());
+            }
+            let bound = self.bind_config(&label, config)?;
+            self.bound.borrow_mut().insert(label, bound.clone());
+            return Ok(bound);
         }
         let agent = match spec {
             AgentSpec::Scripted { answers } => {
