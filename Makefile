@@ -20,7 +20,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash test-pgbouncer \
-	interpreter check-interpreter browser postgres bench-postgres bench-serve bench-agents bench-mcp bench-starts install-check mcp-servers
+	interpreter check-interpreter browser postgres bench-postgres bench-serve bench-agents bench-mcp bench-starts bench-fleet install-check mcp-servers
 
 all: build bundles
 
@@ -164,6 +164,11 @@ bench-serve: guest-target
 # Starts in bursts alone (API and webhooks on both stores, a start while every worker is busy).
 bench-starts: guest-target postgres
 	python3 runtime/benches/report.py --only starts
+
+# A fleet of threads on one provider limit alone (two workers on one PostgreSQL, a provider
+# that enforces its own limits), put in place.
+bench-fleet: guest-target postgres
+	python3 runtime/benches/report.py --only fleet
 
 # MCP's starts beside the API's alone (starts per second, time to the first step).
 bench-mcp: guest-target

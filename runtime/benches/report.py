@@ -26,6 +26,7 @@ import replay  # noqa: E402  (runtime/benches/replay.py)
 import durable_agents  # noqa: E402  (runtime/benches/durable_agents.py)
 import mcp  # noqa: E402  (runtime/benches/mcp.py)
 import starts  # noqa: E402  (runtime/benches/starts.py)
+import fleet  # noqa: E402  (runtime/benches/fleet.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
@@ -374,6 +375,7 @@ def main():
     lines += durable_agents.section()
     lines += mcp.section()
     lines += starts.section()
+    lines += fleet.section()
     lines += postgres.section(PYTHON)
     lines += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for mode, ours_us, native_us, peer_us in verdicts:
@@ -403,7 +405,7 @@ def main():
         ok = not big.get("error") and big["rss_kib"] < 1024 * 1024
         lines.append(f"| 10,000 waiting threads in one worker under 1 GiB RSS | {big['rss_kib'] / 1024:.0f} MiB | {'yes' if ok else 'no'} |")
     # The sections' own targets, as their last run measured them.
-    lines += durable_agents.TARGETS + mcp.TARGETS + starts.TARGETS
+    lines += durable_agents.TARGETS + mcp.TARGETS + starts.TARGETS + fleet.TARGETS
     lines.append("")
     (ROOT / "BENCHMARKS.md").write_text("\n".join(with_notes(lines)))
     print("\n".join(lines))
@@ -473,6 +475,10 @@ if __name__ == "__main__":
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
         in_place(starts.section())
+    elif sys.argv[1:] == ["--only", "fleet"]:
+        sh("cargo", "build", "--release", "-p", "uncaged-workflow")
+        sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
+        in_place(fleet.section())
     elif sys.argv[1:] == ["--only", "threads"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         print("\n".join(thread_listing_lines()))
