@@ -178,7 +178,7 @@ impl Cli {
             Command::Replay(c) => c.execute(global).await,
             Command::Run(c) => c.execute(global).await,
             Command::Threads(c) => c.execute(global),
-            Command::Thread(c) => c.execute(global),
+            Command::Thread(c) => c.execute(global).await,
             Command::Ps(c) => c.execute(global).await,
             Command::Kill(c) => c.execute(global).await,
             Command::Pause(c) => c.execute(global).await,

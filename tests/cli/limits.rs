@@ -167,9 +167,14 @@ impl Drop for LimitedProvider {
 
 /// The body of `GET path` from a server of the test's on `addr` (plain HTTP/1.0).
 fn get(addr: &str, path: &str) -> Result<String> {
+    get_with(addr, path, "")
+}
+
+/// [`get`], with `headers` (lines ending in CRLF).
+fn get_with(addr: &str, path: &str, headers: &str) -> Result<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr)?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}\r\n")?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
     let (head, body) = response.split_once("\r\n\r\n").context("an HTTP response")?;
@@ -360,9 +365,29 @@ on_both_stores! {
         wait_until("the thread waiting for its second call", || {
             Ok(provider.answered().len() == 1 && waiting_for(&env, "mock-limit")? == 1)
         })?;
+        // Told by `thread`, and by the API the web view reads the thread from.
+        ensure!(env.json(&["thread", thread])?["waitingFor"] == "mock-limit");
+        let shown = env.ok(&["thread", thread])?;
+        ensure!(shown.contains("waiting for its turn in provider limit mock-limit"), "{shown}");
+        let serve = Serve::start(&env, &[], &[])?;
+        let page = get(&serve.addr, "/")?;
+        let csrf = page
+            .split("name=\"csrf\" content=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .context("the page's csrf token")?;
+        let api = get_with(
+            &serve.addr,
+            &format!("/api/v1/threads/{thread}"),
+            &format!("x-uncaged-csrf: {csrf}\r\naccept: application/json\r\n"),
+        )?;
+        let api: Value = serde_json::from_str(&api)?;
+        ensure!(api["working"]["waitingFor"] == "mock-limit", "{api}");
+        drop(serve);
         env.ok(&["pause", thread])?;
         wait_until("the thread paused", || Ok(status(&env, thread)? == "paused"))?;
         ensure!(waiting_for(&env, "mock-limit")? == 0);
+        ensure!(env.json(&["thread", thread])?["waitingFor"].is_null());
         env.advance(Duration::from_secs(61))?;
         env.ok(&["resume", thread, "--detach"])?;
         wait_until("the next call", || Ok(provider.answered().len() == 2))?;

@@ -61,7 +61,7 @@ pub enum ThreadAction {
 }
 
 impl ThreadCommand {
-    pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         match self.action {
             Some(ThreadAction::Start { name, prompt, run, trigger }) => {
@@ -96,6 +96,7 @@ impl ThreadCommand {
                 let thread = store.threads().read(id)?;
                 let children = crate::run::query::children_of(&store, &thread)?;
                 let turns = crate::run::query::turns(&store, &thread)?;
+                let waiting_for = crate::run::control::waiting_for(&store, &thread).await?;
                 if self.json {
                     let steps: Vec<Value> = thread
                         .steps
@@ -116,6 +117,7 @@ impl ThreadCommand {
                     print_json(&json!({
                         "start": thread.start, "status": thread.status(), "steps": steps,
                         "inProgress": turns.in_progress,
+                        "waitingFor": waiting_for,
                         "paused": thread.paused,
                         "end": thread.end.as_ref().map(EndView::from),
                         "usage": thread.usage(),
@@ -166,6 +168,10 @@ impl ThreadCommand {
                 if let Some(parent) = &start.parent {
                     let role = terminal::line(&parent.role);
                     outln!("child of thread {} (its step `{role}`)", parent.thread_id)?;
+                }
+                if let Some(limit) = &waiting_for {
+                    let limit = terminal::line(limit);
+                    outln!("waiting for its turn in provider limit {limit}")?;
                 }
                 if let Some((child, role, _)) = thread.waited_child() {
                     let role = terminal::line(role);

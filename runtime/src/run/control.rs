@@ -203,6 +203,16 @@ pub async fn ps(store: &Storage) -> Result<Vec<PsEntry>> {
     Ok(all)
 }
 
+/// The provider limit a request of `record`'s thread waits for its turn in, if the thread runs
+/// and one does (as its worker last told).
+pub async fn waiting_for(store: &Storage, record: &ThreadRecord) -> Result<Option<String>> {
+    if record.status() != ThreadStatus::Running {
+        return Ok(None);
+    }
+    let running = dispatch::of(store).running().await?;
+    Ok(running.into_iter().find(|t| t.thread_id == record.id()).and_then(|t| t.waiting_for))
+}
+
 /// Thread `id`, if it can be resumed: not running, not ended. A thread queued for a worker
 /// can: nobody holds it (a worker that held it died, and its lease ran out), and resuming it
 /// makes sure a worker is alive to take it.

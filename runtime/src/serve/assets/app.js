@@ -442,6 +442,11 @@ function turns(list, key) {
 }
 
 function working(t, now) {
+  if (t.working && t.working.waitingFor) {
+    const role = t.working.role ? el("strong", {}, t.working.role) : "A request";
+    return el("div", { id: "working" }, role, " waits for its turn in provider limit ",
+      el("strong", { class: "mono" }, cut(t.working.waitingFor, 80)));
+  }
   if (t.working && t.working.role) {
     const agent = t.working.agent ? ` (${cut(t.working.agent, 80)})` : "";
     const where = t.working.pid ? ` in worker ${t.working.pid}` : "";
