@@ -165,6 +165,13 @@ impl Drop for LimitedProvider {
     }
 }
 
+/// The value of series `name` of the limit `mock-limit` in `/metrics`' text.
+fn metric(metrics: &str, name: &str) -> Result<f64> {
+    let prefix = format!("uncaged_workflow_{name}{{limit=\"mock-limit\"}} ");
+    let line = metrics.lines().find(|l| l.starts_with(&prefix));
+    Ok(line.with_context(|| format!("{prefix} in {metrics}"))?[prefix.len()..].parse()?)
+}
+
 /// The body of `GET path` from a server of the test's on `addr` (plain HTTP/1.0).
 fn get(addr: &str, path: &str) -> Result<String> {
     get_with(addr, path, "")
@@ -180,6 +187,17 @@ fn get_with(addr: &str, path: &str, headers: &str) -> Result<String> {
     let (head, body) = response.split_once("\r\n\r\n").context("an HTTP response")?;
     ensure!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "{head}");
     Ok(body.to_string())
+}
+
+/// A home with solve-issue on the test's clock, whose every role is asked of a provider
+/// enforcing `enforced` through the limit `mock-limit` (`limit`, as config.yaml writes it).
+fn on_a_limit(enforced: Enforced, limit: &str) -> Result<(Env, LimitedProvider)> {
+    let env = Env::new()?;
+    env.set_clock(1_000_000_000_000)?;
+    env.add_solve_issue()?;
+    let provider = LimitedProvider::start(&env, enforced)?;
+    limited(&env, &provider, limit)?;
+    Ok((env, provider))
 }
 
 /// A home whose every role is asked of the provider through the limit `mock-limit`.
@@ -228,14 +246,10 @@ on_both_stores! {
     /// the minute has passed, and the provider never has to say 429.
     #[test]
     fn a_fleet_of_threads_shares_one_limit_and_is_never_refused() -> Result<()> {
-        let env = Env::new()?;
-        env.set_clock(1_000_000_000_000)?;
-        env.add_solve_issue()?;
-        let provider = LimitedProvider::start(
-            &env,
+        let (env, provider) = on_a_limit(
             Enforced { requests_per_minute: Some(6), concurrent: Some(2), ..Default::default() },
+            "{requests_per_minute: 6, concurrent: 2}",
         )?;
-        limited(&env, &provider, "{requests_per_minute: 6, concurrent: 2}")?;
         let threads = start_threads(&env, 4)?;
         wait_until("six calls answered and the others waiting for the limit", || {
             Ok(provider.answered().len() == 6 && waiting_for(&env, "mock-limit")? > 0)
@@ -248,11 +262,7 @@ on_both_stores! {
         // The limit's use as Prometheus reads it, from the state every worker shares.
         let serve = Serve::start(&env, &[], &[])?;
         let metrics = get(&serve.addr, "/metrics")?;
-        let series = |name: &str| -> Result<f64> {
-            let prefix = format!("uncaged_workflow_{name}{{limit=\"mock-limit\"}} ");
-            let line = metrics.lines().find(|l| l.starts_with(&prefix));
-            Ok(line.with_context(|| format!("{prefix} in {metrics}"))?[prefix.len()..].parse()?)
-        };
+        let series = |name: &str| metric(&metrics, name);
         ensure!(series("limit_requests")? == 6.0 && series("limit_requests_served_total")? == 6.0);
         ensure!(series("limit_waiting")? >= 1.0 && series("limit_closed")? == 0.0, "{metrics}");
         env.advance(Duration::from_secs(61))?;
@@ -266,11 +276,7 @@ on_both_stores! {
             "{metrics}"
         );
         // Those held over the minute waited the 61 s the clock moved, at least.
-        let waited = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix("uncaged_workflow_limit_wait_seconds_total{limit=\"mock-limit\"} "))
-            .context("the wait counter")?;
-        ensure!(waited.parse::<f64>()? >= 61.0, "{metrics}");
+        ensure!(metric(&metrics, "limit_wait_seconds_total")? >= 61.0, "{metrics}");
         Ok(())
     }
 
@@ -278,14 +284,10 @@ on_both_stores! {
     /// is sent until the five seconds (of the test's clock) have passed.
     #[test]
     fn a_providers_retry_after_holds_every_thread_of_the_limit() -> Result<()> {
-        let env = Env::new()?;
-        env.set_clock(1_000_000_000_000)?;
-        env.add_solve_issue()?;
-        let provider = LimitedProvider::start(
-            &env,
+        let (env, provider) = on_a_limit(
             Enforced { retry_after_once: Some(5), ..Default::default() },
+            "{requests_per_minute: 1000, concurrent: 1}",
         )?;
-        limited(&env, &provider, "{requests_per_minute: 1000, concurrent: 1}")?;
         let threads = start_threads(&env, 3)?;
         wait_until("the 429 and every thread waiting for the limit", || {
             Ok(provider.refused() == 1 && waiting_for(&env, "mock-limit")? == 3)
@@ -309,14 +311,10 @@ on_both_stores! {
     /// resumed, completes without the provider ever refusing a call.
     #[test]
     fn a_killed_workers_call_gives_its_place_back_by_lease() -> Result<()> {
-        let env = Env::new()?;
-        env.set_clock(1_000_000_000_000)?;
-        env.add_solve_issue()?;
-        let provider = LimitedProvider::start(
-            &env,
+        let (env, provider) = on_a_limit(
             Enforced { concurrent: Some(1), hold_first: true, ..Default::default() },
+            "{concurrent: 1}",
         )?;
-        limited(&env, &provider, "{concurrent: 1}")?;
         // A short lease of the thread itself on a database, so that it can be resumed soon.
         let lease = [("UNCAGED_WORKFLOW_LEASE_MS", "1000")];
         let run = env.run_with(&["run", "solve-issue", "-p", "x", "--detach"], &lease)?;
@@ -352,14 +350,10 @@ on_both_stores! {
     /// A thread waiting for its turn in a limit can be paused, and goes on when resumed.
     #[test]
     fn a_thread_waiting_for_a_limit_pauses_and_resumes() -> Result<()> {
-        let env = Env::new()?;
-        env.set_clock(1_000_000_000_000)?;
-        env.add_solve_issue()?;
-        let provider = LimitedProvider::start(
-            &env,
+        let (env, provider) = on_a_limit(
             Enforced { requests_per_minute: Some(1), ..Default::default() },
+            "{requests_per_minute: 1}",
         )?;
-        limited(&env, &provider, "{requests_per_minute: 1}")?;
         let threads = start_threads(&env, 1)?;
         let thread = &threads[0];
         wait_until("the thread waiting for its second call", || {
