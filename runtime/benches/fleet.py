@@ -7,10 +7,13 @@
   process that enforces the same limits itself over a sliding minute of its own clock and
   answers 429 past them: how many 429s it answered, and how much of each limit the busy minutes
   used;
-- the same with the provider answering one 429 with `Retry-After: 5` in the middle: how many
-  calls of the limit any thread sent in those five seconds.
+- a thread of five agent calls (five roles, one binding) each listing a directory through the
+  filesystem MCP server from npm: how many times the server started, and what the thread took;
+- the same again, the provider answering request CLOSE_AT (in the second minute, while calls
+  wait for the limit) with 429 and `Retry-After: 5`: how many calls of the limit any thread
+  sent in those five seconds.
 
-The provider counts a request's tokens as its messages' bytes over four plus the twenty of its
+The provider counts a request's tokens as its messages' bytes over four plus the ANSWER_TOKENS of its
 answer, and reports them as the answer's usage (what the host settles with).
 """
 
@@ -24,12 +27,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import postgres
-from serve_load import BINARY, BUNDLE
+from serve_load import BINARY, BUNDLE, TARGET
+
+ROOT = TARGET.parent
 
 THREADS = 200
+# The request answered 429 + Retry-After: 5 in the second run: in its second minute, while
+# calls wait for the limit.
+CLOSE_AT = 350
 RPM = 300
 TPM = 60_000
-ANSWER_TOKENS = 20
+ANSWER_TOKENS = 110
 
 # The rows of the Targets table this part measured (filled by `section()`).
 TARGETS = []
@@ -60,8 +68,8 @@ class Provider(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b'{"error": {"message": "rate limit reached"}}')
             return
         system = body["messages"][0]["content"]
-        content = ("Plan:\n```json\n{\"steps\": [\"fix it\"]}\n```" if "planner" in system
-                   else "{\"summary\": \"fixed\"}" if "developer" in system
+        content = ("Plan:\n```json\n{\"steps\": [\"fix it\"]}\n```" if "You are the planner" in system
+                   else "{\"summary\": \"fixed\"}" if "You are the developer" in system
                    else "Approved. {\"approved\": true}")
         reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                               "finish_reason": "stop"}],
@@ -122,6 +130,73 @@ def fleet(server, threads, retry_after_at=None):
         provider.shutdown()
 
 
+class ToolModel(http.server.BaseHTTPRequestHandler):
+    """A model whose every call lists the repository through the filesystem server once, then
+    answers."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        if body["messages"][-1]["role"] == "tool":
+            message = {"role": "assistant", "content": "Done.\n{\"summary\": \"listed\"}"}
+        else:
+            call = {"id": "c1", "type": "function",
+                    "function": {"name": "fs__list_directory", "arguments": json.dumps({"path": ToolModel.root})}}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        data = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+FIVE_ROLES = "description: Five roles ask one durable agent\nroles:\n" + "".join(
+    f"  r{i}: {{description: R{i}, system_prompt: You are r{i}., schema: {{type: object, required: [summary], "
+    f"properties: {{summary: {{type: string}}}}}}}}\n" for i in range(5)) + "graph:\n" + "".join(
+    f"  - from: {frm}\n    transitions: [{{to: {to}}}]\n"
+    for frm, to in zip(["$START"] + [f"r{i}" for i in range(5)], [f"r{i}" for i in range(5)] + ["$END"]))
+
+
+def tool_servers(runs=3):
+    """Starts of the filesystem server, and the wall time, of a five-call thread (median)."""
+    server_js = ROOT / "target/mcp-node/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+    assert server_js.exists(), "the filesystem server is missing: run tests/mcp/install.sh (make bench does)"
+    home = tempfile.mkdtemp(prefix="uncaged-bench-tools-")
+    starts = os.path.join(home, "starts")
+    wrapper = os.path.join(home, "node.sh")
+    with open(wrapper, "w") as f:
+        f.write(f"#!/bin/sh\necho start >> {starts}\nexec node \"$@\"\n")
+    os.chmod(wrapper, 0o755)
+    ToolModel.root = str(ROOT)
+    model = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ToolModel)
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    with open(os.path.join(home, "config.yaml"), "w") as f:
+        f.write("roles: {" + ", ".join(f"r{i}: coder" for i in range(5)) + "}\n"
+                f"agents:\n  coder:\n    kind: openai\n    base_url: http://127.0.0.1:{model.server_port}/v1\n"
+                f"    model: m\n    tools:\n      fs:\n        command: {wrapper}\n"
+                f"        args: [{server_js}, {ROOT}]\n")
+    flow = os.path.join(home, "five.yaml")
+    with open(flow, "w") as f:
+        f.write(FIVE_ROLES)
+    env = dict(os.environ, UNCAGED_WORKFLOW_HOME=home)
+    env.pop("UNCAGED_WORKFLOW_STORE", None)
+    subprocess.run([BINARY, "add", "five", flow], env=env, check=True, capture_output=True)
+    times, counts = [], []
+    try:
+        for _ in range(runs):
+            open(starts, "w").close()
+            started = time.perf_counter()
+            subprocess.run([BINARY, "run", "five", "-p", "List it"], env=env, check=True, capture_output=True)
+            times.append(time.perf_counter() - started)
+            counts.append(sum(1 for _ in open(starts)))
+    finally:
+        model.shutdown()
+    return sorted(counts)[len(counts) // 2], sorted(times)[len(times) // 2]
+
+
 def busy_minutes(answered):
     """Requests and tokens answered in each whole minute from the first request, as shares of
     RPM and TPM (the last, partial minute left out)."""
@@ -141,11 +216,15 @@ def section():
         answered = fleet(server, THREADS)
         refused = sum(1 for a in answered if a[1] == 429)
         minutes = busy_minutes(answered)
-        closing = fleet(server, THREADS // 4, retry_after_at=THREADS // 4)
+        closing = fleet(server, THREADS, retry_after_at=CLOSE_AT)
     finally:
         server.stop()
+    starts, took = tool_servers()
     told = next(a[0] for a in closing if a[1] == 429)
-    inside = sum(1 for a in closing if told < a[0] < told + 5)
+    # How soon after the 429 each call that came in those 5 s arrived (ms): a call let
+    # through before the close reached the store is already on its way.
+    after = [round((a[0] - told) * 1e3, 1) for a in closing if told < a[0] < told + 5]
+    inside = len(after)
     ok = [a for a in answered if a[1] == 200]
     span = ok[-1][0] - ok[0][0]
     lines = ["## A fleet on one provider limit", "",
@@ -159,15 +238,21 @@ def section():
     for i, (requests, tokens) in enumerate(minutes, 1):
         lines.append(f"| busy minute {i}: share of the requests / tokens limits used | "
                      f"{requests:.1%} / {tokens:.1%} |")
-    lines += [f"| one 429 with `Retry-After: 5` in a run of {THREADS // 4} threads: calls sent in those 5 s | "
-              f"{inside} |", ""]
-    best = max((max(m) for m in minutes), default=0.0)
-    near = bool(minutes) and all(max(m) >= 0.95 for m in minutes)
+    lines += [f"| one 429 with `Retry-After: 5` (request {CLOSE_AT} of a second run): calls sent in those 5 s | "
+              f"{inside}" + (f" (arrived {', '.join(f'{ms} ms' for ms in after)} after the 429)" if after else "")
+              + " |",
+              f"| a thread of 5 agent calls through the filesystem MCP server (npm): server starts / the "
+              f"thread's time (median of 3, home directory) | {starts} / {took:.2f} s |", ""]
+    # Each limit's share in its least used busy minute.
+    least = [min(m[k] for m in minutes) if minutes else 0.0 for k in (0, 1)]
+    near = all(share >= 0.95 for share in least)
     TARGETS[:] = [
         f"| {THREADS} threads on 2 workers against a provider enforcing {RPM} requests/min and {TPM:,} "
-        f"tokens/min: no 429, each busy minute within 95% of its binding limit | {refused} answers of 429; "
-        f"busiest minute at {best:.0%} | {'yes' if refused == 0 and near else 'no'} |",
+        f"tokens/min: no 429, each busy minute within 95% of each limit | {refused} answers of 429; requests "
+        f"{least[0]:.1%}, tokens {least[1]:.1%} | {'yes' if refused == 0 and near else 'no'} |",
         f"| the same with one 429 + `Retry-After: 5`: no call of that limit sent in those 5 s | {inside} sent | "
         f"{'yes' if inside == 0 else 'no'} |",
+        f"| a 5-call agent with the filesystem MCP server (npm): starts once per thread | {starts} "
+        f"start{'s' if starts != 1 else ''} | {'yes' if starts == 1 else 'no'} |",
     ]
     return lines

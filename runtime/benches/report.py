@@ -447,6 +447,24 @@ def in_place(section):
     print("\n".join(section))
 
 
+def targets_in_place(rows):
+    """Puts `rows` into BENCHMARKS.md's Targets table, each in place of the row of the same target
+    (its first cell), else at the table's end."""
+    path = ROOT / "BENCHMARKS.md"
+    lines = path.read_text().splitlines()
+    start = lines.index("## Targets")
+    end = next(i for i in range(start + 4, len(lines)) if not lines[i].startswith("|"))
+    target = lambda row: row.split(" | ")[0]
+    for row in rows:
+        at = next((i for i in range(start, end) if target(lines[i]) == target(row)), None)
+        if at is None:
+            lines.insert(end, row)
+            end += 1
+        else:
+            lines[at] = row
+    path.write_text("\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--only", "postgres"]:
         only_postgres()
@@ -479,6 +497,7 @@ if __name__ == "__main__":
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
         in_place(fleet.section())
+        targets_in_place(fleet.TARGETS)
     elif sys.argv[1:] == ["--only", "threads"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         print("\n".join(thread_listing_lines()))
