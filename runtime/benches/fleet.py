@@ -43,6 +43,19 @@ ANSWER_TOKENS = 110
 TARGETS = []
 
 
+def answer(handler, message, usage=None):
+    """Answers a chat completion with `message` (and `usage`, if given)."""
+    reply = {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+    if usage:
+        reply["usage"] = usage
+    data = json.dumps(reply).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class Provider(http.server.BaseHTTPRequestHandler):
     """A chat-completions endpoint enforcing RPM and TPM over the last 60 s of its own clock."""
     lock = threading.Lock()
@@ -71,15 +84,8 @@ class Provider(http.server.BaseHTTPRequestHandler):
         content = ("Plan:\n```json\n{\"steps\": [\"fix it\"]}\n```" if "You are the planner" in system
                    else "{\"summary\": \"fixed\"}" if "You are the developer" in system
                    else "Approved. {\"approved\": true}")
-        reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                              "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": tokens - ANSWER_TOKENS, "completion_tokens": ANSWER_TOKENS}}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        usage = {"prompt_tokens": tokens - ANSWER_TOKENS, "completion_tokens": ANSWER_TOKENS}
+        answer(self, {"role": "assistant", "content": content}, usage)
 
     def log_message(self, *args):
         pass
@@ -142,12 +148,7 @@ class ToolModel(http.server.BaseHTTPRequestHandler):
             call = {"id": "c1", "type": "function",
                     "function": {"name": "fs__list_directory", "arguments": json.dumps({"path": ToolModel.root})}}
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
-        data = json.dumps({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        answer(self, message)
 
     def log_message(self, *args):
         pass
