@@ -95,7 +95,7 @@ impl Limiter {
 
     fn line(&self, name: &str, limit: ProviderLimit) -> Arc<Line> {
         let mut lines = self.lines.lock();
-        let line = lines.entry(name.to_string()).or_insert_with(|| {
+        let fresh = || {
             Arc::new(Line {
                 name: name.to_string(),
                 limit,
@@ -103,16 +103,11 @@ impl Limiter {
                 local: Mutex::new(Local::default()),
                 wake: Notify::new(),
             })
-        });
+        };
+        let line = lines.entry(name.to_string()).or_insert_with(fresh);
         // A configuration read again may have changed the limit: the newest one counts.
         if line.limit != limit {
-            *line = Arc::new(Line {
-                name: name.to_string(),
-                limit,
-                backend: self.backend.clone(),
-                local: Mutex::new(Local::default()),
-                wake: Notify::new(),
-            });
+            *line = fresh();
         }
         line.clone()
     }
@@ -196,40 +191,36 @@ impl Line {
                 }
             };
             let line = self.clone();
-            let outcome =
-                tokio::task::spawn_blocking(move || line.round(&round).map(|o| (round, o))).await;
+            let outcome = match tokio::task::spawn_blocking(move || line.round(&round)).await {
+                Ok(outcome) => outcome.map_err(|e| e.to_string()),
+                Err(panicked) => Err(panicked.to_string()),
+            };
             let next = match outcome {
-                Ok(Ok((round, outcome))) => {
+                Ok(outcome) => {
                     failures = 0;
-                    drop(round);
                     self.deliver(outcome)
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     failures += 1;
                     tracing::warn!(limit = %self.name, "provider limit: {e}");
-                    self.retry_later(failures, &e.to_string());
-                    Some(crate::clock::now_ms() + 1_000)
-                }
-                Err(panicked) => {
-                    failures += 1;
-                    self.retry_later(failures, &panicked.to_string());
+                    self.retry_later(failures, &e);
                     Some(crate::clock::now_ms() + 1_000)
                 }
             };
+            // Calls waiting look again by the next time one may fit, and at least every poll
+            // (another process may free the limit at any time); calls in flight only renew.
             let wait = {
                 let local = self.local.lock();
-                match (local.asks.is_empty(), next) {
-                    (false, Some(at)) => Some(at),
-                    (false, None) => Some(crate::clock::now_ms() + POLL.as_millis() as u64),
-                    (true, _) if !local.in_flight.is_empty() => {
-                        Some(crate::clock::now_ms() + RENEW.as_millis() as u64)
-                    }
-                    (true, _) => None,
+                let now = crate::clock::now_ms();
+                if !local.asks.is_empty() {
+                    Some((next.unwrap_or(now + POLL.as_millis() as u64), POLL))
+                } else if !local.in_flight.is_empty() {
+                    Some((now + RENEW.as_millis() as u64, RENEW))
+                } else {
+                    None
                 }
             };
-            if let Some(at) = wait {
-                // Another process may free the limit at any time: never wait past a poll.
-                let at_most = if self.local.lock().asks.is_empty() { RENEW } else { POLL };
+            if let Some((at, at_most)) = wait {
                 tokio::select! {
                     _ = crate::clock::sleep_until(at, at_most) => {}
                     _ = self.wake.notified() => {}
