@@ -60,9 +60,14 @@ async fn kill_one(store: &Storage, id: ThreadId) -> Result<()> {
                 done => return done,
             }
         }
-        ask(store, id, ControlRequest::Kill).await?;
-        // Its worker let it go without ending it: it came to rest (waiting for a person,
-        // paused) before the kill reached it. It is ended where it rests, on the next turn.
+        match ask(store, id, ControlRequest::Kill).await {
+            // It came to rest (waiting for a person, paused) between the look above and the
+            // ask: it is ended where it rests, on the next turn.
+            Err(Error::ThreadState { .. }) => continue,
+            asked_it => asked_it?,
+        }
+        // Its worker let it go without ending it: it came to rest before the kill reached
+        // it. It is ended where it rests, on the next turn.
         asked = true;
     }
 }
