@@ -30,6 +30,9 @@ struct Span {
     status: i32,
     attributes: BTreeMap<String, Value>,
     service: Option<Value>,
+    /// When it started and ended (ns since the epoch).
+    start: u64,
+    end: u64,
 }
 
 impl Span {
@@ -135,6 +138,8 @@ fn spans_of(export: ExportTraceServiceRequest) -> Vec<Span> {
                         .map(|kv| (kv.key, value_of(kv.value.and_then(|v| v.value))))
                         .collect(),
                     service: service.clone(),
+                    start: span.start_time_unix_nano,
+                    end: span.end_time_unix_nano,
                 });
             }
         }
@@ -315,6 +320,11 @@ fn a_durable_agents_turns_and_tool_calls_are_spans() -> Result<()> {
         assert_eq!(tool[0].attr("gen_ai.tool.call.id"), json!(id));
         assert_eq!(tool[0].status, 0, "it returned");
     }
+    // The call's span ends with the call, though the thread keeps its tool server: before the
+    // thread's end is written, not when its run lets the server go.
+    let end = named(&spans, "end");
+    assert_eq!(end.len(), 1, "{spans:#?}");
+    assert!(agent.end <= end[0].start, "the agent call's span ended after the thread's end began");
     Ok(())
 }
 

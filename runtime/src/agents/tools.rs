@@ -193,7 +193,7 @@ impl ToolSet {
     /// The server `slot` keeps for server `index`, started (within its timeout) if it has
     /// none or the one it has is gone.
     async fn reach(
-        &self,
+        self: &Arc<Self>,
         slot: &Slot,
         index: usize,
         processes: Option<&Arc<AgentProcesses>>,
@@ -205,10 +205,27 @@ impl ToolSet {
             return Ok(live.clone());
         }
         let timeout = server.timeout.map_or(DEFAULT_TOOL_TIMEOUT, |t| t.0);
-        let started = self.start(name, server, processes, credentials);
-        let started = match tokio::time::timeout(timeout, started).await {
-            Ok(started) => Arc::new(started.map_err(Reached::Failed)?),
-            Err(_) => return Err(Reached::Late),
+        // On a task of its own, outside the call's span: the SDK's service keeps the span it
+        // was started in for as long as the server runs, and a server kept for the thread
+        // would hold the first call's span open until the thread's run ends.
+        let (set, processes, credentials) =
+            (self.clone(), processes.cloned(), credentials.cloned());
+        let mut starting = tokio::spawn(async move {
+            let (name, server) = &set.servers[index];
+            set.start(name, server, processes.as_ref(), credentials.as_ref()).await
+        });
+        let started = match tokio::time::timeout(timeout, &mut starting).await {
+            Ok(Ok(started)) => Arc::new(started.map_err(Reached::Failed)?),
+            Ok(Err(panicked)) => {
+                return Err(Reached::Failed(AgentFailure::Failed {
+                    message: format!("tool server `{name}`: starting it failed: {panicked}"),
+                    transient: true,
+                }));
+            }
+            Err(_) => {
+                starting.abort();
+                return Err(Reached::Late);
+            }
         };
         *kept = Some(started.clone());
         Ok(started)
