@@ -75,6 +75,10 @@ fn main() {
             emit(concurrency(n).await);
             return;
         }
+        if std::env::var_os("UNCAGED_BENCH_EVICTED").is_some() {
+            emit(evicted_steps().await);
+            return;
+        }
         // `UNCAGED_BENCH_PROFILE=MODE:N` (memory or durable) runs only our loop of N steps, many
         // times over: a workload to hold still under `perf record`.
         if let Some((mode, steps)) = std::env::var("UNCAGED_BENCH_PROFILE").ok().and_then(|v| {
@@ -388,7 +392,11 @@ async fn parallel_round(repeat: usize) -> Vec<f64> {
 async fn concurrency(n: usize) -> Value {
     let dir = memory_dir();
     let home = Home::new(dir.path().join("home"));
-    let limits = Limits { max_threads: n, ..Limits::default() };
+    // Threads beyond the live instances wait for one; each gives its instance up once its call
+    // has been out for `evict_after`.
+    let evict_after = Duration::from_millis(200);
+    let limits =
+        Limits { max_threads: n, live_instances: n.min(1000), evict_after, ..Limits::default() };
     // The pooling allocator reserves every slot's fiber stack up front: count those mappings
     // apart from the ones each live instance adds.
     let maps_at_start = memory_maps();
@@ -456,6 +464,8 @@ async fn concurrency(n: usize) -> Value {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    // The last threads in give their instances up too.
+    tokio::time::sleep(evict_after * 3).await;
     let rss_after = rss_kib();
     let maps_after = memory_maps();
     let peak = peak_rss_kib();
@@ -472,6 +482,76 @@ async fn concurrency(n: usize) -> Value {
         "memory_maps_pool_per_thread": (maps_before.saturating_sub(maps_at_start)) as f64 / n as f64,
         "memory_maps_per_thread": (maps_after.saturating_sub(maps_before)) as f64 / n as f64,
     })
+}
+
+/// The answer to an evicted thread → its next step: threads whose every agent call takes
+/// `DELAY` give their instances up after 20 ms, so each step after the 20th is a rebuild of
+/// the instance from 20+ recorded steps, then the step. A step's time beyond `DELAY`, with and
+/// without eviction, in milliseconds.
+async fn evicted_steps() -> Value {
+    const DELAY: Duration = Duration::from_millis(100);
+    const THREADS: usize = 8;
+    const STEPS: usize = 45;
+    let dir = disk_dir();
+    let home = Home::new(dir.path().join("home"));
+    let store = Storage::open(&home);
+    let mut result = json!({"bench": "evicted_step", "delay_ms": DELAY.as_millis() as u64});
+    for (name, evict_after) in
+        [("kept", Duration::from_secs(600)), ("evicted", Duration::from_millis(20))]
+    {
+        let limits = Limits { evict_after, ..Limits::default() };
+        let runtime = Runtime::for_worker(&home, &limits).unwrap();
+        let catalog = Catalog::new(&store);
+        catalog
+            .add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
+            .await
+            .unwrap();
+        let hash = catalog.entry("solve-issue").unwrap().hash;
+        let bundle = Arc::new(catalog.load(&runtime, "solve-issue", hash).unwrap());
+        let config = answers_config(dir.path(), Some(DELAY));
+        let request =
+            RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
+        let agents =
+            AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor, None)
+                .unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..THREADS {
+            let (runtime, store, bundle, agents, limits) =
+                (runtime.clone(), store.clone(), bundle.clone(), agents.clone(), limits.clone());
+            tasks.push(tokio::spawn(async move {
+                let (mut writer, record) = new_thread(&store, hash, STEPS as u32);
+                let ctx = RunContext {
+                    runtime: &runtime,
+                    store: &store,
+                    agents,
+                    limits,
+                    control: Arc::new(ThreadControl::default()),
+                    children: None,
+                };
+                let mut last = Instant::now();
+                let mut over = Vec::new();
+                run_thread(&ctx, &bundle, &mut *writer, &record, Until::End, |event| {
+                    let ThreadEvent::Step { index, .. } = event;
+                    let now = Instant::now();
+                    if index > 20 {
+                        over.push((now - last).saturating_sub(DELAY).as_secs_f64() * 1e3);
+                    }
+                    last = now;
+                })
+                .await
+                .unwrap();
+                over
+            }));
+        }
+        let mut over = Vec::new();
+        for task in tasks {
+            over.extend(task.await.unwrap());
+        }
+        over.sort_by(f64::total_cmp);
+        let at = |q: f64| over[((over.len() - 1) as f64 * q).round() as usize];
+        result[name] = json!({"samples": over.len(), "p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0)});
+    }
+    result
 }
 
 /// A new thread of solve-issue on the bench prompt, taking at most `max_rounds` steps.

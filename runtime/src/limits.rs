@@ -10,6 +10,8 @@
 //! | `output` | 1MiB | guest stdout, stderr and log lines kept in the debug log, per thread |
 //! | `max-rounds` | 1000 | hard cap on a thread's steps, whatever the bundle or `--max-rounds` say |
 //! | `max-threads` | 1000 | threads one worker runs at once |
+//! | `live-instances` | 1000 | bundle instances one worker keeps live at once (a waiting thread gives its up) |
+//! | `evict-after` | 2s | how long a worker's thread waits on its agents before it gives up its instance |
 //! | `bundle-size` | 128MiB | a bundle file `add` accepts |
 //! | `descriptor` | 1MiB | a bundle's descriptor (its description, roles, prompts and schemas) |
 //! | `roles` | 64 | roles a bundle may declare |
@@ -32,6 +34,10 @@ pub struct Limits {
     pub output_bytes: usize,
     pub max_rounds: u32,
     pub max_threads: usize,
+    /// Instances a worker keeps live at once: its pool's size. A thread that waits on its
+    /// agents past `evict_after` gives its instance up and is rebuilt from its journal.
+    pub live_instances: usize,
+    pub evict_after: Duration,
     pub bundle_bytes: usize,
     pub descriptor_bytes: usize,
     pub roles: usize,
@@ -47,6 +53,8 @@ impl Default for Limits {
             output_bytes: 1 << 20,
             max_rounds: 1000,
             max_threads: 1000,
+            live_instances: 1000,
+            evict_after: Duration::from_secs(2),
             bundle_bytes: 128 << 20,
             descriptor_bytes: 1 << 20,
             roles: 64,
@@ -56,7 +64,7 @@ impl Default for Limits {
 
 /// The keys, for messages.
 pub const KEYS: &str = "cpu-per-step, memory, table-elements, string, output, max-rounds, \
-                        max-threads, bundle-size, descriptor, roles";
+                        max-threads, live-instances, evict-after, bundle-size, descriptor, roles";
 
 impl Limits {
     /// Applies one `key=value` (or a config entry). Durations like `500ms`, `2s`, `1m`; sizes
@@ -70,15 +78,18 @@ impl Limits {
             || parse_size(value).ok_or_else(|| format!("`{value}` is not a size (e.g. 64MiB)"));
         let count =
             || value.parse::<usize>().map_err(|_| format!("`{value}` is not a whole number"));
-        match key {
-            "cpu-per-step" => {
-                let duration = humantime::parse_duration(value)
-                    .map_err(|e| format!("`{value}` is not a duration (e.g. 30s): {e}"))?;
-                if duration.is_zero() {
-                    return Err(format!("`{value}`: must be more than zero"));
-                }
-                self.cpu_per_step = duration;
+        let duration = || {
+            let duration = humantime::parse_duration(value)
+                .map_err(|e| format!("`{value}` is not a duration (e.g. 30s): {e}"))?;
+            match duration.is_zero() {
+                true => Err(format!("`{value}`: must be more than zero")),
+                false => Ok(duration),
             }
+        };
+        match key {
+            "cpu-per-step" => self.cpu_per_step = duration()?,
+            "evict-after" => self.evict_after = duration()?,
+            "live-instances" => self.live_instances = positive(count()?)?,
             "memory" => self.memory_bytes = positive(size()?)?,
             "table-elements" => self.table_elements = positive(count()?)?,
             "string" => self.string_bytes = positive(size()?)?,
@@ -215,5 +226,16 @@ mod tests {
         assert!(parse_limit_flag("speed=1").unwrap_err().contains("unknown limit `speed`"));
         assert!(parse_limit_flag("memory").is_err());
         assert_eq!(Size(16 << 20).to_string(), "16.0 MiB");
+    }
+
+    #[test]
+    fn instance_limits_parse() {
+        let mut limits = Limits::default();
+        limits.set("live-instances", "50").unwrap();
+        limits.set("evict-after", "250ms").unwrap();
+        assert_eq!((limits.live_instances, limits.evict_after), (50, Duration::from_millis(250)));
+        assert!(limits.set("evict-after", "0s").unwrap_err().contains("more than zero"));
+        assert!(limits.set("live-instances", "0").unwrap_err().contains("more than zero"));
+        assert!(limits.set("evict-after", "soon").unwrap_err().contains("not a duration"));
     }
 }

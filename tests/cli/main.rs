@@ -60,6 +60,7 @@ mod hooks;
 mod hostile;
 mod human;
 mod inputs;
+mod instances;
 mod languages;
 mod lifecycle;
 mod limits;

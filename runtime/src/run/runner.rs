@@ -12,6 +12,7 @@ use crate::clock::now_ms;
 use crate::error::Result;
 use crate::faults::crash_point;
 use crate::limits::Limits;
+use crate::sandbox::calls_out::CallsOut;
 use crate::sandbox::control::ThreadControl;
 use crate::sandbox::engine::{CacheOutcome, LoadedBundle, Runtime};
 use crate::sandbox::generator::{Generator, Stop};
@@ -29,6 +30,7 @@ const TAG_CACHE: &str = "RNC4CH3E";
 const TAG_END: &str = "RN3ND0NE";
 const TAG_PAUSE: &str = "RNPA5E0K";
 const TAG_TORN: &str = "RNT0RN1N";
+const TAG_EVICT: &str = "RNEV1CT0";
 
 /// How far to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,8 +211,15 @@ async fn run_steps(
         started: record.start.timestamp,
         credentials: Some(ctx.store.credentials()),
     };
-    let host =
+    let mut host =
         HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone(), view);
+    // In a worker, a thread waiting on its agents gives its instance up after a while.
+    let mut evicts = ctx.runtime.evict_after().map(|after| {
+        let out = CallsOut::default();
+        let since = out.since();
+        host.calls_out = Some(out);
+        (after, since)
+    });
     let mut generator =
         match Generator::start(ctx.runtime, &ctx.limits, bundle, host, id, record).await {
             Ok(generator) => generator,
@@ -229,8 +238,22 @@ async fn run_steps(
         let started = Instant::now();
         let max_rounds = record.start.max_rounds();
         let span = telemetry::step_span(count + 1);
-        let next = generator.next(bundle, count, max_rounds, started);
-        let steps = match next.instrument(span.clone()).await {
+        let next = loop {
+            let next = generator.next(bundle, count, max_rounds, started).instrument(span.clone());
+            let Some((after, since)) = evicts.as_mut() else { break next.await };
+            tokio::select! {
+                next = next => break next,
+                () = since.overdue(*after) => {}
+            }
+            generator = match rebuild(ctx, bundle, generator, record, &info, *after).await {
+                Ok(generator) => generator,
+                Err(stop) => {
+                    telemetry::step_stopped(&span, stop.as_str());
+                    return finish(writer, &info, stop);
+                }
+            };
+        };
+        let steps = match next {
             Ok(steps) => steps,
             // A durable agent stopped between its turns for a hand-back (the worker was told to
             // stop): nothing is recorded, and the worker that takes the thread goes on from the
@@ -270,6 +293,34 @@ async fn run_steps(
             return Ok(RunOutcome::HandedBack);
         }
     }
+}
+
+/// Gives up the instance of a thread that has waited on its agents for `after`, waits for
+/// their answers holding none, and builds the instance again from the host's record: the
+/// bundle is handed the steps recorded so far, and the same calls again take the answers of
+/// the calls out (nobody is asked twice).
+async fn rebuild(
+    ctx: &RunContext<'_>,
+    bundle: &LoadedBundle,
+    generator: Generator,
+    record: &ThreadRecord,
+    info: &DebugLog,
+    after: std::time::Duration,
+) -> std::result::Result<Generator, Stop> {
+    let mut host = generator.into_host();
+    info.write(
+        LogLevel::Info,
+        TAG_EVICT,
+        &format!(
+            "instance given up after {} waiting on agents (limits.evict-after)",
+            humantime::format_duration(after)
+        ),
+    );
+    host.before_wait();
+    if let Some(out) = host.calls_out.as_mut() {
+        out.answered().await;
+    }
+    Generator::start(ctx.runtime, &ctx.limits, bundle, host, record.id(), record).await
 }
 
 /// What a step was, on its span: its roles, their agents, and what it cost.

@@ -1,7 +1,6 @@
 //! A bundle's agent calls on the host's side, one implementation for both contract
 //! versions: a batch answered from the call journal where it holds the answer, the others
-//! asked of their agents concurrently, each journaled as it answers; and the digests the
-//! journal knows each request by.
+//! asked of their agents concurrently, each journaled as it answers.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::Instrument;
 
-use super::bindings::v0_1;
+use super::calls_out::{Done, Fresh};
 use super::children::{ChildCall, ChildState};
 use super::control::Activity;
 use super::state::{AnsweredCall, ThreadState};
@@ -40,18 +39,6 @@ pub(super) struct Call {
     pub system_prompt: Option<String>,
     /// What the call journal knows the request by.
     pub digest: String,
-}
-
-/// A call to make now (the journal has no answer for it), with what it needs.
-struct Fresh {
-    index: usize,
-    seq: usize,
-    bound: Bound,
-    digest: String,
-    context: AgentContext,
-    /// For an `openai` binding: where its turns are journaled, and the thread's say between
-    /// them.
-    turns: Option<CallTurns>,
 }
 
 /// What became of a fresh call.
@@ -228,13 +215,21 @@ impl ThreadState {
         self.host
             .control
             .set_activity(Some(Activity { role: roles.join(", "), agent: labels.join(", ") }));
-        for f in &fresh {
-            self.host.info.write(
-                LogLevel::Info,
-                TAG_AGENT,
-                &format!("role `{}`: asking agent `{}`", f.context.role.name, f.bound.label),
-            );
-            crash_point("agent-call");
+        // A rebuilt instance asks again the calls its batch out is making: it takes their
+        // answers when they come, and nobody is asked twice.
+        let step = self.host.journal.step();
+        let keys: Vec<(usize, &str)> = fresh.iter().map(|f| (f.seq, f.digest.as_str())).collect();
+        let adopted = self.host.calls_out.as_ref().is_some_and(|out| out.holds(step, &keys));
+        let indexes: Vec<(usize, usize)> = fresh.iter().map(|f| (f.seq, f.index)).collect();
+        if !adopted {
+            for f in &fresh {
+                self.host.info.write(
+                    LogLevel::Info,
+                    TAG_AGENT,
+                    &format!("role `{}`: asking agent `{}`", f.context.role.name, f.bound.label),
+                );
+                crash_point("agent-call");
+            }
         }
         self.host.before_wait();
         let info = self.host.info.clone();
@@ -294,27 +289,46 @@ impl ThreadState {
                     }
                 };
                 trace_answer(&traced, &answer);
-                (f, answer, started.elapsed(), waits_on)
+                Done { fresh: f, answer, elapsed: started.elapsed(), child: waits_on }
             }
             .instrument(span)
         };
         let mut stops = Stops::default();
         let mut store_failure = None;
-        if fresh.len() == 1 {
+        if let Some(out) = self.host.calls_out.as_mut() {
+            // In a worker: the calls run on a task of their own, which outlives this instance
+            // if the thread gives it up while it waits (see `crate::run::runner`).
+            if !adopted {
+                let keys = fresh.iter().map(|f| (f.seq, f.digest.clone())).collect();
+                out.send(step, keys, fresh.into_iter().map(ask).collect());
+            }
+            while let Some(mut done) = self.next_out().await {
+                // The instance that sent the batch may not be this one: the index is ours.
+                if let Some((_, index)) = indexes.iter().find(|(seq, _)| *seq == done.fresh.seq) {
+                    done.fresh.index = *index;
+                }
+                if let Err(e) = self.answered(done, responses, &mut stops) {
+                    store_failure = Some(e);
+                    if let Some(out) = self.host.calls_out.as_mut() {
+                        out.stop();
+                    }
+                    break;
+                }
+            }
+        } else if fresh.len() == 1 {
             // One call (every step of a workflow without groups): awaited as it is. A worker
             // holds thousands of threads waiting here, and the set below would cost each a
             // task allocation and deeper polling on its fiber stack.
             let f = fresh.into_iter().next().expect("one call");
-            let (f, answer, elapsed, child) = ask(f).await;
-            if let Err(e) = self.answered(f, answer, elapsed, child, responses, &mut stops) {
+            if let Err(e) = self.answered(ask(f).await, responses, &mut stops) {
                 store_failure = Some(e);
             }
         } else {
             // Polled here, not spawned: when the thread is killed this future is dropped, and
             // with it every call in flight (and the process group of each command agent).
             let mut running: FuturesUnordered<_> = fresh.into_iter().map(ask).collect();
-            while let Some((f, answer, elapsed, child)) = running.next().await {
-                if let Err(e) = self.answered(f, answer, elapsed, child, responses, &mut stops) {
+            while let Some(done) = running.next().await {
+                if let Err(e) = self.answered(done, responses, &mut stops) {
                     // The calls still in flight are dropped (stopped) when this returns.
                     store_failure = Some(e);
                     break;
@@ -342,7 +356,19 @@ impl ThreadState {
             self.host.paused = true;
             return Err(wasmtime::Error::msg("paused between an agent's turns"));
         }
+        // A call whose task died (it panicked) answered nothing: it failed.
+        for (_, index) in indexes {
+            responses[index].get_or_insert_with(|| CallResponse::Error {
+                kind: CallErrorKind::Failed,
+                message: "the agent call stopped without an answer (the host failed)".into(),
+            });
+        }
         Ok(())
+    }
+
+    /// The next answer of the calls out to take, `None` once all are taken.
+    async fn next_out(&mut self) -> Option<Done> {
+        self.host.calls_out.as_mut()?.next().await
     }
 
     /// Gives each fresh call to an `openai` binding its loop in the journal and the thread's
@@ -378,13 +404,11 @@ impl ThreadState {
     /// its turns.
     fn answered(
         &mut self,
-        f: Fresh,
-        answer: Result<AgentAnswer, AgentFailure>,
-        elapsed: Duration,
-        child: Option<ThreadId>,
+        done: Done,
         responses: &mut [Option<CallResponse>],
         stops: &mut Stops,
     ) -> crate::Result<()> {
+        let Done { fresh: f, answer, elapsed, child } = done;
         let role = f.context.role.name.clone();
         let runs_child = self.host.thread.step_settings.children.contains_key(&role);
         let response = match self.settle(&f, answer, elapsed) {
@@ -528,46 +552,6 @@ impl ThreadState {
             input: call.input.clone(),
         }
     }
-}
-
-/// The journal key of a 0.2 agent call: the role and the input. The thread it is asked in is
-/// the host's own record, the same whenever the call is made again at the same step.
-pub(super) fn call_digest(role: &str, input: Option<&str>) -> String {
-    use std::hash::Hasher;
-    let mut hasher = twox_hash::XxHash64::with_seed(0);
-    hasher.write_u64(role.len() as u64);
-    hasher.write(role.as_bytes());
-    match input {
-        Some(input) => {
-            hasher.write_u8(1);
-            hasher.write(input.as_bytes());
-        }
-        None => hasher.write_u8(0),
-    }
-    crate::ids::Digest::from_value(hasher.finish()).to_string()
-}
-
-/// XXH64 of an agent request, hashed field by field: the same request gives the same digest
-/// without serializing the whole thread context on every call. The thread id is the host's;
-/// steps' timestamps are left out, since the host stamps stored steps with its own clock and a
-/// resumed bundle gets those back, not the ones it had in memory.
-pub(super) fn agent_request_digest(thread_id: ThreadId, request: &v0_1::AgentRequest) -> String {
-    use std::hash::Hasher;
-    let mut hasher = twox_hash::XxHash64::with_seed(0);
-    let mut field = |bytes: &[u8]| {
-        hasher.write_u64(bytes.len() as u64);
-        hasher.write(bytes);
-    };
-    field(request.role.as_bytes());
-    field(request.system_prompt.as_bytes());
-    field(thread_id.to_string().as_bytes());
-    field(request.context.prompt.as_bytes());
-    for step in &request.context.steps {
-        field(step.role.as_bytes());
-        field(step.content.as_bytes());
-        field(step.meta.as_bytes());
-    }
-    crate::ids::Digest::from_value(hasher.finish()).to_string()
 }
 
 #[cfg(test)]

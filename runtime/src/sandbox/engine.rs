@@ -30,6 +30,22 @@ pub struct Runtime {
     home: Home,
     engine_key: String,
     allocator: Allocator,
+    /// A worker's: the instances it may keep live at once (`limits.live-instances`), and how
+    /// long a thread waits on its agents before it gives its instance up (`evict-after`).
+    /// `None` where a process runs one thread.
+    instances: Option<InstanceCache>,
+}
+
+/// Live instances as a bounded cache: a slot per instance, handed out in the order asked.
+#[derive(Clone)]
+struct InstanceCache {
+    slots: Arc<tokio::sync::Semaphore>,
+    evict_after: std::time::Duration,
+}
+
+/// A thread's hold on one of a worker's live instances, given back when dropped.
+pub struct InstanceSlot {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// How a runtime allocates instances (reported by workers and benchmarks).
@@ -90,11 +106,22 @@ impl Runtime {
     }
 
     /// Builds an engine for a worker: instances come from a pooling allocator sized for
-    /// `limits.max_threads` threads of at most `limits.memory_bytes` each. Pooling makes
+    /// `limits.live_instances` instances of at most `limits.memory_bytes` each. Pooling makes
     /// instantiation cheaper and keeps thousands of live instances within the kernel's
-    /// memory-map limit; the pool's own bounds back the limits up.
+    /// memory-map limit; the pool's own bounds back the limits up. A worker runs more threads
+    /// than it has instances: one waiting on its agents gives its instance up.
     pub fn for_worker(home: &Home, limits: &Limits) -> Result<Self> {
-        let threads = u32::try_from(limits.max_threads).unwrap_or(u32::MAX / 64).max(1);
+        let threads = u32::try_from(limits.live_instances).unwrap_or(u32::MAX / 64).max(1);
+        let instances = Some(InstanceCache {
+            slots: Arc::new(tokio::sync::Semaphore::new(threads as usize)),
+            evict_after: limits.evict_after,
+        });
+        let mut runtime = Self::pooled(home, limits, threads)?;
+        runtime.instances = instances;
+        Ok(runtime)
+    }
+
+    fn pooled(home: &Home, limits: &Limits, threads: u32) -> Result<Self> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(threads + POOL_SLACK)
             .total_core_instances((threads + POOL_SLACK).saturating_mul(CORE_INSTANCES_PER_THREAD))
@@ -158,7 +185,28 @@ impl Runtime {
         let mut hasher = twox_hash::XxHash64::with_seed(0);
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let engine_key = Digest::from_value(hasher.finish()).to_string();
-        Ok(Runtime { engine, linker: Arc::new(linker), home: home.clone(), engine_key, allocator })
+        Ok(Runtime {
+            engine,
+            linker: Arc::new(linker),
+            home: home.clone(),
+            engine_key,
+            allocator,
+            instances: None,
+        })
+    }
+
+    /// A slot for one live instance: at once where the runtime keeps no cache of them, else
+    /// once one is free (threads are served in the order they asked).
+    pub async fn instance_slot(&self) -> InstanceSlot {
+        let Some(cache) = &self.instances else { return InstanceSlot { _permit: None } };
+        // The semaphore is never closed.
+        InstanceSlot { _permit: cache.slots.clone().acquire_owned().await.ok() }
+    }
+
+    /// How long a thread waits on its agents before it gives its instance up; `None` where
+    /// a thread keeps its instance to the end (a process running one thread).
+    pub fn evict_after(&self) -> Option<std::time::Duration> {
+        self.instances.as_ref().map(|cache| cache.evict_after)
     }
 
     /// How this runtime allocates instances.

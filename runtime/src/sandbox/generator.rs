@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use wasmtime::Store;
 
-use super::engine::{LoadedBundle, Runtime};
+use super::engine::{InstanceSlot, LoadedBundle, Runtime};
 use super::instance::{self, GeneratorStep, ThreadInput};
 use super::state::{HostContext, ThreadState, new_store, within_budget};
 use crate::clock::now_ms;
@@ -23,10 +23,14 @@ use crate::store::records::{
 pub struct Generator {
     store: Store<ThreadState>,
     guest: instance::GuestThread,
+    /// The worker's live instance this is (dropped after the store).
+    _slot: InstanceSlot,
 }
 
 impl Generator {
-    /// Instantiates the bundle and constructs the generator with the recorded steps.
+    /// Instantiates the bundle, once the runtime has room for another live instance, and
+    /// constructs the generator with the steps the host has recorded (`record`'s when the
+    /// thread is started; more when its instance is rebuilt).
     pub async fn start(
         runtime: &Runtime,
         limits: &Limits,
@@ -35,6 +39,8 @@ impl Generator {
         id: ThreadId,
         record: &ThreadRecord,
     ) -> Result<Self, Stop> {
+        let slot = runtime.instance_slot().await;
+        let steps = host.thread.steps.clone();
         let mut store = new_store(runtime.engine(), ThreadState::new(host, limits));
         // Instantiating runs the bundle's start code: it gets the same budget as a step.
         let clock = store.data().clock().clone();
@@ -45,16 +51,24 @@ impl Generator {
         let input = ThreadInput {
             thread_id: id,
             prompt: &record.start.parameters.prompt,
-            steps: &record.steps,
+            steps: &steps,
             trigger_data: trigger_data.as_deref(),
             max_rounds: record.start.max_rounds(),
         };
         clock.start_step();
-        store.data_mut().host.journal.begin_step(record.steps.len());
+        store.data_mut().host.journal.begin_step(steps.len());
         let generator = within_budget(&clock, instance.start(&mut store, input))
             .await
             .map_err(|e| stopped(&mut store, "starting the generator", &e))?;
-        Ok(Generator { store, guest: generator })
+        Ok(Generator { store, guest: generator, _slot: slot })
+    }
+
+    /// Drops the instance (and gives its slot back), keeping what the host knows of the
+    /// thread: its record, its journal, its calls out. [`Generator::start`] rebuilds it.
+    pub fn into_host(self) -> HostContext {
+        // The slot is given back once the instance is gone (at the end of this call).
+        let Generator { store, .. } = self;
+        store.into_data().host
     }
 
     /// Asks for the step after step `count` and checks it: `Ok(steps)` to persist (one, or a

@@ -3,9 +3,10 @@
 //! 0.3's `agents` is a batch of calls run concurrently, 0.1's `agent` a batch of one.
 //! Extract, log and sleep are here.
 
-use super::agent_calls::{Call, agent_request_digest, call_digest};
+use super::agent_calls::Call;
 use super::bindings::ExtractRequest;
 use super::bindings::v0_1;
+use super::call_digests::{agent_request_digest, call_digest};
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;

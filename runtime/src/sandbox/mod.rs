@@ -9,6 +9,8 @@
 
 mod agent_calls;
 pub mod bindings;
+mod call_digests;
+pub mod calls_out;
 pub mod children;
 pub mod control;
 pub mod engine;

@@ -65,6 +65,10 @@ pub struct HostContext {
     /// Set when a durable agent's call stopped between its turns for a pause: the thread
     /// pauses, and the call goes on from its journal when resumed.
     pub paused: bool,
+    /// In a worker: the agent calls out, which outlive the instance that made them (the
+    /// thread may give its instance up while it waits on them). `None`: calls are made on the
+    /// instance's own stack.
+    pub calls_out: Option<super::calls_out::CallsOut>,
 }
 
 /// An agent call answered during a generator step.
@@ -119,6 +123,7 @@ impl HostContext {
             answered: Vec::new(),
             rest: None,
             paused: false,
+            calls_out: None,
         }
     }
 
@@ -139,6 +144,7 @@ impl HostContext {
             answered: Vec::new(),
             rest: None,
             paused: false,
+            calls_out: None,
         }
     }
 }
