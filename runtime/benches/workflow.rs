@@ -405,19 +405,8 @@ async fn concurrency(n: usize) -> Value {
         Err(e) => return json!({"bench": "concurrency", "threads": n, "error": e.to_string()}),
     };
     let store = Storage::open(&home);
-    let catalog = Catalog::new(&store);
-    catalog
-        .add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
-        .await
-        .unwrap();
-    let hash = catalog.entry("solve-issue").unwrap().hash;
-    let bundle = Arc::new(catalog.load(&runtime, "solve-issue", hash).unwrap());
-    let config = answers_config(dir.path(), Some(Duration::from_secs(600)));
-    let request =
-        RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
-    let agents =
-        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor, None)
-            .unwrap();
+    let (hash, bundle, agents) =
+        slow_solve_issue(&runtime, &store, dir.path(), Duration::from_secs(600)).await;
     let rss_before = rss_kib();
     let maps_before = memory_maps();
     let started = Instant::now();
@@ -484,6 +473,30 @@ async fn concurrency(n: usize) -> Value {
     })
 }
 
+/// solve-issue added to `store` and loaded in `runtime`, with the bench's agent answering
+/// every call after `delay`.
+async fn slow_solve_issue(
+    runtime: &Runtime,
+    store: &Storage,
+    dir: &Path,
+    delay: Duration,
+) -> (BundleHash, Arc<uncaged_workflow::sandbox::engine::LoadedBundle>, AgentSet) {
+    let catalog = Catalog::new(store);
+    catalog
+        .add(runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
+        .await
+        .unwrap();
+    let hash = catalog.entry("solve-issue").unwrap().hash;
+    let bundle = Arc::new(catalog.load(runtime, "solve-issue", hash).unwrap());
+    let config = answers_config(dir, Some(delay));
+    let request =
+        RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
+    let agents =
+        AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor, None)
+            .unwrap();
+    (hash, bundle, agents)
+}
+
 /// The answer to an evicted thread → its next step: threads whose every agent call takes
 /// `DELAY` give their instances up after 20 ms, so each step after the 20th is a rebuild of
 /// the instance from 20+ recorded steps, then the step. A step's time beyond `DELAY`, with and
@@ -501,19 +514,7 @@ async fn evicted_steps() -> Value {
     {
         let limits = Limits { evict_after, ..Limits::default() };
         let runtime = Runtime::for_worker(&home, &limits).unwrap();
-        let catalog = Catalog::new(&store);
-        catalog
-            .add(&runtime, "solve-issue", Path::new(artifacts::SOLVE_ISSUE), &Limits::default())
-            .await
-            .unwrap();
-        let hash = catalog.entry("solve-issue").unwrap().hash;
-        let bundle = Arc::new(catalog.load(&runtime, "solve-issue", hash).unwrap());
-        let config = answers_config(dir.path(), Some(DELAY));
-        let request =
-            RunRequest { agent: Some(AgentSpec::Named("bench".into())), ..Default::default() };
-        let agents =
-            AgentSet::resolve(&config, &request, &Secrets::default(), &bundle.descriptor, None)
-                .unwrap();
+        let (hash, bundle, agents) = slow_solve_issue(&runtime, &store, dir.path(), DELAY).await;
         let mut tasks = Vec::new();
         for _ in 0..THREADS {
             let (runtime, store, bundle, agents, limits) =
