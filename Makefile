@@ -20,7 +20,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash test-pgbouncer \
-	interpreter check-interpreter browser postgres bench-postgres bench-serve bench-agents bench-mcp bench-starts bench-fleet install-check mcp-servers
+	interpreter check-interpreter browser postgres bench-postgres bench-serve bench-agents bench-mcp bench-starts bench-fleet bench-instances install-check mcp-servers
 
 all: build bundles
 
@@ -169,6 +169,11 @@ bench-starts: guest-target postgres
 # that enforces its own limits), put in place.
 bench-fleet: guest-target postgres
 	python3 runtime/benches/report.py --only fleet
+
+# One worker holding N waiting threads, and answer → next step of a thread that gave its
+# instance up, alone, put in place.
+bench-instances: guest-target
+	python3 runtime/benches/report.py --only instances
 
 # MCP's starts beside the API's alone (starts per second, time to the first step).
 bench-mcp: guest-target
