@@ -220,11 +220,19 @@ async fn run_steps(
         host.calls_out = Some(out);
         (after, since)
     });
-    let mut generator =
-        match Generator::start(ctx.runtime, &ctx.limits, bundle, host, id, record).await {
-            Ok(generator) => generator,
-            Err(end) => return finish(writer, &info, end),
-        };
+    let mut generator = match Box::pin(Generator::start(
+        ctx.runtime,
+        &ctx.limits,
+        bundle,
+        host,
+        id,
+        record,
+    ))
+    .await
+    {
+        Ok(generator) => generator,
+        Err(end) => return finish(writer, &info, end),
+    };
 
     let mut count = record.steps.len();
     // Generator steps taken: `step` takes one, which may persist a parallel group.
@@ -239,13 +247,18 @@ async fn run_steps(
         let max_rounds = record.start.max_rounds();
         let span = telemetry::step_span(count + 1);
         let next = loop {
-            let next = generator.next(bundle, count, max_rounds, started).instrument(span.clone());
+            // Boxed, as the starts are: a thread waiting on its agents holds this run's future
+            // for as long as it waits, and unboxed it would be as large as the largest of them
+            // (9 KiB a thread, most of a waiting thread's memory once its instance is gone).
+            let next = Box::pin(generator.next(bundle, count, max_rounds, started))
+                .instrument(span.clone());
             let Some((after, since)) = evicts.as_mut() else { break next.await };
             tokio::select! {
                 next = next => break next,
                 () = since.overdue(*after) => {}
             }
-            generator = match rebuild(ctx, bundle, generator, record, &info, *after).await {
+            generator = match Box::pin(rebuild(ctx, bundle, generator, record, &info, *after)).await
+            {
                 Ok(generator) => generator,
                 Err(stop) => {
                     telemetry::step_stopped(&span, stop.as_str());
@@ -320,7 +333,7 @@ async fn rebuild(
     if let Some(out) = host.calls_out.as_mut() {
         out.answered().await;
     }
-    Generator::start(ctx.runtime, &ctx.limits, bundle, host, record.id(), record).await
+    Box::pin(Generator::start(ctx.runtime, &ctx.limits, bundle, host, record.id(), record)).await
 }
 
 /// What a step was, on its span: its roles, their agents, and what it cost.

@@ -131,9 +131,11 @@ impl CallsOut {
         while batch.kept.len() < batch.left.len() {
             match batch.answers.recv().await {
                 Some(done) => batch.kept.push_back(done),
-                None => return,
+                None => break,
             }
         }
+        // Nothing is out any more: the instance rebuilt to take the answers is not overdue.
+        self.since.send_replace(None);
     }
 
     /// Drops the batch out, if any, stopping the calls still running.
