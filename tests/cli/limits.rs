@@ -348,6 +348,32 @@ on_both_stores! {
     }
 
     /// A thread waiting for its turn in a limit can be paused, and goes on when resumed.
+    /// A thread waiting for a limit's capacity takes no worker slot: on a worker that runs one
+    /// thread at a time, a thread that asks no provider runs to its end meanwhile.
+    #[test]
+    fn a_thread_waiting_for_a_limit_takes_no_worker_slot() -> Result<()> {
+        let (env, provider) = on_a_limit(
+            Enforced { requests_per_minute: Some(1), ..Default::default() },
+            "{requests_per_minute: 1}",
+        )?;
+        let path = env.home().join("config.yaml");
+        let text = std::fs::read_to_string(&path)?;
+        std::fs::write(&path, text.replace("limits:\n", "limits:\n  max-threads: 1\n"))?;
+        let waiting = start_threads(&env, 1)?;
+        wait_until("the thread waiting for its second call", || {
+            Ok(provider.answered().len() == 1 && waiting_for(&env, "mock-limit")? == 1)
+        })?;
+        let out = env.ok(&["run", "solve-issue", "-p", "offline", "--agent", "scripted"])?;
+        ensure!(out.contains("completed"), "{out}");
+        ensure!(waiting_for(&env, "mock-limit")? == 1, "the other still waits");
+        env.advance(Duration::from_secs(61))?;
+        wait_until("the next call", || Ok(provider.answered().len() == 2))?;
+        env.advance(Duration::from_secs(61))?;
+        wait_until("the waiting thread completed", || all_completed(&env, &waiting))?;
+        ensure!(provider.refused() == 0);
+        Ok(())
+    }
+
     #[test]
     fn a_thread_waiting_for_a_limit_pauses_and_resumes() -> Result<()> {
         let (env, provider) = on_a_limit(

@@ -212,7 +212,7 @@ impl Worker {
                 tracing::info!("worker {} exiting: nothing to run", std::process::id());
                 break;
             }
-            let room = self.running.lock().len() < self.options.max_threads;
+            let room = self.at_work() < self.options.max_threads;
             let look_again = takeover.look_again(self.queue(), room);
             let woken = async {
                 match &mut wake {
@@ -252,7 +252,7 @@ impl Worker {
     ) -> Result<()> {
         self.apply_requests()?;
         let running = self.running_ids();
-        let free = self.options.max_threads.saturating_sub(running.len());
+        let free = self.options.max_threads.saturating_sub(self.at_work());
         if free > 0 {
             for claimed in self.queue().claim(self.options.scope, free, &running, None)? {
                 if let Some(previous) = &claimed.taken_from {
@@ -358,6 +358,13 @@ impl Worker {
         list
     }
 
+    /// The threads that take a slot (`max-threads`): all but those waiting for a provider
+    /// limit's capacity, which hold no instance and would otherwise keep threads of other
+    /// providers (or none) from running while a limit's line is long.
+    fn at_work(&self) -> usize {
+        self.running.lock().values().filter(|r| r.control.waiting_for().is_none()).count()
+    }
+
     /// SIGTERM: every thread stops after its current step and goes back to the queue; those
     /// still in a step when `grace` runs out are stopped where they are.
     async fn hand_back_all(&self, grace: Duration) {
@@ -411,7 +418,7 @@ impl Worker {
             let bundle = self.loaded(&record.start.name, record.version())?;
             let agents = lifecycle::agents_for(&self.store, &record, &bundle, &request, &secrets)?;
             let limits = lifecycle::limits_for(&self.store, &record)?;
-            let running = self.running.lock().len();
+            let running = self.at_work();
             if running >= limits.max_threads.min(self.options.max_threads) {
                 return Err(Error::ThreadState {
                     id: id.to_string(),
