@@ -8,6 +8,7 @@ says what was measured and whether the targets were met.
 """
 
 import json
+import re
 import os
 import platform
 import statistics
@@ -141,7 +142,10 @@ def concurrency(n):
     found = [json.loads(l) for l in done.stdout.splitlines() if l.startswith("{")]
     if found:
         return found[0]
-    last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    err = done.stderr.strip().splitlines()
+    # A panic's message is the line after "panicked at"; else the last line said.
+    at = next((i for i, l in enumerate(err) if "panicked at" in l), None)
+    last = err[at + 1] if at is not None and at + 1 < len(err) else (err or [f"exit status {done.returncode}"])[-1]
     return {"bench": "concurrency", "threads": n, "error": f"the process died: {last}"}
 
 
@@ -188,6 +192,10 @@ def instances_section():
              "|---|---|---|---|---|---|---|---|"]
     for n, r in sorted(conc.items()):
         note = (r.get("error") or "").replace("|", "/")
+        # An I/O error's own words, not the whole debug dump around them.
+        said = re.search(r'message: "([^"]+)"', note)
+        if said:
+            note = f"{note.split(':')[0]}: {said.group(1)}"
         if "rss_kib" not in r:
             lines.append(f"| {n:,} | | | | | | | {note} |")
             continue
