@@ -230,10 +230,7 @@ async fn read(
             heard = text => {
                 match heard {
                     Some(Live::Text(text)) => {
-                        let event = Event::Delta { thread: id, text };
-                        let json = serde_json::to_string(&event).expect("events serialize");
-                        let frame = Told::of(&event, 0).frame;
-                        let _ = feed.live.send(Arc::new(LiveFrame { frame, json }));
+                        publish_text(&feed, id, text);
                         continue;
                     }
                     // Something was stored: read it now.
@@ -242,6 +239,11 @@ async fn read(
                     None => live = None,
                 }
             }
+        }
+        // Text the worker sent before it stored what is read now goes out first: a client is
+        // told a model's text before the step that holds it.
+        while let Some(Ok(Live::Text(text))) = live.as_mut().map(|live| live.try_recv()) {
+            publish_text(&feed, id, text);
         }
         let (events, failed) = match reader.poll() {
             Ok(events) => (events, false),
@@ -255,4 +257,12 @@ async fn read(
         let log = feed.log.borrow().extended(events, failed);
         feed.log.send_replace(Arc::new(log));
     }
+}
+
+/// Hands a piece of thread `id`'s live text to the clients following it now.
+fn publish_text(feed: &Feed, id: ThreadId, text: crate::store::queue::LiveText) {
+    let event = Event::Delta { thread: id, text };
+    let json = serde_json::to_string(&event).expect("events serialize");
+    let frame = Told::of(&event, 0).frame;
+    let _ = feed.live.send(Arc::new(LiveFrame { frame, json }));
 }

@@ -390,8 +390,9 @@ async fn events(
                     }
                 };
                 tokio::select! {
-                    changed = page.changes.changed() => changed.ok()?,
-                    _ = page.stopping.changed() => return None,
+                    // Text heard before a change goes first: it was written before the step
+                    // the change shows.
+                    biased;
                     text = text => match text {
                         Ok(live) => {
                             let event = Event::default().event("delta").data(live.json.clone());
@@ -403,6 +404,8 @@ async fn events(
                             continue;
                         }
                     },
+                    changed = page.changes.changed() => changed.ok()?,
+                    _ = page.stopping.changed() => return None,
                 }
             }
             if *page.stopping.borrow() {

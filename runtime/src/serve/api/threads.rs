@@ -185,6 +185,15 @@ pub async fn events(
         let mut keep_alive =
             tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
         loop {
+            // Live text already heard was written before anything new in the log: it goes
+            // first (the log and the text come on two channels, and both may be ready).
+            if let Some(live) = &mut state.live {
+                match live.try_recv() {
+                    Ok(live) => return Some((Ok(live.frame.clone()), state)),
+                    Err(tokio::sync::broadcast::error::TryRecvError::Closed) => state.live = None,
+                    Err(_) => {}
+                }
+            }
             let snapshot = state.log.borrow_and_update().clone();
             // Where this client starts: after its step `after` (from the first event if 0).
             let next = *state.next.get_or_insert_with(|| snapshot.start_of(state.after));
