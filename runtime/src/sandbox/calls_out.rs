@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -49,9 +50,11 @@ struct Batch {
     /// The calls (journal seq and digest) whose answers no instance took yet.
     left: Vec<(usize, String)>,
     answers: mpsc::UnboundedReceiver<Done>,
-    /// Answers that came while no instance was there to take them.
+    /// Answers no instance took yet: those that came at once, and those that came while the
+    /// thread held no instance.
     kept: VecDeque<Done>,
-    task: tokio::task::JoinHandle<()>,
+    /// The calls that did not answer at once (none, if all did).
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Batch {
@@ -64,7 +67,9 @@ impl std::fmt::Debug for Batch {
 /// them the process group of each command agent.
 impl Drop for Batch {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
@@ -86,22 +91,31 @@ impl CallsOut {
                 .all(|(seq, digest)| batch.left.iter().any(|(s, d)| s == seq && d == digest))
     }
 
-    /// Sends `calls` out on a task of their own, each answer kept until an instance takes it.
+    /// Sends `calls` out: those that answer at once (a scripted agent, an answer the journal
+    /// of turns holds) are taken here, and the others go on on a task of their own, each answer
+    /// kept until an instance takes it. A task for a call that is already answered would cost
+    /// more than the call: its spawn and wake-ups on another of the runtime's threads.
     pub(super) fn send<F>(&mut self, step: usize, keys: Vec<(usize, String)>, calls: Vec<F>)
     where
         F: Future<Output = Done> + Send + 'static,
     {
+        let mut running: FuturesUnordered<F> = calls.into_iter().collect();
+        let mut kept = VecDeque::new();
+        while let Some(Some(done)) = running.next().now_or_never() {
+            kept.push_back(done);
+        }
         let (sender, answers) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            let mut running: FuturesUnordered<F> = calls.into_iter().collect();
-            while let Some(done) = running.next().await {
-                if sender.send(done).is_err() {
-                    return;
+        let task = (!running.is_empty()).then(|| {
+            self.since.send_replace(Some(Instant::now()));
+            tokio::spawn(async move {
+                while let Some(done) = running.next().await {
+                    if sender.send(done).is_err() {
+                        return;
+                    }
                 }
-            }
+            })
         });
-        self.batch = Some(Batch { step, left: keys, answers, kept: VecDeque::new(), task });
-        self.since.send_replace(Some(Instant::now()));
+        self.batch = Some(Batch { step, left: keys, answers, kept, task });
     }
 
     /// The batch's next answer for an instance to take, `None` once every one was taken.
