@@ -315,17 +315,10 @@ impl ThreadState {
                     break;
                 }
             }
-        } else if fresh.len() == 1 {
-            // One call (every step of a workflow without groups): awaited as it is. A worker
-            // holds thousands of threads waiting here, and the set below would cost each a
-            // task allocation and deeper polling on its fiber stack.
-            let f = fresh.into_iter().next().expect("one call");
-            if let Err(e) = self.answered(ask(f).await, responses, &mut stops) {
-                store_failure = Some(e);
-            }
         } else {
-            // Polled here, not spawned: when the thread is killed this future is dropped, and
-            // with it every call in flight (and the process group of each command agent).
+            // A process running one thread (`step`, `replay`): the calls are polled here, not
+            // spawned, so when the thread is killed this future is dropped, and with it every
+            // call in flight (and the process group of each command agent).
             let mut running: FuturesUnordered<_> = fresh.into_iter().map(ask).collect();
             while let Some(done) = running.next().await {
                 if let Err(e) = self.answered(done, responses, &mut stops) {

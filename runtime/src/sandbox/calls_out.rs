@@ -49,7 +49,8 @@ struct Batch {
     step: usize,
     /// The calls (journal seq and digest) whose answers no instance took yet.
     left: Vec<(usize, String)>,
-    answers: mpsc::UnboundedReceiver<Done>,
+    /// Where the task sends the answers of the calls that did not answer at once.
+    answers: Option<mpsc::UnboundedReceiver<Done>>,
     /// Answers no instance took yet: those that came at once, and those that came while the
     /// thread held no instance.
     kept: VecDeque<Done>,
@@ -104,26 +105,31 @@ impl CallsOut {
         while let Some(Some(done)) = running.next().now_or_never() {
             kept.push_back(done);
         }
-        let (sender, answers) = mpsc::unbounded_channel();
-        let task = (!running.is_empty()).then(|| {
-            self.since.send_replace(Some(Instant::now()));
-            tokio::spawn(async move {
-                while let Some(done) = running.next().await {
-                    if sender.send(done).is_err() {
-                        return;
+        let (answers, task) = match running.is_empty() {
+            true => (None, None),
+            false => {
+                let (sender, answers) = mpsc::unbounded_channel();
+                self.since.send_replace(Some(Instant::now()));
+                let task = tokio::spawn(async move {
+                    while let Some(done) = running.next().await {
+                        if sender.send(done).is_err() {
+                            return;
+                        }
                     }
-                }
-            })
-        });
+                });
+                (Some(answers), Some(task))
+            }
+        };
         self.batch = Some(Batch { step, left: keys, answers, kept, task });
     }
 
     /// The batch's next answer for an instance to take, `None` once every one was taken.
     pub(super) async fn next(&mut self) -> Option<Done> {
         let batch = self.batch.as_mut()?;
-        let done = match batch.kept.pop_front() {
-            Some(done) => Some(done),
-            None => batch.answers.recv().await,
+        let done = match (batch.kept.pop_front(), &mut batch.answers) {
+            (Some(done), _) => Some(done),
+            (None, Some(answers)) => answers.recv().await,
+            (None, None) => None,
         };
         let Some(done) = done else {
             // The task ended with calls unanswered: it panicked.
@@ -142,8 +148,10 @@ impl CallsOut {
     /// answers are kept for the instance rebuilt to take them.
     pub async fn answered(&mut self) {
         let Some(batch) = self.batch.as_mut() else { return };
-        while batch.kept.len() < batch.left.len() {
-            match batch.answers.recv().await {
+        while let Some(answers) = batch.answers.as_mut()
+            && batch.kept.len() < batch.left.len()
+        {
+            match answers.recv().await {
                 Some(done) => batch.kept.push_back(done),
                 None => break,
             }
