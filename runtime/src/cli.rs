@@ -177,7 +177,7 @@ impl Cli {
             Command::Rollback(c) => c.execute(global),
             Command::Replay(c) => c.execute(global).await,
             Command::Run(c) => c.execute(global).await,
-            Command::Threads(c) => c.execute(global),
+            Command::Threads(c) => c.execute(global).await,
             Command::Thread(c) => c.execute(global).await,
             Command::Ps(c) => c.execute(global).await,
             Command::Kill(c) => c.execute(global).await,

@@ -259,9 +259,20 @@ on_both_stores! {
         ensure!(provider.answered().len() == 6, "{:?}", provider.answered());
         let ps = env.ok(&["ps"])?;
         ensure!(ps.contains("waiting for mock-limit"), "{ps}");
+        // The listing of threads says so too, on a terminal, in JSON and in the API.
+        let listed = env.ok(&["threads"])?;
+        ensure!(listed.contains("waiting for mock-limit"), "{listed}");
+        let listed = env.json(&["threads"])?;
+        let waiting = |list: &Value| {
+            list.as_array().into_iter().flatten().filter(|t| t["waitingFor"] == "mock-limit").count()
+        };
+        ensure!(waiting(&listed) >= 1, "{listed}");
         // The limit's use as Prometheus reads it, from the state every worker shares.
-        let serve = Serve::start(&env, &[], &[])?;
-        let metrics = get(&serve.addr, "/metrics")?;
+        let serve = Serve::start(&env, &["--token", "limits-test-token-0123"], &[])?;
+        let bearer = "Authorization: Bearer limits-test-token-0123\r\n";
+        let api: Value = serde_json::from_str(&get_with(&serve.addr, "/api/v1/threads", bearer)?)?;
+        ensure!(waiting(&api["threads"]) >= 1, "{api}");
+        let metrics = get_with(&serve.addr, "/metrics", bearer)?;
         let series = |name: &str| metric(&metrics, name);
         ensure!(series("limit_requests")? == 6.0 && series("limit_requests_served_total")? == 6.0);
         ensure!(series("limit_waiting")? >= 1.0 && series("limit_closed")? == 0.0, "{metrics}");
@@ -270,7 +281,7 @@ on_both_stores! {
         wait_until("every thread completed", || all_completed(&env, &threads))?;
         ensure!(provider.refused() == 0, "the provider refused calls: {:?}", provider.answered());
         ensure!(provider.answered().len() == 12);
-        let metrics = get(&serve.addr, "/metrics")?;
+        let metrics = get_with(&serve.addr, "/metrics", bearer)?;
         ensure!(
             metrics.contains("uncaged_workflow_limit_requests_served_total{limit=\"mock-limit\"} 12"),
             "{metrics}"

@@ -91,10 +91,13 @@ struct Listed<'a> {
     thread_id: ThreadId,
     timestamp: u64,
     tokens: u64,
+    /// The provider limit it waits for its turn in, when it runs and waits for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting_for: Option<&'a str>,
 }
 
-impl<'a> From<&'a ThreadSummary> for Listed<'a> {
-    fn from(thread: &'a ThreadSummary) -> Self {
+impl<'a> Listed<'a> {
+    fn new(thread: &'a ThreadSummary, waiting_for: Option<&'a str>) -> Self {
         Listed {
             cost_usd: thread.cost_usd,
             hash: thread.hash,
@@ -109,6 +112,7 @@ impl<'a> From<&'a ThreadSummary> for Listed<'a> {
             thread_id: thread.thread_id,
             timestamp: thread.timestamp,
             tokens: thread.tokens,
+            waiting_for,
         }
     }
 }
@@ -140,7 +144,7 @@ impl From<EndedStatus> for EndStatus {
 }
 
 impl ThreadsCommand {
-    pub fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
+    pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         if let Some(ThreadsAction::Prune { older_than, status, workflow, dry_run, json }) =
             self.action
@@ -174,8 +178,10 @@ impl ThreadsCommand {
         // The newest N, listed oldest first.
         let page = query::threads(&store, &query)?;
         let selected = page.threads.iter().rev();
+        let limit_waits = query::limit_waits(&store, &page.threads).await?;
+        let waiting_for = |t: &ThreadSummary| limit_waits.get(&t.thread_id).map(String::as_str);
         if self.json {
-            let list: Vec<_> = selected.map(Listed::from).collect();
+            let list: Vec<_> = selected.map(|t| Listed::new(t, waiting_for(t))).collect();
             print_json(&list)?;
             return Ok(0);
         }
@@ -200,12 +206,13 @@ impl ThreadsCommand {
         table.status_column(2);
         let now_ms = now_ms();
         for thread in selected {
-            table
-                .cell_shown(thread.thread_id.encode(&mut [0; 26]))
-                .cell(&thread.name)
-                .cell_shown(thread.status.as_str())
-                .cell_fmt(format_args!("{}", thread.steps))
-                .cell_fmt(format_args!("{}", Age { at_ms: thread.timestamp, now_ms }));
+            table.cell_shown(thread.thread_id.encode(&mut [0; 26])).cell(&thread.name);
+            match waiting_for(thread) {
+                Some(limit) => table.cell_fmt(format_args!("waiting for {limit}")),
+                None => table.cell_shown(thread.status.as_str()),
+            }
+            .cell_fmt(format_args!("{}", thread.steps))
+            .cell_fmt(format_args!("{}", Age { at_ms: thread.timestamp, now_ms }));
             if scheduled {
                 table.cell(thread.schedule.as_deref().unwrap_or("-"));
             }

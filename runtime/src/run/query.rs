@@ -54,6 +54,20 @@ pub fn threads(store: &Storage, query: &ThreadQuery) -> Result<ThreadPage> {
     Ok(ThreadPage { threads, next })
 }
 
+/// The provider limit each running thread of `threads` waits for its turn in, as its worker
+/// last told, by thread id: how a listing shows "waiting for openai-main" rather than
+/// "running". The workers are asked only when one of `threads` runs.
+pub async fn limit_waits(
+    store: &Storage,
+    threads: &[ThreadSummary],
+) -> Result<std::collections::HashMap<ThreadId, String>> {
+    if !threads.iter().any(|t| t.status == ThreadStatus::Running) {
+        return Ok(Default::default());
+    }
+    let running = crate::run::dispatch::of(store).running().await?;
+    Ok(running.into_iter().filter_map(|t| Some((t.thread_id, t.waiting_for?))).collect())
+}
+
 /// The children of thread `record` that have not ended, and theirs: what killing or pausing it
 /// does the same to, parents before their children.
 pub fn live_descendants(store: &Storage, record: &ThreadRecord) -> Result<Vec<ThreadId>> {

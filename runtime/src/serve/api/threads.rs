@@ -129,8 +129,16 @@ pub async fn list(
         limit: Some(limit),
     };
     let page = query::threads(&app.store, &query)?;
+    let mut limit_waits = query::limit_waits(&app.store, &page.threads).await?;
     Ok(axum::Json(ThreadList {
-        threads: page.threads.into_iter().map(ThreadItem::from).collect(),
+        threads: page
+            .threads
+            .into_iter()
+            .map(|t| {
+                let waiting_for = limit_waits.remove(&t.thread_id);
+                ThreadItem { waiting_for, ..ThreadItem::from(t) }
+            })
+            .collect(),
         next_cursor: page.next.map(|id| id.to_string()),
     }))
 }

@@ -154,6 +154,8 @@ pub struct ThreadItem {
     /// Who asked for it from outside, if a request did: `mcp token:ci (claude-code)`,
     /// `api token:ci`.
     pub started_by: Option<String>,
+    /// The provider limit it waits for its turn in, when it runs and waits for one.
+    pub waiting_for: Option<String>,
 }
 
 impl From<crate::store::records::ThreadSummary> for ThreadItem {
@@ -173,6 +175,7 @@ impl From<crate::store::records::ThreadSummary> for ThreadItem {
             cost_usd: t.cost_usd,
             parent: t.parent.map(|p| p.to_string()),
             started_by: t.started_by,
+            waiting_for: None,
         }
     }
 }

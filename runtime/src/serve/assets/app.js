@@ -220,7 +220,7 @@ async function threadsView() {
   const rows = threads.map((t) => el("tr", { "data-thread": t.threadId },
     el("td", {}, threadLink(t.threadId)),
     el("td", {}, t.name),
-    el("td", {}, badge(t.status)),
+    el("td", {}, badge(t.status), t.waitingFor ? el("span", { class: "muted" }, " waiting for " + cut(t.waitingFor, 40)) : null),
     el("td", {}, t.steps),
     el("td", {}, ago(t.timestamp, now)),
     el("td", {}, t.schedule || t.startedBy || "-"),
