@@ -53,6 +53,11 @@ impl Home {
         self.root.join("workflow.lock")
     }
 
+    /// `evals/`: evals, one file per experiment (their threads are threads).
+    pub fn evals_dir(&self) -> PathBuf {
+        self.root.join("evals")
+    }
+
     /// `api/`: the HTTP API's tokens (their hashes) and request keys.
     pub fn api_dir(&self) -> PathBuf {
         self.root.join("api")

@@ -19,6 +19,7 @@ const FILES: &[(&str, &[&str])] = &[
     ("ScheduleBackend", &["schedules.rs"]),
     ("LockHolder", &["schedules.rs"]),
     ("TokenBackend", &["tokens.rs"]),
+    ("EvalBackend", &["evals.rs"]),
     ("RequestKeys", &["request_keys.rs"]),
     ("CredentialBackend", &["credentials.rs"]),
     ("CapacityBackend", &["capacity.rs"]),

@@ -178,6 +178,11 @@ fn start_record(hash: BundleHash) -> StartRecord {
             "token:ci",
             Some("claude-code"),
         )),
+        eval: Some(uncaged_workflow::store::records::EvalOf {
+            experiment: "01KEVAL".into(),
+            baseline: ThreadId::new(),
+            live: vec!["reviewer".into()],
+        }),
     }
 }
 
@@ -210,6 +215,8 @@ fn call(step: usize, value: &str) -> CallRecord {
         digest: "d1g3st".into(),
         response: CallResponse::Ok { value: value.into(), meta: None, usage: None },
         timestamp: 4,
+        request: Some("r3qu3st".into()),
+        recorded_in: Some(ThreadId::new()),
     }
 }
 
@@ -242,6 +249,7 @@ mod capacity;
 mod coverage;
 mod credentials;
 mod debug_log;
+mod evals;
 mod journal;
 mod live;
 mod queue;

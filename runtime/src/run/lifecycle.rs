@@ -155,6 +155,7 @@ impl NewThread {
             schedule: origin.schedule,
             parent: origin.parent,
             started_by: origin.started_by,
+            eval: None,
         }
     }
 }

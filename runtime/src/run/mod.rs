@@ -5,6 +5,7 @@
 
 pub mod actions;
 pub mod answer;
+pub mod baselines;
 pub mod catalog;
 pub mod children;
 pub mod control;

@@ -210,6 +210,7 @@ async fn run_steps(
         budget: record.budget(),
         started: record.start.timestamp,
         credentials: Some(ctx.store.credentials()),
+        baseline: super::baselines::of(ctx.store, record)?,
     };
     let mut host =
         HostContext::new(id, ctx.agents.clone(), info.clone(), journal, ctx.control.clone(), view);

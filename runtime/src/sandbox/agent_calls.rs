@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::Instrument;
 
+use super::call_digests::context_digest;
 use super::calls_out::{Done, Fresh};
 use super::children::{ChildCall, ChildState};
 use super::control::Activity;
@@ -19,7 +20,7 @@ use crate::faults::crash_point;
 use crate::ids::ThreadId;
 use crate::limits::Size;
 use crate::store::debug_log::LogLevel;
-use crate::store::journal::{CallErrorKind, CallKind, CallResponse, Replay};
+use crate::store::journal::{CallErrorKind, CallKind, CallOrigin, CallResponse, Replay};
 use crate::store::pauses::{PauseReason, ToolWait};
 use crate::store::records::PendingCall;
 use crate::telemetry;
@@ -164,6 +165,10 @@ impl ThreadState {
                 }
                 Replay::Fresh => {
                     let context = self.agent_context(thread_id, &call);
+                    if let Some(response) = self.from_baseline(seq, &call, &context, &bound)? {
+                        responses[index] = Some(response);
+                        continue;
+                    }
                     let turns = None;
                     fresh.push(Fresh { index, seq, bound, digest: call.digest, context, turns });
                 }
@@ -364,6 +369,53 @@ impl ThreadState {
         self.host.calls_out.as_mut()?.next().await
     }
 
+    /// For a thread of an eval: the recorded thread's answer to `call` (call `seq` of this
+    /// step, asked with `context`), journaled as this thread's, when the recorded thread asked
+    /// the same and its role is not asked live.
+    fn from_baseline(
+        &mut self,
+        seq: usize,
+        call: &Call,
+        context: &AgentContext,
+        bound: &Bound,
+    ) -> wasmtime::Result<Option<CallResponse>> {
+        let Some(baseline) = self.host.thread.baseline.clone() else { return Ok(None) };
+        let request = context_digest(context);
+        let step = self.host.journal.step();
+        let Some(response) = baseline.answer(step, &call.digest, &request, context) else {
+            return Ok(None);
+        };
+        self.host.info.write(
+            LogLevel::Info,
+            TAG_AGENT,
+            &format!("role `{}`: answer taken from recorded thread {}", call.role, baseline.thread),
+        );
+        let usage = match &response {
+            CallResponse::Ok { usage, .. } => usage.clone(),
+            CallResponse::Error { .. } => None,
+        };
+        let agent = format!("journal:{}", self.answered_by(&call.role, bound));
+        self.host.answered.push(AnsweredCall {
+            role: call.role.clone(),
+            agent,
+            elapsed: Duration::ZERO,
+            usage,
+        });
+        // Not synced: after a crash the recorded thread answers it again, the same way.
+        let origin = CallOrigin { request: Some(request), recorded_in: Some(baseline.thread) };
+        let recorded = self.host.journal.record_from(
+            seq,
+            CallKind::Agent,
+            &call.role,
+            call.digest.clone(),
+            response.clone(),
+            false,
+            origin,
+        );
+        recorded.map_err(|e| self.host.store_failed(e))?;
+        Ok(Some(response))
+    }
+
     /// Gives each fresh call to an `openai` binding its loop in the journal and the thread's
     /// say between its turns (its budget, a pause, a person at the terminal, its followers).
     fn durable_turns(&self, fresh: &mut [Fresh]) {
@@ -441,13 +493,15 @@ impl ThreadState {
         self.host.answered.push(AnsweredCall { role: role.clone(), agent, elapsed, usage });
         // A child's result is not made again at no cost: it is always kept durably.
         let durable = runs_child || !matches!(&*f.bound.agent, Agent::Scripted(_));
-        self.host.journal.record(
+        let origin = CallOrigin { request: Some(context_digest(&f.context)), recorded_in: None };
+        self.host.journal.record_from(
             f.seq,
             CallKind::Agent,
             &role,
             f.digest,
             response.clone(),
             durable,
+            origin,
         )?;
         crash_point("agent-recorded");
         responses[f.index] = Some(response);

@@ -43,3 +43,45 @@ pub(super) fn agent_request_digest(thread_id: ThreadId, request: &v0_1::AgentReq
     }
     crate::ids::Digest::from_value(hasher.finish()).to_string()
 }
+
+/// XXH64 of everything an agent is given for a call (its role and system prompt, the thread's
+/// prompt, its steps' roles, contents and meta, the call's input): the same whenever the agent
+/// would see the same request. The thread's id and steps' timestamps are left out, so a thread
+/// of an eval asking what a recorded thread asked has the digest the recorded call has.
+pub(crate) fn context_digest(context: &crate::agents::AgentContext) -> String {
+    use std::hash::Hasher;
+    let mut hasher = Hashing(twox_hash::XxHash64::with_seed(0));
+    let field = |hasher: &mut Hashing, bytes: &[u8]| {
+        hasher.0.write_u64(bytes.len() as u64);
+        hasher.0.write(bytes);
+    };
+    field(&mut hasher, context.role.name.as_bytes());
+    field(&mut hasher, context.role.system_prompt.as_bytes());
+    field(&mut hasher, context.prompt.as_bytes());
+    for step in context.steps.iter() {
+        field(&mut hasher, step.role.as_bytes());
+        field(&mut hasher, step.content.as_bytes());
+        // Hashed as it serializes: a thread of 100 steps is not 100 strings made per call.
+        serde_json::to_writer(&mut hasher, &step.meta).expect("hashing writes no error");
+        hasher.0.write_u8(0);
+    }
+    match &context.input {
+        Some(input) => field(&mut hasher, input.as_bytes()),
+        None => hasher.0.write_u8(0xff),
+    }
+    crate::ids::Digest::from_value(hasher.0.finish()).to_string()
+}
+
+/// A hasher written to as a byte sink.
+struct Hashing(twox_hash::XxHash64);
+
+impl std::io::Write for Hashing {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        std::hash::Hasher::write(&mut self.0, bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

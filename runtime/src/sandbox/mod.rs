@@ -8,8 +8,9 @@
 //! [`host`](self) (`agents`, `extract`, `log`, `now`) and the bare minimum of WASI p2.
 
 mod agent_calls;
+pub mod baseline;
 pub mod bindings;
-mod call_digests;
+pub(crate) mod call_digests;
 pub mod calls_out;
 pub mod children;
 pub mod control;

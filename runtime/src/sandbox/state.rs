@@ -175,6 +175,9 @@ pub struct ThreadView {
     /// The store's OAuth credentials of tool servers, which its durable agents sign in with
     /// (none where a call runs outside a thread).
     pub credentials: Option<Arc<dyn crate::store::credentials::CredentialBackend>>,
+    /// For a thread of an eval: the recorded thread whose journal answers its calls that ask
+    /// what it asked.
+    pub baseline: Option<Arc<super::baseline::Baseline>>,
 }
 
 /// How often the epoch advances: the granularity of the guest-time budget (the engine's

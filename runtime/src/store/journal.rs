@@ -50,6 +50,25 @@ pub struct CallRecord {
     pub digest: String,
     pub response: CallResponse,
     pub timestamp: u64,
+    /// XXH64 of the whole request an agent was given (its role's system prompt, the thread's
+    /// prompt and steps, the input): what an eval tells a changed request by, where `digest`
+    /// (the bundle's own key of the call) may stay the same. Absent from calls journaled
+    /// before it was kept, and from extract calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// For a thread of an eval: the recorded thread whose journal answered this call (none
+    /// for a call its agent answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_in: Option<crate::ids::ThreadId>,
+}
+
+/// Where a journaled call's answer came from, beside the call itself.
+#[derive(Debug, Clone, Default)]
+pub struct CallOrigin {
+    /// See [`CallRecord::request`].
+    pub request: Option<String>,
+    /// See [`CallRecord::recorded_in`].
+    pub recorded_in: Option<crate::ids::ThreadId>,
 }
 
 /// A line of the journal: a call's answer, or an entry of an agent call's loop.
@@ -272,6 +291,21 @@ impl Journal {
         response: CallResponse,
         durable: bool,
     ) -> Result<()> {
+        self.record_from(seq, kind, role, digest, response, durable, CallOrigin::default())
+    }
+
+    /// [`record`](Self::record), saying where the answer came from (`origin`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_from(
+        &mut self,
+        seq: usize,
+        kind: CallKind,
+        role: &str,
+        digest: String,
+        response: CallResponse,
+        durable: bool,
+        origin: CallOrigin,
+    ) -> Result<()> {
         let record = CallRecord {
             step: self.step,
             seq,
@@ -280,6 +314,8 @@ impl Journal {
             digest,
             response,
             timestamp: now_ms(),
+            request: origin.request,
+            recorded_in: origin.recorded_in,
         };
         if let Some(log) = &self.log {
             log.lock().append(&JournalLine::Call(record.clone()), durable)?;
@@ -365,6 +401,11 @@ impl Journal {
         }
         self.loops.entry((call.step, call.seq)).or_default().push(record);
         Ok(())
+    }
+
+    /// The calls recorded so far, in no order.
+    pub fn calls(&self) -> impl Iterator<Item = &CallRecord> {
+        self.recorded.values()
     }
 
     /// What the agent calls recorded so far cost: every call counted (a person's answer too),

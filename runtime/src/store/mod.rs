@@ -21,6 +21,7 @@ pub mod config;
 pub mod credentials;
 pub mod debug_log;
 pub mod descriptor;
+pub mod evals;
 pub mod files;
 pub mod journal;
 pub mod limiter;
@@ -233,6 +234,7 @@ pub struct Storage {
     threads: Arc<dyn ThreadStore>,
     queue: Arc<dyn WorkQueue>,
     tokens: Arc<dyn tokens::TokenBackend>,
+    evals: Arc<dyn evals::EvalBackend>,
     request_keys: Arc<dyn request_keys::RequestKeys>,
     credentials: Arc<dyn credentials::CredentialBackend>,
     capacity: Arc<dyn capacity::CapacityBackend>,
@@ -260,6 +262,7 @@ impl Storage {
             threads: Arc::new(files::threads::FileThreads::new(home)),
             queue: Arc::new(files::queue::FileQueue::new(home)),
             tokens: Arc::new(files::tokens::FileTokens::new(home)),
+            evals: Arc::new(files::evals::FileEvals::new(home)),
             request_keys: Arc::new(files::request_keys::FileRequestKeys::new(home)),
             credentials: Arc::new(files::credentials::FileCredentials::new(home)),
             capacity: capacity.clone(),
@@ -290,6 +293,7 @@ impl Storage {
             threads: Arc::new(postgres::threads::PgThreads::new(&pg)),
             queue: Arc::new(postgres::queue::PgQueue::new(&pg)),
             tokens: Arc::new(postgres::tokens::PgTokens::new(&pg)),
+            evals: Arc::new(postgres::evals::PgEvals::new(&pg)),
             request_keys: Arc::new(postgres::request_keys::PgRequestKeys::new(&pg)),
             credentials: Arc::new(postgres::credentials::PgCredentials::new(&pg)),
             capacity: capacity.clone(),
@@ -331,6 +335,11 @@ impl Storage {
     /// The schedules that start threads by themselves.
     pub fn schedules(&self) -> &dyn schedules::ScheduleBackend {
         &*self.schedules
+    }
+
+    /// The evals (experiments) kept beside the threads.
+    pub fn evals(&self) -> &dyn evals::EvalBackend {
+        &*self.evals
     }
 
     /// The HTTP API's tokens.

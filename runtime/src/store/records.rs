@@ -42,6 +42,10 @@ pub struct StartRecord {
     /// caller): what `threads`, `thread`, the web view and traces name as its starter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<StartedBy>,
+    /// Set on a thread of an eval: the recorded thread it re-runs, whose journal answers its
+    /// calls that ask what that thread asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval: Option<EvalOf>,
 }
 
 impl StartRecord {
@@ -81,6 +85,20 @@ pub struct ScheduledBy {
 pub struct Parameters {
     pub prompt: String,
     pub options: RunRequest,
+}
+
+/// The recorded thread a thread of an eval re-runs, and in which experiment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvalOf {
+    /// The experiment (eval) id.
+    pub experiment: String,
+    /// The recorded thread.
+    pub baseline: ThreadId,
+    /// The roles asked live, whatever their request; the others are asked live only when
+    /// their request is not one the recorded thread made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live: Vec<String>,
 }
 
 /// Where a fork came from.

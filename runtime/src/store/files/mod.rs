@@ -14,6 +14,7 @@
 pub mod capacity;
 pub mod credentials;
 pub mod debug_log;
+pub mod evals;
 pub mod journal;
 pub mod listing;
 pub mod queue;

@@ -456,6 +456,7 @@ mod tests {
             trigger_data: None,
             schedule: None,
             started_by: None,
+            eval: None,
         }
     }
 

@@ -13,6 +13,7 @@ mod commit;
 pub mod credentials;
 mod debug_log;
 mod deferred;
+pub mod evals;
 mod journal;
 mod leases;
 mod listing;

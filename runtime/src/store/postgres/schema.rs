@@ -30,6 +30,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (10, "followed threads", include_str!("migrations/0010_followed_threads.sql")),
     (11, "tool credentials", include_str!("migrations/0011_tool_credentials.sql")),
     (12, "provider limits", include_str!("migrations/0012_provider_limits.sql")),
+    (13, "evals", include_str!("migrations/0013_evals.sql")),
 ];
 
 /// The schema version this binary writes.
