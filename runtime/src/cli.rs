@@ -18,6 +18,7 @@ mod build;
 mod complete;
 pub mod completions;
 mod control;
+mod eval;
 mod follow;
 mod fork;
 mod history;
@@ -97,6 +98,9 @@ pub enum Command {
     /// Replay recorded threads through a bundle not registered yet, offline: does it do what
     /// they did?
     Replay(replay::ReplayCommand),
+    /// Run recorded threads again on a changed workflow, prompt or agent, and compare: what
+    /// got better, what got worse, what it cost
+    Eval(eval::EvalCommand),
     /// Start a thread of a workflow and print its steps as they happen
     Run(run::RunCommand),
     /// List threads, newest last
@@ -176,6 +180,7 @@ impl Cli {
             Command::History(c) => c.execute(global),
             Command::Rollback(c) => c.execute(global),
             Command::Replay(c) => c.execute(global).await,
+            Command::Eval(c) => c.execute(global).await,
             Command::Run(c) => c.execute(global).await,
             Command::Threads(c) => c.execute(global).await,
             Command::Thread(c) => c.execute(global).await,

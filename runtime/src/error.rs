@@ -28,6 +28,8 @@ pub mod exit {
     /// A recorded thread does not replay through a bundle (`replay`), or could not move to
     /// it (`upgrade`).
     pub const DIVERGED: i32 = 79;
+    /// `eval`: a thread regressed (its recorded thread passed its judges, the eval's fails).
+    pub const REGRESSED: i32 = 80;
     /// Interrupted (Ctrl-C), or the thread was killed (128 + SIGINT).
     pub const INTERRUPTED: i32 = 130;
 
@@ -75,6 +77,11 @@ pub mod exit {
             "79",
             "`replay`: a recorded thread diverges from the bundle; `upgrade`: a thread was \
              refused, its new version diverging from what it recorded",
+        ),
+        (
+            "80",
+            "`eval`: a thread regressed (its recorded thread passed its judges, the eval's thread \
+             fails them)",
         ),
         ("130", "interrupted (Ctrl-C), or the thread was killed"),
     ];

@@ -38,6 +38,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("agents", &["agents"]),
     ("sandbox", &["sandbox"]),
     ("run", &["run"]),
+    // Evals: recorded threads run again beside themselves, judged and compared.
+    ("eval", &["eval"]),
     ("schedule", &["schedule"]),
     ("serve", &["serve"]),
     ("cli", &["cli"]),

@@ -31,6 +31,7 @@ pub mod durable;
 pub mod duration;
 pub mod env_name;
 pub mod error;
+pub mod eval;
 pub mod faults;
 pub mod home;
 pub mod http;

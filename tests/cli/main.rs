@@ -54,6 +54,7 @@ mod command_line;
 mod crash;
 mod declarative;
 mod durability;
+mod evals;
 mod exit_codes;
 mod fan_out;
 mod hooks;

@@ -37,6 +37,9 @@ pub struct ThreadsCommand {
     /// At most this many threads: the newest
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
+    /// Only the threads of this eval (an eval's threads are listed only so)
+    #[arg(long, value_name = "EVAL")]
+    pub eval: Option<String>,
     /// Print as JSON
     #[arg(long)]
     pub json: bool,
@@ -174,6 +177,7 @@ impl ThreadsCommand {
             started_after: self.since.map(|d| now_ms().saturating_sub(d.as_millis() as u64)),
             before: None,
             limit: self.limit,
+            experiment: self.eval.as_deref().map(crate::eval::experiment_id).transpose()?,
         };
         // The newest N, listed oldest first.
         let page = query::threads(&store, &query)?;

@@ -59,11 +59,7 @@ impl Catalog {
         validate_name(name)?;
         // A workflow file is validated and assembled before the home is touched: a file that
         // does not validate leaves nothing behind.
-        let bytes = if crate::declarative::is_source(path) {
-            crate::declarative::assemble(path)?.bytes
-        } else {
-            read_bundle_file(path, limits.bundle_bytes)?
-        };
+        let bytes = bundle_bytes(path, limits)?;
         // Fail on an unwritable home before the work of compiling.
         self.bundles.prepare()?;
         let hash = BundleHash::of(&bytes);
@@ -117,14 +113,29 @@ impl Catalog {
         path: &Path,
         limits: &Limits,
     ) -> Result<LoadedBundle> {
-        let bytes = if crate::declarative::is_source(path) {
-            crate::declarative::assemble(path)?.bytes
-        } else {
-            read_bundle_file(path, limits.bundle_bytes)?
-        };
+        let bytes = bundle_bytes(path, limits)?;
         let hash = BundleHash::of(&bytes);
         let (pre, cache) = runtime.load(hash, &bytes, path)?;
         let descriptor = runtime.describe(&pre, path, limits).await?;
+        loaded(BundleParts { name, hash, bytes: &bytes, path }, descriptor, pre, cache)
+    }
+
+    /// Loads the bundle file at `path` as [`load_file`](Self::load_file) does, and stores it
+    /// (not registered: no version of `name` changes) for threads to run on it: what an eval
+    /// runs recorded threads on, and runs again after a crash.
+    pub async fn store_file(
+        &self,
+        runtime: &Runtime,
+        name: &str,
+        path: &Path,
+        limits: &Limits,
+    ) -> Result<LoadedBundle> {
+        let bytes = bundle_bytes(path, limits)?;
+        self.bundles.prepare()?;
+        let hash = BundleHash::of(&bytes);
+        let (pre, cache) = runtime.load(hash, &bytes, path)?;
+        let descriptor = runtime.describe(&pre, path, limits).await?;
+        self.registry.update(|registry| self.bundles.put(registry, &bytes, &descriptor))?;
         loaded(BundleParts { name, hash, bytes: &bytes, path }, descriptor, pre, cache)
     }
 
@@ -174,6 +185,15 @@ fn read_bundle_file(path: &Path, max: usize) -> Result<Vec<u8>> {
         )));
     }
     Ok(bytes)
+}
+
+/// The bundle at `path`: a component as it is, or a workflow file assembled into one.
+fn bundle_bytes(path: &Path, limits: &Limits) -> Result<Vec<u8>> {
+    if crate::declarative::is_source(path) {
+        Ok(crate::declarative::assemble(path)?.bytes)
+    } else {
+        read_bundle_file(path, limits.bundle_bytes)
+    }
 }
 
 /// Workflow names become file-free registry keys and CLI arguments: keep them simple.

@@ -21,6 +21,9 @@ pub struct ThreadQuery {
     pub before: Option<ThreadId>,
     /// At most this many (the newest).
     pub limit: Option<usize>,
+    /// Only the threads of this eval; none: only threads that are no eval's (an eval's
+    /// threads are kept beside the recorded ones, not among them).
+    pub experiment: Option<ThreadId>,
 }
 
 /// A page of threads, newest first, and where the next page starts (if there are more).
@@ -42,6 +45,7 @@ pub fn threads(store: &Storage, query: &ThreadQuery) -> Result<ThreadPage> {
             && query.workflow.as_ref().is_none_or(|w| *w == t.name)
             && (query.statuses.is_empty() || query.statuses.contains(&t.status))
             && query.started_after.is_none_or(|after| t.timestamp >= after)
+            && t.experiment() == query.experiment
     });
     threads.reverse();
     let next = match query.limit {

@@ -165,7 +165,9 @@ impl ThreadState {
                 }
                 Replay::Fresh => {
                     let context = self.agent_context(thread_id, &call);
-                    if let Some(response) = self.from_baseline(seq, &call, &context, &bound)? {
+                    if let Some(response) =
+                        self.answer_from_baseline(seq, &call, &context, &bound)?
+                    {
                         responses[index] = Some(response);
                         continue;
                     }
@@ -372,7 +374,7 @@ impl ThreadState {
     /// For a thread of an eval: the recorded thread's answer to `call` (call `seq` of this
     /// step, asked with `context`), journaled as this thread's, when the recorded thread asked
     /// the same and its role is not asked live.
-    fn from_baseline(
+    fn answer_from_baseline(
         &mut self,
         seq: usize,
         call: &Call,

@@ -44,6 +44,16 @@ pub struct ThreadSummary {
     pub started_by: Option<String>,
 }
 
+impl ThreadSummary {
+    /// The eval it is a thread of, if it is one (an eval starts its threads as `eval ID`).
+    pub fn experiment(&self) -> Option<ThreadId> {
+        self.started_by.as_deref()?.strip_prefix(EVAL_STARTER)?.parse().ok()
+    }
+}
+
+/// How an eval's threads say who started them: `eval ` and the eval's id.
+pub const EVAL_STARTER: &str = "eval ";
+
 /// How much of a prompt a [`ThreadSummary`] keeps: enough to tell threads apart in a listing
 /// (which shows 40), little enough that an index of 100,000 threads stays small (the whole
 /// prompt is in the thread's start record).

@@ -127,6 +127,7 @@ pub async fn list(
         started_after,
         before,
         limit: Some(limit),
+        experiment: None,
     };
     let page = query::threads(&app.store, &query)?;
     let mut limit_waits = query::limit_waits(&app.store, &page.threads).await?;

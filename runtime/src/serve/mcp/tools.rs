@@ -326,6 +326,7 @@ fn list_threads(store: &Storage, args: ListArgs) -> Result<CallToolResult> {
         started_after: None,
         before: None,
         limit: Some(limit),
+        experiment: None,
     };
     let page = query::threads(store, &query)?;
     let threads: Vec<ThreadItem> = page.threads.into_iter().map(ThreadItem::from).collect();

@@ -1,0 +1,232 @@
+//! `eval`: recorded threads run again on a changed prompt, judged and compared, against a
+//! mock model whose answers depend on the prompt it is given; the JUnit file read by a JUnit
+//! parser no one here wrote (PyPI's junitparser).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+use crate::Env;
+use crate::llm::{MockLlm, completion, config};
+
+/// Plan, develop, review: a DAG whose steps read the step before; the reviewer's prompt is
+/// its description.
+const FLOW: &str = r#"description: Plan, develop, review
+steps:
+  - id: plan
+    description: Plan the change.
+    inputs: {task: $prompt}
+  - id: develop
+    description: Develop it.
+    depends_on: [plan]
+    inputs: {plan: $steps.plan.output}
+  - id: review
+    description: Review it.
+    depends_on: [develop]
+    inputs: {change: $steps.develop.output}
+"#;
+
+/// The checks the eval judges by: the reviewer approved.
+const CHECKS: &str = "checks:\n  - name: approved\n    expr: $steps.review.meta.approved = true\n";
+
+/// A model that approves unless its system prompt asks it to review strictly, and reports
+/// 100 tokens in and 20 out for each answer.
+fn model() -> Result<MockLlm> {
+    MockLlm::start(Box::new(|_, body: &Value| {
+        let system = body["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+        let answer = if system.contains("strictly") {
+            r#"{"approved": false}"#
+        } else if system.contains("Review") {
+            r#"{"approved": true}"#
+        } else {
+            r#"{"done": true}"#
+        };
+        let mut reply = completion(answer);
+        reply["usage"] = json!({"prompt_tokens": 100, "completion_tokens": 20});
+        (200, reply, Duration::ZERO)
+    }))
+}
+
+/// A model as [`model`] is, that holds its answer to the reviewer's `hold`th question (1-based)
+/// for a minute.
+fn model_holding(hold: usize) -> Result<MockLlm> {
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    MockLlm::start(Box::new(move |_, body: &Value| {
+        let system = body["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+        let (answer, delay) = if system.contains("Review") {
+            let n = asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            let delay = if n == hold { Duration::from_secs(60) } else { Duration::ZERO };
+            let approved = !system.contains("strictly");
+            (format!(r#"{{"approved": {approved}}}"#), delay)
+        } else {
+            (r#"{"done": true}"#.to_string(), Duration::ZERO)
+        };
+        let mut reply = completion(&answer);
+        reply["usage"] = json!({"prompt_tokens": 100, "completion_tokens": 20});
+        (200, reply, delay)
+    }))
+}
+
+/// How many of `llm`'s questions were a reviewer's.
+fn reviews(llm: &MockLlm) -> usize {
+    llm.seen()
+        .iter()
+        .filter(|s| {
+            s.body["messages"][0]["content"].as_str().unwrap_or_default().contains("Review")
+        })
+        .count()
+}
+
+/// A home with workflow `flow` bound to `llm`, priced, and two threads of it recorded.
+fn recorded(env: &Env, llm: &MockLlm) -> Result<Vec<String>> {
+    config(
+        env,
+        &format!(
+            "agent: local\nagents:\n  local:\n    kind: openai\n    base_url: {}\n    model: mock-model\n\
+             prices:\n  mock-model: {{input: 2.0, output: 10.0}}\n",
+            llm.base_url
+        ),
+    )?;
+    let file = env.write("flow.yaml", FLOW)?;
+    env.ok(&["add", "flow", file.to_str().context("path")?])?;
+    for prompt in ["one", "two"] {
+        env.ok(&["run", "flow", "-p", prompt])?;
+    }
+    let threads = env.json(&["threads", "flow"])?;
+    let ids: Vec<String> = threads
+        .as_array()
+        .context("threads")?
+        .iter()
+        .map(|t| t["threadId"].as_str().unwrap_or_default().to_string())
+        .collect();
+    ensure!(ids.len() == 2 && llm.seen().len() == 6, "{threads} {}", llm.seen().len());
+    Ok(ids)
+}
+
+/// Every recorded thread as `thread --json` shows it: what an eval must not change.
+fn snapshot(env: &Env, ids: &[String]) -> Result<Vec<Value>> {
+    ids.iter().map(|id| env.json(&["thread", id])).collect()
+}
+
+on_both_stores! {
+    /// An unchanged prompt: every thread unchanged, no model asked. A stricter reviewer's
+    /// prompt: the reviewer is asked again (and only it), rejects, and each thread is a
+    /// regression at step 3, with its tokens and cost; exit 80, a JUnit file a JUnit parser
+    /// reads, threads kept beside the recorded ones, which stay as they were.
+    #[test]
+    fn a_stricter_reviewer_prompt_is_a_regression_at_its_step_and_an_unchanged_one_asks_nothing() -> Result<()> {
+        let env = Env::new()?;
+        let llm = model()?;
+        let ids = recorded(&env, &llm)?;
+        let before = snapshot(&env, &ids)?;
+        let checks = env.write("checks.yaml", CHECKS)?;
+        let checks = checks.to_str().context("path")?;
+
+        let same = env.write("same.yaml", FLOW)?;
+        let run = env.run(&["eval", same.to_str().context("path")?, "--workflow", "flow", "--checks", checks, "--json"])?;
+        ensure!(run.code == 0, "{run:?}");
+        let report: Value = serde_json::from_str(&run.stdout)?;
+        let totals = &report["totals"];
+        ensure!(totals["threads"] == 2 && totals["unchanged"] == 2 && totals["regressed"] == 0, "{report}");
+        ensure!(totals["passed"] == 2 && totals["baselinePassed"] == 2 && totals["differing"] == 0, "{report}");
+        ensure!(totals["live"]["calls"] == 0 && totals["live"]["answeredByJournal"] == 6, "{report}");
+        ensure!(llm.seen().len() == 6, "a model was asked: {}", llm.seen().len());
+
+        let strict = env.write("strict.yaml", FLOW.replace("Review it.", "Review it strictly."))?;
+        let junit = env.dir.path().join("eval.xml");
+        let run = env.run(&[
+            "eval", strict.to_str().context("path")?, "--workflow", "flow", "--checks", checks,
+            "--json", "--junit", junit.to_str().context("path")?,
+        ])?;
+        ensure!(run.code == 80, "{run:?}");
+        ensure!(llm.seen().len() == 8, "only the two reviewers are asked: {}", llm.seen().len());
+        let report: Value = serde_json::from_str(&run.stdout)?;
+        let totals = &report["totals"];
+        ensure!(totals["regressed"] == 2 && totals["passed"] == 0, "{report}");
+        ensure!(totals["live"]["calls"] == 2 && totals["live"]["tokens"] == 240, "{report}");
+        ensure!(totals["live"]["answeredByJournal"] == 4, "{report}");
+        for thread in report["threads"].as_array().context("threads")? {
+            ensure!(thread["change"] == "regressed", "{thread}");
+            let difference = &thread["difference"];
+            ensure!(difference["step"] == 3 && difference["role"] == "review", "{thread}");
+            ensure!(difference["eval"]["tokens"] == 120, "{thread}");
+            // 100 tokens in at $2/M and 20 out at $10/M.
+            let cost = difference["eval"]["costUsd"].as_f64().context("cost")?;
+            ensure!((cost - 0.0004).abs() < 1e-9, "{thread}");
+            let reasons = thread["eval"]["reasons"].to_string();
+            ensure!(reasons.contains("check `approved` is false"), "{thread}");
+        }
+        // The table says the same to a person.
+        let id = report["id"].as_str().context("id")?;
+        let shown = env.run(&["eval", "show", id])?;
+        ensure!(shown.code == 80, "{shown:?}");
+        ensure!(shown.stdout.contains("regressed at step 3 (review): check `approved` is false"), "{}", shown.stdout);
+        ensure!(shown.stdout.contains("2 regressed"), "{}", shown.stdout);
+
+        // A JUnit parser no one here wrote reads one failing case per thread.
+        let python = crate::tools::python()?;
+        let read = std::process::Command::new(python)
+            .arg("-c")
+            .arg("import sys\nfrom junitparser import JUnitXml, Failure\nxml = JUnitXml.fromfile(sys.argv[1])\nfor suite in xml:\n    for case in suite:\n        failed = [r for r in case.result if isinstance(r, Failure)]\n        print(case.name.split()[0], 'failed' if failed else 'passed', failed[0].message if failed else '')\n")
+            .arg(&junit)
+            .output()?;
+        let out = String::from_utf8_lossy(&read.stdout);
+        ensure!(read.status.success(), "{out} {}", String::from_utf8_lossy(&read.stderr));
+        for id in &ids {
+            ensure!(out.contains(&format!("{id} failed regressed at step 3 (review)")), "{out}");
+        }
+
+        // The eval's threads are kept beside the recorded ones, opened and diffed as threads.
+        let listed = env.json(&["threads", "flow"])?;
+        ensure!(listed.as_array().map(Vec::len) == Some(2), "{listed}");
+        let ours = env.json(&["threads", "--eval", id])?;
+        ensure!(ours.as_array().map(Vec::len) == Some(2), "{ours}");
+        let pair = &report["threads"][0];
+        let (recorded, eval) = (pair["recorded"].as_str().context("id")?, pair["thread"].as_str().context("id")?);
+        let diff = env.ok(&["thread", "diff", recorded, eval])?;
+        ensure!(diff.contains("[3]"), "{diff}");
+        ensure!(snapshot(&env, &ids)? == before, "a recorded thread changed");
+        let evals = env.json(&["eval", "list"])?;
+        ensure!(evals.as_array().map(Vec::len) == Some(2), "{evals}");
+        Ok(())
+    }
+
+    /// `kill -9` of an eval while a thread's reviewer is being asked: `eval resume` finishes
+    /// it; the thread that had ended is not run again, and no call that was answered is asked
+    /// again (only the one cut short is).
+    #[test]
+    fn an_eval_killed_midway_is_finished_by_resume_without_asking_an_answered_call_again() -> Result<()> {
+        let env = Env::new()?;
+        // The recorded threads' two reviews, then the eval's first; its second is held.
+        let llm = model_holding(4)?;
+        let ids = recorded(&env, &llm)?;
+        let strict = env.write("strict.yaml", FLOW.replace("Review it.", "Review it strictly."))?;
+        let checks = env.write("checks.yaml", CHECKS)?;
+        let checks = checks.to_str().context("path")?;
+        // A database's lease of the killed eval runs out soon.
+        let lease = ("UNCAGED_WORKFLOW_LEASE_MS", "1500");
+        let mut eval = env
+            .command()
+            .env(lease.0, lease.1)
+            .args(["eval", strict.to_str().context("path")?, "--workflow", "flow", "--concurrency", "1"])
+            .args(["--checks", checks])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        crate::wait_until("the second thread's reviewer asked", || Ok(reviews(&llm) == 4))?;
+        eval.kill()?;
+        eval.wait()?;
+        let evals = env.json(&["eval", "list"])?;
+        let id = evals[0]["id"].as_str().context("id")?.to_string();
+        let run = env.run_with(&["eval", "resume", &id, "--json"], &[lease])?;
+        ensure!(run.code == 80, "{run:?}");
+        let report: Value = serde_json::from_str(&run.stdout)?;
+        ensure!(report["totals"]["regressed"] == 2 && report["finished"].is_u64(), "{report}");
+        // Two recorded reviews, the eval's first, the one cut short and the one asked again.
+        ensure!(reviews(&llm) == 5, "{} reviews asked", reviews(&llm));
+        // Nothing but the reviews was asked again: 4 recorded other calls.
+        ensure!(llm.seen().len() == ids.len() * 2 + 5, "{} calls", llm.seen().len());
+        Ok(())
+    }
+}
