@@ -229,4 +229,62 @@ on_both_stores! {
         ensure!(llm.seen().len() == ids.len() * 2 + 5, "{} calls", llm.seen().len());
         Ok(())
     }
+
+    /// A developer asked live whose tool call is the recorded one takes the recorded result
+    /// (the ledger is not written again); one with new arguments is a divergence under
+    /// `--tools journal` (the ledger untouched, the thread a regression saying where), is made
+    /// under `--tools live`, and refused to the model under `--tools deny`.
+    #[test]
+    fn a_tool_call_with_new_arguments_diverges_under_journal_and_is_made_under_live() -> Result<()> {
+        use crate::mock_model::{MockModel, Turn, messages, turn_of};
+        use crate::tools::{DEV_YAML, DONE, ledger_lines, ledger_server, workbench};
+        let model = MockModel::start(|body| {
+            let system = messages(body)[0]["content"].as_str().unwrap_or_default().to_string();
+            let entry = if system.contains("carefully") { "two" } else { "one" };
+            match turn_of(body) {
+                1 => Turn::call("ledger__append", json!({"entry": entry})),
+                _ => Turn::answer(DONE),
+            }
+        })?;
+        let env = workbench(&model, "", &ledger_server("")?)?;
+        let ledger = env.dir.path().join("ledger");
+        let vars = [("LEDGER_FILE", ledger.to_str().context("path")?), ("UNCAGED_WORKFLOW_LEASE_MS", "1500")];
+        let run = env.run_with(&["run", "dev", "-p", "Keep a ledger"], &vars)?;
+        ensure!(run.code == 0 && ledger_lines(&ledger) == ["one"], "{run:?}");
+        let eval = |file: &str, extra: &[&str]| -> Result<(i32, Value)> {
+            let mut args = vec!["eval", file, "--workflow", "dev", "--json"];
+            args.extend_from_slice(extra);
+            let run = env.run_with(&args, &vars)?;
+            Ok((run.code, serde_json::from_str(&run.stdout).with_context(|| format!("{run:?}"))?))
+        };
+
+        let same = env.write("same.yaml", DEV_YAML)?;
+        let same = same.to_str().context("path")?;
+        let (code, report) = eval(same, &["--live", "developer"])?;
+        ensure!(code == 0 && report["totals"]["unchanged"] == 1, "{report}");
+        ensure!(report["totals"]["live"]["calls"] == 1, "the developer is asked live: {report}");
+        ensure!(ledger_lines(&ledger) == ["one"], "the recorded call was made again: {:?}", ledger_lines(&ledger));
+
+        let careful = DEV_YAML.replace("You are the developer.", "You are the developer. Work carefully.");
+        let careful = env.write("careful.yaml", careful)?;
+        let careful = careful.to_str().context("path")?;
+        let (code, report) = eval(careful, &[])?;
+        ensure!(code == 80 && report["totals"]["regressed"] == 1, "{report}");
+        let reasons = report["threads"][0]["eval"]["reasons"].to_string();
+        ensure!(reasons.contains("diverged from recorded thread") && reasons.contains("ledger__append"), "{report}");
+        ensure!(ledger_lines(&ledger) == ["one"], "{:?}", ledger_lines(&ledger));
+
+        let (code, report) = eval(careful, &["--tools", "deny"])?;
+        ensure!(code == 0 && report["totals"]["unchanged"] == 1, "{report}");
+        ensure!(ledger_lines(&ledger) == ["one"], "{:?}", ledger_lines(&ledger));
+        let denied = model.seen().iter().any(|body| {
+            messages(body).iter().any(|m| m["role"] == "tool" && m["content"].as_str().unwrap_or_default().contains("--tools deny"))
+        });
+        ensure!(denied, "the model was not told the call was refused");
+
+        let (code, report) = eval(careful, &["--tools", "live"])?;
+        ensure!(code == 0 && report["totals"]["unchanged"] == 1, "{report}");
+        ensure!(ledger_lines(&ledger) == ["one", "two"], "{:?}", ledger_lines(&ledger));
+        Ok(())
+    }
 }

@@ -40,7 +40,7 @@ pub(crate) fn test_server(name: &str) -> Result<String> {
 }
 
 /// A workflow of one role, `developer`, whose answer holds a summary.
-const DEV_YAML: &str = "description: A developer changes a repository with its tools\n\
+pub(crate) const DEV_YAML: &str = "description: A developer changes a repository with its tools\n\
 roles:\n  developer:\n    description: Changes the repository\n    system_prompt: You are the developer.\n    \
 schema:\n      type: object\n      required: [summary]\n      properties:\n        summary: {type: string}\n\
 graph:\n  - from: $START\n    transitions: [{to: developer}]\n  - from: developer\n    transitions: [{to: $END}]\n";

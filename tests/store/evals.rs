@@ -12,6 +12,7 @@ fn experiment(hash: BundleHash) -> Experiment {
         hash,
         against: "flow.yaml".into(),
         live: vec!["reviewer".into()],
+        tools: uncaged_workflow::store::records::EvalTools::Live,
         request: RunRequest { max_rounds: Some(4), ..Default::default() },
         checks: vec![Check { name: "approved".into(), expression: "$x = 1".into() }],
         threads: vec![EvalPair { recorded: ThreadId::new(), thread: None }],

@@ -182,6 +182,7 @@ fn start_record(hash: BundleHash) -> StartRecord {
             experiment: "01KEVAL".into(),
             baseline: ThreadId::new(),
             live: vec!["reviewer".into()],
+            tools: uncaged_workflow::store::records::EvalTools::Deny,
         }),
     }
 }

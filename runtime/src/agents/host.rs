@@ -41,6 +41,25 @@ pub trait TurnHost: Send + Sync {
     fn credentials(&self) -> Option<Arc<dyn crate::store::credentials::CredentialBackend>> {
         None
     }
+    /// What to do with a tool call the model asks for (`tool` as the model names it, its
+    /// `arguments` as it wrote them): a thread of an eval may answer it from the recorded
+    /// thread, refuse it, or stop the call; anywhere else it is made.
+    fn replayed_tool(&self, _tool: &str, _arguments: &str) -> ToolReplay {
+        ToolReplay::Make
+    }
+}
+
+/// What a thread of an eval says of a tool call a durable agent is about to make.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolReplay {
+    /// Make it.
+    Make,
+    /// Do not: the recorded thread made it, and this was its result.
+    Answer { content: String, is_error: bool },
+    /// Do not: the model is given this refusal as its result.
+    Deny(String),
+    /// Do not, and stop the call: the thread diverged from the recorded one here.
+    Diverged(String),
 }
 
 /// The host of a call outside a thread (the planner, the extractor, a test): no budget, no

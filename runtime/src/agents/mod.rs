@@ -29,7 +29,7 @@ use crate::telemetry::{self, AgentCall};
 
 pub use binding::{AgentSet, Secrets};
 pub use command::CommandAgent;
-pub use host::TurnHost;
+pub use host::{ToolReplay, TurnHost};
 pub use openai::OpenAiAgent;
 pub use processes::AgentProcesses;
 pub use retry::{RetryPolicy, with_retries};

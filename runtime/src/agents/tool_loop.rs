@@ -14,7 +14,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use super::host::{TurnHost, Unhosted};
+use super::host::{ToolReplay, TurnHost, Unhosted};
 use super::openai::{OpenAiAgent, Reply};
 use super::tools::{Offered, ToolBox, ToolOutcome};
 use super::{AgentAnswer, AgentContext, AgentFailure, AgentProcesses, Secrets};
@@ -347,15 +347,31 @@ impl Loop<'_> {
                     wait.get_or_insert_with(|| self.wait(&call, ToolWaitReason::Cut));
                 }
                 CallState::Started | CallState::Pending => match checked() {
-                    Ok((tool, args)) => runnable.push((call, tool, args)),
+                    Ok((tool, args)) => {
+                        match self.host.replayed_tool(&call.name, &call.arguments) {
+                            ToolReplay::Make => runnable.push((call, tool, args)),
+                            ToolReplay::Answer { content, is_error } => {
+                                let entry = unmade(&call, content, is_error);
+                                self.state.apply(&entry, self.toolbox);
+                                batch.push(entry);
+                            }
+                            ToolReplay::Deny(content) => {
+                                let entry = unmade(&call, content, true);
+                                self.state.apply(&entry, self.toolbox);
+                                batch.push(entry);
+                            }
+                            ToolReplay::Diverged(message) => {
+                                // What was journaled so far stays: the turn that asked for it.
+                                let count = batch.len();
+                                for (i, entry) in batch.into_iter().enumerate() {
+                                    self.journal.record(entry, i + 1 == count).map_err(store)?;
+                                }
+                                return Err(AgentFailure::Failed { message, transient: false });
+                            }
+                        }
+                    }
                     Err(message) => {
-                        let entry = LoopEntry::ToolResult {
-                            call_id: call.id.clone(),
-                            content: message,
-                            is_error: true,
-                            duration_ms: 0,
-                            cut_from: None,
-                        };
+                        let entry = unmade(&call, message, true);
                         self.state.apply(&entry, self.toolbox);
                         batch.push(entry);
                     }
@@ -416,6 +432,18 @@ impl Loop<'_> {
             arguments: head(&call.arguments, SHOWN_BYTES),
             reasoning: self.state.reasoning.as_deref().map(|r| head(r, SHOWN_BYTES)),
         }
+    }
+}
+
+/// The result of tool call `call` that was not made: why not (an error), or the result a
+/// recorded thread got.
+fn unmade(call: &ToolCall, content: String, is_error: bool) -> LoopEntry {
+    LoopEntry::ToolResult {
+        call_id: call.id.clone(),
+        content,
+        is_error,
+        duration_ms: 0,
+        cut_from: None,
     }
 }
 

@@ -21,6 +21,7 @@ use crate::run::catalog::Catalog;
 use crate::sandbox::engine::Runtime;
 use crate::store::Storage;
 use crate::store::evals::{Check, Experiment};
+use crate::store::records::EvalTools;
 use crate::terminal;
 
 const AFTER_HELP: &str = "\
@@ -69,6 +70,12 @@ pub struct EvalCommand {
     pub live: Vec<String>,
     #[command(flatten)]
     pub agents: AgentArgs,
+    /// A tool call of a role asked live that the recorded thread never made (with the same
+    /// arguments; those it made take its recorded result): `journal` fails that thread's
+    /// eval, saying where it diverged; `live` makes it (approvals still apply); `deny` tells
+    /// the model it was refused
+    #[arg(long, value_name = "WHAT", value_enum, default_value_t = ToolsFlag::Journal)]
+    pub tools: ToolsFlag,
     /// A YAML file of checks each finished thread must pass: `checks: [{name, expr}]`, each
     /// `expr` JSONata over the thread ($steps.ROLE.meta, $status, $returnCode, $tokens …)
     #[arg(long, value_name = "FILE")]
@@ -80,6 +87,24 @@ pub struct EvalCommand {
     pub output: ReportArgs,
     #[command(subcommand)]
     pub action: Option<EvalAction>,
+}
+
+/// `--tools`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolsFlag {
+    Journal,
+    Live,
+    Deny,
+}
+
+impl From<ToolsFlag> for EvalTools {
+    fn from(flag: ToolsFlag) -> Self {
+        match flag {
+            ToolsFlag::Journal => EvalTools::Journal,
+            ToolsFlag::Live => EvalTools::Live,
+            ToolsFlag::Deny => EvalTools::Deny,
+        }
+    }
 }
 
 /// How a report is given.
@@ -182,6 +207,7 @@ impl EvalCommand {
                     last: self.last,
                     live: self.live,
                     request: self.agents.overrides()?,
+                    tools: self.tools.into(),
                     checks: match &self.checks {
                         Some(path) => read_checks(path)?,
                         None => vec![],

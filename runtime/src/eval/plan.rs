@@ -15,6 +15,7 @@ use crate::run_request::RunRequest;
 use crate::sandbox::engine::{LoadedBundle, Runtime};
 use crate::store::Storage;
 use crate::store::evals::{Check, EvalPair, Experiment};
+use crate::store::records::EvalTools;
 
 /// What the recorded threads are run on.
 #[derive(Debug, Clone)]
@@ -41,6 +42,8 @@ pub struct EvalSpec {
     pub live: Vec<String>,
     /// Bindings laid over each recorded thread's.
     pub request: RunRequest,
+    /// What a tool call the recorded thread never made gets.
+    pub tools: EvalTools,
     pub checks: Vec<Check>,
 }
 
@@ -75,6 +78,7 @@ pub async fn plan(
         hash: bundle.hash,
         against,
         live,
+        tools: spec.tools,
         request: spec.request.clone(),
         checks: spec.checks.clone(),
         threads: recorded.into_iter().map(|recorded| EvalPair { recorded, thread: None }).collect(),

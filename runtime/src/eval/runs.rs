@@ -149,7 +149,12 @@ fn made(
         schedule: None,
         parent: None,
         started_by: Some(started_by),
-        eval: Some(EvalOf { experiment: eval, baseline: recorded, live: experiment.live.clone() }),
+        eval: Some(EvalOf {
+            experiment: eval,
+            baseline: recorded,
+            live: experiment.live.clone(),
+            tools: experiment.tools,
+        }),
     };
     store.threads().create(&record, &[], &[])
 }

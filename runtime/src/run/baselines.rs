@@ -26,7 +26,8 @@ pub fn of(store: &Storage, record: &ThreadRecord) -> Result<Option<Arc<Baseline>
         recorded.start.parameters.prompt.clone(),
         recorded.steps.clone(),
         system_prompts,
-        journal.calls().cloned().collect::<Vec<_>>(),
+        journal.calls_before(usize::MAX),
         eval.live.iter().cloned().collect(),
+        eval.tools,
     ))))
 }

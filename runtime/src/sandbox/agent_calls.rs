@@ -436,6 +436,7 @@ impl ThreadState {
                 prices: f.bound.prices.clone(),
                 role: f.context.role.name.clone(),
                 credentials: self.host.thread.credentials.clone(),
+                baseline: self.host.thread.baseline.clone(),
             };
             f.turns = Some(CallTurns {
                 journal: self.host.journal.loop_of(f.seq),

@@ -7,10 +7,10 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use parking_lot::Mutex;
 
-use crate::agents::AgentContext;
+use crate::agents::{AgentContext, ToolReplay};
 use crate::ids::ThreadId;
-use crate::store::journal::{CallKind, CallRecord, CallResponse};
-use crate::store::records::StepRecord;
+use crate::store::journal::{CallKind, CallRecord, CallResponse, JournalLine, LoopEntry};
+use crate::store::records::{EvalTools, StepRecord};
 
 /// The answers of one recorded thread, for one thread of an eval.
 #[derive(Debug)]
@@ -26,27 +26,91 @@ pub struct Baseline {
     calls: Vec<CallRecord>,
     /// The roles asked live whatever their request.
     live: BTreeSet<String>,
+    /// The results its durable agents' tool calls got, by tool and arguments (as JSON with
+    /// its keys in order): the first result of each.
+    tool_results: HashMap<(String, String), (String, bool)>,
+    /// What a tool call it never made gets.
+    tools: EvalTools,
     /// The recorded calls already given as answers (step, seq): each answers once.
     taken: Mutex<HashSet<(usize, usize)>>,
 }
 
 impl Baseline {
-    /// The baseline of recorded thread `thread`: its prompt, steps and journaled `calls`, the
-    /// system prompts of the version it ran, and the roles an eval asks `live`.
+    /// The baseline of recorded thread `thread`: its prompt, steps and journal (`lines`), the
+    /// system prompts of the version it ran, the roles an eval asks `live`, and what a tool
+    /// call it never made gets (`tools`).
     pub fn new(
         thread: ThreadId,
         prompt: String,
         steps: Vec<StepRecord>,
         system_prompts: HashMap<String, String>,
-        calls: impl IntoIterator<Item = CallRecord>,
+        lines: impl IntoIterator<Item = JournalLine>,
         live: BTreeSet<String>,
+        tools: EvalTools,
     ) -> Self {
-        let mut calls: Vec<CallRecord> = calls
-            .into_iter()
-            .filter(|c| c.kind == CallKind::Agent && matches!(c.response, CallResponse::Ok { .. }))
-            .collect();
+        let mut calls = Vec::new();
+        let mut asked: HashMap<(usize, usize, String), (String, String)> = HashMap::new();
+        let mut tool_results = HashMap::new();
+        for line in lines {
+            match line {
+                JournalLine::Call(call) => {
+                    if call.kind == CallKind::Agent
+                        && matches!(call.response, CallResponse::Ok { .. })
+                    {
+                        calls.push(call);
+                    }
+                }
+                JournalLine::Loop(record) => match record.entry {
+                    LoopEntry::Model { tool_calls, .. } => {
+                        for call in tool_calls {
+                            let key = (record.step, record.seq, call.id);
+                            asked.insert(key, (call.name, canonical(&call.arguments)));
+                        }
+                    }
+                    LoopEntry::ToolResult { call_id, content, is_error, .. } => {
+                        if let Some(tool) = asked.get(&(record.step, record.seq, call_id)) {
+                            tool_results.entry(tool.clone()).or_insert((content, is_error));
+                        }
+                    }
+                    _ => {}
+                },
+            }
+        }
         calls.sort_by_key(|c| (c.step, c.seq));
-        Baseline { thread, prompt, steps, system_prompts, calls, live, taken: Mutex::default() }
+        Baseline {
+            thread,
+            prompt,
+            steps,
+            system_prompts,
+            calls,
+            live,
+            tool_results,
+            tools,
+            taken: Mutex::default(),
+        }
+    }
+
+    /// What a durable agent's call asked live does with its tool call of `tool` (as the model
+    /// names it) with `arguments`.
+    pub fn replayed_tool(&self, tool: &str, arguments: &str) -> ToolReplay {
+        let key = (tool.to_string(), canonical(arguments));
+        if let Some((content, is_error)) = self.tool_results.get(&key) {
+            return ToolReplay::Answer { content: content.clone(), is_error: *is_error };
+        }
+        let shown: String = crate::terminal::line(arguments).chars().take(200).collect();
+        match self.tools {
+            EvalTools::Live => ToolReplay::Make,
+            EvalTools::Deny => ToolReplay::Deny(format!(
+                "refused: the recorded thread {} never called `{tool}` with these arguments, and \
+                 this eval makes no tool call it did not (--tools deny)",
+                self.thread
+            )),
+            EvalTools::Journal => ToolReplay::Diverged(format!(
+                "diverged from recorded thread {}: it never called `{tool}` with {shown} \
+                 (--tools journal; --tools live makes such calls, --tools deny refuses them)",
+                self.thread
+            )),
+        }
     }
 
     /// Whether `role` is asked live, whatever its request.
@@ -96,6 +160,13 @@ impl Baseline {
                 now.role == then.role && now.content == then.content && now.meta == then.meta
             })
     }
+}
+
+/// Tool arguments as one text whatever the order of their keys (JSON objects read into
+/// sorted maps), or as written when they are not JSON.
+fn canonical(arguments: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(arguments)
+        .map_or_else(|_| arguments.to_string(), |value| value.to_string())
 }
 
 #[cfg(test)]
@@ -151,8 +222,9 @@ mod tests {
                 .into_iter()
                 .map(|(r, p)| (r.to_string(), p.to_string()))
                 .collect(),
-            [call(0, 0, "planner", "plan"), call(1, 0, "reviewer", "ok")],
+            [call(0, 0, "planner", "plan"), call(1, 0, "reviewer", "ok")].map(JournalLine::Call),
             live.iter().map(|r| r.to_string()).collect(),
+            EvalTools::Journal,
         )
     }
 
@@ -189,11 +261,63 @@ mod tests {
             "task".into(),
             vec![],
             HashMap::new(),
-            [recorded],
+            [JournalLine::Call(recorded)],
             BTreeSet::new(),
+            EvalTools::Journal,
         );
         let reviewer = context("reviewer", "anything", vec![]);
         assert_eq!(b.answer(0, "D", "R2", &reviewer), None);
         assert!(b.answer(0, "D", "R1", &reviewer).is_some());
+    }
+
+    #[test]
+    fn a_tool_call_made_with_the_same_arguments_takes_its_recorded_result() {
+        use crate::store::journal::{LoopRecord, ToolCall};
+        let entry = |entry| JournalLine::Loop(LoopRecord { step: 0, seq: 0, entry, timestamp: 0 });
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "ledger__append".into(),
+            arguments: r#"{"entry": "one", "at": 1}"#.into(),
+        };
+        let lines = [
+            entry(LoopEntry::Model {
+                content: None,
+                tool_calls: vec![call],
+                usage: None,
+                duration_ms: 0,
+            }),
+            entry(LoopEntry::ToolResult {
+                call_id: "c1".into(),
+                content: "appended".into(),
+                is_error: false,
+                duration_ms: 0,
+                cut_from: None,
+            }),
+        ];
+        let baseline = |tools| {
+            Baseline::new(
+                ThreadId::default(),
+                "t".into(),
+                vec![],
+                HashMap::new(),
+                lines.clone(),
+                BTreeSet::new(),
+                tools,
+            )
+        };
+        let b = baseline(EvalTools::Journal);
+        // The keys in another order are the same arguments.
+        assert_eq!(
+            b.replayed_tool("ledger__append", r#"{"at": 1, "entry": "one"}"#),
+            ToolReplay::Answer { content: "appended".into(), is_error: false }
+        );
+        assert!(matches!(
+            b.replayed_tool("ledger__append", r#"{"entry": "two"}"#),
+            ToolReplay::Diverged(_)
+        ));
+        let b = baseline(EvalTools::Live);
+        assert_eq!(b.replayed_tool("ledger__append", r#"{"entry": "two"}"#), ToolReplay::Make);
+        let b = baseline(EvalTools::Deny);
+        assert!(matches!(b.replayed_tool("ledger__append", "{}"), ToolReplay::Deny(_)));
     }
 }

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 
 use super::control::ThreadControl;
-use crate::agents::{AgentFailure, TurnHost};
+use crate::agents::{AgentFailure, ToolReplay, TurnHost};
 use crate::store::config::Prices;
 use crate::store::journal::Decision;
 use crate::store::pauses::ToolWait;
@@ -40,6 +40,8 @@ pub struct ThreadTurns {
     pub role: String,
     /// The store's OAuth credentials of tool servers.
     pub credentials: Option<Arc<dyn crate::store::credentials::CredentialBackend>>,
+    /// For a thread of an eval: the recorded thread whose tool results answer the same calls.
+    pub baseline: Option<Arc<super::baseline::Baseline>>,
 }
 
 impl TurnHost for ThreadTurns {
@@ -90,5 +92,12 @@ impl TurnHost for ThreadTurns {
 
     fn credentials(&self) -> Option<Arc<dyn crate::store::credentials::CredentialBackend>> {
         self.credentials.clone()
+    }
+
+    fn replayed_tool(&self, tool: &str, arguments: &str) -> ToolReplay {
+        match &self.baseline {
+            Some(baseline) => baseline.replayed_tool(tool, arguments),
+            None => ToolReplay::Make,
+        }
     }
 }

@@ -27,6 +27,9 @@ pub struct Experiment {
     /// The roles asked live whatever their request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub live: Vec<String>,
+    /// What a durable agent's tool call the recorded thread never made gets.
+    #[serde(default)]
+    pub tools: crate::store::records::EvalTools,
     /// What is laid over each recorded thread's request (its agents' bindings).
     #[serde(default, skip_serializing_if = "RunRequest::is_empty")]
     pub request: RunRequest,

@@ -99,6 +99,35 @@ pub struct EvalOf {
     /// their request is not one the recorded thread made.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub live: Vec<String>,
+    /// What a durable agent's tool call the recorded thread never made gets.
+    #[serde(default)]
+    pub tools: EvalTools,
+}
+
+/// What a thread of an eval does with a durable agent's tool call: one the recorded thread
+/// made with the same arguments takes its recorded result; any other is made, refused, or
+/// ends the call, as the eval says (`eval --tools`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalTools {
+    /// The call fails, saying where the thread diverged from the recorded one: nothing an
+    /// eval does reaches the world unless asked.
+    #[default]
+    Journal,
+    /// The call is made (approvals still apply).
+    Live,
+    /// The model is told the call was refused, and goes on.
+    Deny,
+}
+
+impl EvalTools {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvalTools::Journal => "journal",
+            EvalTools::Live => "live",
+            EvalTools::Deny => "deny",
+        }
+    }
 }
 
 /// Where a fork came from.
