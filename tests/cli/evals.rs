@@ -36,7 +36,8 @@ fn model() -> Result<MockLlm> {
     MockLlm::start(Box::new(|_, body: &Value| {
         let system = body["messages"][0]["content"].as_str().unwrap_or_default().to_string();
         let answer = if system.contains("strictly") {
-            r#"{"approved": false}"#
+            // Markup a page must show as text.
+            r#"{"approved": false, "note": "<img src=x onerror=\"window.pwned=1\">"}"#
         } else if system.contains("Review") {
             r#"{"approved": true}"#
         } else {
@@ -285,6 +286,95 @@ on_both_stores! {
         let (code, report) = eval(careful, &["--tools", "live"])?;
         ensure!(code == 0 && report["totals"]["unchanged"] == 1, "{report}");
         ensure!(ledger_lines(&ledger) == ["one", "two"], "{:?}", ledger_lines(&ledger));
+        Ok(())
+    }
+
+    /// The HTML page `eval --html` writes and the web view's eval page, in a headless
+    /// Chromium: both show the comparison (the totals, the first difference side by side, the
+    /// diff), the model's markup as text. The API starts an eval and reads its report, and
+    /// refuses a binding to a command.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_html_report_and_the_web_views_eval_page_show_the_comparison() -> Result<()> {
+        use crate::web::{Driver, eval as script, wait_for};
+        let env = Env::new()?;
+        let llm = model()?;
+        recorded(&env, &llm)?;
+        let checks = env.write("checks.yaml", CHECKS)?;
+        let strict = env.write("strict.yaml", FLOW.replace("Review it.", "Review it strictly."))?;
+        let page = env.dir.path().join("report.html");
+        let run = env.run(&[
+            "eval", strict.to_str().context("path")?, "--workflow", "flow",
+            "--checks", checks.to_str().context("path")?, "--html", page.to_str().context("path")?, "--json",
+        ])?;
+        ensure!(run.code == 80, "{run:?}");
+        let report: Value = serde_json::from_str(&run.stdout)?;
+        let id = report["id"].as_str().context("id")?.to_string();
+
+        let token = "evals-test-token-0123456789";
+        let serve = crate::Serve::start(&env, &["--no-schedules", "--token", token], &[])?;
+        let base = format!("http://{}", serve.addr);
+        let driver = Driver::start()?;
+        let browser = driver.browser().await?;
+        let shows_the_comparison = |what: &'static str| {
+            let browser = browser.clone();
+            async move {
+                wait_for(&browser, what, "return document.querySelector('.eval-report section.pair') !== null").await?;
+                let shown = script(&browser, "const r = document.querySelector('.eval-report'); return {
+                    regressed: r.querySelector('[data-total=regressed] b').textContent,
+                    pairs: r.querySelectorAll('section.pair').length,
+                    removed: r.querySelectorAll('.diff .del').length,
+                    added: r.querySelectorAll('.diff .ins').length,
+                    answer: r.querySelector('.side[data-side=eval] pre.answer').textContent,
+                    images: r.querySelectorAll('img').length,
+                    pwned: window.pwned === undefined ? null : window.pwned };").await?;
+                ensure!(shown["regressed"] == "2" && shown["pairs"] == 2, "{what}: {shown}");
+                ensure!(shown["removed"].as_u64() >= Some(1) && shown["added"].as_u64() >= Some(1), "{what}: {shown}");
+                let answer = shown["answer"].as_str().unwrap_or_default();
+                ensure!(answer.contains("<img src=x") && answer.contains("\"approved\": false"), "{what}: {shown}");
+                ensure!(shown["images"] == 0 && shown["pwned"].is_null(), "{what}: markup ran: {shown}");
+                anyhow::Ok(())
+            }
+        };
+        let result = async {
+            browser.goto(&format!("file://{}", page.display())).await?;
+            shows_the_comparison("the HTML report").await?;
+            // The web view lists the eval, and its page shows the same.
+            browser.goto(&format!("{base}/?token={token}#/evals")).await?;
+            wait_for(&browser, "the evals list", &format!("return document.querySelector('tr[data-eval=\"{id}\"]') !== null")).await?;
+            browser.goto(&format!("{base}/#/eval/{id}")).await?;
+            shows_the_comparison("the web view's eval page").await?;
+            anyhow::Ok(())
+        }
+        .await;
+        browser.close().await?;
+        result?;
+
+        // The API: an eval of the current version asking the reviewer again, and its report.
+        let http = uncaged_workflow::http::client_builder().timeout(Duration::from_secs(60)).build()?;
+        let api = format!("{base}/api/v1");
+        let started = http.post(format!("{api}/evals")).bearer_auth(token)
+            .json(&json!({"workflow": "flow", "live": ["review"], "checks": [{"name": "approved", "expr": "$steps.review.meta.approved = true"}]}))
+            .send().await?;
+        ensure!(started.status().as_u16() == 202, "{:?}", started.text().await?);
+        let started: Value = started.json().await?;
+        ensure!(started["threads"] == 2, "{started}");
+        let id = started["id"].as_str().context("id")?.to_string();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let report = loop {
+            let report: Value = http.get(format!("{api}/evals/{id}")).bearer_auth(token).send().await?.json().await?;
+            if report["finished"].is_u64() {
+                break report;
+            }
+            ensure!(std::time::Instant::now() < deadline, "the eval did not finish: {report}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        ensure!(report["totals"]["unchanged"] == 2 && report["totals"]["live"]["calls"] == 2, "{report}");
+        let listed: Value = http.get(format!("{api}/evals")).bearer_auth(token).send().await?.json().await?;
+        ensure!(listed.as_array().map(Vec::len) == Some(2), "{listed}");
+        let refused = http.post(format!("{api}/evals")).bearer_auth(token)
+            .json(&json!({"workflow": "flow", "agentFor": {"review": "command:/bin/sh -c id"}}))
+            .send().await?;
+        ensure!(refused.status().as_u16() == 400, "{:?}", refused.text().await?);
         Ok(())
     }
 }

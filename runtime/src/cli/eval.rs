@@ -15,7 +15,7 @@ use crate::error::{Error, exit};
 use crate::eval::compare::{Change, Report, report};
 use crate::eval::plan::{Against, EvalSpec, plan};
 use crate::eval::runs::{self, DEFAULT_CONCURRENCY};
-use crate::eval::{experiment_id, junit};
+use crate::eval::{experiment_id, html, junit};
 use crate::ids::BundleHash;
 use crate::run::catalog::Catalog;
 use crate::sandbox::engine::Runtime;
@@ -116,6 +116,10 @@ pub struct ReportArgs {
     /// Also write the report as JUnit XML to FILE (a test case per thread; a regression fails)
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page to FILE: the threads side by
+    /// side where they differ, the diff of their answers, their costs
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// What to do with an eval made before.
@@ -271,6 +275,10 @@ fn give(report: &Report, output: &ReportArgs) -> anyhow::Result<i32> {
     if let Some(path) = &output.junit {
         let xml = junit::junit(report).map_err(Error::io("write the JUnit file", path))?;
         std::fs::write(path, xml).map_err(Error::io("write the JUnit file", path))?;
+    }
+    if let Some(path) = &output.html {
+        std::fs::write(path, html::page(report))
+            .map_err(Error::io("write the HTML report", path))?;
     }
     if output.json {
         print_json(report)?;

@@ -9,6 +9,7 @@
 //! layer over these.
 
 pub mod compare;
+pub mod html;
 pub mod judge;
 pub mod junit;
 pub mod plan;

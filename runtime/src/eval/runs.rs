@@ -45,15 +45,18 @@ pub async fn run(
     }
     let secrets = Secrets::from_env(&store.config()?);
     let planned = &*experiment;
-    let runs = planned.threads.iter().map(|pair| {
-        let thread = pair.thread.expect("every thread's id is kept above");
-        let secrets = &secrets;
-        async move {
-            run_one(store, runtime, bundle, planned, pair.recorded, thread, secrets).await?;
-            Ok::<_, Error>(pair.recorded)
-        }
-    });
-    stream::iter(runs)
+    let secrets = &secrets;
+    // Owned pairs: a future per pair borrows nothing of the list.
+    let pairs: Vec<(ThreadId, ThreadId)> = planned
+        .threads
+        .iter()
+        .map(|p| (p.recorded, p.thread.expect("every thread's id is kept above")))
+        .collect();
+    stream::iter(pairs)
+        .map(|(recorded, thread)| async move {
+            run_one(store, runtime, bundle, planned, recorded, thread, secrets).await?;
+            Ok::<_, Error>(recorded)
+        })
         .buffer_unordered(concurrency.max(1))
         .try_for_each(|recorded| {
             on_ended(recorded);

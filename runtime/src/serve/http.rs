@@ -45,7 +45,7 @@ pub fn router(app: Arc<App>, mcp: super::mcp::http::McpService) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/assets/app.js", get(|| async { asset("text/javascript", assets::APP_JS) }))
-        .route("/assets/app.css", get(|| async { asset("text/css", assets::APP_CSS) }))
+        .route("/assets/app.css", get(|| async { asset("text/css", &STYLE) }))
         .route("/api/events", get(events))
         .route("/metrics", get(metrics))
         .nest("/api/v1", api::routes(app.max_body))
@@ -341,6 +341,10 @@ async fn metrics(State(app): Shared) -> Response {
         Err(e) => api::ApiError::from(e).into_response(),
     }
 }
+
+/// The page's stylesheet: its own, and an eval report's.
+static STYLE: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{}\n{}", assets::APP_CSS, crate::eval::html::CSS));
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()

@@ -9,6 +9,7 @@
 //! Every error is `{"error": {"code", "message"}}` with a 4xx or 5xx status, and changes
 //! nothing.
 
+pub mod evals;
 pub mod threads;
 pub mod types;
 
@@ -44,6 +45,9 @@ pub fn routes(max_body: usize) -> Router<Arc<App>> {
         .route("/threads/{id}", get(threads::one))
         .route("/threads/{id}/events", get(threads::events))
         .route("/threads/{id}/{action}", post(threads::act))
+        .route("/evals", post(evals::start).get(evals::list))
+        .route("/evals/{id}", get(evals::one))
+        .route("/evals/{id}/html", get(evals::one_html))
         .route("/workflows", get(workflows))
         .route("/schedules", get(schedules))
         .fallback(no_route)
@@ -133,7 +137,7 @@ where
     ),
     paths(
         health, openapi, workflows, schedules, threads::start, threads::list, threads::one,
-        threads::events, threads::act
+        threads::events, threads::act, evals::start, evals::list, evals::one, evals::one_html
     ),
     modifiers(&BearerAuth),
     security(("bearer" = []))

@@ -119,6 +119,16 @@ async function post(path, body) {
   return answer;
 }
 
+// A page of HTML the server renders (an eval's report: every text in it escaped there), as
+// nodes; parsed inertly, so nothing in it runs.
+async function getHtml(path) {
+  const response = await fetch(API + path, { headers: { accept: "text/html", "x-uncaged-csrf": CSRF } });
+  const text = await response.text();
+  if (!response.ok) throw new Error(JSON.parse(text).error?.message || response.statusText);
+  const parsed = new DOMParser().parseFromString(text, "text/html");
+  return [...parsed.body.childNodes].map((n) => document.adoptNode(n));
+}
+
 function act(id, action, body) {
   return post(`/threads/${id}/${action}`, body);
 }
@@ -138,6 +148,8 @@ function route() {
   if (parts[0] === "thread" && THREAD_ID.test(parts[1] || "")) return { view: "thread", id: parts[1] };
   if (parts[0] === "workflows") return { view: "workflows" };
   if (parts[0] === "schedules") return { view: "schedules" };
+  if (parts[0] === "evals") return { view: "evals" };
+  if (parts[0] === "eval" && THREAD_ID.test(parts[1] || "")) return { view: "eval", id: parts[1] };
   return { view: "threads" };
 }
 
@@ -146,13 +158,16 @@ async function render() {
   const key = location.hash || "#/";
   const ticket = ++rendering;
   for (const a of document.querySelectorAll("header nav a")) {
-    a.classList.toggle("current", a.dataset.nav === (current.view === "thread" ? "threads" : current.view));
+    const nav = { thread: "threads", eval: "evals" }[current.view] || current.view;
+    a.classList.toggle("current", a.dataset.nav === nav);
   }
   let content;
   try {
     if (current.view === "thread") content = await threadView(current.id);
     else if (current.view === "workflows") content = await workflowsView();
     else if (current.view === "schedules") content = await schedulesView();
+    else if (current.view === "evals") content = await evalsView();
+    else if (current.view === "eval") content = await evalView(current.id);
     else content = await threadsView();
   } catch (e) {
     content = el("div", { class: "panel" }, el("strong", {}, "Could not load this view: "), e.message);
@@ -203,6 +218,30 @@ function liveBox() {
 
 window.addEventListener("hashchange", () => { render(); listen(); });
 window.addEventListener("DOMContentLoaded", () => { render(); listen(); });
+
+// ---------------------------------------------------------------- evals
+
+async function evalsView() {
+  const evals = await get("/evals");
+  const now = Date.now();
+  const rows = evals.slice().reverse().map((e) => el("tr", { "data-eval": e.id },
+    el("td", { class: "mono" }, el("a", { href: "#/eval/" + e.id }, e.id)),
+    el("td", {}, e.workflow),
+    el("td", { class: "text" }, cut(e.against, 100)),
+    el("td", {}, e.threads),
+    el("td", {}, ago(e.created, now)),
+    el("td", {}, e.finished ? "finished" : "running or cut short")));
+  return el("div", {},
+    el("h1", {}, "Evals"),
+    el("p", { class: "muted" }, "Recorded threads run again on a changed workflow, prompt or agent (`uncaged-workflow eval`), newest first."),
+    evals.length === 0 ? el("p", { class: "muted" }, "No evals.") :
+      el("table", {}, el("thead", {}, el("tr", {}, ["Eval", "Workflow", "On", "Threads", "Made", ""].map((h) => el("th", {}, h)))),
+        el("tbody", {}, rows)));
+}
+
+async function evalView(id) {
+  return el("div", {}, await getHtml(`/evals/${id}/html`));
+}
 
 // ---------------------------------------------------------------- threads
 
