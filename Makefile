@@ -20,7 +20,7 @@ DEMO_HOME    ?= $(CURDIR)/target/demo-home
 BUNDLES      := solve-issue develop review-panel
 
 .PHONY: all build bundles language-tools demo test lint fmt clean guest-target bench fuzz test-crash test-pgbouncer \
-	interpreter check-interpreter browser postgres bench-postgres bench-serve bench-agents bench-mcp bench-starts bench-fleet bench-instances install-check mcp-servers
+	interpreter check-interpreter browser postgres bench-postgres bench-serve bench-agents bench-mcp bench-starts bench-fleet bench-instances bench-evals install-check mcp-servers
 
 all: build bundles
 
@@ -174,6 +174,10 @@ bench-fleet: guest-target postgres
 # instance up, alone, put in place.
 bench-instances: guest-target
 	python3 runtime/benches/report.py --only instances
+
+# Evals alone: the overhead over the live calls they make, recorded steps judged per second.
+bench-evals: guest-target
+	python3 runtime/benches/report.py --only evals
 
 # MCP's starts beside the API's alone (starts per second, time to the first step).
 bench-mcp: guest-target

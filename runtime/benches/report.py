@@ -28,6 +28,7 @@ import durable_agents  # noqa: E402  (runtime/benches/durable_agents.py)
 import mcp  # noqa: E402  (runtime/benches/mcp.py)
 import starts  # noqa: E402  (runtime/benches/starts.py)
 import fleet  # noqa: E402  (runtime/benches/fleet.py)
+import evals  # noqa: E402  (runtime/benches/evals.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
@@ -425,6 +426,7 @@ def main():
     lines += telemetry.section()
     lines += fan_out.section()
     lines += replay.section()
+    lines += evals.section()
     lines += durable_agents.section()
     lines += mcp.section()
     lines += starts.section()
@@ -455,7 +457,7 @@ def main():
         lines.append(f"| `add` of a YAML workflow under 0.3 s, warm cache | {a[0]:.0f} ms | {'yes' if a[0] < 300 else 'no'} |")
     lines += conc_targets
     # The sections' own targets, as their last run measured them.
-    lines += durable_agents.TARGETS + mcp.TARGETS + starts.TARGETS + fleet.TARGETS
+    lines += durable_agents.TARGETS + mcp.TARGETS + starts.TARGETS + fleet.TARGETS + evals.TARGETS
     lines.append("")
     (ROOT / "BENCHMARKS.md").write_text("\n".join(with_notes(lines)))
     print("\n".join(lines))
@@ -532,6 +534,10 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["--only", "replay"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         in_place(replay.section())
+    elif sys.argv[1:] == ["--only", "evals"]:
+        sh("cargo", "build", "--release", "-p", "uncaged-workflow")
+        in_place(evals.section())
+        targets_in_place(evals.TARGETS)
     elif sys.argv[1:] == ["--only", "agents"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         in_place(durable_agents.section())

@@ -100,7 +100,7 @@ pub enum Command {
     Replay(replay::ReplayCommand),
     /// Run recorded threads again on a changed workflow, prompt or agent, and compare: what
     /// got better, what got worse, what it cost
-    Eval(eval::EvalCommand),
+    Eval(Box<eval::EvalCommand>),
     /// Start a thread of a workflow and print its steps as they happen
     Run(run::RunCommand),
     /// List threads, newest last

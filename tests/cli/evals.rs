@@ -35,7 +35,19 @@ const CHECKS: &str = "checks:\n  - name: approved\n    expr: $steps.review.meta.
 fn model() -> Result<MockLlm> {
     MockLlm::start(Box::new(|_, body: &Value| {
         let system = body["messages"][0]["content"].as_str().unwrap_or_default().to_string();
-        let answer = if system.contains("strictly") {
+        let user = body["messages"][1]["content"].as_str().unwrap_or_default().to_string();
+        // A judge prefers the answer that approves.
+        let judged = user
+            .split_once("# Answer 2")
+            .map(|(first, _)| if first.contains(r#""approved": true"#) { 1 } else { 2 });
+        let verdict;
+        let answer = if system.contains("You compare two answers") {
+            verdict = format!(
+                r#"Clearly. {{"better": {}, "reason": "it approves"}}"#,
+                judged.unwrap_or(0)
+            );
+            verdict.as_str()
+        } else if system.contains("strictly") {
             // Markup a page must show as text.
             r#"{"approved": false, "note": "<img src=x onerror=\"window.pwned=1\">"}"#
         } else if system.contains("Review") {
@@ -375,6 +387,83 @@ on_both_stores! {
             .json(&json!({"workflow": "flow", "agentFor": {"review": "command:/bin/sh -c id"}}))
             .send().await?;
         ensure!(refused.status().as_u16() == 400, "{:?}", refused.text().await?);
+        Ok(())
+    }
+
+    /// A budget of one live call: the eval asks one reviewer, starts no further thread, says
+    /// why it stopped and exits 75; `eval resume` with a larger budget finishes it.
+    #[test]
+    fn an_eval_stops_asking_when_its_budget_is_spent_and_a_larger_one_finishes_it() -> Result<()> {
+        let env = Env::new()?;
+        let llm = model()?;
+        recorded(&env, &llm)?;
+        let same = env.write("same.yaml", FLOW)?;
+        let run = env.run(&[
+            "eval", same.to_str().context("path")?, "--workflow", "flow", "--live", "review",
+            "--max-agent-calls", "1", "--concurrency", "1", "--json",
+        ])?;
+        ensure!(run.code == 75, "{run:?}");
+        ensure!(run.stderr.contains("stopped asking: the eval's budget: 1 agent calls made and 1 more asked, of a budget of 1"), "{run:?}");
+        let report: Value = serde_json::from_str(&run.stdout)?;
+        ensure!(report["totals"]["unchanged"] == 1 && report["totals"]["pending"] == 1, "{report}");
+        ensure!(llm.seen().len() == 7, "{} calls", llm.seen().len());
+        let id = report["id"].as_str().context("id")?;
+        let run = env.run(&["eval", "resume", id, "--max-agent-calls", "2", "--json"])?;
+        ensure!(run.code == 0, "{run:?}");
+        let report: Value = serde_json::from_str(&run.stdout)?;
+        ensure!(report["totals"]["unchanged"] == 2 && report["finished"].is_u64(), "{report}");
+        ensure!(llm.seen().len() == 8, "{} calls", llm.seen().len());
+        Ok(())
+    }
+
+    /// An LLM judge named by the eval file compares each thread's recorded and new reviews,
+    /// whichever it is shown first, and its tokens are counted apart from the eval's.
+    #[test]
+    fn an_llm_judge_prefers_the_better_answer_whichever_comes_first() -> Result<()> {
+        let env = Env::new()?;
+        let llm = model()?;
+        recorded(&env, &llm)?;
+        let file = env.write("judged.yaml", format!("{CHECKS}judge:\n  agent: local\n  role: review\n"))?;
+        let strict = env.write("strict.yaml", FLOW.replace("Review it.", "Review it strictly."))?;
+        let run = env.run(&[
+            "eval", strict.to_str().context("path")?, "--workflow", "flow",
+            "--checks", file.to_str().context("path")?, "--json",
+        ])?;
+        ensure!(run.code == 80, "{run:?}");
+        let report: Value = serde_json::from_str(&run.stdout)?;
+        for thread in report["threads"].as_array().context("threads")? {
+            ensure!(thread["judge"]["preferred"] == "baseline", "{thread}");
+            ensure!(thread["judge"]["reason"] == "it approves", "{thread}");
+        }
+        let judged = &report["totals"]["judge"];
+        ensure!(judged["baseline"] == 2 && judged["tokens"] == 240, "{report}");
+        ensure!(report["totals"]["live"]["calls"] == 2, "the judge's calls are not the eval's: {report}");
+        // Asked once per thread: showing the report again asks nothing.
+        let asked = llm.seen().len();
+        let shown = env.run(&["eval", "show", report["id"].as_str().context("id")?, "--json"])?;
+        ensure!(shown.code == 80, "{shown:?}");
+        ensure!(llm.seen().len() == asked && asked == 6 + 2 + 2, "{asked}");
+        Ok(())
+    }
+
+    /// A saved set is the same threads whatever runs after; an eval of it runs those.
+    #[test]
+    fn an_eval_of_a_saved_set_runs_the_threads_saved() -> Result<()> {
+        let env = Env::new()?;
+        let llm = model()?;
+        let ids = recorded(&env, &llm)?;
+        let saved = env.ok(&["eval", "set", "save", "first", "--workflow", "flow", "--threads", &ids[0]])?;
+        ensure!(saved.contains("saved eval set first of flow: 1 thread(s)"), "{saved}");
+        env.ok(&["run", "flow", "-p", "three"])?;
+        let same = env.write("same.yaml", FLOW)?;
+        let report = env.json(&["eval", same.to_str().context("path")?, "--workflow", "flow", "--set", "first"])?;
+        let threads = report["threads"].as_array().context("threads")?;
+        ensure!(threads.len() == 1 && threads[0]["recorded"] == ids[0].as_str(), "{report}");
+        let sets = env.json(&["eval", "set", "list"])?;
+        ensure!(sets[0]["name"] == "first" && sets[0]["threads"].as_array().map(Vec::len) == Some(1), "{sets}");
+        ensure!(env.run(&["eval", "set", "save", "../x", "--workflow", "flow", "--last", "1"])?.code == 64);
+        let run = env.run(&["eval", same.to_str().context("path")?, "--workflow", "flow", "--set", "nope"])?;
+        ensure!(run.code == 64 && run.stderr.contains("no eval set `nope`"), "{run:?}");
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! `EvalBackend`: experiments kept beside the threads.
 
-use uncaged_workflow::store::evals::{Check, EvalPair, Experiment};
+use uncaged_workflow::store::evals::{Check, EvalPair, EvalSet, Experiment, JudgeSpec, Judgement};
 
 use super::*;
 
@@ -15,6 +15,27 @@ fn experiment(hash: BundleHash) -> Experiment {
         tools: uncaged_workflow::store::records::EvalTools::Live,
         request: RunRequest { max_rounds: Some(4), ..Default::default() },
         checks: vec![Check { name: "approved".into(), expression: "$x = 1".into() }],
+        baseline: Some(ThreadId::new()),
+        config: Some("/etc/uncaged/eval.yaml".into()),
+        budget: uncaged_workflow::store::records::Budget {
+            max_tokens: Some(9),
+            ..Default::default()
+        },
+        judge: Some(JudgeSpec {
+            agent: "critic".into(),
+            role: Some("review".into()),
+            instructions: None,
+        }),
+        judgements: [(
+            ThreadId::new(),
+            Judgement {
+                preferred: "eval".into(),
+                reason: "it tests".into(),
+                eval_first: true,
+                usage: None,
+            },
+        )]
+        .into(),
         threads: vec![EvalPair { recorded: ThreadId::new(), thread: None }],
         finished: None,
     }
@@ -40,6 +61,22 @@ contract! {
         made.sort();
         ensure!(ids == made, "{ids:?}");
         ensure!(store.evals().get(ThreadId::new())?.is_none());
+        Ok(())
+    }
+
+    /// A set of threads is kept by name, replaced when saved again, listed by name.
+    fn eval_sets_are_kept_by_name(store: &Storage) -> Result<()> {
+        ensure!(store.evals().list_sets()?.is_empty() && store.evals().get_set("weekly")?.is_none());
+        let mut weekly = EvalSet { name: "weekly".into(), workflow: "contract".into(), threads: vec![ThreadId::new()], created: 3 };
+        store.evals().put_set(&weekly)?;
+        let nightly = EvalSet { name: "nightly".into(), ..weekly.clone() };
+        store.evals().put_set(&nightly)?;
+        weekly.threads.push(ThreadId::new());
+        store.evals().put_set(&weekly)?;
+        ensure!(store.evals().get_set("weekly")?.as_ref() == Some(&weekly));
+        let names: Vec<String> = store.evals().list_sets()?.into_iter().map(|s| s.name).collect();
+        ensure!(names == ["nightly", "weekly"], "{names:?}");
+        ensure!(store.evals().get_set("../weekly")?.is_none());
         Ok(())
     }
 }

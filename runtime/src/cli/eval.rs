@@ -19,8 +19,9 @@ use crate::eval::{experiment_id, html, junit};
 use crate::ids::BundleHash;
 use crate::run::catalog::Catalog;
 use crate::sandbox::engine::Runtime;
+use crate::spending::Budget;
 use crate::store::Storage;
-use crate::store::evals::{Check, Experiment};
+use crate::store::evals::{Check, Experiment, JudgeSpec};
 use crate::store::records::EvalTools;
 use crate::terminal;
 
@@ -65,6 +66,9 @@ pub struct EvalCommand {
     /// Only the newest N threads
     #[arg(long, value_name = "N")]
     pub last: Option<usize>,
+    /// The threads of a set saved with `eval set save`
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["threads", "since", "last"])]
+    pub set: Option<String>,
     /// A role asked again live whatever its request (repeatable)
     #[arg(long, value_name = "ROLE")]
     pub live: Vec<String>,
@@ -76,13 +80,25 @@ pub struct EvalCommand {
     /// the model it was refused
     #[arg(long, value_name = "WHAT", value_enum, default_value_t = ToolsFlag::Journal)]
     pub tools: ToolsFlag,
-    /// A YAML file of checks each finished thread must pass: `checks: [{name, expr}]`, each
-    /// `expr` JSONata over the thread ($steps.ROLE.meta, $status, $returnCode, $tokens …)
+    /// An eval file (YAML): `checks: [{name, expr}]` each finished thread must pass, each `expr`
+    /// JSONata over the thread ($steps.ROLE.meta, $status, $returnCode, $tokens …); and an
+    /// optional LLM `judge: {agent: BINDING, role: ROLE, instructions: TEXT}` asked which
+    /// answer of each thread is better
     #[arg(long, value_name = "FILE")]
     pub checks: Option<PathBuf>,
+    /// Compare with the threads of this earlier eval (where it has one that ended) rather
+    /// than with the recorded threads
+    #[arg(long, value_name = "EVAL")]
+    pub baseline: Option<String>,
+    /// Bind the agents by this config file rather than the store's config.yaml (read again by
+    /// `eval resume`)
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// How many threads run at once
     #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY)]
     pub concurrency: usize,
+    #[command(flatten)]
+    pub budget: EvalBudgetArgs,
     #[command(flatten)]
     pub output: ReportArgs,
     #[command(subcommand)]
@@ -103,6 +119,35 @@ impl From<ToolsFlag> for EvalTools {
             ToolsFlag::Journal => EvalTools::Journal,
             ToolsFlag::Live => EvalTools::Live,
             ToolsFlag::Deny => EvalTools::Deny,
+        }
+    }
+}
+
+/// What an eval may spend on the calls it asks live, over all its threads: once spent, it asks
+/// nothing more, and says how far it got (`eval resume` with a larger budget goes on).
+#[derive(Debug, Clone, Args)]
+pub struct EvalBudgetArgs {
+    /// Most tokens (in and out) the eval's live calls may use
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// Most US dollars they may cost (as `prices:` in config.yaml price them)
+    #[arg(long, value_name = "USD", value_parser = super::options::parse_dollars)]
+    pub max_cost: Option<f64>,
+    /// Most live agent calls it may make
+    #[arg(long, value_name = "N")]
+    pub max_agent_calls: Option<u64>,
+    /// Longest it may run, from when it was made, e.g. 30m
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub max_duration: Option<Duration>,
+}
+
+impl EvalBudgetArgs {
+    fn budget(&self) -> Budget {
+        Budget {
+            max_tokens: self.max_tokens,
+            max_cost_usd: self.max_cost,
+            max_agent_calls: self.max_agent_calls,
+            max_duration_ms: self.max_duration.map(|d| d.as_millis() as u64),
         }
     }
 }
@@ -133,6 +178,9 @@ pub enum EvalAction {
         /// How many threads run at once
         #[arg(long, value_name = "N", default_value_t = DEFAULT_CONCURRENCY)]
         concurrency: usize,
+        /// A larger budget: each limit given replaces the eval's
+        #[command(flatten)]
+        budget: EvalBudgetArgs,
         #[command(flatten)]
         output: ReportArgs,
     },
@@ -149,23 +197,65 @@ pub enum EvalAction {
         #[arg(long)]
         json: bool,
     },
+    /// Save or list named sets of recorded threads, to eval the same threads again and again
+    #[command(subcommand)]
+    Set(SetAction),
+}
+
+/// `eval set`.
+#[derive(Debug, Subcommand)]
+pub enum SetAction {
+    /// Save the ended threads of a workflow that these select as set NAME (replacing it)
+    #[command(
+        after_help = "Examples:\n  uncaged-workflow eval set save weekly --workflow review --since 7d\n  \
+        uncaged-workflow eval review-v2.yaml --workflow review --set weekly"
+    )]
+    Save {
+        /// The set's name
+        name: String,
+        /// The workflow whose threads it holds
+        #[arg(long, value_name = "NAME")]
+        workflow: String,
+        /// These threads
+        #[arg(long, num_args = 1.., value_name = "ID")]
+        threads: Vec<String>,
+        /// Only threads started within this long, e.g. 7d
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        since: Option<Duration>,
+        /// Only the newest N threads
+        #[arg(long, value_name = "N")]
+        last: Option<usize>,
+    },
+    /// List the saved sets
+    List {
+        /// Print as JSON
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// An eval file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EvalFile {
     #[serde(default)]
     checks: Vec<Check>,
+    #[serde(default)]
+    judge: Option<JudgeSpec>,
 }
 
 impl EvalCommand {
     pub async fn execute(self, global: &GlobalOptions) -> anyhow::Result<i32> {
         let store = global.store()?;
         match self.action {
-            Some(EvalAction::Resume { id, concurrency, output }) => {
+            Some(EvalAction::Resume { id, concurrency, budget, output }) => {
                 let id = experiment_id(&id)?;
                 let mut experiment = find(&store, id)?;
+                let raise = budget.budget();
+                if !raise.is_empty() {
+                    experiment.budget = experiment.budget.raised(&raise);
+                    store.evals().put(&experiment)?;
+                }
                 let runtime = Runtime::new(store.home())?;
                 let bundle =
                     Catalog::new(&store).load(&runtime, &experiment.workflow, experiment.hash)?;
@@ -177,6 +267,55 @@ impl EvalCommand {
                 give(&report(&store, &experiment)?, &output)
             }
             Some(EvalAction::List { json }) => list(&store, json),
+            Some(EvalAction::Set(SetAction::Save { name, workflow, threads, since, last })) => {
+                let threads = threads
+                    .iter()
+                    .map(|t| store.threads().resolve(t))
+                    .collect::<crate::Result<Vec<_>>>()?;
+                let spec = EvalSpec {
+                    workflow,
+                    against: Against::Current,
+                    threads,
+                    since_ms: since
+                        .map(|d| crate::clock::now_ms().saturating_sub(d.as_millis() as u64)),
+                    last,
+                    set: None,
+                    live: vec![],
+                    request: Default::default(),
+                    tools: Default::default(),
+                    checks: vec![],
+                    baseline: None,
+                    config: None,
+                    budget: Default::default(),
+                    judge: None,
+                };
+                let set = crate::eval::plan::save_set(&store, &name, &spec)?;
+                outln!(
+                    "saved eval set {} of {}: {} thread(s)",
+                    set.name,
+                    set.workflow,
+                    set.threads.len()
+                )?;
+                Ok(0)
+            }
+            Some(EvalAction::Set(SetAction::List { json })) => {
+                let sets = store.evals().list_sets()?;
+                if json {
+                    print_json(&sets)?;
+                } else if sets.is_empty() {
+                    outln!("no eval sets")?;
+                } else {
+                    let mut table = Table::new(&["SET", "WORKFLOW", "THREADS"]);
+                    for set in &sets {
+                        table
+                            .cell(&set.name)
+                            .cell(&set.workflow)
+                            .cell_fmt(format_args!("{}", set.threads.len()));
+                    }
+                    table.print()?;
+                }
+                Ok(0)
+            }
             None => {
                 let workflow = match (&self.workflow, &self.file) {
                     (Some(name), _) => name.clone(),
@@ -197,6 +336,10 @@ impl EvalCommand {
                     .iter()
                     .map(|t| store.threads().resolve(t))
                     .collect::<crate::Result<Vec<_>>>()?;
+                let file = match &self.checks {
+                    Some(path) => read_eval_file(path)?,
+                    None => EvalFile::default(),
+                };
                 let spec = EvalSpec {
                     workflow,
                     against: match (self.file, self.version) {
@@ -209,13 +352,15 @@ impl EvalCommand {
                         .since
                         .map(|d| crate::clock::now_ms().saturating_sub(d.as_millis() as u64)),
                     last: self.last,
+                    set: self.set.clone(),
                     live: self.live,
                     request: self.agents.overrides()?,
                     tools: self.tools.into(),
-                    checks: match &self.checks {
-                        Some(path) => read_checks(path)?,
-                        None => vec![],
-                    },
+                    checks: file.checks,
+                    baseline: self.baseline.as_deref().map(experiment_id).transpose()?,
+                    config: self.config.clone(),
+                    budget: self.budget.budget(),
+                    judge: file.judge,
                 };
                 let runtime = Runtime::new(store.home())?;
                 let (mut experiment, bundle) = plan(&store, &runtime, &spec).await?;
@@ -235,13 +380,13 @@ impl EvalCommand {
     }
 }
 
-/// The checks of eval file `path`.
-fn read_checks(path: &std::path::Path) -> crate::Result<Vec<Check>> {
+/// Eval file `path`: its checks and its judge.
+fn read_eval_file(path: &std::path::Path) -> crate::Result<EvalFile> {
     let text = crate::durable::read_text(path, "read the eval file")?
         .ok_or_else(|| Error::MissingFile { what: "the eval file", path: path.to_path_buf() })?;
     let file: EvalFile = serde_yaml::from_str(&text)
         .map_err(|e| Error::Corrupt { path: path.to_path_buf(), reason: e.to_string() })?;
-    Ok(file.checks)
+    Ok(file)
 }
 
 fn find(store: &Storage, id: crate::ids::ThreadId) -> crate::Result<Experiment> {
@@ -267,7 +412,14 @@ async fn run(
     bar.enable_steady_tick(Duration::from_millis(200));
     let ran = runs::run(store, runtime, bundle, experiment, concurrency, |_| bar.inc(1)).await;
     bar.finish_and_clear();
-    ran
+    if let Some(reason) = ran? {
+        eprintln!(
+            "uncaged-workflow: eval {} stopped asking: {reason}; `uncaged-workflow eval resume {} \
+             --max-cost USD` (or another limit) goes on",
+            experiment.id, experiment.id
+        );
+    }
+    Ok(())
 }
 
 /// Prints `report` (and writes its JUnit file), and says by the exit code how it went.

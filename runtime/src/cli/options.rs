@@ -263,7 +263,7 @@ impl BudgetArgs {
 }
 
 /// An amount of dollars: a finite number, not negative.
-fn parse_dollars(text: &str) -> std::result::Result<f64, String> {
+pub fn parse_dollars(text: &str) -> std::result::Result<f64, String> {
     text.trim_start_matches('$')
         .parse::<f64>()
         .ok()

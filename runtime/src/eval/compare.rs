@@ -1,4 +1,5 @@
-//! An experiment's threads compared with the threads they re-ran: each judged, and the pair
+//! An experiment's threads compared with the threads they re-ran (or, with a baseline eval,
+//! with that eval's threads): each judged, and the pair
 //! said improved (the recorded thread failed, the eval's passes), regressed (the other way),
 //! or unchanged; where their steps first differ; what each cost; and what the eval spent on
 //! the calls it asked live. Read from the threads whenever it is asked, so it is never out of
@@ -10,6 +11,7 @@ use super::judge::{Verdict, judge};
 use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::diff::{StepDiff, diff};
+use crate::spending::Usage;
 use crate::store::Storage;
 use crate::store::evals::Experiment;
 use crate::store::journal::{CallKind, CallResponse};
@@ -22,9 +24,10 @@ const SHOWN: usize = 400;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Change {
-    /// The recorded thread failed its judges; the eval's passes.
+    /// The baseline (the recorded thread, or an earlier eval's) failed its judges; this eval's
+    /// passes.
     Improved,
-    /// The recorded thread passed; the eval's fails.
+    /// The baseline passed; this eval's fails.
     Regressed,
     /// Both pass, or both fail.
     Unchanged,
@@ -105,6 +108,9 @@ pub struct Shown {
 #[serde(rename_all = "camelCase")]
 pub struct ThreadResult {
     pub recorded: ThreadId,
+    /// The thread this one is compared with: the recorded thread, or the thread of the
+    /// earlier eval (`--baseline`) that re-ran it.
+    pub baseline_thread: ThreadId,
     pub thread: Option<ThreadId>,
     /// The start of the prompt.
     pub prompt: String,
@@ -119,6 +125,9 @@ pub struct ThreadResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eval_cost: Option<Cost>,
     pub live: Live,
+    /// What the LLM judge said, when the eval has one and asked it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judge: Option<crate::store::evals::Judgement>,
 }
 
 /// Every thread of an experiment, and the totals.
@@ -134,6 +143,9 @@ pub struct Report {
     pub created: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished: Option<u64>,
+    /// The earlier eval compared with, if not the recorded threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<ThreadId>,
     pub totals: Totals,
     pub threads: Vec<ThreadResult>,
 }
@@ -156,13 +168,38 @@ pub struct Totals {
     pub recorded: Cost,
     pub eval: Cost,
     pub live: Live,
+    /// The LLM judge's verdicts, when the eval has a judge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judge: Option<JudgeTotals>,
+}
+
+/// What the LLM judge said, in numbers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JudgeTotals {
+    /// Threads whose eval answer it preferred…
+    pub eval: usize,
+    /// …whose baseline's…
+    pub baseline: usize,
+    /// …neither…
+    pub same: usize,
+    /// …or whose verdict could not be read.
+    pub unclear: usize,
+    /// What asking it cost (not counted in the eval's own spend).
+    pub tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// Experiment `experiment` as its threads stand now.
 pub fn report(store: &Storage, experiment: &Experiment) -> Result<Report> {
+    let earlier = baselines(store, experiment)?;
     let mut threads = Vec::with_capacity(experiment.threads.len());
     for pair in &experiment.threads {
-        let recorded = store.threads().read(pair.recorded)?;
+        let recorded = match earlier.get(&pair.recorded) {
+            Some(&id) => store.threads().read(id)?,
+            None => store.threads().read(pair.recorded)?,
+        };
         let eval = match pair.thread {
             Some(id) => match store.threads().read(id) {
                 Ok(record) => Some(record),
@@ -196,6 +233,19 @@ pub fn report(store: &Storage, experiment: &Experiment) -> Result<Report> {
         totals.live.tokens += t.live.tokens;
         totals.live.answered_by_journal += t.live.answered_by_journal;
         totals.live.cost_usd = sum(totals.live.cost_usd, t.live.cost_usd);
+        if let Some(judgement) = &t.judge {
+            let judged = totals.judge.get_or_insert_with(JudgeTotals::default);
+            match judgement.preferred.as_str() {
+                "eval" => judged.eval += 1,
+                "baseline" => judged.baseline += 1,
+                "same" => judged.same += 1,
+                _ => judged.unclear += 1,
+            }
+            if let Some(usage) = &judgement.usage {
+                judged.tokens += usage.input_tokens + usage.output_tokens;
+                judged.cost_usd = sum(judged.cost_usd, usage.cost_usd);
+            }
+        }
     }
     Ok(Report {
         id: experiment.id,
@@ -205,9 +255,36 @@ pub fn report(store: &Storage, experiment: &Experiment) -> Result<Report> {
         live_roles: experiment.live.clone(),
         created: experiment.created,
         finished: experiment.finished,
+        baseline: experiment.baseline,
         totals,
         threads,
     })
+}
+
+/// The thread of the earlier eval each recorded thread is compared with, where the experiment
+/// has a baseline eval and that eval's thread for it ended (the recorded thread is the
+/// baseline of the others).
+pub(crate) fn baselines(
+    store: &Storage,
+    experiment: &Experiment,
+) -> Result<std::collections::HashMap<ThreadId, ThreadId>> {
+    let Some(id) = experiment.baseline else { return Ok(Default::default()) };
+    let earlier = store
+        .evals()
+        .get(id)?
+        .ok_or_else(|| crate::Error::Usage(format!("no eval {id} to compare with")))?;
+    let mut ended = std::collections::HashMap::new();
+    for pair in &earlier.threads {
+        let Some(thread) = pair.thread else { continue };
+        match store.threads().read(thread) {
+            Ok(record) if record.end.is_some() => {
+                ended.insert(pair.recorded, thread);
+            }
+            Ok(_) | Err(crate::Error::UnknownThread(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(ended)
 }
 
 /// One pair compared.
@@ -226,8 +303,10 @@ fn compare(
         Some(v) if !v.passed && baseline.passed => Change::Regressed,
         Some(_) => Change::Unchanged,
     };
+    let recorded_id = recorded.start.eval.as_ref().map_or(recorded.id(), |e| e.baseline);
     ThreadResult {
-        recorded: recorded.id(),
+        recorded: recorded_id,
+        baseline_thread: recorded.id(),
         thread,
         prompt: recorded.start.parameters.prompt.chars().take(120).collect(),
         change,
@@ -237,6 +316,7 @@ fn compare(
         recorded_cost: cost(recorded),
         eval_cost: eval.map(cost),
         live,
+        judge: experiment.judgements.get(&recorded_id).cloned(),
     }
 }
 
@@ -301,20 +381,33 @@ fn cost(record: &ThreadRecord) -> Cost {
 /// What thread `record` of an eval spent on calls its agents answered (its journal says
 /// which the recorded thread's journal answered instead).
 fn live(store: &Storage, record: &ThreadRecord) -> Result<Live> {
+    let (usage, answered_by_journal) = live_usage(store, record)?;
+    Ok(Live {
+        calls: usage.calls as usize,
+        tokens: usage.input_tokens + usage.output_tokens,
+        cost_usd: usage.cost_usd,
+        answered_by_journal,
+    })
+}
+
+/// The usage of the calls thread `record` of an eval asked live (each counted as a call), and
+/// how many calls the recorded thread's journal answered.
+pub(crate) fn live_usage(store: &Storage, record: &ThreadRecord) -> Result<(Usage, usize)> {
     let journal = store.threads().journal(record.start.hash, record.id())?;
-    let mut live = Live::default();
+    let (mut usage, mut answered_by_journal) = (Usage::default(), 0);
     for call in journal.calls().filter(|c| c.kind == CallKind::Agent) {
         if call.recorded_in.is_some() {
-            live.answered_by_journal += 1;
+            answered_by_journal += 1;
             continue;
         }
-        live.calls += 1;
-        if let CallResponse::Ok { usage: Some(usage), .. } = &call.response {
-            live.tokens += usage.input_tokens + usage.output_tokens;
-            live.cost_usd = sum(live.cost_usd, usage.cost_usd);
+        match &call.response {
+            CallResponse::Ok { usage: Some(spent), .. } => {
+                usage.add(&Usage { calls: 1, ..spent.clone() });
+            }
+            _ => usage.calls += 1,
         }
     }
-    Ok(live)
+    Ok((usage, answered_by_journal))
 }
 
 fn add(total: &mut Cost, more: &Cost) {

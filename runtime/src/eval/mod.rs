@@ -12,6 +12,7 @@ pub mod compare;
 pub mod html;
 pub mod judge;
 pub mod junit;
+pub mod llm_judge;
 pub mod plan;
 pub mod runs;
 

@@ -14,7 +14,7 @@ use crate::run::query::{self, ThreadQuery};
 use crate::run_request::RunRequest;
 use crate::sandbox::engine::{LoadedBundle, Runtime};
 use crate::store::Storage;
-use crate::store::evals::{Check, EvalPair, Experiment};
+use crate::store::evals::{Check, EvalPair, EvalSet, Experiment};
 use crate::store::records::EvalTools;
 
 /// What the recorded threads are run on.
@@ -38,6 +38,8 @@ pub struct EvalSpec {
     pub threads: Vec<ThreadId>,
     pub since_ms: Option<u64>,
     pub last: Option<usize>,
+    /// The threads of this saved set (`eval set save`) instead.
+    pub set: Option<String>,
     /// Roles asked live whatever their request.
     pub live: Vec<String>,
     /// Bindings laid over each recorded thread's.
@@ -45,6 +47,14 @@ pub struct EvalSpec {
     /// What a tool call the recorded thread never made gets.
     pub tools: EvalTools,
     pub checks: Vec<Check>,
+    /// An earlier eval of the workflow to compare with, instead of the recorded threads.
+    pub baseline: Option<ThreadId>,
+    /// A config file to bind the agents by, instead of the store's.
+    pub config: Option<PathBuf>,
+    /// What the eval may spend on the calls it asks live, over all its threads.
+    pub budget: crate::spending::Budget,
+    /// An LLM asked which answer of each thread is better.
+    pub judge: Option<crate::store::evals::JudgeSpec>,
 }
 
 /// The experiment `spec` asks for, kept (its threads not made yet), with the bundle it runs.
@@ -70,6 +80,42 @@ pub async fn plan(
         }
     };
     let recorded = recorded_threads(store, spec)?;
+    if let Some(id) = spec.baseline {
+        let earlier = store
+            .evals()
+            .get(id)?
+            .ok_or_else(|| Error::Usage(format!("no eval {id} to compare with")))?;
+        if earlier.workflow != spec.workflow {
+            return Err(Error::Usage(format!(
+                "eval {id} is an eval of `{}`, not of `{}`",
+                crate::terminal::line(&earlier.workflow),
+                spec.workflow
+            )));
+        }
+    }
+    let (config, bindings) = match &spec.config {
+        Some(path) => {
+            let path =
+                std::path::absolute(path).map_err(Error::io("find the config file", path))?;
+            if !path.is_file() {
+                return Err(Error::MissingFile { what: "the config file", path });
+            }
+            let bindings = crate::store::config::Config::load(&path)?;
+            (Some(path), bindings)
+        }
+        None => (None, store.config()?),
+    };
+    if let Some(judge) = &spec.judge
+        && !bindings.agents.contains_key(&judge.agent)
+    {
+        let mut names: Vec<&str> = bindings.agents.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        return Err(Error::Usage(format!(
+            "judge `{}`: no binding of that name under `agents:` in the config (its bindings: {})",
+            crate::terminal::line(&judge.agent),
+            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        )));
+    }
     let live = live_roles(spec, &bundle)?;
     let experiment = Experiment {
         id: ThreadId::new(),
@@ -81,6 +127,11 @@ pub async fn plan(
         tools: spec.tools,
         request: spec.request.clone(),
         checks: spec.checks.clone(),
+        baseline: spec.baseline,
+        config,
+        budget: spec.budget.clone(),
+        judge: spec.judge.clone(),
+        judgements: Default::default(),
         threads: recorded.into_iter().map(|recorded| EvalPair { recorded, thread: None }).collect(),
         finished: None,
     };
@@ -91,8 +142,24 @@ pub async fn plan(
 /// The recorded threads `spec` selects, oldest first: ended threads of its workflow (an eval
 /// compares what a thread did to the end).
 fn recorded_threads(store: &Storage, spec: &EvalSpec) -> Result<Vec<ThreadId>> {
-    if !spec.threads.is_empty() {
-        for &id in &spec.threads {
+    let named = match &spec.set {
+        Some(name) => {
+            let set = store.evals().get_set(name)?.ok_or_else(|| {
+                Error::Usage(format!("no eval set `{}`", crate::terminal::line(name)))
+            })?;
+            if set.workflow != spec.workflow {
+                return Err(Error::Usage(format!(
+                    "eval set `{name}` holds threads of `{}`, not of `{}`",
+                    crate::terminal::line(&set.workflow),
+                    spec.workflow
+                )));
+            }
+            set.threads
+        }
+        None => spec.threads.clone(),
+    };
+    if !named.is_empty() {
+        for &id in &named {
             let summary = store.threads().read(id)?.summary();
             if summary.name != spec.workflow {
                 return Err(Error::Usage(format!(
@@ -113,7 +180,7 @@ fn recorded_threads(store: &Storage, spec: &EvalSpec) -> Result<Vec<ThreadId>> {
                 )));
             }
         }
-        return Ok(spec.threads.clone());
+        return Ok(named);
     }
     let query = ThreadQuery {
         workflow: Some(spec.workflow.clone()),
@@ -137,6 +204,21 @@ fn recorded_threads(store: &Storage, spec: &EvalSpec) -> Result<Vec<ThreadId>> {
     }
     ids.reverse();
     Ok(ids)
+}
+
+/// Saves the recorded threads `spec` selects (the workflow's ended threads, by id, age or
+/// count) as set `name`, replacing a set of that name: an eval of the set runs these threads
+/// whatever runs since.
+pub fn save_set(store: &Storage, name: &str, spec: &EvalSpec) -> Result<EvalSet> {
+    crate::ids::validate_name("eval set name", name)?;
+    let set = EvalSet {
+        name: name.to_string(),
+        workflow: spec.workflow.clone(),
+        threads: recorded_threads(store, spec)?,
+        created: now_ms(),
+    };
+    store.evals().put_set(&set)?;
+    Ok(set)
 }
 
 /// The roles asked live whatever their request: those named, those whose binding the eval

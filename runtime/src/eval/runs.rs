@@ -5,6 +5,7 @@
 //! thread does, so an eval cut short (a crash, `kill -9`) is finished by running it again:
 //! the threads made go on from their journals, nothing answered is asked twice.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -16,7 +17,10 @@ use crate::ids::ThreadId;
 use crate::run::lifecycle::{self, OpenThread};
 use crate::run::runner::{RunContext, Until, run_thread};
 use crate::run_request::RunRequest;
+use crate::sandbox::control::ThreadControl;
 use crate::sandbox::engine::{LoadedBundle, Runtime};
+use crate::sandbox::shared_budget::SharedBudget;
+use crate::spending::Usage;
 use crate::store::Storage;
 use crate::store::evals::Experiment;
 use crate::store::records::{EvalOf, Parameters, StartRecord, StartedBy};
@@ -27,7 +31,8 @@ pub const DEFAULT_CONCURRENCY: usize = 4;
 
 /// Runs every thread of `experiment` not ended yet on `bundle` (its version), `concurrency`
 /// at once, calling `on_ended` with the recorded thread each time one of them ends or rests;
-/// marks the experiment finished once all have ended.
+/// marks the experiment finished once all have ended. Says why it stopped short when the
+/// eval's budget was spent.
 pub async fn run(
     store: &Storage,
     runtime: &Runtime,
@@ -35,7 +40,7 @@ pub async fn run(
     experiment: &mut Experiment,
     concurrency: usize,
     mut on_ended: impl FnMut(ThreadId),
-) -> Result<()> {
+) -> Result<Option<String>> {
     // Every thread's id is kept before any thread is made: a thread made is always found.
     if experiment.threads.iter().any(|p| p.thread.is_none()) {
         for pair in experiment.threads.iter_mut().filter(|p| p.thread.is_none()) {
@@ -43,9 +48,14 @@ pub async fn run(
         }
         store.evals().put(experiment)?;
     }
-    let secrets = Secrets::from_env(&store.config()?);
+    let config = match &experiment.config {
+        Some(path) => crate::store::config::Config::load(path)?,
+        None => store.config()?,
+    };
+    let secrets = Secrets::from_env(&config);
+    let budget = shared_budget(store, experiment)?;
     let planned = &*experiment;
-    let secrets = &secrets;
+    let (secrets, config, shared) = (&secrets, &config, budget.as_ref());
     // Owned pairs: a future per pair borrows nothing of the list.
     let pairs: Vec<(ThreadId, ThreadId)> = planned
         .threads
@@ -54,7 +64,8 @@ pub async fn run(
         .collect();
     stream::iter(pairs)
         .map(|(recorded, thread)| async move {
-            run_one(store, runtime, bundle, planned, recorded, thread, secrets).await?;
+            let binds = Binds { config, secrets, budget: shared };
+            run_one(store, runtime, bundle, planned, recorded, thread, binds).await?;
             Ok::<_, Error>(recorded)
         })
         .buffer_unordered(concurrency.max(1))
@@ -63,16 +74,47 @@ pub async fn run(
             async { Ok(()) }
         })
         .await?;
+    super::llm_judge::judge_all(store, experiment, config, secrets).await?;
     let mut ended = true;
     for pair in &experiment.threads {
         let id = pair.thread.expect("every thread's id is kept above");
-        ended &= store.threads().read(id)?.end.is_some();
+        ended &= match store.threads().read(id) {
+            Ok(record) => record.end.is_some(),
+            // Not made: the eval's budget was spent before it.
+            Err(Error::UnknownThread(_)) => false,
+            Err(e) => return Err(e),
+        };
     }
     if ended && experiment.finished.is_none() {
         experiment.finished = Some(now_ms());
         store.evals().put(experiment)?;
     }
-    Ok(())
+    Ok(budget.filter(|_| !ended).and_then(|b| b.exceeded(1)))
+}
+
+/// The eval's budget, with what its threads have spent live so far (none if it has none).
+fn shared_budget(store: &Storage, experiment: &Experiment) -> Result<Option<Arc<SharedBudget>>> {
+    if experiment.budget.is_empty() {
+        return Ok(None);
+    }
+    let mut spent = Usage::default();
+    for thread in experiment.threads.iter().filter_map(|p| p.thread) {
+        match store.threads().read(thread) {
+            Ok(record) => spent.add(&super::compare::live_usage(store, &record)?.0),
+            Err(Error::UnknownThread(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(SharedBudget::new(experiment.budget.clone(), experiment.created, spent)))
+}
+
+/// What an eval's threads' agents are bound by.
+#[derive(Clone, Copy)]
+struct Binds<'a> {
+    config: &'a crate::store::config::Config,
+    secrets: &'a Secrets,
+    /// The eval's budget, if it has one.
+    budget: Option<&'a Arc<SharedBudget>>,
 }
 
 /// Runs thread `thread` of `experiment`, re-running `recorded`: made if it is not yet, taken
@@ -84,21 +126,30 @@ async fn run_one(
     experiment: &Experiment,
     recorded: ThreadId,
     thread: ThreadId,
-    secrets: &Secrets,
+    binds: Binds<'_>,
 ) -> Result<()> {
+    // A spent budget starts no thread, and takes none up again.
+    if binds.budget.is_some_and(|b| b.exceeded(1).is_some()) {
+        return Ok(());
+    }
     let (mut writer, record) = match store.threads().read(thread) {
         Ok(record) if record.end.is_some() => return Ok(()),
         Ok(_) => taken_over(store, thread).await?,
         Err(Error::UnknownThread(_)) => made(store, experiment, recorded, thread)?,
         Err(e) => return Err(e),
     };
-    let agents = lifecycle::agents_for(store, &record, bundle, &RunRequest::default(), secrets)?;
+    let over = RunRequest::default();
+    let agents =
+        lifecycle::agents_under(store, binds.config, &record, bundle, &over, binds.secrets)?;
     let ctx = RunContext {
         runtime,
         store,
         agents,
         limits: lifecycle::limits_for(store, &record)?,
-        control: Default::default(),
+        control: match binds.budget {
+            Some(budget) => Arc::new(ThreadControl::sharing(budget.clone())),
+            None => Default::default(),
+        },
         // A step that runs a child workflow fails in an eval: its child would be a thread
         // of its own, not an eval's.
         children: None,

@@ -352,6 +352,19 @@ pub fn agents_for(
     over: &RunRequest,
     secrets: &Secrets,
 ) -> Result<AgentSet> {
+    agents_under(store, &store.config()?, record, bundle, over, secrets)
+}
+
+/// [`agents_for`], bound as `config` says rather than the store's config.yaml (an eval run
+/// against another config file).
+pub fn agents_under(
+    store: &Storage,
+    config: &crate::store::config::Config,
+    record: &ThreadRecord,
+    bundle: &LoadedBundle,
+    over: &RunRequest,
+    secrets: &Secrets,
+) -> Result<AgentSet> {
     let request = over.over(&record.start.parameters.options);
     let processes = store.home().agent_processes_file(record.start.thread_id);
     let caller = Caller {
@@ -359,7 +372,7 @@ pub fn agents_for(
         workflow: record.start.name.clone(),
         thread: record.start.thread_id.to_string(),
     };
-    Ok(AgentSet::resolve(&store.config()?, &request, secrets, &bundle.descriptor, Some(&caller))?
+    Ok(AgentSet::resolve(config, &request, secrets, &bundle.descriptor, Some(&caller))?
         .with_processes(Arc::new(AgentProcesses::new(processes))))
 }
 

@@ -197,13 +197,17 @@ impl ThreadState {
     /// Stops the thread (it pauses, reason `budget`) if `calls` more agent calls would go over
     /// its budget: what the calls in its journal cost so far, and its age.
     fn check_budget(&mut self, calls: usize) -> wasmtime::Result<()> {
+        let shared = self.host.control.shared_budget().and_then(|b| b.exceeded(calls as u64));
         let budget = &self.host.thread.budget;
-        if budget.is_empty() {
+        if budget.is_empty() && shared.is_none() {
             return Ok(());
         }
-        let spent = self.host.journal.spent();
-        let elapsed = crate::clock::now_ms().saturating_sub(self.host.thread.started);
-        let Some(reason) = budget.exceeded(&spent, elapsed, calls as u64) else { return Ok(()) };
+        let own = || {
+            let spent = self.host.journal.spent();
+            let elapsed = crate::clock::now_ms().saturating_sub(self.host.thread.started);
+            budget.exceeded(&spent, elapsed, calls as u64)
+        };
+        let Some(reason) = shared.or_else(own) else { return Ok(()) };
         self.host.info.write(LogLevel::Warn, TAG_AGENT, &format!("over budget: {reason}"));
         self.host.rest = Some((PauseReason::Budget, reason.clone()));
         Err(wasmtime::Error::msg(format!("paused by its budget: {reason}")))
@@ -493,6 +497,9 @@ impl ThreadState {
             CallResponse::Error { .. } => None,
         };
         let agent = self.answered_by(&role, &f.bound);
+        if let Some(shared) = self.host.control.shared_budget() {
+            shared.spend(usage.as_ref());
+        }
         self.host.answered.push(AnsweredCall { role: role.clone(), agent, elapsed, usage });
         // A child's result is not made again at no cost: it is always kept durably.
         let durable = runs_child || !matches!(&*f.bound.agent, Agent::Scripted(_));

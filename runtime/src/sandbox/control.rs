@@ -35,6 +35,8 @@ pub struct ThreadControl {
     /// Where a model's live text goes for followers in other processes, when the store
     /// carries it (a database's worker).
     live: OnceLock<LiveSink>,
+    /// A budget the thread shares with others (an eval's), beside its own.
+    shared_budget: Option<Arc<super::shared_budget::SharedBudget>>,
 }
 
 /// A thread's live-text publisher (see [`ThreadControl::set_live`]).
@@ -79,11 +81,22 @@ impl Default for ThreadControl {
             steps: AtomicUsize::new(0),
             human: HumanPort::default(),
             live: OnceLock::new(),
+            shared_budget: None,
         }
     }
 }
 
 impl ThreadControl {
+    /// The control of a thread that also draws from `budget`, shared with other threads.
+    pub fn sharing(budget: Arc<super::shared_budget::SharedBudget>) -> Self {
+        ThreadControl { shared_budget: Some(budget), ..Default::default() }
+    }
+
+    /// The budget the thread shares with others, if it shares one.
+    pub fn shared_budget(&self) -> Option<&super::shared_budget::SharedBudget> {
+        self.shared_budget.as_deref()
+    }
+
     /// Asks the thread to stop after its current step is persisted.
     pub fn request_pause(&self) {
         self.pause.store(true, Ordering::SeqCst);

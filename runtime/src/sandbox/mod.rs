@@ -20,5 +20,6 @@ pub mod generator;
 mod host;
 pub mod instance;
 mod output;
+pub mod shared_budget;
 pub mod state;
 mod turns;

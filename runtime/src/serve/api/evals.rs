@@ -44,6 +44,9 @@ pub struct StartEval {
     /// Only the newest N threads.
     #[serde(default)]
     pub last: Option<usize>,
+    /// The threads of a set saved with `eval set save` instead.
+    #[serde(default)]
+    pub set: Option<String>,
     /// Roles asked again live whatever their request.
     #[serde(default)]
     pub live: Vec<String>,
@@ -59,6 +62,17 @@ pub struct StartEval {
     #[serde(default)]
     #[schema(value_type = Vec<Object>)]
     pub checks: Vec<Check>,
+    /// An earlier eval of the workflow to compare with, rather than the recorded threads.
+    #[serde(default)]
+    pub baseline: Option<String>,
+    /// An LLM judge: `{"agent": BINDING, "role": ROLE, "instructions": TEXT}`, a binding of
+    /// config.yaml asked which answer of each thread is better.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub judge: Option<crate::store::evals::JudgeSpec>,
+    /// What the eval may spend on the calls it asks live, over all its threads.
+    #[serde(default)]
+    pub budget: Option<super::types::BudgetBody>,
     /// How many threads run at once (1 to 16; 4 unless given).
     #[serde(default)]
     pub concurrency: Option<usize>,
@@ -170,20 +184,27 @@ pub async fn start(
         threads,
         since_ms,
         last: body.last,
+        set: body.set.clone(),
         live: body.live.clone(),
         request,
         tools,
         checks: body.checks.clone(),
+        baseline: body.baseline.as_deref().map(experiment_id).transpose()?,
+        config: None,
+        budget: body.budget.clone().map(Into::into).unwrap_or_default(),
+        judge: body.judge.clone(),
     };
     let runtime = Runtime::new(store.home())?;
     let (mut experiment, bundle) = plan(&store, &runtime, &spec).await?;
     let started = EvalStarted { id: experiment.id.to_string(), threads: experiment.threads.len() };
     tokio::spawn(async move {
         let id = experiment.id;
-        if let Err(e) =
-            runs::run(&store, &runtime, &bundle, &mut experiment, concurrency, |_| {}).await
-        {
-            tracing::warn!("eval {id} stopped: {e} (`uncaged-workflow eval resume {id}` goes on)");
+        match runs::run(&store, &runtime, &bundle, &mut experiment, concurrency, |_| {}).await {
+            Ok(None) => {}
+            Ok(Some(spent)) => tracing::info!("eval {id} stopped asking: {spent}"),
+            Err(e) => tracing::warn!(
+                "eval {id} stopped: {e} (`uncaged-workflow eval resume {id}` goes on)"
+            ),
         }
     });
     Ok((StatusCode::ACCEPTED, axum::Json(started)).into_response())

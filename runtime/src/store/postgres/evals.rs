@@ -1,10 +1,11 @@
-//! Evals in PostgreSQL: the `evals` table, one row per experiment, its definition as JSON.
+//! Evals in PostgreSQL: the `evals` table, one row per experiment, its definition as JSON; and
+//! `eval_sets`, one row per named set of threads.
 
 use tokio_postgres::types::Type;
 
 use crate::error::{Error, Result};
 use crate::ids::ThreadId;
-use crate::store::evals::{EvalBackend, Experiment};
+use crate::store::evals::{EvalBackend, EvalSet, Experiment};
 use crate::store::postgres::Postgres;
 
 /// The experiments in the database.
@@ -19,10 +20,10 @@ impl PgEvals {
     }
 }
 
-/// The experiment a row's JSON holds.
-fn parse(id: &str, text: &str) -> Result<Experiment> {
+/// The value a row's JSON holds (of `table`, keyed `key`).
+fn parse<T: serde::de::DeserializeOwned>(table: &str, key: &str, text: &str) -> Result<T> {
     serde_json::from_str(text).map_err(|e| Error::Corrupt {
-        path: format!("evals row {id}").into(),
+        path: format!("{table} row {key}").into(),
         reason: e.to_string(),
     })
 }
@@ -52,7 +53,7 @@ impl EvalBackend for PgEvals {
                 &[(&id, Type::TEXT)],
             ),
         )?;
-        rows.first().map(|row| parse(&id, row.get(0))).transpose()
+        rows.first().map(|row| parse("evals", &id, row.get(0))).transpose()
     }
 
     fn list(&self) -> Result<Vec<Experiment>> {
@@ -62,6 +63,44 @@ impl EvalBackend for PgEvals {
             client
                 .query_typed("SELECT id, experiment FROM uncaged_workflow.evals ORDER BY id", &[]),
         )?;
-        rows.iter().map(|row| parse(row.get(0), row.get(1))).collect()
+        rows.iter().map(|row| parse("evals", row.get(0), row.get(1))).collect()
+    }
+
+    fn put_set(&self, set: &EvalSet) -> Result<()> {
+        let client = self.pg.client()?;
+        let json = serde_json::to_string(set).expect("a set serializes");
+        self.pg.wait(
+            "keep an eval set",
+            client.execute_typed(
+                "INSERT INTO uncaged_workflow.eval_sets (name, set_json) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET set_json = EXCLUDED.set_json",
+                &[(&set.name, Type::TEXT), (&json, Type::TEXT)],
+            ),
+        )?;
+        Ok(())
+    }
+
+    fn get_set(&self, name: &str) -> Result<Option<EvalSet>> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            "read an eval set",
+            client.query_typed(
+                "SELECT set_json FROM uncaged_workflow.eval_sets WHERE name = $1",
+                &[(&name, Type::TEXT)],
+            ),
+        )?;
+        rows.first().map(|row| parse("eval_sets", name, row.get(0))).transpose()
+    }
+
+    fn list_sets(&self) -> Result<Vec<EvalSet>> {
+        let client = self.pg.client()?;
+        let rows = self.pg.wait(
+            "list the eval sets",
+            client.query_typed(
+                "SELECT name, set_json FROM uncaged_workflow.eval_sets ORDER BY name",
+                &[],
+            ),
+        )?;
+        rows.iter().map(|row| parse("eval_sets", row.get(0), row.get(1))).collect()
     }
 }

@@ -4,3 +4,9 @@ CREATE TABLE evals (
     id text PRIMARY KEY,
     experiment text NOT NULL
 );
+
+-- Named sets of recorded threads (`eval set save`), as JSON.
+CREATE TABLE eval_sets (
+    name text PRIMARY KEY,
+    set_json text NOT NULL
+);
