@@ -19,6 +19,7 @@ import http.client
 import http.server
 import json
 import os
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -31,6 +32,8 @@ BINARY = ROOT / "target" / "release" / "uncaged-workflow"
 THREADS = 50
 STEPS = 5
 RUNS = 3
+# Threads at once: one, and the eval's default.
+AT_ONCE = [1, 4]
 ROLES = [f"step{i}" for i in range(1, STEPS + 1)]
 
 # The rows of the Targets table this part measured (filled by `section()`).
@@ -49,8 +52,14 @@ def workflow():
 
 
 class Model(http.server.BaseHTTPRequestHandler):
-    """Chat completions answered after 1 ms, with a usage."""
+    """Chat completions answered after 1 ms, with a usage. Its header and body go out in one
+    write, without Nagle's wait: written apart, a kept-alive client's delayed ACK holds every
+    answer 40 ms."""
     protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -68,17 +77,25 @@ class Model(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def calls_alone(port, n):
-    """Seconds for `n` requests back to back on one kept-alive connection."""
-    connection = http.client.HTTPConnection("127.0.0.1", port)
+def calls_alone(port, n, at_once):
+    """Seconds for `n` requests, `at_once` of them at a time, each line of requests back to
+    back on a kept-alive connection of its own."""
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 400}]})
+
+    def line(count):
+        connection = http.client.HTTPConnection("127.0.0.1", port)
+        for _ in range(count):
+            connection.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            connection.getresponse().read()
+        connection.close()
+
+    lines = [threading.Thread(target=line, args=(n // at_once + (i < n % at_once),)) for i in range(at_once)]
     started = time.perf_counter()
-    for _ in range(n):
-        connection.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
-        connection.getresponse().read()
-    elapsed = time.perf_counter() - started
-    connection.close()
-    return elapsed
+    for t in lines:
+        t.start()
+    for t in lines:
+        t.join()
+    return time.perf_counter() - started
 
 
 def eval_once(env, args):
@@ -96,7 +113,7 @@ def section():
     port = server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    live, journal = [], []
+    live, journal = {}, []
     try:
         with tempfile.TemporaryDirectory(dir=shm) as home:
             env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
@@ -111,10 +128,11 @@ def section():
                                capture_output=True)
             every_role = [a for role in ROLES for a in ("--agent-for", f"{role}=local")]
             for _ in range(RUNS):
-                own, whole, report = eval_once(env, [path, "--workflow", "flow", "--concurrency", "1", *every_role])
-                assert report["totals"]["live"]["calls"] == THREADS * STEPS, report["totals"]
-                alone = calls_alone(port, THREADS * STEPS)
-                live.append((own, whole, alone))
+                for at_once in AT_ONCE:
+                    own, whole, report = eval_once(env, [path, "--workflow", "flow", "--concurrency", str(at_once), *every_role])
+                    assert report["totals"]["live"]["calls"] == THREADS * STEPS, report["totals"]
+                    alone = calls_alone(port, THREADS * STEPS, at_once)
+                    live.setdefault(at_once, []).append((own, whole, alone))
                 own, whole, report = eval_once(env, [path, "--workflow", "flow"])
                 assert report["totals"]["live"]["calls"] == 0, report["totals"]
                 assert report["totals"]["unchanged"] == THREADS, report["totals"]
@@ -122,29 +140,36 @@ def section():
     finally:
         server.shutdown()
     steps = THREADS * STEPS
-    overhead = [own / alone - 1 for own, _, alone in live]
-    whole_overhead = [whole / alone - 1 for _, whole, alone in live]
+    med = statistics.median
     rate = [steps / own for own, _ in journal]
     whole_rate = [steps / whole for _, whole in journal]
-    med = statistics.median
+    rows = []
+    overheads = {}
+    for at_once, runs in live.items():
+        overhead = [own / alone - 1 for own, _, alone in runs]
+        overheads[at_once] = (med(overhead), med([whole / alone - 1 for _, whole, alone in runs]))
+        span = lambda values: f"{med(values) * 1000:.0f} ms | {min(values) * 1000:.0f} – {max(values) * 1000:.0f} ms"
+        rows += [
+            f"| every role live, {at_once} thread(s) at once: the eval | {span([o for o, _, _ in runs])} |",
+            f"| … the whole process | {span([w for _, w, _ in runs])} |",
+            f"| … the same {steps} calls alone, {at_once} at a time | {span([a for _, _, a in runs])} |",
+            f"| … overhead of the eval over its calls | {med(overhead) * 100:.0f}% | {min(overhead) * 100:.0f} – {max(overhead) * 100:.0f}% |",
+        ]
+    default = overheads[AT_ONCE[-1]]
     TARGETS[:] = [
-        f"| an eval's overhead over the live model calls it makes (1 ms model, {THREADS} threads of {STEPS} steps) ≤ 10% | {med(overhead) * 100:.0f}% (whole process {med(whole_overhead) * 100:.0f}%) | {'yes' if med(overhead) <= 0.10 else 'no'} |",
+        f"| an eval's overhead over the live model calls it makes (1 ms model, {THREADS} threads of {STEPS} steps, {AT_ONCE[-1]} at once) ≤ 10% | {default[0] * 100:.0f}% (whole process {default[1] * 100:.0f}%; one at a time {overheads[1][0] * 100:.0f}%) | {'yes' if default[0] <= 0.10 else 'no'} |",
         f"| an eval answered by the journal: ≥ 5,000 recorded steps judged per second | {med(rate):,.0f}/s (whole process {med(whole_rate):,.0f}/s) | {'yes' if med(rate) >= 5000 else 'no'} |",
     ]
     return ["## Evals: overhead over the live calls, and recorded steps judged per second (release build, home on tmpfs)", "",
             f"{THREADS} recorded threads of a {STEPS}-step sequential YAML workflow on an OpenAI-compatible endpoint",
-            "in the benchmark's process answering each request after 1 ms. Every role asked live (250 calls,",
-            "one thread at a time) against the same 250 requests made back to back from Python on one",
-            "kept-alive connection; and nothing live (the recorded journal answers every call, each thread",
-            f"judged and compared). The eval's own time is `finished - created` of its report. {RUNS} runs.", "",
-            "| | median | spread |", "|---|---|---|",
-            f"| every role live: the eval | {med([o for o, _, _ in live]) * 1000:.0f} ms | {min(o for o, _, _ in live) * 1000:.0f} – {max(o for o, _, _ in live) * 1000:.0f} ms |",
-            f"| every role live: the whole process | {med([w for _, w, _ in live]) * 1000:.0f} ms | {min(w for _, w, _ in live) * 1000:.0f} – {max(w for _, w, _ in live) * 1000:.0f} ms |",
-            f"| the same {steps} calls alone | {med([a for _, _, a in live]) * 1000:.0f} ms | {min(a for _, _, a in live) * 1000:.0f} – {max(a for _, _, a in live) * 1000:.0f} ms |",
-            f"| overhead of the eval over its calls | {med(overhead) * 100:.0f}% | {min(overhead) * 100:.0f} – {max(overhead) * 100:.0f}% |",
+            f"in the benchmark's process answering each request after 1 ms. Every role asked live ({steps} calls),",
+            "one thread at a time and four at once (the default), against the same requests made from",
+            "Python as many at a time, each line of them on a kept-alive connection; and nothing live (the",
+            "recorded journal answers every call, each thread judged and compared). The eval's own time is",
+            f"`finished - created` of its report. {RUNS} runs.", "",
+            "| | median | spread |", "|---|---|---|", *rows,
             f"| nothing live: recorded steps judged / s, the eval | {med(rate):,.0f} | {min(rate):,.0f} – {max(rate):,.0f} |",
             f"| nothing live: recorded steps judged / s, the whole process | {med(whole_rate):,.0f} | {min(whole_rate):,.0f} – {max(whole_rate):,.0f} |", ""]
-
 
 if __name__ == "__main__":
     print("\n".join(section()))

@@ -1,7 +1,9 @@
 //! The process's HTTP clients: one TLS stack (rustls on ring, the provider PostgreSQL's TLS
-//! uses too) installed once, before any client is built.
+//! uses too) installed once, before any client is built; and the clients agents share.
 
-use std::sync::Once;
+use std::collections::HashMap;
+use std::sync::{Mutex, Once, OnceLock};
+use std::time::Duration;
 
 /// Installs ring as the process's TLS provider, once. reqwest, the OTLP exporter and the MCP
 /// client all ask for the process default; without one they cannot make a client at all.
@@ -17,4 +19,20 @@ pub fn install_tls() {
 pub fn client_builder() -> reqwest::ClientBuilder {
     install_tls();
     reqwest::Client::builder()
+}
+
+/// The process's client whose requests time out after `timeout`, made once and shared (a
+/// client is a handle to one pool of connections): building one reads the machine's root
+/// certificates, ~2.5 ms, which every thread of a worker or an eval binding a model paid at
+/// its start; and threads calling one provider now reuse its connections.
+pub fn shared_client(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    static CLIENTS: OnceLock<Mutex<HashMap<Duration, reqwest::Client>>> = OnceLock::new();
+    let clients = CLIENTS.get_or_init(Default::default);
+    if let Some(client) = clients.lock().unwrap_or_else(|e| e.into_inner()).get(&timeout) {
+        return Ok(client.clone());
+    }
+    // Built outside the lock: another thread may build one too, and one of them is kept.
+    let client = client_builder().timeout(timeout).build()?;
+    let mut clients = clients.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(clients.entry(timeout).or_insert(client).clone())
 }

@@ -154,9 +154,7 @@ impl OpenAiAgent {
             _ => None,
         };
         let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT);
-        let client = crate::http::client_builder()
-            .timeout(timeout)
-            .build()
+        let client = crate::http::shared_client(timeout)
             .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
         Ok(OpenAiAgent {
             client,

@@ -145,7 +145,11 @@ async fn run_one(
         runtime,
         store,
         agents,
-        limits: lifecycle::limits_for(store, &record)?,
+        // The config read once for the eval, not once a thread.
+        limits: crate::limits::Limits::resolve(
+            &binds.config.limits,
+            &record.start.parameters.options.limits,
+        )?,
         control: match binds.budget {
             Some(budget) => Arc::new(ThreadControl::sharing(budget.clone())),
             None => Default::default(),
