@@ -7,7 +7,7 @@ use crate::{Env, artifacts, pg, wait_until};
 
 /// The rows this module triggers, one test each below.
 const TESTED: &[&str] =
-    &["0", "1-63", "64", "65", "66", "69", "70", "74", "75", "77", "78", "79", "130"];
+    &["0", "1-63", "64", "65", "66", "69", "70", "74", "75", "77", "78", "79", "80", "130"];
 
 #[test]
 fn every_row_of_the_table_has_its_test_and_help_lists_it() -> Result<()> {
@@ -177,6 +177,23 @@ fn exit_130_interrupted() -> Result<()> {
     wait_until("the worker lets the thread go", || {
         Ok(env.json(&["ps"])?.as_array().is_some_and(|p| p.is_empty()))
     })?;
+    Ok(())
+}
+
+#[test]
+fn exit_80_an_eval_finds_a_regression() -> Result<()> {
+    let env = Env::new()?;
+    let flow =
+        "description: One step\nsteps:\n  - id: a\n    description: A.\n    inputs: {x: 1}\n";
+    let file = env.write("flow.yaml", flow)?;
+    env.ok(&["add", "flow", file.to_str().context("path")?])?;
+    env.ok(&["run", "flow", "-p", "p"])?;
+    // The step rebound to an agent that fails: the thread that completed now fails.
+    let failing = env.write_script("fail.sh", "#!/bin/sh\ncat >/dev/null\nexit 1\n")?;
+    let agent = format!("a=command:{}", failing.display());
+    let run = env.run(&["eval", "--workflow", "flow", "--agent-for", &agent])?;
+    assert_eq!(run.code, 80, "{run:?}");
+    ensure!(run.stdout.contains("1 regressed"), "{}", run.stdout);
     Ok(())
 }
 

@@ -58,9 +58,14 @@ pub fn threads(store: &Storage, query: &ThreadQuery) -> Result<ThreadPage> {
     Ok(ThreadPage { threads, next })
 }
 
+/// How long a listing waits for the workers to say what their threads wait for.
+const ASK_WORKERS_FOR: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The provider limit each running thread of `threads` waits for its turn in, as its worker
 /// last told, by thread id: how a listing shows "waiting for openai-main" rather than
-/// "running". The workers are asked only when one of `threads` runs.
+/// "running". The workers are asked only when one of `threads` runs, and only briefly: a
+/// worker that does not answer (stopped, swamped) leaves its threads shown as running, and
+/// never holds a listing up.
 pub async fn limit_waits(
     store: &Storage,
     threads: &[ThreadSummary],
@@ -68,7 +73,11 @@ pub async fn limit_waits(
     if !threads.iter().any(|t| t.status == ThreadStatus::Running) {
         return Ok(Default::default());
     }
-    let running = crate::run::dispatch::of(store).running().await?;
+    let dispatch = crate::run::dispatch::of(store);
+    let running = match tokio::time::timeout(ASK_WORKERS_FOR, dispatch.running()).await {
+        Ok(running) => running?,
+        Err(_) => return Ok(Default::default()),
+    };
     Ok(running.into_iter().filter_map(|t| Some((t.thread_id, t.waiting_for?))).collect())
 }
 

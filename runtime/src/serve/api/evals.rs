@@ -121,7 +121,10 @@ impl From<&Experiment> for EvalItem {
         (status = 400, description = "A role, version, check or binding that is not there", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "A read-only token", body = ErrorBody),
-        (status = 404, description = "No such workflow or thread", body = ErrorBody)))]
+        (status = 404, description = "No such workflow or thread", body = ErrorBody),
+        (status = 413, description = "Body over the limit", body = ErrorBody),
+        (status = 415, description = "Not JSON", body = ErrorBody),
+        (status = 422, description = "The wrong shape", body = ErrorBody)))]
 pub async fn start(
     State(app): Shared,
     JsonBody(body): JsonBody<StartEval>,
@@ -236,6 +239,7 @@ pub async fn one(State(app): Shared, ApiPath(id): ApiPath<String>) -> Result<Res
 #[utoipa::path(get, path = "/api/v1/evals/{id}/html",
     params(("id" = String, Path, description = "An eval id")),
     responses((status = 200, description = "Its report, as HTML", body = String, content_type = "text/html"),
+        (status = 400, description = "Not an eval id", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "No such eval", body = ErrorBody)))]
 pub async fn one_html(
