@@ -114,10 +114,7 @@ impl Catalog {
         limits: &Limits,
     ) -> Result<LoadedBundle> {
         let bytes = bundle_bytes(path, limits)?;
-        let hash = BundleHash::of(&bytes);
-        let (pre, cache) = runtime.load(hash, &bytes, path)?;
-        let descriptor = runtime.describe(&pre, path, limits).await?;
-        loaded(BundleParts { name, hash, bytes: &bytes, path }, descriptor, pre, cache)
+        Self::compiled(runtime, name, path, &bytes, limits).await
     }
 
     /// Loads the bundle file at `path` as [`load_file`](Self::load_file) does, and stores it
@@ -132,11 +129,23 @@ impl Catalog {
     ) -> Result<LoadedBundle> {
         let bytes = bundle_bytes(path, limits)?;
         self.bundles.prepare()?;
-        let hash = BundleHash::of(&bytes);
-        let (pre, cache) = runtime.load(hash, &bytes, path)?;
+        let bundle = Self::compiled(runtime, name, path, &bytes, limits).await?;
+        self.registry.update(|registry| self.bundles.put(registry, &bytes, &bundle.descriptor))?;
+        Ok(bundle)
+    }
+
+    /// `bytes` (read from `path`) compiled, or taken from the AOT cache, and described.
+    async fn compiled(
+        runtime: &Runtime,
+        name: &str,
+        path: &Path,
+        bytes: &[u8],
+        limits: &Limits,
+    ) -> Result<LoadedBundle> {
+        let hash = BundleHash::of(bytes);
+        let (pre, cache) = runtime.load(hash, bytes, path)?;
         let descriptor = runtime.describe(&pre, path, limits).await?;
-        self.registry.update(|registry| self.bundles.put(registry, &bytes, &descriptor))?;
-        loaded(BundleParts { name, hash, bytes: &bytes, path }, descriptor, pre, cache)
+        loaded(BundleParts { name, hash, bytes, path }, descriptor, pre, cache)
     }
 
     /// Unregisters `name`. Its bundle files stay: threads may still refer to them.

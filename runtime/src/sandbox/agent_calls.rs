@@ -26,7 +26,7 @@ use crate::store::records::PendingCall;
 use crate::telemetry;
 
 /// Log tag of this module's call sites.
-const TAG_AGENT: &str = "AGM7Q2XW";
+pub(super) const TAG_AGENT: &str = "AGM7Q2XW";
 
 /// The most calls one `agents` batch may hold (the WIT says so): each may start a process or
 /// hold a connection, and a bundle is untrusted.
@@ -375,53 +375,6 @@ impl ThreadState {
         self.host.calls_out.as_mut()?.next().await
     }
 
-    /// For a thread of an eval: the recorded thread's answer to `call` (call `seq` of this
-    /// step, asked with `context`), journaled as this thread's, when the recorded thread asked
-    /// the same and its role is not asked live.
-    fn answer_from_baseline(
-        &mut self,
-        seq: usize,
-        call: &Call,
-        context: &AgentContext,
-        bound: &Bound,
-    ) -> wasmtime::Result<Option<CallResponse>> {
-        let Some(baseline) = self.host.thread.baseline.clone() else { return Ok(None) };
-        let request = context_digest(context);
-        let step = self.host.journal.step();
-        let Some(response) = baseline.answer(step, &call.digest, &request, context) else {
-            return Ok(None);
-        };
-        self.host.info.write(
-            LogLevel::Info,
-            TAG_AGENT,
-            &format!("role `{}`: answer taken from recorded thread {}", call.role, baseline.thread),
-        );
-        let usage = match &response {
-            CallResponse::Ok { usage, .. } => usage.clone(),
-            CallResponse::Error { .. } => None,
-        };
-        let agent = format!("journal:{}", self.answered_by(&call.role, bound));
-        self.host.answered.push(AnsweredCall {
-            role: call.role.clone(),
-            agent,
-            elapsed: Duration::ZERO,
-            usage,
-        });
-        // Not synced: after a crash the recorded thread answers it again, the same way.
-        let origin = CallOrigin { request: Some(request), recorded_in: Some(baseline.thread) };
-        let recorded = self.host.journal.record_from(
-            seq,
-            CallKind::Agent,
-            &call.role,
-            call.digest.clone(),
-            response.clone(),
-            false,
-            origin,
-        );
-        recorded.map_err(|e| self.host.store_failed(e))?;
-        Ok(Some(response))
-    }
-
     /// Gives each fresh call to an `openai` binding its loop in the journal and the thread's
     /// say between its turns (its budget, a pause, a person at the terminal, its followers).
     fn durable_turns(&self, fresh: &mut [Fresh]) {
@@ -584,7 +537,7 @@ impl ThreadState {
 
     /// Who answers `role`, as its steps record it: the workflow a step runs as its child
     /// (`workflow:NAME`), or the agent bound to it.
-    fn answered_by(&self, role: &str, bound: &Bound) -> String {
+    pub(super) fn answered_by(&self, role: &str, bound: &Bound) -> String {
         match self.host.thread.step_settings.children.get(role) {
             Some(child) => format!("workflow:{}", child.workflow),
             None => bound.label.clone(),

@@ -20,6 +20,7 @@ pub mod generator;
 mod host;
 pub mod instance;
 mod output;
+mod recorded_answers;
 pub mod shared_budget;
 pub mod state;
 mod turns;
