@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tracing::Instrument;
 
-use super::call_digests::context_digest;
 use super::calls_out::{Done, Fresh};
 use super::children::{ChildCall, ChildState};
 use super::control::Activity;
@@ -456,7 +455,10 @@ impl ThreadState {
         self.host.answered.push(AnsweredCall { role: role.clone(), agent, elapsed, usage });
         // A child's result is not made again at no cost: it is always kept durably.
         let durable = runs_child || !matches!(&*f.bound.agent, Agent::Scripted(_));
-        let origin = CallOrigin { request: Some(context_digest(&f.context)), recorded_in: None };
+        let origin = CallOrigin {
+            request: Some(self.host.context_digests.digest(&f.context)),
+            recorded_in: None,
+        };
         self.host.journal.record_from(
             f.seq,
             CallKind::Agent,

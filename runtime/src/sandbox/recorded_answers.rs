@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use super::agent_calls::{Call, TAG_AGENT};
-use super::call_digests::context_digest;
 use super::state::{AnsweredCall, ThreadState};
 use crate::agents::{AgentContext, Bound};
 use crate::store::debug_log::LogLevel;
@@ -24,7 +23,7 @@ impl ThreadState {
         bound: &Bound,
     ) -> wasmtime::Result<Option<CallResponse>> {
         let Some(baseline) = self.host.thread.baseline.clone() else { return Ok(None) };
-        let request = context_digest(context);
+        let request = self.host.context_digests.digest(context);
         let step = self.host.journal.step();
         let Some(response) = baseline.answer(step, &call.digest, &request, context) else {
             return Ok(None);

@@ -69,6 +69,8 @@ pub struct HostContext {
     /// thread may give its instance up while it waits on them). `None`: calls are made on the
     /// instance's own stack.
     pub calls_out: Option<super::calls_out::CallsOut>,
+    /// The digests of agents' whole requests, carried from call to call.
+    pub(crate) context_digests: super::call_digests::ContextDigests,
 }
 
 /// An agent call answered during a generator step.
@@ -124,6 +126,7 @@ impl HostContext {
             rest: None,
             paused: false,
             calls_out: None,
+            context_digests: Default::default(),
         }
     }
 
@@ -145,6 +148,7 @@ impl HostContext {
             rest: None,
             paused: false,
             calls_out: None,
+            context_digests: Default::default(),
         }
     }
 }
