@@ -178,11 +178,12 @@ async function render() {
   // Keep open what the reader opened.
   const open = new Set([...view.querySelectorAll("details[open]")].map((d) => d.dataset.key));
   const scroll = window.scrollY;
-  // …and what they were typing.
-  const typed = document.getElementById("answer-text")?.value;
+  // …and what they were typing: an answer, or the text of a decision about a tool call.
+  const typed = new Map([...view.querySelectorAll("textarea[id]")].map((t) => [t.id, t.value]));
   view.replaceChildren(content);
-  const answer = document.getElementById("answer-text");
-  if (answer && typed && view.dataset.route === key) answer.value = typed;
+  if (view.dataset.route === key) {
+    for (const box of view.querySelectorAll("textarea[id]")) if (typed.get(box.id)) box.value = typed.get(box.id);
+  }
   view.dataset.route = key;
   for (const d of view.querySelectorAll("details")) if (open.has(d.dataset.key)) d.open = true;
   window.scrollTo(0, scroll);
