@@ -9,23 +9,7 @@ use serde_json::{Value, json};
 
 use crate::Env;
 use crate::llm::{MockLlm, completion, config};
-
-/// Plan, develop, review: a DAG whose steps read the step before; the reviewer's prompt is
-/// its description.
-const FLOW: &str = r#"description: Plan, develop, review
-steps:
-  - id: plan
-    description: Plan the change.
-    inputs: {task: $prompt}
-  - id: develop
-    description: Develop it.
-    depends_on: [plan]
-    inputs: {plan: $steps.plan.output}
-  - id: review
-    description: Review it.
-    depends_on: [develop]
-    inputs: {change: $steps.develop.output}
-"#;
+use crate::versions::FLOW;
 
 /// The checks the eval judges by: the reviewer approved.
 const CHECKS: &str = "checks:\n  - name: approved\n    expr: $steps.review.meta.approved = true\n";

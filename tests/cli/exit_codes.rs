@@ -180,14 +180,20 @@ fn exit_130_interrupted() -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn exit_80_an_eval_finds_a_regression() -> Result<()> {
-    let env = Env::new()?;
+/// Workflow `flow`, one step, added, and a thread of it run; its text.
+fn one_step_recorded(env: &Env) -> Result<&'static str> {
     let flow =
         "description: One step\nsteps:\n  - id: a\n    description: A.\n    inputs: {x: 1}\n";
     let file = env.write("flow.yaml", flow)?;
     env.ok(&["add", "flow", file.to_str().context("path")?])?;
     env.ok(&["run", "flow", "-p", "p"])?;
+    Ok(flow)
+}
+
+#[test]
+fn exit_80_an_eval_finds_a_regression() -> Result<()> {
+    let env = Env::new()?;
+    one_step_recorded(&env)?;
     // The step rebound to an agent that fails: the thread that completed now fails.
     let failing = env.write_script("fail.sh", "#!/bin/sh\ncat >/dev/null\nexit 1\n")?;
     let agent = format!("a=command:{}", failing.display());
@@ -200,11 +206,7 @@ fn exit_80_an_eval_finds_a_regression() -> Result<()> {
 #[test]
 fn exit_79_a_recorded_thread_diverges_from_a_new_version() -> Result<()> {
     let env = Env::new()?;
-    let flow =
-        "description: One step\nsteps:\n  - id: a\n    description: A.\n    inputs: {x: 1}\n";
-    let file = env.write("flow.yaml", flow)?;
-    env.ok(&["add", "flow", file.to_str().context("path")?])?;
-    env.ok(&["run", "flow", "-p", "p"])?;
+    let flow = one_step_recorded(&env)?;
     let changed = env.write("changed.yaml", flow.replace("{x: 1}", "{x: 2}"))?;
     let run = env.run(&["replay", changed.to_str().context("path")?, "--workflow", "flow"])?;
     assert_eq!(run.code, 79, "{run:?}");

@@ -9,8 +9,9 @@ use serde_json::Value;
 
 use crate::{Env, artifacts};
 
-/// Plan, develop, review: a DAG whose steps read the step before.
-const FLOW: &str = r#"description: Plan, develop, review
+/// Plan, develop, review: a DAG whose steps read the step before (the reviewer's prompt is its
+/// description).
+pub(crate) const FLOW: &str = r#"description: Plan, develop, review
 steps:
   - id: plan
     description: Plan the change.

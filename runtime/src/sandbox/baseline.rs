@@ -113,11 +113,6 @@ impl Baseline {
         }
     }
 
-    /// Whether `role` is asked live, whatever its request.
-    pub fn is_live(&self, role: &str) -> bool {
-        self.live.contains(role)
-    }
-
     /// The recorded answer to a call made at `step` (0-based: the steps before it) with
     /// `context`, keyed `digest` by the bundle, and the digest of its whole request
     /// (`request`); `None` when it is to be asked live.
@@ -129,7 +124,7 @@ impl Baseline {
         context: &AgentContext,
     ) -> Option<CallResponse> {
         let role = context.role.name.as_str();
-        if self.is_live(role) {
+        if self.live.contains(role) {
             return None;
         }
         let mut taken = self.taken.lock();

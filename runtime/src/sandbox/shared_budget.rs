@@ -41,9 +41,4 @@ impl SharedBudget {
             None => spent.calls += 1,
         }
     }
-
-    /// What has been spent.
-    pub fn spent(&self) -> Usage {
-        self.spent.lock().clone()
-    }
 }

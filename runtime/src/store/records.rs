@@ -120,16 +120,6 @@ pub enum EvalTools {
     Deny,
 }
 
-impl EvalTools {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EvalTools::Journal => "journal",
-            EvalTools::Live => "live",
-            EvalTools::Deny => "deny",
-        }
-    }
-}
-
 /// Where a fork came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

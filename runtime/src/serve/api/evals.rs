@@ -161,15 +161,7 @@ pub async fn start(
     if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
         return Err(bad(format!("concurrency {concurrency}: from 1 to {MAX_CONCURRENCY}")));
     }
-    let since_ms = match body.since.as_deref().filter(|s| !s.is_empty()) {
-        None => None,
-        Some(since) => {
-            let ago = humantime::parse_duration(since).map_err(|e| {
-                bad(format!("since `{}`: {e} (e.g. 30m, 12h, 7d)", crate::terminal::line(since)))
-            })?;
-            Some(crate::clock::now_ms().saturating_sub(ago.as_millis() as u64))
-        }
-    };
+    let since_ms = super::started_after(body.since.as_deref())?;
     let against = match body.version.as_deref() {
         None => Against::Current,
         Some(hash) => Against::Version(hash.parse().map_err(|_| {

@@ -260,6 +260,19 @@ where
 
 type Shared = State<Arc<App>>;
 
+/// The instant a request's `since` (a duration such as `7d`; empty or absent: none) reaches
+/// back to (ms since the epoch).
+fn started_after(since: Option<&str>) -> Result<Option<u64>, ApiError> {
+    let Some(since) = since.filter(|s| !s.is_empty()) else { return Ok(None) };
+    let ago = humantime::parse_duration(since).map_err(|e| {
+        ApiError::from(Error::Usage(format!(
+            "since `{}`: {e} (e.g. 30m, 12h, 7d)",
+            crate::terminal::line(since)
+        )))
+    })?;
+    Ok(Some(crate::clock::now_ms().saturating_sub(ago.as_millis() as u64)))
+}
+
 /// Whether the server answers (no token needed: for load balancers and probes).
 #[utoipa::path(get, path = "/api/v1/health", security(()),
     responses((status = 200, description = "The server answers", body = Health)))]

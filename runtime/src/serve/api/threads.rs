@@ -11,7 +11,6 @@ use super::types::{
     ActionBody, ActionDone, ErrorBody, ListQuery, StartThread, Started, ThreadItem, ThreadList,
 };
 use super::{ApiError, ApiPath, ApiQuery, Caller, JsonBody, Shared};
-use crate::clock::now_ms;
 use crate::error::Error;
 use crate::ids::ThreadId;
 use crate::run::actions::{self, Hand, Once, OnceKey};
@@ -104,15 +103,7 @@ pub async fn list(
             bad(format!("status `{}`: not a thread status", crate::terminal::line(name)))
         })?],
     };
-    let started_after = match asked.since.as_deref().filter(|s| !s.is_empty()) {
-        None => None,
-        Some(since) => {
-            let ago = humantime::parse_duration(since).map_err(|e| {
-                bad(format!("since `{}`: {e} (e.g. 30m, 12h, 7d)", crate::terminal::line(since)))
-            })?;
-            Some(now_ms().saturating_sub(ago.as_millis() as u64))
-        }
-    };
+    let started_after = super::started_after(asked.since.as_deref())?;
     let before = match asked.cursor.as_deref().filter(|c| !c.is_empty()) {
         None => None,
         Some(cursor) => Some(cursor.parse::<ThreadId>().map_err(|_| bad("not a cursor".into()))?),
