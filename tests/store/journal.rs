@@ -89,10 +89,16 @@ contract! {
         };
         ensure!(!journal.decided(&pending, &call_id));
         let mut journal = journal;
-        journal.record_decision(&pending, &call_id, Decision::Redo)?;
+        journal.record_decision(&pending, &call_id, Decision::Redo, &by())?;
         let again = threads.journal(hash(14), id)?;
         ensure!(again.decided(&pending, &call_id));
         ensure!(again.loop_of(0).entries().len() == 4);
+        // Who decided is read back with the decision.
+        let decided = again.loop_of(0).entries().pop();
+        ensure!(
+            matches!(&decided, Some(LoopEntry::Decision { by: Some(b), .. }) if *b == by()),
+            "{decided:?}"
+        );
         // A fork keeps the loop with its step.
         ensure!(again.calls_before(1).len() == 4);
         drop(writer);

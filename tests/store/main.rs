@@ -218,7 +218,13 @@ fn call(step: usize, value: &str) -> CallRecord {
         timestamp: 4,
         request: Some("r3qu3st".into()),
         recorded_in: Some(ThreadId::new()),
+        decided_by: Some(by()),
     }
+}
+
+/// A person who decided, as a link sent by mail names them.
+fn by() -> uncaged_workflow::store::pauses::DecidedBy {
+    uncaged_workflow::store::pauses::DecidedBy::new("ada@example.com", "link:mail")
 }
 
 /// Thread `id` opened again just after its writer was dropped: a file lock let go may linger

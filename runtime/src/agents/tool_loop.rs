@@ -183,7 +183,7 @@ impl State {
                     *state = CallState::Done(content.clone());
                 }
             }
-            LoopEntry::Decision { call_id, decision } => {
+            LoopEntry::Decision { call_id, decision, .. } => {
                 if let Some(state) = state(call_id, &mut self.last) {
                     *state = match decision {
                         Decision::Approve | Decision::Redo => CallState::Pending,
@@ -412,7 +412,8 @@ impl Loop<'_> {
         let Some(wait) = wait else { return Ok(()) };
         match self.host.decide(&wait).await {
             Some(decision) => {
-                let entry = LoopEntry::Decision { call_id: wait.call_id.clone(), decision };
+                let entry =
+                    LoopEntry::Decision { call_id: wait.call_id.clone(), decision, by: None };
                 self.state.apply(&entry, self.toolbox);
                 self.journal.record(entry, true).map_err(store)?;
                 Ok(())

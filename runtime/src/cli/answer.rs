@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::run::actions;
 use crate::run::answer::{self, Answer};
 use crate::store::journal::Decision;
+use crate::store::pauses::DecidedBy;
 
 /// Answer for a `human` agent a thread is waiting on, or decide about the tool call a durable
 /// agent waits on, and continue the thread.
@@ -72,7 +73,8 @@ impl AnswerCommand {
             _ => unreachable!("clap requires one of the replies"),
         };
         let how = self.follow.how();
-        let handed = actions::answer(&store, id, reply, how.hand()).await?;
+        let handed =
+            actions::answer(&store, id, reply, &DecidedBy::local("cli"), how.hand()).await?;
         Ok(follow(&store, handed, how).await?)
     }
 }

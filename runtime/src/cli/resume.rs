@@ -5,6 +5,7 @@ use clap::Parser;
 use super::follow::follow;
 use super::options::{AgentArgs, FollowArgs, GlobalOptions, parse_budget_raise};
 use crate::run::actions;
+use crate::store::pauses::DecidedBy;
 use crate::store::records::Budget;
 
 /// Continue a paused or interrupted thread after its last recorded step.
@@ -35,7 +36,7 @@ impl ResumeCommand {
         let how = self.follow.how();
         if !self.raise_budget.is_empty() {
             let raise = self.raise_budget.iter().fold(Budget::default(), |b, r| b.raised(r));
-            actions::raise_budget(&store, id, &raise)?;
+            actions::raise_budget(&store, id, &raise, &DecidedBy::local("cli"))?;
         }
         let handed = actions::resume(&store, id, &flags, how.hand()).await?;
         Ok(follow(&store, handed, how).await?)

@@ -11,6 +11,7 @@ use crate::run::{answer, control};
 use crate::run_request::RunRequest;
 use crate::store::Storage;
 use crate::store::journal::{CallErrorKind, CallResponse};
+use crate::store::pauses::DecidedBy;
 use crate::store::records::{Budget, EndStatus, PauseReason, Paused, ThreadRecord, ThreadStatus};
 use crate::store::request_keys::{Claim, RequestKey};
 
@@ -297,12 +298,21 @@ pub async fn resume(
 /// Raises the budget of thread `id`, at rest (paused, waiting, interrupted), by what `raise`
 /// sets: recorded with a pause marker, in force from then on (a later crash, resume or fork
 /// keeps it). Returns the budget now in force. [`resume`] then continues the thread.
-pub fn raise_budget(store: &Storage, id: ThreadId, raise: &Budget) -> Result<Budget> {
+pub fn raise_budget(
+    store: &Storage,
+    id: ThreadId,
+    raise: &Budget,
+    by: &DecidedBy,
+) -> Result<Budget> {
     control::resumable(store, id)?;
     let (mut writer, record) = lifecycle::open(store, id)?;
     let budget = record.budget().raised(raise);
     let paused = record.paused.clone().unwrap_or_else(|| Paused::by(PauseReason::Pause));
-    writer.append_pause(Paused { budget: Some(budget.clone()), ..paused })?;
+    writer.append_pause(Paused {
+        budget: Some(budget.clone()),
+        decided_by: Some(by.clone()),
+        ..paused
+    })?;
     Ok(budget)
 }
 
@@ -312,9 +322,10 @@ pub async fn answer(
     store: &Storage,
     id: ThreadId,
     answer: answer::Answer,
+    by: &DecidedBy,
     hand: Hand,
 ) -> Result<Handed> {
-    let hash = answer::record(store, id, answer)?;
+    let hash = answer::record(store, id, answer, by)?;
     hand_over(store, id, hash, &RunRequest::default(), hand).await
 }
 

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::store::Storage;
 use crate::store::journal::Decision;
-use crate::store::pauses::{ToolWait, ToolWaitReason};
+use crate::store::pauses::{DecidedBy, ToolWait, ToolWaitReason};
 use crate::store::records::{PauseReason, Paused, PendingCall, ThreadRecord, ThreadStatus};
 
 /// What a person sends a waiting thread.
@@ -30,18 +30,12 @@ pub enum Answer {
 /// the lock, [`Error::ThreadState`] once it is recorded) and leaves no trace. An answer that
 /// does not fit the role is refused with the reason ([`Error::InvalidAnswer`]), and the thread
 /// waits on.
-pub fn record(store: &Storage, id: ThreadId, answer: Answer) -> Result<BundleHash> {
-    if let Answer::Text(text) = &answer
-        && text.trim().is_empty()
-    {
-        return Err(Error::Usage("the answer is empty; give the text the thread waits for".into()));
-    }
-    answerable(store, id)?;
+pub fn record(store: &Storage, id: ThreadId, answer: Answer, by: &DecidedBy) -> Result<BundleHash> {
+    check(store, id, &answer)?;
     let (writer, record) = store.threads().open(id)?;
     let (role, call) = waited_call(&record)?;
     let mut journal = store.threads().journal(record.start.hash, id)?;
-    let text = match (answer, &call.tool) {
-        (Answer::Text(text), None) => text,
+    match (answer, &call.tool) {
         (Answer::Decision(decision), Some(tool)) => {
             fits(id, tool, &decision)?;
             if journal.decided(call, &tool.call_id) {
@@ -51,38 +45,65 @@ pub fn record(store: &Storage, id: ThreadId, answer: Answer) -> Result<BundleHas
                     reason: "another decision about its tool call was recorded first".into(),
                 });
             }
-            journal.record_decision(call, &tool.call_id, decision)?;
-            drop(writer);
-            return Ok(record.version());
+            journal.record_decision(call, &tool.call_id, decision, by)?;
         }
-        (Answer::Text(_), Some(tool)) => return Err(Error::Usage(asked_of(id, tool))),
-        (Answer::Decision(_), None) => {
-            return Err(Error::Usage(format!(
-                "thread {id} waits for an answer for role `{role}`, not a decision about a tool \
-                 call; give the answer's text"
-            )));
+        (Answer::Text(text), None) => {
+            if journal.answered(call) {
+                return Err(Error::ThreadState {
+                    id: id.to_string(),
+                    status: "answered",
+                    reason: "another answer to its question was recorded first".into(),
+                });
+            }
+            journal.record_answer(call, role, text, by)?;
         }
-    };
-    if journal.answered(call) {
-        return Err(Error::ThreadState {
-            id: id.to_string(),
-            status: "answered",
-            reason: "another answer to its question was recorded first".into(),
-        });
+        // `check` refused these, and the call waited on is the one it checked against: the
+        // thread is held (a wait only changes under this lock) from here on.
+        (_, tool) => return Err(Error::Usage(mismatch(id, role, tool.as_ref()))),
     }
-    if let Some(shape) = answer_shape(store, &record)?
-        && let Some(reason) = shape.mismatch(&text)
-    {
-        return Err(Error::InvalidAnswer {
-            id: id.to_string(),
-            role: role.to_string(),
-            reason,
-            expected: shape.example(),
-        });
-    }
-    journal.record_answer(call, role, text)?;
     drop(writer);
     Ok(record.version())
+}
+
+/// Whether `answer` is one waiting thread `id` can take now — the kind its wait asks for, a
+/// text that fits its role's schema, a decision with its reason — without recording it: what
+/// a channel that must spend something first (a one-time link) checks before it does.
+pub fn check(store: &Storage, id: ThreadId, answer: &Answer) -> Result<()> {
+    if let Answer::Text(text) = answer
+        && text.trim().is_empty()
+    {
+        return Err(Error::Usage("the answer is empty; give the text the thread waits for".into()));
+    }
+    let record = answerable(store, id)?;
+    let (role, call) = waited_call(&record)?;
+    match (answer, &call.tool) {
+        (Answer::Decision(decision), Some(tool)) => fits(id, tool, decision),
+        (Answer::Text(text), None) => {
+            if let Some(shape) = answer_shape(store, &record)?
+                && let Some(reason) = shape.mismatch(text)
+            {
+                return Err(Error::InvalidAnswer {
+                    id: id.to_string(),
+                    role: role.to_string(),
+                    reason,
+                    expected: shape.example(),
+                });
+            }
+            Ok(())
+        }
+        (_, tool) => Err(Error::Usage(mismatch(id, role, tool.as_ref()))),
+    }
+}
+
+/// Why an answer of the wrong kind does not fit what thread `id` waits for.
+fn mismatch(id: ThreadId, role: &str, tool: Option<&ToolWait>) -> String {
+    match tool {
+        Some(tool) => asked_of(id, tool),
+        None => format!(
+            "thread {id} waits for an answer for role `{role}`, not a decision about a tool \
+             call; give the answer's text"
+        ),
+    }
 }
 
 /// What a thread waiting on tool call `tool` must be sent, in a line.

@@ -19,5 +19,6 @@ pub mod replay;
 pub mod retry;
 pub mod runner;
 pub mod upgrade;
+pub mod waits;
 pub mod watch;
 pub mod worker;

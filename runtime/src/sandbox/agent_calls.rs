@@ -457,7 +457,7 @@ impl ThreadState {
         let durable = runs_child || !matches!(&*f.bound.agent, Agent::Scripted(_));
         let origin = CallOrigin {
             request: Some(self.host.context_digests.digest(&f.context)),
-            recorded_in: None,
+            ..CallOrigin::default()
         };
         self.host.journal.record_from(
             f.seq,

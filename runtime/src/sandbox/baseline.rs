@@ -195,6 +195,7 @@ mod tests {
             timestamp: 0,
             request: None,
             recorded_in: None,
+            decided_by: None,
         }
     }
 

@@ -45,7 +45,11 @@ impl ThreadState {
             usage,
         });
         // Not synced: after a crash the recorded thread answers it again, the same way.
-        let origin = CallOrigin { request: Some(request), recorded_in: Some(baseline.thread) };
+        let origin = CallOrigin {
+            request: Some(request),
+            recorded_in: Some(baseline.thread),
+            ..CallOrigin::default()
+        };
         let recorded = self.host.journal.record_from(
             seq,
             CallKind::Agent,

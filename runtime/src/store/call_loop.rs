@@ -49,8 +49,14 @@ pub enum LoopEntry {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cut_from: Option<u64>,
     },
-    /// A person's decision about a tool call.
-    Decision { call_id: String, decision: Decision },
+    /// A person's decision about a tool call, and who made it (absent from decisions
+    /// journaled before it was kept).
+    Decision {
+        call_id: String,
+        decision: Decision,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<crate::store::pauses::DecidedBy>,
+    },
 }
 
 /// A tool call as the model asked for it.
@@ -204,7 +210,7 @@ pub fn turns(entries: &[LoopEntry]) -> Vec<TurnView> {
                     view.cut_from = *cut_from;
                 }
             }
-            LoopEntry::Decision { call_id, decision } => {
+            LoopEntry::Decision { call_id, decision, .. } => {
                 if let Some(view) = find(&mut turns, call_id) {
                     view.status = match decision {
                         Decision::Approve | Decision::Redo => CallStatus::Approved,

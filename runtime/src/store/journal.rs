@@ -22,6 +22,7 @@ pub use super::call_loop::{Decision, LoopEntry, LoopRecord, LoopView, ToolCall, 
 use crate::clock::now_ms;
 use crate::error::Result;
 use crate::ids::Digest;
+use crate::store::pauses::DecidedBy;
 use crate::store::records::PendingCall;
 
 /// Which host import a call went to.
@@ -60,6 +61,9 @@ pub struct CallRecord {
     /// for a call its agent answered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded_in: Option<crate::ids::ThreadId>,
+    /// For a person's answer: who gave it, and through which channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<DecidedBy>,
 }
 
 /// Where a journaled call's answer came from, beside the call itself.
@@ -69,6 +73,8 @@ pub struct CallOrigin {
     pub request: Option<String>,
     /// See [`CallRecord::recorded_in`].
     pub recorded_in: Option<crate::ids::ThreadId>,
+    /// See [`CallRecord::decided_by`].
+    pub decided_by: Option<DecidedBy>,
 }
 
 /// A line of the journal: a call's answer, or an entry of an agent call's loop.
@@ -316,6 +322,7 @@ impl Journal {
             timestamp: now_ms(),
             request: origin.request,
             recorded_in: origin.recorded_in,
+            decided_by: origin.decided_by,
         };
         if let Some(log) = &self.log {
             log.lock().append(&JournalLine::Call(record.clone()), durable)?;
@@ -352,11 +359,24 @@ impl Journal {
     }
 
     /// Records the answer to a call made elsewhere (a person's answer to a waiting thread).
-    pub fn record_answer(&mut self, call: &PendingCall, role: &str, answer: String) -> Result<()> {
-        self.record_response(
-            call,
+    pub fn record_answer(
+        &mut self,
+        call: &PendingCall,
+        role: &str,
+        answer: String,
+        by: &DecidedBy,
+    ) -> Result<()> {
+        self.begin_step(call.step);
+        let response = CallResponse::Ok { value: answer, meta: None, usage: None };
+        let origin = CallOrigin { decided_by: Some(by.clone()), ..CallOrigin::default() };
+        self.record_from(
+            call.seq,
+            CallKind::Agent,
             role,
-            CallResponse::Ok { value: answer, meta: None, usage: None },
+            call.digest.clone(),
+            response,
+            true,
+            origin,
         )
     }
 
@@ -393,8 +413,10 @@ impl Journal {
         call: &PendingCall,
         call_id: &str,
         decision: Decision,
+        by: &DecidedBy,
     ) -> Result<()> {
-        let entry = LoopEntry::Decision { call_id: call_id.to_string(), decision };
+        let entry =
+            LoopEntry::Decision { call_id: call_id.to_string(), decision, by: Some(by.clone()) };
         let record = LoopRecord { step: call.step, seq: call.seq, entry, timestamp: now_ms() };
         if let Some(log) = &self.log {
             log.lock().append(&JournalLine::Loop(record.clone()), true)?;
@@ -571,7 +593,12 @@ mod tests {
             child: None,
             tool: None,
         };
-        Journal::new(Box::new(log.clone()))?.record_answer(&call, "reviewer", "yes".into())?;
+        Journal::new(Box::new(log.clone()))?.record_answer(
+            &call,
+            "reviewer",
+            "yes".into(),
+            &DecidedBy::new("t", "cli"),
+        )?;
         let mut journal = Journal::new(Box::new(log))?;
         journal.begin_step(2);
         assert_eq!(

@@ -53,12 +53,39 @@ pub struct Paused {
     /// For `budget`: what would have gone over; for `signin`: which server, and what to do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Who raised the budget this marker records, and through which channel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<DecidedBy>,
+}
+
+/// Who decided what a waiting thread waited for (answered it, decided about its tool call,
+/// raised its budget), and through which channel: kept with the decision in the journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecidedBy {
+    /// A person or a token as the channel knows them: a user name, an API token's name, the
+    /// e-mail address a link was sent to.
+    pub who: String,
+    /// The channel: `cli`, `terminal`, `api`, `mcp`, `link:<channel>` (a signed link sent
+    /// through a `notify:` channel).
+    pub via: String,
+}
+
+impl DecidedBy {
+    pub fn new(who: impl Into<String>, via: impl Into<String>) -> Self {
+        DecidedBy { who: who.into(), via: via.into() }
+    }
+
+    /// Whoever runs this process, through `via` (the CLI, a terminal following a thread).
+    pub fn local(via: &str) -> Self {
+        let who = std::env::var("USER").or_else(|_| std::env::var("LOGNAME"));
+        DecidedBy::new(who.unwrap_or_else(|_| "local user".into()), via)
+    }
 }
 
 impl Paused {
     /// A pause of `reason` that waits on no call.
     pub fn by(reason: PauseReason) -> Self {
-        Paused { by: reason, role: None, call: None, budget: None, reason: None }
+        Paused { by: reason, role: None, call: None, budget: None, reason: None, decided_by: None }
     }
 }
 

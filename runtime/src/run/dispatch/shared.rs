@@ -22,6 +22,7 @@ use crate::run::watch::ThreadReader;
 use crate::run::worker::{self, WorkerOptions};
 use crate::run_request::RunRequest;
 use crate::store::Storage;
+use crate::store::pauses::DecidedBy;
 use crate::store::queue::{ControlRequest, Live};
 use crate::store::records::{PendingCall, StartRecord, ThreadRecord, ThreadStatus};
 
@@ -467,7 +468,7 @@ impl Follower for QueuedThread {
                     }
                 },
             };
-            match answer::record(&self.store, thread, reply) {
+            match answer::record(&self.store, thread, reply, &DecidedBy::local("terminal")) {
                 Ok(hash) => enqueue(&self.store, thread, hash, &self.over).await?,
                 Err(Error::InvalidAnswer { reason, .. }) => {
                     let record = self.reader.catch_up()?;

@@ -21,6 +21,7 @@ use crate::run::lifecycle::ForkAt;
 use crate::run::query::{self, ThreadQuery};
 use crate::run_request::RunRequest;
 use crate::serve::views;
+use crate::store::pauses::DecidedBy;
 use crate::store::records::{StartedBy, ThreadStatus};
 use crate::store::request_keys::MAX_KEY_LEN;
 
@@ -283,9 +284,11 @@ pub struct AfterQuery {
         (status = 422, description = "An answer of the wrong shape", body = ErrorBody)))]
 pub async fn act(
     State(app): Shared,
+    Extension(caller): Extension<Caller>,
     ApiPath((id, action)): ApiPath<(String, String)>,
     body: Option<JsonBody<ActionBody>>,
 ) -> Result<axum::Json<ActionDone>, ApiError> {
+    let by = DecidedBy::new(&caller.name, "api");
     let store = &app.store;
     let id = store.threads().resolve(&id)?;
     let body = body.map(|b| b.0).unwrap_or_default();
@@ -295,7 +298,7 @@ pub async fn act(
         "pause" => control::pause(store, id).await?,
         "resume" => {
             if let Some(raise) = body.raise_budget {
-                actions::raise_budget(store, id, &raise.into())?;
+                actions::raise_budget(store, id, &raise.into(), &by)?;
             }
             actions::resume(store, id, &RunRequest::default(), Hand::Detach).await?;
         }
@@ -313,7 +316,7 @@ pub async fn act(
                     .into());
                 }
             };
-            actions::answer(store, id, answer, Hand::Detach).await?;
+            actions::answer(store, id, answer, &by, Hand::Detach).await?;
         }
         "fork" => {
             let at = body.at.map_or(ForkAt::All, ForkAt::Steps);

@@ -16,7 +16,7 @@ use crate::run::actions::{self, Hand};
 use crate::run::answer::Answer;
 use crate::serve::api::types::DecisionKind;
 use crate::store::Storage;
-use crate::store::pauses::ToolWaitReason;
+use crate::store::pauses::{DecidedBy, ToolWaitReason};
 use crate::store::records::{EndStatus, ThreadRecord, ThreadStatus};
 
 /// The key under which a question is asked in `inputRequests`.
@@ -164,7 +164,9 @@ pub async fn answer_with(
             ));
         }
     };
-    actions::answer(store, id, answer, Hand::Detach).await?;
+    // The client answers for its person, through the question the server asked it.
+    let by = DecidedBy::new("an MCP client's person", "mcp");
+    actions::answer(store, id, answer, &by, Hand::Detach).await?;
     Ok(true)
 }
 

@@ -20,6 +20,7 @@ use crate::run::query::{self, ThreadQuery};
 use crate::serve::api::Caller;
 use crate::serve::api::types::{DecisionKind, ThreadItem};
 use crate::store::Storage;
+use crate::store::pauses::DecidedBy;
 use crate::store::records::ThreadStatus;
 
 /// The most threads `list_threads` returns, and how many unless asked.
@@ -298,7 +299,7 @@ pub async fn operate(
             Err(refused) => return Ok(refused),
         },
         Operation::AnswerThread => match arguments::<AnswerArgs>(args) {
-            Ok(args) => answer_thread(store, args).await,
+            Ok(args) => answer_thread(store, args, caller).await,
             Err(refused) => return Ok(refused),
         },
         Operation::KillThread => match arguments::<ThreadArgs>(args) {
@@ -338,7 +339,11 @@ async fn get_thread(store: &Storage, thread: &str) -> Result<CallToolResult> {
     Ok(structured(crate::serve::views::thread(store, id).await?))
 }
 
-async fn answer_thread(store: &Storage, args: AnswerArgs) -> Result<CallToolResult> {
+async fn answer_thread(
+    store: &Storage,
+    args: AnswerArgs,
+    caller: &Caller,
+) -> Result<CallToolResult> {
     let id = store.threads().resolve(&args.thread)?;
     let answer = match (args.text, args.decision) {
         (text, Some(decision)) => Answer::Decision(decision.with(text).map_err(Error::Usage)?),
@@ -349,7 +354,8 @@ async fn answer_thread(store: &Storage, args: AnswerArgs) -> Result<CallToolResu
             ));
         }
     };
-    actions::answer(store, id, answer, Hand::Detach).await?;
+    let by = DecidedBy::new(&caller.name, "mcp");
+    actions::answer(store, id, answer, &by, Hand::Detach).await?;
     Ok(acted(id, "answered: it goes on"))
 }
 
