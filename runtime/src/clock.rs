@@ -80,3 +80,10 @@ pub async fn sleep_until(at_ms: u64, at_most: Duration) {
         }
     }
 }
+
+/// `ms` since the epoch as an RFC 3339 instant in UTC, to the millisecond.
+pub fn rfc3339(ms: u64) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}

@@ -68,6 +68,12 @@ impl Home {
         self.root.join("credentials")
     }
 
+    /// `reach/`: what reaching people keeps: `links/` (signed one-time links, by their
+    /// token's hash) and `notices/` (deliveries of waits to `notify:` channels, by thread).
+    pub fn reach_dir(&self) -> PathBuf {
+        self.root.join("reach")
+    }
+
     /// `limits/`: the provider limits' last minute of calls, a file each (`<name>.json`) and
     /// the lock its changes take (`<name>.lock`).
     pub fn limits_dir(&self) -> PathBuf {

@@ -36,3 +36,28 @@ pub fn shared_client(timeout: Duration) -> Result<reqwest::Client, reqwest::Erro
     let mut clients = clients.lock().unwrap_or_else(|e| e.into_inner());
     Ok(clients.entry(timeout).or_insert(client).clone())
 }
+
+/// Standard Webhooks' signing, one place for both sides: the webhook triggers verify with it,
+/// `notify:` webhook channels sign with it. The key of a `whsec_` secret is its base64 after
+/// the prefix; a secret without the prefix is its own bytes. `None`: malformed base64.
+pub fn standard_webhooks_key(secret: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    match std::str::from_utf8(secret).ok().and_then(|s| s.strip_prefix("whsec_")) {
+        Some(encoded) => base64::engine::general_purpose::STANDARD.decode(encoded).ok(),
+        None => Some(secret.to_vec()),
+    }
+}
+
+/// The MAC of a Standard Webhooks message: HMAC-SHA256 of `id.timestamp.body` under `key`.
+pub fn standard_webhooks_mac(
+    key: &[u8],
+    id: &str,
+    timestamp: u64,
+    body: &[u8],
+) -> hmac::Hmac<sha2::Sha256> {
+    use hmac::Mac as _;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    mac.update(format!("{id}.{timestamp}.").as_bytes());
+    mac.update(body);
+    mac
+}

@@ -40,6 +40,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("run", &["run"]),
     // Evals: recorded threads run again beside themselves, judged and compared.
     ("eval", &["eval"]),
+    // Reach: waits sent to people (notify: channels) and the signed links that decide them.
+    ("reach", &["reach"]),
     ("schedule", &["schedule"]),
     ("serve", &["serve"]),
     ("cli", &["cli"]),

@@ -14,11 +14,14 @@
 //! 5. [`sandbox`] — everything wasmtime: engine, bindings, a thread's store, the host imports.
 //! 6. [`run`] — the catalog, a thread's lifecycle, the step loop, the worker process and its
 //!    socket protocol.
-//! 7. [`schedule`] — threads that start themselves: cron and poll triggers, fired exactly
+//! 7. [`eval`] — recorded threads run again beside themselves, judged and compared.
+//! 8. [`reach`] — waits sent to people through `notify:` channels, and the signed one-time
+//!    links that decide them.
+//! 9. [`schedule`] — threads that start themselves: cron and poll triggers, fired exactly
 //!    once by `schedule tick` or `serve`.
-//! 8. [`serve`] — the opt-in long-lived process: the schedule loop, the web view, the API,
-//!    and the MCP server (also over stdio, for `uncaged-workflow mcp`).
-//! 9. [`cli`] — one thin file per subcommand.
+//! 10. [`serve`] — the opt-in long-lived process: the schedule loop, the notifier, the web
+//!     view, the API, and the MCP server (also over stdio, for `uncaged-workflow mcp`).
+//! 11. [`cli`] — one thin file per subcommand.
 
 pub mod agent_spec;
 pub mod agents;
@@ -38,6 +41,7 @@ pub mod http;
 pub mod ids;
 pub mod limits;
 pub mod procfs;
+pub mod reach;
 pub mod run;
 pub mod run_request;
 pub mod sandbox;

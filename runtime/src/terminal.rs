@@ -116,6 +116,24 @@ pub fn block(text: &str) -> Cow<'_, str> {
     escape(text, true)
 }
 
+/// `text` escaped for HTML text and attribute values, its control characters and the invisible
+/// ones that reorder or hide text shown escaped as the web view and a terminal show them.
+pub fn html(text: &str) -> String {
+    let shown = block(text);
+    let mut out = String::with_capacity(shown.len());
+    for c in shown.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Whether [`line`] shows `c` escaped.
 pub fn is_hidden_in_line(c: char) -> bool {
     c.is_control() || is_invisible_format(c)

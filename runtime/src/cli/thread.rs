@@ -97,6 +97,8 @@ impl ThreadCommand {
                 let children = crate::run::query::children_of(&store, &thread)?;
                 let turns = crate::run::query::turns(&store, &thread)?;
                 let waiting_for = crate::run::control::waiting_for(&store, &thread).await?;
+                let decisions = crate::run::waits::decisions(&store, &thread)?;
+                let notices = crate::reach::notifier::deliveries(&store, id)?;
                 if self.json {
                     let steps: Vec<Value> = thread
                         .steps
@@ -124,6 +126,8 @@ impl ThreadCommand {
                         "upgrades": thread.upgrades,
                         "retries": thread.retries,
                         "children": children,
+                        "decisions": decisions,
+                        "notifications": notices,
                     }))?;
                     return Ok(0);
                 }
@@ -187,6 +191,30 @@ impl ThreadCommand {
                 }
                 if let Some(usage) = thread.usage() {
                     outln!("usage: {}", super::output::usage_line(&usage))?;
+                }
+                for notice in &notices {
+                    let to = notice.recipient.as_deref().map(|r| format!(" to {r}"));
+                    let error = notice.last_error.as_deref().map(|e| format!(": {e}"));
+                    let line = format!(
+                        "notified {} through {}{} ({}, {} attempt(s){})",
+                        notice.kind,
+                        notice.channel,
+                        to.unwrap_or_default(),
+                        notice.state.as_str(),
+                        notice.attempts,
+                        error.unwrap_or_default()
+                    );
+                    outln!("{}", terminal::line(&line))?;
+                }
+                for decision in &decisions {
+                    let line = format!(
+                        "step {} decided ({}) by {} through {}",
+                        decision.step + 1,
+                        decision.decision,
+                        decision.by.who,
+                        decision.by.via
+                    );
+                    outln!("{}", terminal::line(&line))?;
                 }
                 for (i, step) in thread.steps.iter().enumerate() {
                     outln!()?;

@@ -209,22 +209,8 @@ fn dollars(cost: Option<f64>) -> String {
     cost.map(|c| format!(", ${c:.4}")).unwrap_or_default()
 }
 
-/// `text` escaped for HTML text and attribute values, its control characters and the invisible
-/// ones that reorder or hide text shown escaped as the web view and a terminal show them.
 fn escape(text: &str) -> String {
-    let shown = crate::terminal::block(text);
-    let mut out = String::with_capacity(shown.len());
-    for c in shown.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::terminal::html(text)
 }
 
 #[cfg(test)]

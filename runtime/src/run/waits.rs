@@ -20,58 +20,19 @@ use crate::run_request::RunRequest;
 use crate::spending::Budget;
 use crate::store::Storage;
 use crate::store::journal::Decision as ToolDecision;
+pub use crate::store::pauses::WaitKind;
 use crate::store::pauses::{DecidedBy, ToolWait, ToolWaitReason};
 use crate::store::records::{PauseReason, Paused, ThreadRecord, ThreadStatus};
 
-/// What a thread waits on a person for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WaitKind {
-    /// An answer for a `human` agent's role.
-    Answer,
-    /// A yes or no for a tool call its binding wants approved.
-    Approve,
-    /// A decision about a tool call a crash cut in the middle: make it again or skip it.
-    Cut,
-    /// A budget raised: the next agent call would go over it.
-    Budget,
-    /// A tool server's sign-in renewed (`tools login`), on the machine that holds it.
-    SignIn,
-}
-
-impl WaitKind {
-    /// Every kind, in the order docs and errors list them.
-    pub const ALL: [WaitKind; 5] =
-        [WaitKind::Answer, WaitKind::Approve, WaitKind::Cut, WaitKind::Budget, WaitKind::SignIn];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WaitKind::Answer => "answer",
-            WaitKind::Approve => "approve",
-            WaitKind::Cut => "cut",
-            WaitKind::Budget => "budget",
-            WaitKind::SignIn => "signin",
-        }
-    }
-
-    /// The kind named `name`, or why there is none.
-    pub fn parse(name: &str) -> std::result::Result<Self, String> {
-        WaitKind::ALL.into_iter().find(|k| k.as_str() == name).ok_or_else(|| {
-            let names: Vec<&str> = WaitKind::ALL.iter().map(|k| k.as_str()).collect();
-            format!("unknown kind of wait `{name}` (known: {})", names.join(", "))
-        })
-    }
-
-    /// The decisions that end a wait of this kind, each a separate action (a one-time link is
-    /// made for one action). A sign-in is renewed where its credentials are, not decided.
-    pub fn actions(self) -> &'static [Action] {
-        match self {
-            WaitKind::Answer => &[Action::Answer],
-            WaitKind::Approve => &[Action::Approve, Action::Deny],
-            WaitKind::Cut => &[Action::Redo, Action::Skip],
-            WaitKind::Budget => &[Action::Raise],
-            WaitKind::SignIn => &[],
-        }
+/// The decisions that end a wait of `kind`, each a separate action (a one-time link is made
+/// for one action). A sign-in is renewed where its credentials are, not decided.
+pub fn actions(kind: WaitKind) -> &'static [Action] {
+    match kind {
+        WaitKind::Answer => &[Action::Answer],
+        WaitKind::Approve => &[Action::Approve, Action::Deny],
+        WaitKind::Cut => &[Action::Redo, Action::Skip],
+        WaitKind::Budget => &[Action::Raise],
+        WaitKind::SignIn => &[],
     }
 }
 
@@ -312,8 +273,8 @@ pub fn current(store: &Storage, id: ThreadId, expected: &Expected) -> Result<Wai
 /// Whether `decision` is one `wait` can take now, recording nothing: checked before a channel
 /// spends what it cannot get back (a one-time link).
 pub fn check(store: &Storage, wait: &Wait, decision: &Decision) -> Result<()> {
-    if !wait.kind.actions().contains(&decision.action()) {
-        let actions: Vec<&str> = wait.kind.actions().iter().map(|a| a.as_str()).collect();
+    if !actions(wait.kind).contains(&decision.action()) {
+        let actions: Vec<&str> = actions(wait.kind).iter().map(|a| a.as_str()).collect();
         return Err(Error::Usage(format!(
             "thread {} waits for {} (decisions: {}), not `{}`",
             wait.thread,
@@ -384,6 +345,62 @@ pub async fn decide(
     }
 }
 
+/// A decision a person made for thread, as its journal keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionView {
+    /// The step and the call in it it answered.
+    pub step: usize,
+    pub seq: usize,
+    /// `answer`, or the decision about a tool call (`approve`, `deny`, `redo`, `skip`).
+    pub decision: String,
+    /// The tool call decided about.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    pub by: DecidedBy,
+    pub timestamp: u64,
+}
+
+/// The decisions people made for thread `record` that its journal says who made (the journal
+/// kept no name before it did), oldest first; budget raises are in its pause markers.
+pub fn decisions(store: &Storage, record: &ThreadRecord) -> Result<Vec<DecisionView>> {
+    use crate::store::call_loop::LoopEntry;
+    use crate::store::journal::JournalLine;
+    let journal = store.threads().journal(record.start.hash, record.id())?;
+    let mut found = vec![];
+    for line in journal.calls_before(usize::MAX) {
+        match line {
+            JournalLine::Call(call) => {
+                if let Some(by) = call.decided_by {
+                    found.push(DecisionView {
+                        step: call.step,
+                        seq: call.seq,
+                        decision: "answer".into(),
+                        call_id: None,
+                        by,
+                        timestamp: call.timestamp,
+                    });
+                }
+            }
+            JournalLine::Loop(entry) => {
+                if let LoopEntry::Decision { call_id, decision, by: Some(by) } = entry.entry {
+                    let decision = serde_json::to_value(&decision).unwrap_or_default();
+                    found.push(DecisionView {
+                        step: entry.step,
+                        seq: entry.seq,
+                        decision: decision["decision"].as_str().unwrap_or_default().to_string(),
+                        call_id: Some(call_id),
+                        by,
+                        timestamp: entry.timestamp,
+                    });
+                }
+            }
+        }
+    }
+    found.sort_by_key(|d| d.timestamp);
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,8 +415,8 @@ mod tests {
         let json = serde_json::to_string(&raise).unwrap();
         assert_eq!(serde_json::from_str::<Decision>(&json).unwrap(), raise);
         assert_eq!(raise.action(), Action::Raise);
-        assert!(WaitKind::Budget.actions().contains(&Action::Raise));
-        assert!(WaitKind::SignIn.actions().is_empty());
+        assert!(actions(WaitKind::Budget).contains(&Action::Raise));
+        assert!(actions(WaitKind::SignIn).is_empty());
     }
 
     #[test]

@@ -188,13 +188,9 @@ pub fn verify(
             return Err(unsigned("the webhook-timestamp is more than 5 minutes from now"));
         }
         let engine = base64::engine::general_purpose::STANDARD;
-        let key = match std::str::from_utf8(secret).ok().and_then(|s| s.strip_prefix("whsec_")) {
-            Some(encoded) => engine.decode(encoded).map_err(|_| unsigned("a malformed secret"))?,
-            None => secret.to_vec(),
-        };
-        let mut mac = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes any key");
-        mac.update(format!("{id}.{timestamp}.").as_bytes());
-        mac.update(body);
+        let key = crate::http::standard_webhooks_key(secret)
+            .ok_or_else(|| unsigned("a malformed secret"))?;
+        let mac = crate::http::standard_webhooks_mac(&key, &id, timestamp, body);
         let matches = signatures
             .split(' ')
             .filter_map(|s| s.strip_prefix("v1,"))

@@ -51,6 +51,12 @@ pub fn router(app: Arc<App>, mcp: super::mcp::http::McpService) -> Router {
         .nest("/api/v1", api::routes(app.max_body))
         .merge(mcp)
         .route(
+            "/links/{thread}/{token}",
+            get(super::links::show)
+                .post(super::links::decide)
+                .layer(axum::extract::DefaultBodyLimit::max(app.max_body)),
+        )
+        .route(
             "/hooks/{workflow}",
             post(hooks::deliver).layer(axum::extract::DefaultBodyLimit::max(app.max_body)),
         )
@@ -97,8 +103,8 @@ async fn checked(
         return refuse(StatusCode::MISDIRECTED_REQUEST, "this server does not answer to that host");
     }
     let path = request.uri().path();
-    // A webhook's signature is its credential (see `hooks`).
-    if path == "/api/v1/health" || path.starts_with("/hooks/") {
+    // A webhook's signature is its credential (see `hooks`), a link's token its (`links`).
+    if path == "/api/v1/health" || path.starts_with("/hooks/") || path.starts_with("/links/") {
         return secure(next.run(request).await);
     }
     if path == "/mcp" {
@@ -289,12 +295,11 @@ fn secure(mut response: Response) -> Response {
     let set = |headers: &mut HeaderMap, name: &'static str, value: &'static str| {
         headers.insert(name, HeaderValue::from_static(value));
     };
-    set(
-        headers,
-        "content-security-policy",
+    // A page with a policy of its own (a link's, whose form posts) keeps it.
+    headers.entry("content-security-policy").or_insert(HeaderValue::from_static(
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
          connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-    );
+    ));
     set(headers, "x-content-type-options", "nosniff");
     set(headers, "referrer-policy", "no-referrer");
     set(headers, "x-frame-options", "DENY");

@@ -12,6 +12,7 @@ pub mod connections;
 pub mod feeds;
 pub mod hooks;
 pub mod http;
+pub mod links;
 pub mod live;
 pub mod mcp;
 pub mod metrics;
@@ -118,6 +119,8 @@ pub async fn serve(
         latencies: Default::default(),
         feeds: Default::default(),
     });
+    let notifier = crate::reach::notifier::Notifier::new(store.clone(), format!("http://{bound}"));
+    let notifying = tokio::spawn(notify_forever(notifier, store.clone(), app.stopping.subscribe()));
     let firing =
         options.schedules.then(|| tokio::spawn(fire_forever(store, app.stopping.subscribe())));
     ready(bound);
@@ -137,11 +140,58 @@ pub async fn serve(
         app.stopping.subscribe(),
     )
     .await;
-    // A pass under way is finished, not cut short: its firings are all started.
+    // A pass under way is finished, not cut short: its firings are all started, its messages
+    // sent and settled.
     if let Some(firing) = firing {
         let _ = firing.await;
     }
+    let _ = notifying.await;
     Ok(())
+}
+
+/// The notifier's loop (see [`crate::reach::notifier`]): a pass every `notify.poll`, until
+/// `stopping`. A config that does not read is said once per change, not every pass.
+async fn notify_forever(
+    mut notifier: crate::reach::notifier::Notifier,
+    store: Storage,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut said = String::new();
+    while !*stopping.borrow() {
+        let poll = store.config().map(|c| c.notify.poll()).unwrap_or(MAX_SLEEP);
+        match notifier.pass().await {
+            Ok(pass) => {
+                said.clear();
+                for (thread, channel, recipient) in &pass.sent {
+                    let to = recipient.as_deref().map(|r| format!(" to {r}")).unwrap_or_default();
+                    say(format_args!("notify: thread {thread}: sent through {channel}{to}"));
+                }
+                for (thread, channel, why) in &pass.failed {
+                    say(format_args!(
+                        "notify: thread {thread}: {channel} failed: {}",
+                        crate::terminal::line(why)
+                    ));
+                }
+                if pass.recovered > 0 {
+                    say(format_args!(
+                        "notify: applied {} decision(s) made through links before a crash",
+                        pass.recovered
+                    ));
+                }
+            }
+            Err(e) => {
+                let line = crate::error::chain_line(&e);
+                if line != said {
+                    say(format_args!("notify: {line}"));
+                    said = line;
+                }
+            }
+        }
+        tokio::select! {
+            _ = crate::clock::sleep_until(now_ms() + poll.as_millis() as u64, poll) => {}
+            _ = stopping.changed() => {}
+        }
+    }
 }
 
 /// The address `listen` (`HOST:PORT`, the host an address or a name) stands for, and the host

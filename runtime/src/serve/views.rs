@@ -176,6 +176,8 @@ pub async fn thread(store: &Storage, id: ThreadId) -> Result<Value> {
         "upgrades": record.upgrades,
         "retries": record.retries,
         "children": children,
+        "decisions": crate::run::waits::decisions(store, &record)?,
+        "notifications": crate::reach::notifier::deliveries(store, record.id())?,
         "log": log,
         "now": now_ms(),
     }))

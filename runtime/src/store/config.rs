@@ -93,6 +93,9 @@ pub struct Config {
     /// tools, and how long a call waits for its thread's end.
     #[serde(default)]
     pub mcp: McpConfig,
+    /// Where waits on people are sent (see [`crate::store::notify_config`]).
+    #[serde(default)]
+    pub notify: crate::store::notify_config::NotifyConfig,
     /// Where relative paths in the file are resolved from.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -462,6 +465,7 @@ impl Config {
                 other => other,
             },
         )?;
+        config.notify.check().map_err(corrupt)?;
         config.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(config)
     }
@@ -480,6 +484,7 @@ const TOP_KEYS: &[&str] = &[
     "store",
     "telemetry",
     "mcp",
+    "notify",
 ];
 const MCP_KEYS: &[&str] = &["workflows", "wait", "task_after", "poll"];
 const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint"];

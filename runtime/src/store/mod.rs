@@ -25,6 +25,9 @@ pub mod evals;
 pub mod files;
 pub mod journal;
 pub mod limiter;
+pub mod links;
+pub mod notices;
+pub mod notify_config;
 pub mod pauses;
 mod postgres;
 pub mod queue;
@@ -236,6 +239,8 @@ pub struct Storage {
     tokens: Arc<dyn tokens::TokenBackend>,
     evals: Arc<dyn evals::EvalBackend>,
     request_keys: Arc<dyn request_keys::RequestKeys>,
+    links: Arc<dyn links::LinkBackend>,
+    notices: Arc<dyn notices::NoticeBackend>,
     credentials: Arc<dyn credentials::CredentialBackend>,
     capacity: Arc<dyn capacity::CapacityBackend>,
     /// This process's calls in line for the provider limits (one line per limit, shared by
@@ -264,6 +269,8 @@ impl Storage {
             tokens: Arc::new(files::tokens::FileTokens::new(home)),
             evals: Arc::new(files::evals::FileEvals::new(home)),
             request_keys: Arc::new(files::request_keys::FileRequestKeys::new(home)),
+            links: Arc::new(files::links::FileLinks::new(home)),
+            notices: Arc::new(files::notices::FileNotices::new(home)),
             credentials: Arc::new(files::credentials::FileCredentials::new(home)),
             capacity: capacity.clone(),
             limiter: Arc::new(limiter::Limiter::new(capacity)),
@@ -295,6 +302,8 @@ impl Storage {
             tokens: Arc::new(postgres::tokens::PgTokens::new(&pg)),
             evals: Arc::new(postgres::evals::PgEvals::new(&pg)),
             request_keys: Arc::new(postgres::request_keys::PgRequestKeys::new(&pg)),
+            links: Arc::new(postgres::links::PgLinks::new(&pg)),
+            notices: Arc::new(postgres::notices::PgNotices::new(&pg)),
             credentials: Arc::new(postgres::credentials::PgCredentials::new(&pg)),
             capacity: capacity.clone(),
             limiter: Arc::new(limiter::Limiter::new(capacity)),
@@ -350,6 +359,16 @@ impl Storage {
     /// The keys that make a retried request start one thread.
     pub fn request_keys(&self) -> &dyn request_keys::RequestKeys {
         &*self.request_keys
+    }
+
+    /// The signed one-time links sent to people about waits.
+    pub fn links(&self) -> &dyn links::LinkBackend {
+        &*self.links
+    }
+
+    /// The deliveries of waits to `notify:` channels.
+    pub fn notices(&self) -> &dyn notices::NoticeBackend {
+        &*self.notices
     }
 
     /// The OAuth credentials of tool servers (`tools login`), shared with the agent calls

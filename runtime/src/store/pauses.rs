@@ -162,3 +162,44 @@ pub enum ToolWaitReason {
     /// or skip it with a text the model is given instead.
     Cut,
 }
+
+/// What a thread at rest waits on a person for (see `run::waits`, which tells it from the
+/// thread's records, and `notify:` rules, which name it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitKind {
+    /// An answer for a `human` agent's role.
+    Answer,
+    /// A yes or no for a tool call its binding wants approved.
+    Approve,
+    /// A decision about a tool call a crash cut in the middle: make it again or skip it.
+    Cut,
+    /// A budget raised: the next agent call would go over it.
+    Budget,
+    /// A tool server's sign-in renewed (`tools login`), on the machine that holds it.
+    SignIn,
+}
+
+impl WaitKind {
+    /// Every kind, in the order docs and errors list them.
+    pub const ALL: [WaitKind; 5] =
+        [WaitKind::Answer, WaitKind::Approve, WaitKind::Cut, WaitKind::Budget, WaitKind::SignIn];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitKind::Answer => "answer",
+            WaitKind::Approve => "approve",
+            WaitKind::Cut => "cut",
+            WaitKind::Budget => "budget",
+            WaitKind::SignIn => "signin",
+        }
+    }
+
+    /// The kind named `name`, or why there is none.
+    pub fn parse(name: &str) -> std::result::Result<Self, String> {
+        WaitKind::ALL.into_iter().find(|k| k.as_str() == name).ok_or_else(|| {
+            let names: Vec<&str> = WaitKind::ALL.iter().map(|k| k.as_str()).collect();
+            format!("unknown kind of wait `{name}` (known: {})", names.join(", "))
+        })
+    }
+}

@@ -39,11 +39,7 @@ pub fn last_changed(record: &ThreadRecord) -> u64 {
         .unwrap_or(record.start.timestamp)
 }
 
-pub fn rfc3339(ms: u64) -> String {
-    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(ms as i64)
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
+pub use crate::clock::rfc3339;
 
 /// The thread a task id names.
 fn thread_of(store: &Storage, task_id: &str) -> Result<ThreadId, McpError> {

@@ -14,9 +14,12 @@
 pub mod capacity;
 pub mod credentials;
 pub mod debug_log;
+pub mod docs;
 pub mod evals;
 pub mod journal;
+pub mod links;
 pub mod listing;
+pub mod notices;
 pub mod queue;
 pub mod queue_entry;
 pub mod registry;

@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (11, "tool credentials", include_str!("migrations/0011_tool_credentials.sql")),
     (12, "provider limits", include_str!("migrations/0012_provider_limits.sql")),
     (13, "evals", include_str!("migrations/0013_evals.sql")),
+    (14, "reach", include_str!("migrations/0014_reach.sql")),
 ];
 
 /// The schema version this binary writes.

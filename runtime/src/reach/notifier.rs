@@ -1,0 +1,192 @@
+//! The notifier `serve` runs: every poll it looks for threads that wait on a person, and sends
+//! each wait, once, to the channels `notify:` rules choose for it — claiming each delivery in
+//! the store first, so that of the `serve`s on one store (one database) one sends it, and a
+//! delivery survives a restart. A failed send is tried again with backoff (5 s, doubling, at
+//! most 10 minutes apart) until `notify.attempts` is spent; every attempt's outcome is kept on
+//! the delivery, which `thread` and the API show. Uses of links a crash left unapplied are
+//! applied first thing each pass.
+
+use std::collections::HashMap;
+
+use super::channels;
+use super::links::{self, Sender};
+use super::message::Message;
+use crate::clock::now_ms;
+use crate::error::Result;
+use crate::ids::ThreadId;
+use crate::run::query::{self, ThreadQuery};
+use crate::run::waits::{self, Wait};
+use crate::store::Storage;
+use crate::store::notices::{Attempt, Notice, NoticeState};
+use crate::store::notify_config::{Channel, NotifyConfig};
+use crate::store::records::ThreadStatus;
+
+/// How long a claim holds a delivery: a sender that dies is replaced this much later.
+const LEASE_MS: u64 = 60_000;
+
+/// How long a delivery another process holds (or that is settled) is not looked at again.
+const RECHECK_MS: u64 = 30_000;
+
+/// How often links that expired are forgotten.
+const FORGET_EVERY_MS: u64 = 10 * 60_000;
+
+/// What a pass did.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Deliveries sent: thread, channel, recipient.
+    pub sent: Vec<(ThreadId, String, Option<String>)>,
+    /// Deliveries that failed: thread, channel, why (tried again later unless given up).
+    pub failed: Vec<(ThreadId, String, String)>,
+    /// Decisions through links a crash left unapplied, applied now.
+    pub recovered: usize,
+}
+
+/// The notifier of one process.
+pub struct Notifier {
+    store: Storage,
+    /// Its name as a claimer of deliveries.
+    owner: String,
+    /// Where links point when `notify.base_url` does not say.
+    base_url: String,
+    /// Deliveries not to look at before a time: settled, or held by another process.
+    quiet: HashMap<String, u64>,
+    forgot_at: u64,
+}
+
+impl Notifier {
+    pub fn new(store: Storage, base_url: String) -> Self {
+        let owner = format!("serve {}:{}", std::process::id(), ThreadId::new());
+        Notifier { store, owner, base_url, quiet: HashMap::new(), forgot_at: 0 }
+    }
+
+    /// One pass: recover, then send what is due.
+    pub async fn pass(&mut self) -> Result<Pass> {
+        let config = self.store.config()?.notify;
+        let mut pass = Pass { recovered: links::recover(&self.store).await?, ..Pass::default() };
+        if !config.is_on() {
+            return Ok(pass);
+        }
+        let now = now_ms();
+        self.quiet.retain(|_, until| *until > now);
+        if now.saturating_sub(self.forgot_at) >= FORGET_EVERY_MS {
+            self.store.links().forget_expired(now)?;
+            self.forgot_at = now;
+        }
+        let at_rest = ThreadQuery {
+            statuses: vec![ThreadStatus::Waiting, ThreadStatus::Paused],
+            ..ThreadQuery::default()
+        };
+        for summary in query::threads(&self.store, &at_rest)?.threads {
+            let record = match self.store.threads().read(summary.thread_id) {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::debug!("notify: thread {}: {e}", summary.thread_id);
+                    continue;
+                }
+            };
+            let Some(wait) = waits::of(&record) else { continue };
+            for (name, channel) in config.channels_for(&wait.workflow, wait.kind) {
+                for recipient in channels::recipients(channel) {
+                    self.deliver(&config, &wait, name, channel, recipient, &mut pass).await?;
+                }
+            }
+        }
+        Ok(pass)
+    }
+
+    /// Sends `wait` through channel `name` to `recipient`, if this process claims the delivery.
+    async fn deliver(
+        &mut self,
+        config: &NotifyConfig,
+        wait: &Wait,
+        name: &str,
+        channel: &Channel,
+        recipient: Option<String>,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        let key = format!(
+            "{}/{}/{}/{name}/{}",
+            wait.thread,
+            wait.key,
+            &wait.digest[..16],
+            recipient.as_deref().unwrap_or_default()
+        );
+        if self.quiet.contains_key(&key) {
+            return Ok(());
+        }
+        let now = now_ms();
+        let fresh = Notice {
+            key: key.clone(),
+            thread: wait.thread,
+            wait_key: wait.key.clone(),
+            kind: wait.kind.as_str().into(),
+            channel: name.into(),
+            recipient: recipient.clone(),
+            created: now,
+            state: NoticeState::Sending,
+            attempts: 0,
+            next_at: 0,
+            owner: None,
+            last_error: None,
+            sent_at: None,
+        };
+        let Some(claimed) = self.store.notices().claim(&fresh, &self.owner, now, LEASE_MS)? else {
+            self.quiet.insert(key, now + RECHECK_MS);
+            return Ok(());
+        };
+        crate::faults::crash_point("notice-claimed");
+        let base = config.base_url.as_deref().unwrap_or(&self.base_url).trim_end_matches('/');
+        let sender = Sender { channel: name, approver: recipient.as_deref() };
+        let ttl = config.link_ttl_ms();
+        let minted = links::mint(&self.store, wait, sender, base, ttl)?;
+        let message = Message {
+            wait: wait.clone(),
+            links: minted,
+            thread_url: format!("{base}/#/thread/{}", wait.thread),
+            expires: now.saturating_add(ttl),
+        };
+        // The delivery's id is the same on every attempt: a receiver tells a repeat by it.
+        let id =
+            format!("{}-{}", wait.thread, &crate::store::bundles::sha256_hex(key.as_bytes())[..16]);
+        let attempt = match channels::send(name, channel, recipient.as_deref(), &message, &id).await
+        {
+            Ok(()) => {
+                pass.sent.push((wait.thread, name.to_string(), recipient));
+                Attempt::Sent { at: now_ms() }
+            }
+            Err(error) => {
+                let retry_at = (claimed.attempts < config.attempts())
+                    .then(|| now_ms() + backoff_ms(claimed.attempts));
+                pass.failed.push((wait.thread, name.to_string(), error.clone()));
+                Attempt::Failed { error, retry_at }
+            }
+        };
+        self.store.notices().settle(&claimed, &attempt)?;
+        let until = match attempt {
+            Attempt::Failed { retry_at: Some(at), .. } => at,
+            _ => now_ms() + RECHECK_MS,
+        };
+        self.quiet.insert(key, until);
+        Ok(())
+    }
+}
+
+/// How long after attempt `attempts` failed the next is made: 5 s, doubling, 10 minutes at most.
+fn backoff_ms(attempts: u32) -> u64 {
+    (5_000u64 << attempts.saturating_sub(1).min(16)).min(600_000)
+}
+
+/// The deliveries of thread `id`, as `thread` and the API show them.
+pub fn deliveries(store: &Storage, id: ThreadId) -> Result<Vec<Notice>> {
+    store.notices().of_thread(id)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn backoff_doubles_to_a_bound() {
+        assert_eq!(super::backoff_ms(1), 5_000);
+        assert_eq!(super::backoff_ms(2), 10_000);
+        assert_eq!(super::backoff_ms(30), 600_000);
+    }
+}

@@ -1,0 +1,131 @@
+//! Notifications of waits: one delivery per wait, `notify:` channel and recipient, sent once
+//! by whichever `serve` claims it first — claims are leases in the store every `serve` on it
+//! shares, so two servers on one database send one message, and a server that dies while
+//! sending leaves a lease that runs out and another takes up. A failed send is retried with
+//! backoff until it gives up; every attempt's outcome is kept, shown on the thread.
+//!
+//! In a home: `notices/<thread>/<sha256 of the key>.json`, changed under one `flock`; in a
+//! database: the `notices` table, claimed with one conditional upsert.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::ids::ThreadId;
+
+/// A delivery of one wait to one channel (and recipient).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Notice {
+    /// What makes it one: the thread, the wait's key and digest, the channel and recipient.
+    pub key: String,
+    pub thread: ThreadId,
+    pub wait_key: String,
+    /// The kind of wait (`answer`, `approve`, …).
+    pub kind: String,
+    pub channel: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipient: Option<String>,
+    pub created: u64,
+    pub state: NoticeState,
+    /// Attempts made (the one under way included).
+    pub attempts: u32,
+    /// While sending: when the sender's lease runs out; while retrying: when the next attempt
+    /// is due (ms since the epoch).
+    pub next_at: u64,
+    /// The process sending it (its lease owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Why the last attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_at: Option<u64>,
+}
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NoticeState {
+    Sending,
+    Retrying,
+    Sent,
+    /// It gave up after its last attempt.
+    Failed,
+}
+
+impl NoticeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeState::Sending => "sending",
+            NoticeState::Retrying => "retrying",
+            NoticeState::Sent => "sent",
+            NoticeState::Failed => "failed",
+        }
+    }
+}
+
+/// How an attempt came out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attempt {
+    Sent {
+        at: u64,
+    },
+    /// It failed; tried again at `retry_at`, or given up when none.
+    Failed {
+        error: String,
+        retry_at: Option<u64>,
+    },
+}
+
+/// Whether `notice` may be claimed at `now`: never tried, or due again, or its sender's
+/// lease ran out. The rule every backend applies (the database in its `WHERE`).
+pub fn claimable(notice: &Notice, now: u64) -> bool {
+    matches!(notice.state, NoticeState::Retrying | NoticeState::Sending) && notice.next_at <= now
+}
+
+/// Where deliveries are kept.
+pub trait NoticeBackend: Send + Sync + std::fmt::Debug {
+    /// Claims delivery `fresh.key` for `owner` until `now + lease_ms`: made (from `fresh`) if
+    /// it is new, taken if it is due again or its sender's lease ran out; `None` if another
+    /// holds it or it is settled. The claimed delivery is returned, its attempts counted.
+    fn claim(&self, fresh: &Notice, owner: &str, now: u64, lease_ms: u64)
+    -> Result<Option<Notice>>;
+    /// Settles the attempt of delivery `claimed` (as [`claim`](Self::claim) returned it):
+    /// nothing, if its claimer's lease was lost to another meanwhile.
+    fn settle(&self, claimed: &Notice, attempt: &Attempt) -> Result<()>;
+    /// The deliveries of thread `thread`, oldest first.
+    fn of_thread(&self, thread: ThreadId) -> Result<Vec<Notice>>;
+}
+
+/// The state `notice`, claimed by `owner` at `now`, is in: the rule both backends' files and
+/// rows follow (a database applies it in SQL too).
+pub fn claimed(notice: &Notice, owner: &str, now: u64, lease_ms: u64) -> Notice {
+    Notice {
+        state: NoticeState::Sending,
+        attempts: notice.attempts + 1,
+        next_at: now + lease_ms,
+        owner: Some(owner.to_string()),
+        ..notice.clone()
+    }
+}
+
+/// `notice` after `attempt`, if `owner` still holds it.
+pub fn settled(notice: &Notice, owner: &str, attempt: &Attempt) -> Option<Notice> {
+    if notice.state != NoticeState::Sending || notice.owner.as_deref() != Some(owner) {
+        return None;
+    }
+    Some(match attempt {
+        Attempt::Sent { at } => Notice {
+            state: NoticeState::Sent,
+            sent_at: Some(*at),
+            last_error: None,
+            ..notice.clone()
+        },
+        Attempt::Failed { error, retry_at } => Notice {
+            state: if retry_at.is_some() { NoticeState::Retrying } else { NoticeState::Failed },
+            next_at: retry_at.unwrap_or(notice.next_at),
+            last_error: Some(error.clone()),
+            ..notice.clone()
+        },
+    })
+}
