@@ -68,6 +68,7 @@ mod limits;
 mod llm;
 mod mcp;
 mod mock_model;
+mod notify;
 mod oauth;
 mod parallel;
 mod plan;

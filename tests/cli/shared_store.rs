@@ -202,12 +202,12 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
     // listing, with foreign keys from a thread's rows to it, and each thread's summary one
     // jsonb value (without the token count, cost and parent summaries came to hold later),
     // and without the time a thread is followed until, tool servers' credentials, provider
-    // limits or evals.
+    // limits, evals, or links and notices.
     let append = "append_records(text, bigint, text[], text, bigint, integer, bigint, text, \
                   bigint, bigint, double precision, text[], text[]";
     env.sql(&format!(
         "DROP TABLE schedule_firings, schedules, api_tokens, request_keys, fire_lock, \
-             tool_credentials, provider_limits, evals, eval_sets; \
+             tool_credentials, provider_limits, evals, eval_sets, links, notices; \
          DROP FUNCTION {append}), {append}, bytea); \
          DROP TRIGGER threads_deleted ON threads; DROP FUNCTION threads_deleted(); \
          ALTER TABLE thread_records ADD CONSTRAINT thread_records_thread_fkey \
@@ -240,10 +240,10 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
         applied.trim(),
         "1:store 2:schedules 3:api 4:fire lock 5:summary columns 6:append function \
          7:packed listing 8:cascade by statement 9:bundle compression 10:followed threads 11:tool credentials \
-         12:provider limits 13:evals"
+         12:provider limits 13:evals 14:reach"
     );
     let version = env.sql("SELECT value FROM meta WHERE key = 'schema_version'")?;
-    assert_eq!(version.trim(), "13");
+    assert_eq!(version.trim(), "14");
     let removing = env.sql(
         "SELECT count(*) FROM information_schema.columns \
          WHERE table_name = 'threads' AND column_name = 'removing'",

@@ -23,6 +23,8 @@ const FILES: &[(&str, &[&str])] = &[
     ("RequestKeys", &["request_keys.rs"]),
     ("CredentialBackend", &["credentials.rs"]),
     ("CapacityBackend", &["capacity.rs"]),
+    ("LinkBackend", &["links.rs"]),
+    ("NoticeBackend", &["notices.rs"]),
 ];
 
 /// The methods of each `pub trait` declared in the Rust files under `dir`, by trait.

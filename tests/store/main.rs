@@ -8,7 +8,8 @@
 //! (`ThreadStore`, `ThreadWriter`), `journal.rs` (`CallLog`), `debug_log.rs` (`LogSink`),
 //! `queue.rs` (`WorkQueue`), `registry.rs` (`RegistryBackend`), `bundles.rs`
 //! (`BundleBackend`), `schedules.rs` (`ScheduleBackend`, `LockHolder`), `tokens.rs`
-//! (`TokenBackend`), `request_keys.rs` (`RequestKeys`). `coverage.rs` reads the traits and
+//! (`TokenBackend`), `request_keys.rs` (`RequestKeys`), `links.rs` (`LinkBackend`),
+//! `notices.rs` (`NoticeBackend`). `coverage.rs` reads the traits and
 //! fails on any method its file calls nowhere.
 //!
 //! What goes through a worker (dispatch: run, resume, answer, fork, kill, pause, ps) is
@@ -258,7 +259,9 @@ mod credentials;
 mod debug_log;
 mod evals;
 mod journal;
+mod links;
 mod live;
+mod notices;
 mod queue;
 mod registry;
 mod request_keys;

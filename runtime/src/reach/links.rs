@@ -96,8 +96,11 @@ impl Refused {
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Refused::Unknown | Refused::ForeignThread => {
-                write!(f, "this link is not known here: it decides nothing")
+            Refused::Unknown => write!(f, "this link is not known here: it decides nothing"),
+            // Said apart from an unknown link: the token is a secret either way, and which
+            // thread it is for is in the address already.
+            Refused::ForeignThread => {
+                write!(f, "this link is not one of this thread's: it decides nothing")
             }
             Refused::Expired { at } => write!(
                 f,

@@ -30,6 +30,10 @@ const RECHECK_MS: u64 = 30_000;
 /// How often links that expired are forgotten.
 const FORGET_EVERY_MS: u64 = 10 * 60_000;
 
+/// How long an expired link is kept: opened meanwhile, it says it expired, rather than that it
+/// is not known.
+const KEEP_EXPIRED_MS: u64 = 30 * 24 * 3600 * 1000;
+
 /// What a pass did.
 #[derive(Debug, Default)]
 pub struct Pass {
@@ -69,7 +73,7 @@ impl Notifier {
         let now = now_ms();
         self.quiet.retain(|_, until| *until > now);
         if now.saturating_sub(self.forgot_at) >= FORGET_EVERY_MS {
-            self.store.links().forget_expired(now)?;
+            self.store.links().forget_expired(now.saturating_sub(KEEP_EXPIRED_MS))?;
             self.forgot_at = now;
         }
         let at_rest = ThreadQuery {
