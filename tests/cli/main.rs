@@ -46,6 +46,7 @@ macro_rules! on_both_stores {
     };
 }
 
+mod a2a;
 mod agents;
 mod api;
 mod bad_input;

@@ -50,7 +50,7 @@ pub struct Notifier {
     store: Storage,
     /// Its name as a claimer of deliveries.
     owner: String,
-    /// Where links point when `notify.base_url` does not say.
+    /// Where links point when `serve.public_url` does not say.
     base_url: String,
     /// Deliveries not to look at before a time: settled, or held by another process.
     quiet: HashMap<String, u64>,
@@ -65,7 +65,8 @@ impl Notifier {
 
     /// One pass: recover, then send what is due.
     pub async fn pass(&mut self) -> Result<Pass> {
-        let config = self.store.config()?.notify;
+        let whole = self.store.config()?;
+        let (config, public) = (whole.notify, whole.serve.public_url);
         let mut pass = Pass { recovered: links::recover(&self.store).await?, ..Pass::default() };
         if !config.is_on() {
             return Ok(pass);
@@ -91,7 +92,8 @@ impl Notifier {
             let Some(wait) = waits::of(&record) else { continue };
             for (name, channel) in config.channels_for(&wait.workflow, wait.kind) {
                 for recipient in channels::recipients(channel) {
-                    self.deliver(&config, &wait, name, channel, recipient, &mut pass).await?;
+                    let to = Target { name, channel, recipient, public: public.as_deref() };
+                    self.deliver(&config, &wait, to, &mut pass).await?;
                 }
             }
         }
@@ -103,11 +105,10 @@ impl Notifier {
         &mut self,
         config: &NotifyConfig,
         wait: &Wait,
-        name: &str,
-        channel: &Channel,
-        recipient: Option<String>,
+        to: Target<'_>,
         pass: &mut Pass,
     ) -> Result<()> {
+        let Target { name, channel, recipient, public } = to;
         let key = format!(
             "{}/{}/{}/{name}/{}",
             wait.thread,
@@ -139,7 +140,7 @@ impl Notifier {
             return Ok(());
         };
         crate::faults::crash_point("notice-claimed");
-        let base = config.base_url.as_deref().unwrap_or(&self.base_url).trim_end_matches('/');
+        let base = public.unwrap_or(&self.base_url).trim_end_matches('/');
         let sender = Sender { channel: name, approver: recipient.as_deref() };
         let ttl = config.link_ttl_ms();
         let minted = links::mint(&self.store, wait, sender, base, ttl)?;
@@ -173,6 +174,14 @@ impl Notifier {
         self.quiet.insert(key, until);
         Ok(())
     }
+}
+
+/// Where a delivery goes: a channel, its recipient, and the server's public address.
+struct Target<'a> {
+    name: &'a str,
+    channel: &'a Channel,
+    recipient: Option<String>,
+    public: Option<&'a str>,
 }
 
 /// How long after attempt `attempts` failed the next is made: 5 s, doubling, 10 minutes at most.

@@ -33,4 +33,7 @@ pub struct App {
     pub deliveries: super::metrics::Deliveries,
     /// Agent-call latencies counted so far, for `/metrics`.
     pub latencies: super::metrics::Latencies,
+    /// The server's own address (`http://HOST:PORT`), where links and the A2A agent card
+    /// point unless `serve.public_url` says otherwise.
+    pub own_url: String,
 }

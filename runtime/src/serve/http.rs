@@ -49,6 +49,7 @@ pub fn router(app: Arc<App>, mcp: super::mcp::http::McpService) -> Router {
         .route("/api/events", get(events))
         .route("/metrics", get(metrics))
         .nest("/api/v1", api::routes(app.max_body))
+        .merge(super::a2a::routes(app.clone()))
         .merge(mcp)
         .route(
             "/links/{thread}/{token}",
@@ -97,6 +98,8 @@ async fn checked(
     caller_name: &mut Option<String>,
 ) -> Response {
     let app = app.clone();
+    // Whoever calls, no client names the caller: the guard does, for A2A (see `mcp_checked`).
+    request.headers_mut().remove(super::a2a::CALLER_HEADER);
     let headers = request.headers();
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     if !app.hosts.is_empty() && !app.hosts.iter().any(|h| h == host) {
@@ -107,8 +110,13 @@ async fn checked(
     if path == "/api/v1/health" || path.starts_with("/hooks/") || path.starts_with("/links/") {
         return secure(next.run(request).await);
     }
-    if path == "/mcp" {
+    if path == "/mcp" || path == "/a2a" || path.starts_with("/a2a/") {
         return secure(mcp_checked(&app, request, next, caller_name).await);
+    }
+    // An agent card is for discovery: public, as A2A has it (it names the workflows offered,
+    // which `mcp.workflows` chooses, and how to sign in).
+    if path == a2a_server::WELL_KNOWN_AGENT_CARD_PATH {
+        return secure(next.run(request).await);
     }
     if path == "/api/v1" || path.starts_with("/api/v1/") {
         let caller = match api_caller(&app, &request) {
@@ -216,6 +224,12 @@ async fn mcp_checked(
         },
     };
     *caller_name = Some(caller.name.clone());
+    // A2A's SDK hands its handler the request's headers, not its extensions: who called goes
+    // in a header only this guard sets (one a client sent is dropped above).
+    let who = format!("{}:{}", if caller.may_act { "act" } else { "read" }, caller.name);
+    if let Ok(value) = HeaderValue::from_str(&who) {
+        request.headers_mut().insert(super::a2a::CALLER_HEADER, value);
+    }
     request.extensions_mut().insert(caller);
     next.run(request).await
 }

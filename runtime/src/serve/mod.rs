@@ -5,6 +5,7 @@
 //! Nothing else needs it: threads run in their bundles' worker processes whether or not it
 //! runs, and the web view reads the same store the CLI does, through the library.
 
+pub mod a2a;
 pub mod api;
 pub mod app;
 mod assets;
@@ -118,6 +119,7 @@ pub async fn serve(
         deliveries: Default::default(),
         latencies: Default::default(),
         feeds: Default::default(),
+        own_url: format!("http://{bound}"),
     });
     let notifier = crate::reach::notifier::Notifier::new(store.clone(), format!("http://{bound}"));
     let notifying = tokio::spawn(notify_forever(notifier, store.clone(), app.stopping.subscribe()));

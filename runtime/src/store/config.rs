@@ -212,6 +212,24 @@ pub struct ServeConfig {
     /// are refused with 413.
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
+    /// The address people and other agents reach this server at (`https://flows.example.com`),
+    /// where links in messages and the A2A agent card point [default: the address it listens
+    /// on].
+    #[serde(default)]
+    pub public_url: Option<String>,
+}
+
+impl ServeConfig {
+    /// What is wrong with `public_url`, if anything.
+    fn check(&self) -> std::result::Result<(), String> {
+        let Some(url) = &self.public_url else { return Ok(()) };
+        let parsed =
+            reqwest::Url::parse(url).map_err(|e| format!("serve.public_url `{url}`: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(format!("serve.public_url `{url}`: expected an http(s):// address"));
+        }
+        Ok(())
+    }
 }
 
 /// `mcp:` in config.yaml.
@@ -466,6 +484,7 @@ impl Config {
             },
         )?;
         config.notify.check().map_err(corrupt)?;
+        config.serve.check().map_err(corrupt)?;
         config.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(config)
     }
@@ -490,8 +509,15 @@ const MCP_KEYS: &[&str] = &["workflows", "wait", "task_after", "poll"];
 const TELEMETRY_KEYS: &[&str] = &["otlp_endpoint"];
 const BUDGET_KEYS: &[&str] = &["max_tokens", "max_cost", "max_agent_calls", "max_duration"];
 const PRICE_KEYS: &[&str] = &["input", "output", "cached_input"];
-const SERVE_KEYS: &[&str] =
-    &["listen", "token_env", "max_connections", "header_timeout", "idle_timeout", "max_body_bytes"];
+const SERVE_KEYS: &[&str] = &[
+    "listen",
+    "token_env",
+    "max_connections",
+    "header_timeout",
+    "idle_timeout",
+    "max_body_bytes",
+    "public_url",
+];
 /// Keys every agent binding may have, and those of each kind.
 const BINDING_KEYS: &[&str] = &["kind", "timeout", "retries", "retry_delay"];
 const KIND_KEYS: &[(&str, &[&str])] = &[

@@ -14,10 +14,6 @@ use crate::store::pauses::WaitKind;
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NotifyConfig {
-    /// The address links in messages point at (`https://flows.example.com`), as people reach
-    /// `serve` [default: the address `serve` listens on].
-    #[serde(default)]
-    pub base_url: Option<String>,
     /// How long a link decides [default: 72h].
     #[serde(default)]
     pub link_ttl: Option<Seconds>,
@@ -118,13 +114,6 @@ impl NotifyConfig {
 
     /// What is wrong with it, named by its key (`notify.rules[0].to`), if anything.
     pub fn check(&self) -> std::result::Result<(), String> {
-        if let Some(base) = &self.base_url {
-            let parsed =
-                reqwest::Url::parse(base).map_err(|e| format!("notify.base_url `{base}`: {e}"))?;
-            if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(format!("notify.base_url `{base}`: expected an http(s):// address"));
-            }
-        }
         if let Some(ttl) = self.link_ttl
             && (ttl.0.is_zero() || ttl.0.as_secs() > MAX_TTL_SECS)
         {

@@ -1,0 +1,94 @@
+//! A2A: `serve` as an A2A v1.0 agent, called by the official Python SDK's client (PyPI's
+//! `a2a-sdk`, which `make test` installs) over both bindings it answers — JSON-RPC and
+//! HTTP+JSON — as another agent would: the agent card, a task that asks its reviewer (a person)
+//! and is answered by the next message, a message sent again (one task), a streamed task and
+//! its cancellation, the listing.
+
+use anyhow::{Context, Result, ensure};
+use serde_json::Value;
+
+use crate::tools::{python, repo};
+use crate::{Env, Serve};
+
+/// The server's token.
+const TOKEN: &str = "a2a-test-token-0123456789";
+
+/// What the SDK's client saw, by `what`.
+fn client(
+    serve: &Serve,
+    serve_err: &std::path::Path,
+    binding: &str,
+) -> Result<std::collections::HashMap<String, Value>> {
+    let out = std::process::Command::new(python()?)
+        .arg(repo().join("tests/reach/a2a_client.py"))
+        .args([&format!("http://{}", serve.addr), TOKEN, "solve-issue", binding])
+        .output()
+        .context("run the A2A client (`make test` installs a2a-sdk)")?;
+    ensure!(
+        out.status.success(),
+        "the A2A client failed:\n{}\n{}\nserve: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(serve_err).unwrap_or_default()
+    );
+    let mut seen = std::collections::HashMap::new();
+    for line in String::from_utf8(out.stdout)?.lines() {
+        let value: Value = serde_json::from_str(line)?;
+        seen.insert(value["what"].as_str().unwrap_or_default().to_string(), value);
+    }
+    Ok(seen)
+}
+
+on_both_stores! {
+
+/// The issue's "done when" for A2A: the SDK's client calls a workflow, answers its question,
+/// and cancels another, over JSON-RPC and over HTTP+JSON; the answer is journaled as made
+/// through A2A, by the token's name.
+#[test]
+fn the_sdk_client_calls_answers_and_cancels_over_both_bindings() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    std::fs::write(env.home().join("config.yaml"), "roles:\n  reviewer: human\n")?;
+    let serve = Serve::start(&env, &["--token", TOKEN], &[])?;
+    for binding in ["JSONRPC", "HTTP+JSON"] {
+        let seen = client(&serve, &env.dir.path().join("serve.err"), binding)?;
+        let card = &seen["card"];
+        ensure!(card["skills"] == serde_json::json!(["solve-issue"]), "{card}");
+        ensure!(card["bindings"] == serde_json::json!(["JSONRPC", "HTTP+JSON"]), "{card}");
+        let asked = &seen["asked"];
+        ensure!(asked["state"] == "TASK_STATE_INPUT_REQUIRED", "{binding}: {asked}");
+        ensure!(asked["question"].as_str().is_some_and(|q| q.contains("reviewer")), "{asked}");
+        let id = asked["id"].as_str().context("a task id")?;
+        ensure!(seen["again"]["id"] == id, "a message sent again started another task");
+        let answered = &seen["answered"];
+        ensure!(answered["state"] == "TASK_STATE_COMPLETED", "{binding}: {answered}");
+        let artifacts = answered["artifacts"].as_array().context("artifacts")?;
+        ensure!(artifacts.len() == 1 && artifacts[0]["name"] == "reviewer", "{answered}");
+        ensure!(seen["got"]["state"] == "TASK_STATE_COMPLETED");
+        let streamed = &seen["streamed"];
+        let events: Vec<&str> = streamed["events"].as_array().context("events")?.iter().filter_map(Value::as_str).collect();
+        ensure!(events.first() == Some(&"task"), "{streamed}");
+        ensure!(events.contains(&"TASK_STATE_WORKING"), "steps are told: {streamed}");
+        ensure!(events.last() == Some(&"TASK_STATE_INPUT_REQUIRED"), "{streamed}");
+        ensure!(seen["canceled"]["state"] == "TASK_STATE_CANCELED", "{}", seen["canceled"]);
+        let streamed_id = streamed["id"].as_str().context("the streamed task")?;
+        ensure!(env.json(&["thread", streamed_id])?["status"] == "killed");
+        let listed = seen["listed"]["ids"].as_array().context("listed")?;
+        ensure!(listed.iter().any(|t| t == id) && listed.iter().any(|t| t == streamed_id), "{listed:?}");
+        // The answer is the thread's, journaled as made through A2A by the server's token.
+        let decisions = env.json(&["thread", id])?["decisions"].clone();
+        ensure!(decisions[0]["by"] == serde_json::json!({"who": "server", "via": "a2a"}), "{decisions}");
+        let started = env.json(&["thread", id])?["start"]["startedBy"].clone();
+        ensure!(started.to_string().contains("a2a"), "{started}");
+    }
+    // Without a token, nothing but the card.
+    let anonymous = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-H", "content-type: application/json", "-d", "{}"])
+        .arg(format!("http://{}/a2a/jsonrpc", serve.addr))
+        .output()?;
+    ensure!(String::from_utf8(anonymous.stdout)? == "401");
+    serve.stop()?;
+    Ok(())
+}
+
+}
