@@ -39,7 +39,82 @@ fn client(
     Ok(seen)
 }
 
+/// The SDK's agent (`tests/reach/a2a_agent.py`), killed when dropped.
+struct RemoteAgent {
+    child: std::process::Child,
+    port: u16,
+    seen: std::path::PathBuf,
+}
+
+impl RemoteAgent {
+    fn start(env: &Env, token: &str) -> Result<RemoteAgent> {
+        use std::io::BufRead;
+        let seen = env.dir.path().join("agent-seen.jsonl");
+        let mut child = std::process::Command::new(python()?)
+            .arg(repo().join("tests/reach/a2a_agent.py"))
+            .arg(&seen)
+            .arg(token)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .context("start the A2A agent")?;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
+        let port = line.trim().strip_prefix("port=").context("a port")?.parse()?;
+        Ok(RemoteAgent { child, port, seen })
+    }
+}
+
+impl Drop for RemoteAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 on_both_stores! {
+
+/// `kind: a2a`: a role bound to an agent written with the official SDK's server is answered
+/// by it — the role's instructions and the thread sent as one message, with its token and the
+/// skill asked for — and its artifacts are the step (text, and the data part as its meta),
+/// journaled as any agent's answer; without its token, the call fails saying which variable.
+#[test]
+fn a_role_bound_to_an_a2a_agent_is_answered_by_it() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let agent = RemoteAgent::start(&env, "remote-token")?;
+    std::fs::write(
+        env.home().join("config.yaml"),
+        format!(
+            "agents:\n  remote:\n    kind: a2a\n    url: http://127.0.0.1:{0}\n    \
+             token_env: REVIEWER_TOKEN\n    skill: review\n    retries: 0\n  unset:\n    kind: a2a\n    \
+             url: http://127.0.0.1:{0}\n    token_env: NOBODY_SET_THIS_TOKEN\nroles:\n  reviewer: remote\n",
+            agent.port
+        ),
+    )?;
+    let run = env.run_with(&["run", "solve-issue", "-p", "Fix the parser"], &[("REVIEWER_TOKEN", "remote-token")])?;
+    ensure!(run.code == 0, "{run:?}");
+    let thread = crate::thread_id_of(&run.stdout)?;
+    let shown = env.json(&["thread", &thread])?;
+    let review = shown["steps"].as_array().context("steps")?.iter().find(|s| s["role"] == "reviewer").context("a review")?.clone();
+    ensure!(review["content"] == "Reviewed by the A2A agent: the change is sound.", "{review}");
+    ensure!(review["meta"] == serde_json::json!({"approved": true}), "{review}");
+    ensure!(review["agent"] == "remote", "{review}");
+    let seen = std::fs::read_to_string(&agent.seen)?;
+    let message: Value = serde_json::from_str(seen.lines().next().context("a message")?)?;
+    let text = message["parts"][0]["text"].as_str().unwrap_or_default();
+    ensure!(text.contains("reviewer") && text.contains("Fix the parser"), "{message}");
+    ensure!(message["metadata"]["skill"] == "review", "{message}");
+    ensure!(message["messageId"].as_str().is_some_and(|id| id.starts_with(&thread)), "{message}");
+
+    // (A worker keeps the environment it was started with: a variable nobody set is missing
+    // there too.)
+    let run = env.run(&["run", "solve-issue", "-p", "No token", "--agent-for", "reviewer=unset"])?;
+    ensure!(run.code != 0, "{run:?}");
+    let failed = crate::thread_id_of(&run.stdout)?;
+    let summary = env.json(&["thread", &failed])?["end"].to_string();
+    ensure!(summary.contains("NOBODY_SET_THIS_TOKEN"), "{summary}");
+    Ok(())
+}
 
 /// The issue's "done when" for A2A: the SDK's client calls a workflow, answers its question,
 /// and cancels another, over JSON-RPC and over HTTP+JSON; the answer is journaled as made

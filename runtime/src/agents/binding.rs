@@ -282,6 +282,12 @@ impl Binder<'_> {
                 .approving(self.approve),
             ),
             AgentKind::Human => Agent::Human,
+            AgentKind::A2a { url, token_env, skill } => Agent::A2a(super::a2a::A2aAgent {
+                url: url.clone(),
+                token_env: token_env.clone(),
+                skill: skill.clone(),
+                timeout: timeout.unwrap_or(super::a2a::DEFAULT_TIMEOUT),
+            }),
         };
         let defaults = RetryPolicy::default();
         let policy = RetryPolicy {

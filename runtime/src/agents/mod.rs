@@ -3,6 +3,7 @@
 //! the bundle; the failure policy every call goes through; and the extractor that turns an
 //! answer into a role's typed meta.
 
+pub mod a2a;
 pub mod binding;
 pub mod command;
 pub mod extract;
@@ -199,6 +200,8 @@ pub enum Agent {
     OpenAi(OpenAiAgent),
     /// Answered by a person, through the host (see [`human`]).
     Human,
+    /// Another agent, over A2A (see [`a2a`]).
+    A2a(a2a::A2aAgent),
 }
 
 impl Agent {
@@ -222,6 +225,7 @@ impl Agent {
             // waiting on a call holds its future on its fiber stack, where every size a call
             // could take is held for each of a worker's thousands of waiting threads.
             Agent::Command(agent) => Box::pin(agent.answer(context, processes)).await,
+            Agent::A2a(agent) => Box::pin(agent.answer(context)).await,
             Agent::OpenAi(agent) => {
                 Box::pin(tool_loop::answer(agent, context, processes, turns)).await
             }
@@ -256,6 +260,7 @@ impl Bound {
             Agent::Command(_) => ("invoke_agent", "command", None),
             Agent::Scripted(_) => ("invoke_agent", "scripted", None),
             Agent::Human => ("invoke_agent", "human", None),
+            Agent::A2a(_) => ("invoke_agent", "a2a", None),
         };
         telemetry::agent_span(AgentCall { operation, provider, model, agent: &self.label, role })
     }

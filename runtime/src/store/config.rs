@@ -48,6 +48,7 @@ use crate::duration::Seconds;
 use crate::error::{Error, Result};
 use crate::store::capacity::ProviderLimit;
 use crate::store::registry::yaml_reason;
+pub use crate::store::serve_config::{McpConfig, ServeConfig, TelemetryConfig};
 use crate::store::tool_servers::ToolServer;
 
 /// The whole of `config.yaml`. Every field is optional.
@@ -118,16 +119,6 @@ fn string_at(path: &Path, keys: &[&str]) -> Option<String> {
     value.as_str().map(str::to_string)
 }
 
-/// `telemetry:` in config.yaml.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TelemetryConfig {
-    /// The OTLP/HTTP collector's base URL (`http://localhost:4318`): traces are exported there
-    /// unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or its `_TRACES_` form) names another.
-    #[serde(default)]
-    pub otlp_endpoint: Option<String>,
-}
-
 /// `telemetry.otlp_endpoint` of the config file at `path`, read on its own (as [`store_url`]
 /// is): traces are set up before the command loads, and reports mistakes in, the whole file.
 pub fn otlp_endpoint(path: &Path) -> Option<String> {
@@ -186,75 +177,6 @@ impl Price {
     }
 }
 
-/// `serve:` in config.yaml. The token itself is not in the file (which is often shared, or
-/// kept in a repository): the file names the environment variable that holds it.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServeConfig {
-    /// `HOST:PORT`, when `--listen` does not say.
-    #[serde(default)]
-    pub listen: Option<String>,
-    /// The environment variable holding the token, when neither `--token` nor
-    /// `UNCAGED_WORKFLOW_TOKEN` gives one.
-    #[serde(default)]
-    pub token_env: Option<String>,
-    /// The most connections served at once [default: what the process's descriptors allow,
-    /// 4,096 at most].
-    #[serde(default)]
-    pub max_connections: Option<usize>,
-    /// How long a client may take to send a request's headers [default: 10s].
-    #[serde(default)]
-    pub header_timeout: Option<Seconds>,
-    /// How long a connection may be quiet before it is closed [default: 60s].
-    #[serde(default)]
-    pub idle_timeout: Option<Seconds>,
-    /// The largest request body the HTTP API takes, in bytes [default: 1 MiB]; larger ones
-    /// are refused with 413.
-    #[serde(default)]
-    pub max_body_bytes: Option<usize>,
-    /// The address people and other agents reach this server at (`https://flows.example.com`),
-    /// where links in messages and the A2A agent card point [default: the address it listens
-    /// on].
-    #[serde(default)]
-    pub public_url: Option<String>,
-}
-
-impl ServeConfig {
-    /// What is wrong with `public_url`, if anything.
-    fn check(&self) -> std::result::Result<(), String> {
-        let Some(url) = &self.public_url else { return Ok(()) };
-        let parsed =
-            reqwest::Url::parse(url).map_err(|e| format!("serve.public_url `{url}`: {e}"))?;
-        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-            return Err(format!("serve.public_url `{url}`: expected an http(s):// address"));
-        }
-        Ok(())
-    }
-}
-
-/// `mcp:` in config.yaml.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpConfig {
-    /// The workflows offered as tools, by name [default: every registered workflow].
-    #[serde(default)]
-    pub workflows: Option<Vec<String>>,
-    /// How long a tool call from a client without tasks waits for its thread to end before it
-    /// answers with the thread's id and how to follow it [default: 60s].
-    #[serde(default)]
-    pub wait: Option<Seconds>,
-    /// How long a tool call from a client of the tasks extension waits for its thread to end
-    /// before it answers with a task to poll [default: 5s]; a thread that waits for a person
-    /// is a task at once.
-    #[serde(default)]
-    pub task_after: Option<Seconds>,
-    /// How often a call's thread is read besides when its worker says it stored something
-    /// [default: 2s]; where no word comes (behind a transaction-pooling PgBouncer) it is read
-    /// every 20 ms after a change, then every 250 ms.
-    #[serde(default)]
-    pub poll: Option<Seconds>,
-}
-
 /// One named agent binding: its kind and the failure policy of its calls. (Read by hand,
 /// not with `#[serde(flatten)]`, which would hide from an error which key of the binding is
 /// wrong.)
@@ -302,6 +224,9 @@ pub enum AgentKind {
     },
     /// A person answers: on the terminal of a foreground `run`, else via `answer`.
     Human,
+    /// Another agent, over A2A: its base URL (the agent card is under it), the environment
+    /// variable holding its bearer token, the skill to ask for.
+    A2a { url: String, token_env: Option<String>, skill: Option<String> },
 }
 
 /// The model turns an agent call with tools may take unless its binding says.
@@ -334,7 +259,7 @@ impl<'de> serde::de::Visitor<'de> for BindingVisitor {
         let (mut base_url, mut model, mut api_key_env, mut temperature, mut max_tokens) =
             (None, None, None, None, None);
         let (mut stream, mut max_turns, mut tools) = (false, None, BTreeMap::new());
-        let mut limit = None;
+        let (mut limit, mut url, mut token_env, mut skill) = (None, None, None, None);
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "kind" => kind = Some(map.next_value::<String>()?),
@@ -354,6 +279,9 @@ impl<'de> serde::de::Visitor<'de> for BindingVisitor {
                 "max_turns" => max_turns = map.next_value()?,
                 "tools" => tools = map.next_value::<BTreeMap<String, ToolServer>>()?,
                 "limit" => limit = Some(map.next_value::<String>()?),
+                "url" => url = Some(map.next_value::<String>()?),
+                "token_env" => token_env = map.next_value::<Option<String>>()?,
+                "skill" => skill = map.next_value::<Option<String>>()?,
                 // Keys that belong to no kind are refused with a suggestion before this runs.
                 other => return Err(A::Error::unknown_field(other, &[])),
             }
@@ -385,9 +313,21 @@ impl<'de> serde::de::Visitor<'de> for BindingVisitor {
                 }
             }
             "human" => AgentKind::Human,
+            "a2a" => {
+                let url: String = url.ok_or_else(|| A::Error::missing_field("url"))?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(A::Error::custom(format!(
+                        "url `{url}`: expected the agent's http(s):// address"
+                    )));
+                }
+                if let Some(var) = token_env.as_deref() {
+                    crate::env_name::check(var).map_err(A::Error::custom)?;
+                }
+                AgentKind::A2a { url, token_env, skill }
+            }
             other => {
                 return Err(A::Error::custom(format!(
-                    "`kind: {other}` is no kind of agent (scripted, command, openai, human)"
+                    "`kind: {other}` is no kind of agent (scripted, command, openai, human, a2a)"
                 )));
             }
         };
@@ -538,6 +478,7 @@ const KIND_KEYS: &[(&str, &[&str])] = &[
         ],
     ),
     ("human", &[]),
+    ("a2a", &["url", "token_env", "skill"]),
 ];
 const EXTRACTOR_KEYS: &[&str] = &["agent", "retries"];
 

@@ -35,6 +35,7 @@ pub mod records;
 pub mod registry;
 pub mod request_keys;
 pub mod schedules;
+pub mod serve_config;
 pub mod started_by;
 pub mod steps;
 pub mod summaries;
