@@ -18,10 +18,11 @@ fn client(
     serve: &Serve,
     serve_err: &std::path::Path,
     binding: &str,
+    push: &str,
 ) -> Result<std::collections::HashMap<String, Value>> {
     let out = std::process::Command::new(python()?)
         .arg(repo().join("tests/reach/a2a_client.py"))
-        .args([&format!("http://{}", serve.addr), TOKEN, "solve-issue", binding])
+        .args([&format!("http://{}", serve.addr), TOKEN, "solve-issue", binding, push])
         .output()
         .context("run the A2A client (`make test` installs a2a-sdk)")?;
     ensure!(
@@ -123,10 +124,16 @@ fn a_role_bound_to_an_a2a_agent_is_answered_by_it() -> Result<()> {
 fn the_sdk_client_calls_answers_and_cancels_over_both_bindings() -> Result<()> {
     let env = Env::new()?;
     env.add_solve_issue()?;
-    std::fs::write(env.home().join("config.yaml"), "roles:\n  reviewer: human\n")?;
+    let receivers = crate::notify::Receivers::start(&env, 0)?;
+    // Pushes to the receiver on loopback: allowed here, refused by default.
+    std::fs::write(
+        env.home().join("config.yaml"),
+        "roles:\n  reviewer: human\nnotify:\n  poll: 100ms\n  a2a_push_private: true\n",
+    )?;
+    let push = format!("http://127.0.0.1:{}/push", receivers.http);
     let serve = Serve::start(&env, &["--token", TOKEN], &[])?;
     for binding in ["JSONRPC", "HTTP+JSON"] {
-        let seen = client(&serve, &env.dir.path().join("serve.err"), binding)?;
+        let seen = client(&serve, &env.dir.path().join("serve.err"), binding, &push)?;
         let card = &seen["card"];
         ensure!(card["skills"] == serde_json::json!(["solve-issue"]), "{card}");
         ensure!(card["bindings"] == serde_json::json!(["JSONRPC", "HTTP+JSON"]), "{card}");
@@ -155,6 +162,28 @@ fn the_sdk_client_calls_answers_and_cancels_over_both_bindings() -> Result<()> {
         ensure!(decisions[0]["by"] == serde_json::json!({"who": "server", "via": "a2a"}), "{decisions}");
         let started = env.json(&["thread", id])?["start"]["startedBy"].clone();
         ensure!(started.to_string().contains("a2a"), "{started}");
+        // Pushed once per rest, with the client's token: the question, then the end.
+        let mut states = vec![];
+        crate::wait_until("the task's end is pushed", || {
+            states = receivers
+                .received("push")?
+                .into_iter()
+                .filter(|p| p["payload"]["task"]["id"] == id)
+                .map(|p| {
+                    ensure!(p["token"] == "push-secret", "{p}");
+                    Ok(p["payload"]["task"]["status"]["state"].as_str().unwrap_or_default().to_string())
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(states.contains(&"TASK_STATE_COMPLETED".to_string()))
+        })?;
+        // (The question may have been answered before a poll saw it: a rest shorter than
+        // `notify.poll` can go untold; the end never does.)
+        let mut told = states.clone();
+        told.dedup();
+        ensure!(told == states && states.last().is_some_and(|s| s == "TASK_STATE_COMPLETED"), "{states:?}");
+        let notices = env.json(&["thread", id])?["notifications"].clone();
+        let pushes = notices.as_array().context("notifications")?;
+        ensure!(pushes.len() == states.len() && pushes.iter().all(|n| n["state"] == "sent"), "{notices}");
     }
     // Without a token, nothing but the card.
     let anonymous = std::process::Command::new("curl")

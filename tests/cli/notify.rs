@@ -19,16 +19,16 @@ use crate::{Env, Serve, status, wait_until};
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// The mail server and the HTTP receivers, stopped when dropped.
-struct Receivers {
+pub struct Receivers {
     child: Child,
     smtp: u16,
-    http: u16,
+    pub http: u16,
     out: PathBuf,
 }
 
 impl Receivers {
     /// Starts them; the first `fail_webhooks` webhook deliveries are answered 503.
-    fn start(env: &Env, fail_webhooks: u32) -> Result<Receivers> {
+    pub fn start(env: &Env, fail_webhooks: u32) -> Result<Receivers> {
         let out = env.dir.path().join("received.jsonl");
         let mut child = Command::new(python()?)
             .arg(repo().join("tests/reach/receivers.py"))
@@ -49,7 +49,7 @@ impl Receivers {
     }
 
     /// What they received of `kind` (`mail`, `webhook`, `webhook-refused`, `slack`).
-    fn received(&self, kind: &str) -> Result<Vec<Value>> {
+    pub fn received(&self, kind: &str) -> Result<Vec<Value>> {
         let text = std::fs::read_to_string(&self.out).unwrap_or_default();
         let all: Vec<Value> = text.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
         Ok(all.into_iter().filter(|r| r["kind"] == kind).collect())

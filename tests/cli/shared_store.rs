@@ -207,7 +207,7 @@ fn a_store_at_an_older_schema_is_migrated_forward_keeping_its_data() -> Result<(
                   bigint, bigint, double precision, text[], text[]";
     env.sql(&format!(
         "DROP TABLE schedule_firings, schedules, api_tokens, request_keys, fire_lock, \
-             tool_credentials, provider_limits, evals, eval_sets, links, notices; \
+             tool_credentials, provider_limits, evals, eval_sets, links, notices, push_configs; \
          DROP FUNCTION {append}), {append}, bytea); \
          DROP TRIGGER threads_deleted ON threads; DROP FUNCTION threads_deleted(); \
          ALTER TABLE thread_records ADD CONSTRAINT thread_records_thread_fkey \

@@ -3,7 +3,7 @@ would, and prints what it saw as JSON lines for tests/cli/a2a.rs to check: the a
 task that asks a question (input-required), its answer as the next message, the same first
 message sent again (one task), a streamed task, its cancellation, and the listing.
 
-usage: a2a_client.py BASE_URL TOKEN SKILL BINDING   (BINDING: JSONRPC or HTTP+JSON)
+usage: a2a_client.py BASE_URL TOKEN SKILL BINDING PUSH_URL   (BINDING: JSONRPC or HTTP+JSON)
 """
 
 import asyncio
@@ -15,6 +15,7 @@ import httpx
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
+    TaskPushNotificationConfig,
     GetTaskRequest,
     ListTasksRequest,
     Message,
@@ -25,7 +26,7 @@ from a2a.types.a2a_pb2 import (
 )
 from google.protobuf.json_format import MessageToDict
 
-BASE, TOKEN, SKILL, BINDING = sys.argv[1:5]
+BASE, TOKEN, SKILL, BINDING, PUSH = sys.argv[1:6]
 
 # Message ids of this run: a message sent again with one is the same message.
 RUN = uuid.uuid4().hex
@@ -68,6 +69,9 @@ async def main():
     first = await last_task(client, message(f"{RUN}-ask", "Fix the parser", skill=SKILL))
     say("asked", id=first.id, state=TaskState.Name(first.status.state),
         question=text_of(first.status.message))
+    pushed = await client.create_task_push_notification_config(
+        TaskPushNotificationConfig(task_id=first.id, url=PUSH, token="push-secret"))
+    say("push", id=pushed.id)
     again = await last_task(client, message(f"{RUN}-ask", "Fix the parser", skill=SKILL))
     say("again", id=again.id)
     done = await last_task(

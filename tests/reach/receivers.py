@@ -1,6 +1,7 @@
 """What the notifier's messages reach in the tests (tests/cli/notify.rs): a real SMTP server
 (aiosmtpd), a webhook receiver that checks each delivery with the Standard Webhooks library,
-and a stand-in for Slack's incoming webhooks that keeps what it is sent. Every message is a
+a stand-in for Slack's incoming webhooks, and an A2A client's push endpoint (tests/cli/a2a.rs),
+each keeping what it is sent. Every message is a
 JSON line appended to OUT. Prints `smtp=PORT http=PORT` once both listen.
 
 usage: receivers.py OUT SECRET [--fail-webhooks N]
@@ -66,6 +67,11 @@ class Http(BaseHTTPRequestHandler):
             except Exception as e:  # a delivery that does not verify is kept as such
                 keep({"kind": "webhook", "verified": False, "error": str(e)})
             self.send_response(204)
+            self.end_headers()
+        elif self.path == "/push":
+            keep({"kind": "push", "token": self.headers.get("a2a-notification-token"),
+                  "payload": json.loads(body)})
+            self.send_response(200)
             self.end_headers()
         elif self.path == "/slack":
             keep({"kind": "slack", "payload": json.loads(body)})

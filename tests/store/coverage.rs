@@ -25,6 +25,7 @@ const FILES: &[(&str, &[&str])] = &[
     ("CapacityBackend", &["capacity.rs"]),
     ("LinkBackend", &["links.rs"]),
     ("NoticeBackend", &["notices.rs"]),
+    ("PushConfigBackend", &["push_configs.rs"]),
 ];
 
 /// The methods of each `pub trait` declared in the Rust files under `dir`, by trait.

@@ -9,7 +9,7 @@
 //! `queue.rs` (`WorkQueue`), `registry.rs` (`RegistryBackend`), `bundles.rs`
 //! (`BundleBackend`), `schedules.rs` (`ScheduleBackend`, `LockHolder`), `tokens.rs`
 //! (`TokenBackend`), `request_keys.rs` (`RequestKeys`), `links.rs` (`LinkBackend`),
-//! `notices.rs` (`NoticeBackend`). `coverage.rs` reads the traits and
+//! `notices.rs` (`NoticeBackend`), `push_configs.rs` (`PushConfigBackend`). `coverage.rs` reads the traits and
 //! fails on any method its file calls nowhere.
 //!
 //! What goes through a worker (dispatch: run, resume, answer, fork, kill, pause, ps) is
@@ -262,6 +262,7 @@ mod journal;
 mod links;
 mod live;
 mod notices;
+mod push_configs;
 mod queue;
 mod registry;
 mod request_keys;

@@ -4,7 +4,9 @@
 //! link's page is `serve`'s too, but what a link may decide, and whether it still may, is
 //! here and in [`crate::run::waits`], never in a handler.
 
+pub mod a2a_tasks;
 pub mod channels;
 pub mod links;
 pub mod message;
 pub mod notifier;
+pub mod push;

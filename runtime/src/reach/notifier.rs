@@ -68,20 +68,22 @@ impl Notifier {
         let whole = self.store.config()?;
         let (config, public) = (whole.notify, whole.serve.public_url);
         let mut pass = Pass { recovered: links::recover(&self.store).await?, ..Pass::default() };
-        if !config.is_on() {
-            return Ok(pass);
-        }
         let now = now_ms();
         self.quiet.retain(|_, until| *until > now);
         if now.saturating_sub(self.forgot_at) >= FORGET_EVERY_MS {
             self.store.links().forget_expired(now.saturating_sub(KEEP_EXPIRED_MS))?;
             self.forgot_at = now;
         }
+        self.push(&config, &mut pass).await?;
         let at_rest = ThreadQuery {
             statuses: vec![ThreadStatus::Waiting, ThreadStatus::Paused],
             ..ThreadQuery::default()
         };
-        for summary in query::threads(&self.store, &at_rest)?.threads {
+        let summaries = match config.is_on() {
+            true => query::threads(&self.store, &at_rest)?.threads,
+            false => vec![],
+        };
+        for summary in summaries {
             let record = match self.store.threads().read(summary.thread_id) {
                 Ok(record) => record,
                 Err(e) => {
@@ -182,6 +184,66 @@ struct Target<'a> {
     channel: &'a Channel,
     recipient: Option<String>,
     public: Option<&'a str>,
+}
+
+impl Notifier {
+    /// The A2A push notifications due: each push config's task, told once per rest.
+    async fn push(&mut self, config: &NotifyConfig, pass: &mut Pass) -> Result<()> {
+        for push in self.store.push_configs().all()? {
+            let prefix = format!("{}/push/{}/", push.thread, push.id);
+            if self.quiet.keys().any(|k| k.starts_with(&prefix) && k.ends_with("/end")) {
+                continue;
+            }
+            let Ok(record) = self.store.threads().read(push.thread) else { continue };
+            let Some((rest, task)) = super::push::due(&record) else { continue };
+            let key = format!("{prefix}{rest}");
+            if self.quiet.contains_key(&key) {
+                continue;
+            }
+            let now = now_ms();
+            let fresh = Notice {
+                key: key.clone(),
+                thread: push.thread,
+                wait_key: rest.clone(),
+                kind: "a2a-push".into(),
+                channel: format!("a2a:{}", push.id),
+                recipient: None,
+                created: now,
+                state: NoticeState::Sending,
+                attempts: 0,
+                next_at: 0,
+                owner: None,
+                last_error: None,
+                sent_at: None,
+            };
+            let Some(claimed) = self.store.notices().claim(&fresh, &self.owner, now, LEASE_MS)?
+            else {
+                self.quiet.insert(key, now + RECHECK_MS);
+                continue;
+            };
+            let attempt = match super::push::send(&push, task, config.a2a_push_private).await {
+                Ok(()) => {
+                    pass.sent.push((push.thread, fresh.channel.clone(), None));
+                    Attempt::Sent { at: now_ms() }
+                }
+                Err(error) => {
+                    let retry_at = (claimed.attempts < config.attempts())
+                        .then(|| now_ms() + backoff_ms(claimed.attempts));
+                    pass.failed.push((push.thread, fresh.channel.clone(), error.clone()));
+                    Attempt::Failed { error, retry_at }
+                }
+            };
+            self.store.notices().settle(&claimed, &attempt)?;
+            let until = match attempt {
+                Attempt::Failed { retry_at: Some(at), .. } => at,
+                // A task that ended is told no more: its config is not looked at again.
+                _ if key.ends_with("/end") => u64::MAX,
+                _ => now_ms() + RECHECK_MS,
+            };
+            self.quiet.insert(key, until);
+        }
+        Ok(())
+    }
 }
 
 /// How long after attempt `attempts` failed the next is made: 5 s, doubling, 10 minutes at most.

@@ -30,6 +30,7 @@ pub mod notices;
 pub mod notify_config;
 pub mod pauses;
 mod postgres;
+pub mod push_configs;
 pub mod queue;
 pub mod records;
 pub mod registry;
@@ -242,6 +243,7 @@ pub struct Storage {
     request_keys: Arc<dyn request_keys::RequestKeys>,
     links: Arc<dyn links::LinkBackend>,
     notices: Arc<dyn notices::NoticeBackend>,
+    push_configs: Arc<dyn push_configs::PushConfigBackend>,
     credentials: Arc<dyn credentials::CredentialBackend>,
     capacity: Arc<dyn capacity::CapacityBackend>,
     /// This process's calls in line for the provider limits (one line per limit, shared by
@@ -272,6 +274,7 @@ impl Storage {
             request_keys: Arc::new(files::request_keys::FileRequestKeys::new(home)),
             links: Arc::new(files::links::FileLinks::new(home)),
             notices: Arc::new(files::notices::FileNotices::new(home)),
+            push_configs: Arc::new(files::push_configs::FilePushConfigs::new(home)),
             credentials: Arc::new(files::credentials::FileCredentials::new(home)),
             capacity: capacity.clone(),
             limiter: Arc::new(limiter::Limiter::new(capacity)),
@@ -305,6 +308,7 @@ impl Storage {
             request_keys: Arc::new(postgres::request_keys::PgRequestKeys::new(&pg)),
             links: Arc::new(postgres::links::PgLinks::new(&pg)),
             notices: Arc::new(postgres::notices::PgNotices::new(&pg)),
+            push_configs: Arc::new(postgres::push_configs::PgPushConfigs::new(&pg)),
             credentials: Arc::new(postgres::credentials::PgCredentials::new(&pg)),
             capacity: capacity.clone(),
             limiter: Arc::new(limiter::Limiter::new(capacity)),
@@ -370,6 +374,11 @@ impl Storage {
     /// The deliveries of waits to `notify:` channels.
     pub fn notices(&self) -> &dyn notices::NoticeBackend {
         &*self.notices
+    }
+
+    /// Where A2A clients asked to be told of their tasks' changes.
+    pub fn push_configs(&self) -> &dyn push_configs::PushConfigBackend {
+        &*self.push_configs
     }
 
     /// The OAuth credentials of tool servers (`tools login`), shared with the agent calls

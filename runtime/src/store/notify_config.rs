@@ -23,6 +23,10 @@ pub struct NotifyConfig {
     /// Attempts at a message before it is given up [default: 8].
     #[serde(default)]
     pub attempts: Option<u32>,
+    /// Whether A2A push notifications may go to loopback and private addresses [default:
+    /// false: an A2A client could otherwise have this server POST into its own network].
+    #[serde(default)]
+    pub a2a_push_private: bool,
     /// The channels, by name.
     #[serde(default)]
     pub channels: BTreeMap<String, Channel>,

@@ -394,6 +394,15 @@ impl ThreadRecord {
         self.steps.is_empty() && self.end.is_none() && self.paused.is_none() && !self.is_live()
     }
 
+    /// When the thread last changed: its end, its last step, or its start (ms).
+    pub fn last_changed(&self) -> u64 {
+        self.end
+            .as_ref()
+            .map(|e| e.timestamp)
+            .or(self.steps.last().map(|s| s.timestamp))
+            .unwrap_or(self.start.timestamp)
+    }
+
     /// The status the thread has when no process runs it: ended, paused, waiting, or
     /// interrupted (its process died mid-run).
     pub fn status_at_rest(&self) -> ThreadStatus {

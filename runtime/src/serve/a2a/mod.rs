@@ -7,6 +7,7 @@
 //! and its model's live text. The same tokens as the API and `/mcp` (a bearer token; acting
 //! needs one that may act).
 
+mod push;
 mod stream;
 mod tasks;
 
@@ -90,6 +91,25 @@ fn thread_of(id: &str) -> Result<ThreadId, A2AError> {
     id.parse().map_err(|_| A2AError::task_not_found(id))
 }
 
+/// Keeps the push config a message's configuration carries, for the task it took up.
+fn asked_to_push(
+    store: &crate::store::Storage,
+    owner: &str,
+    id: ThreadId,
+    req: &SendMessageRequest,
+) -> Result<(), A2AError> {
+    let asked = req.configuration.as_ref().and_then(|c| c.task_push_notification_config.clone());
+    match asked {
+        Some(config) => push::create(
+            store,
+            owner,
+            TaskPushNotificationConfig { task_id: id.to_string(), ..config },
+        )
+        .map(drop),
+        None => Ok(()),
+    }
+}
+
 /// The SDK's handler: every method, over threads.
 struct Agent {
     app: Arc<App>,
@@ -106,6 +126,7 @@ impl RequestHandler for Agent {
         may_act(&caller)?;
         let store = &self.app.store;
         let (id, before) = tasks::take(store, &caller.name, &req).await?;
+        asked_to_push(store, &caller.name, id, &req)?;
         let immediately = req.configuration.as_ref().and_then(|c| c.return_immediately);
         let record = match immediately {
             Some(true) => store.threads().read(id).map_err(a2a_error)?,
@@ -122,6 +143,7 @@ impl RequestHandler for Agent {
         let caller = caller(params)?;
         may_act(&caller)?;
         let (id, before) = tasks::take(&self.app.store, &caller.name, &req).await?;
+        asked_to_push(&self.app.store, &caller.name, id, &req)?;
         stream::of(&self.app, id, before)
     }
 
@@ -185,34 +207,40 @@ impl RequestHandler for Agent {
 
     async fn create_push_config(
         &self,
-        _params: &ServiceParams,
-        _req: TaskPushNotificationConfig,
+        params: &ServiceParams,
+        req: TaskPushNotificationConfig,
     ) -> Result<TaskPushNotificationConfig, A2AError> {
-        Err(A2AError::push_notification_not_supported())
+        let caller = caller(params)?;
+        may_act(&caller)?;
+        push::create(&self.app.store, &caller.name, req)
     }
 
     async fn get_push_config(
         &self,
-        _params: &ServiceParams,
-        _req: GetTaskPushNotificationConfigRequest,
+        params: &ServiceParams,
+        req: GetTaskPushNotificationConfigRequest,
     ) -> Result<TaskPushNotificationConfig, A2AError> {
-        Err(A2AError::push_notification_not_supported())
+        caller(params)?;
+        push::get(&self.app.store, &req)
     }
 
     async fn list_push_configs(
         &self,
-        _params: &ServiceParams,
-        _req: ListTaskPushNotificationConfigsRequest,
+        params: &ServiceParams,
+        req: ListTaskPushNotificationConfigsRequest,
     ) -> Result<ListTaskPushNotificationConfigsResponse, A2AError> {
-        Err(A2AError::push_notification_not_supported())
+        caller(params)?;
+        push::list(&self.app.store, &req)
     }
 
     async fn delete_push_config(
         &self,
-        _params: &ServiceParams,
-        _req: DeleteTaskPushNotificationConfigRequest,
+        params: &ServiceParams,
+        req: DeleteTaskPushNotificationConfigRequest,
     ) -> Result<(), A2AError> {
-        Err(A2AError::push_notification_not_supported())
+        let caller = caller(params)?;
+        may_act(&caller)?;
+        push::delete(&self.app.store, &req)
     }
 
     async fn get_extended_agent_card(
@@ -269,7 +297,7 @@ impl AgentCardProducer for Card {
             ],
             capabilities: AgentCapabilities {
                 streaming: Some(true),
-                push_notifications: Some(false),
+                push_notifications: Some(true),
                 extensions: None,
                 extended_agent_card: Some(false),
             },

@@ -29,14 +29,9 @@ pub fn task(record: &ThreadRecord) -> Task {
         .with_poll_interval_ms(POLL_INTERVAL_MS)
 }
 
-/// When thread `record` last changed, as a task tells it: its end, its last step, or its start.
+/// When thread `record` last changed, as a task tells it (see [`ThreadRecord::last_changed`]).
 pub fn last_changed(record: &ThreadRecord) -> u64 {
-    record
-        .end
-        .as_ref()
-        .map(|e| e.timestamp)
-        .or(record.steps.last().map(|s| s.timestamp))
-        .unwrap_or(record.start.timestamp)
+    record.last_changed()
 }
 
 pub use crate::clock::rfc3339;

@@ -20,6 +20,7 @@ pub mod journal;
 pub mod links;
 pub mod listing;
 pub mod notices;
+pub mod push_configs;
 pub mod queue;
 pub mod queue_entry;
 pub mod registry;

@@ -20,6 +20,7 @@ pub mod links;
 mod listing;
 mod live;
 pub mod notices;
+pub mod push_configs;
 pub mod queue;
 pub mod registry;
 pub mod request_keys;

@@ -18,3 +18,11 @@ CREATE TABLE notices (
     notice text NOT NULL
 );
 CREATE INDEX notices_thread ON notices (thread_id);
+
+-- A2A push-notification configs: where a client asked to be told of its task's changes.
+CREATE TABLE push_configs (
+    thread_id text NOT NULL,
+    id text NOT NULL,
+    config text NOT NULL,
+    PRIMARY KEY (thread_id, id)
+);
