@@ -308,6 +308,34 @@ async fn a_link_decides_once_and_only_for_its_wait() -> Result<()> {
     Ok(())
 }
 
+/// A budget's wait: its link's form raises the budget (a limit lowered is refused, spending
+/// nothing), and the thread goes on from where it paused.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_raises_a_spent_budget_and_the_thread_goes_on() -> Result<()> {
+    let env = Env::new()?;
+    env.add_solve_issue()?;
+    let receivers = Receivers::start(&env, 0)?;
+    add_config(&env, &notify_yaml(&receivers, &["hook"]))?;
+    let out = env.ok(&["run", "solve-issue", "-p", "x", "--max-agent-calls", "1", "--detach"])?;
+    let thread = out.trim().to_string();
+    wait_until("the budget pauses the thread", || Ok(status(&env, &thread)? == "paused"))?;
+    let server = serve(&env, &receivers.vars())?;
+    let hook = webhook_of(&receivers, &thread)?;
+    ensure!(hook["payload"]["wait"]["kind"] == "budget", "{hook}");
+    let raise = link(&hook, "raise")?;
+    let (code, page) = get(&raise).await?;
+    ensure!(code == 200 && page.contains("name=\"max_agent_calls\" inputmode=\"decimal\" value=\"2\""), "{code} {page}");
+    let (code, page) = post(&raise, &[("max_agent_calls", "0")]).await?;
+    ensure!(code == 422 && page.contains("below the one in force"), "{code} {page}");
+    let (code, page) = post(&raise, &[("max_agent_calls", "10")]).await?;
+    ensure!(code == 200 && page.contains("Done: budget raised"), "{code} {page}");
+    wait_until("the thread completes", || Ok(status(&env, &thread)? == "completed"))?;
+    let shown = env.json(&["thread", &thread])?;
+    ensure!(shown["start"]["parameters"]["options"]["budget"]["maxAgentCalls"] == 1, "{shown}");
+    server.stop()?;
+    Ok(())
+}
+
 /// Two `serve`s on one store send one message per wait (each delivery claimed once); a
 /// delivery refused by its receiver is tried again after its backoff, and the thread shows
 /// the failure and the attempts.

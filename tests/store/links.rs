@@ -64,7 +64,7 @@ contract! {
     fn of_uses_at_once_one_takes_the_link(store: &Storage) -> Result<()> {
         store.links().create(&link(ThreadId::new(), &hex(3), 500))?;
         let taken = std::thread::scope(|scope| {
-            let uses: Vec<_> = (0..8)
+            let uses: Vec<_> = (0..4)
                 .map(|i| scope.spawn(move || store.links().consume(&hex(3), &use_at(40 + i))))
                 .collect();
             uses.into_iter().map(|u| u.join().expect("a use")).collect::<Result<Vec<_>, _>>()

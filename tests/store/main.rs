@@ -51,8 +51,14 @@ fn pg() -> Result<&'static postgres::PgServer> {
         std::sync::OnceLock::new();
     SERVER
         .get_or_init(|| {
-            let server = postgres::PgServer::start(&["fsync=off", "synchronous_commit=off"])
-                .map_err(|e| format!("{e:#}"))?;
+            // As many connections as the CLI tests' server: the contract's tests run at once,
+            // and those that race (uses, claims) hold a connection each while they do.
+            let server = postgres::PgServer::start(&[
+                "fsync=off",
+                "synchronous_commit=off",
+                "max_connections=400",
+            ])
+            .map_err(|e| format!("{e:#}"))?;
             // Every test's database starts as a copy of one the store migrated.
             server
                 .prepare_template(|url| {

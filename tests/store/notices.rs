@@ -64,7 +64,7 @@ contract! {
     fn of_claims_at_once_one_sends(store: &Storage) -> Result<()> {
         let fresh = notice(ThreadId::new(), "hook");
         let claims = std::thread::scope(|scope| {
-            let claims: Vec<_> = (0..8)
+            let claims: Vec<_> = (0..4)
                 .map(|i| {
                     let fresh = &fresh;
                     scope.spawn(move || store.notices().claim(fresh, &format!("s{i}"), 100, 1_000))

@@ -14,9 +14,10 @@ use crate::error::{Error, Result};
 use crate::ids::ThreadId;
 use crate::run::actions::{self, Hand};
 use crate::run::answer::Answer;
+use crate::run::waits::{self, WaitKind};
 use crate::serve::api::types::DecisionKind;
 use crate::store::Storage;
-use crate::store::pauses::{DecidedBy, ToolWaitReason};
+use crate::store::pauses::DecidedBy;
 use crate::store::records::{EndStatus, ThreadRecord, ThreadStatus};
 
 /// The key under which a question is asked in `inputRequests`.
@@ -46,27 +47,27 @@ pub enum QuestionKind {
 const MAX_QUESTION: usize = 4000;
 
 impl Question {
-    /// The question thread `record` asks a person, if it waits for one (not for a child).
-    /// The record in hand says it: nothing is read again.
+    /// The question thread `record` asks a person, if it waits for one's answer or decision
+    /// (not for a child, a budget or a sign-in): [`waits::of`] tells what it waits for, this
+    /// only words it for a client. The record in hand says it: nothing is read again.
     pub fn of(record: &ThreadRecord) -> Option<Question> {
         if record.status() != ThreadStatus::Waiting {
             return None;
         }
-        let paused = record.paused.as_ref()?;
-        let call = paused.call.as_ref().filter(|call| call.child.is_none())?;
-        let role = paused.role.clone().unwrap_or_default();
-        let (text, kind) = match &call.tool {
-            Some(tool) => {
+        let wait = waits::of(record)?;
+        let role = wait.role.clone().unwrap_or_default();
+        let (text, kind) = match (wait.kind, &wait.tool) {
+            (WaitKind::Approve | WaitKind::Cut, Some(tool)) => {
                 let arguments = crate::terminal::line(&tool.arguments.to_string()).into_owned();
-                let kind = match tool.why {
-                    ToolWaitReason::Approve => QuestionKind::Approval,
-                    ToolWaitReason::Cut => QuestionKind::Cut,
-                };
-                let asked = match kind {
-                    QuestionKind::Cut => {
-                        "was cut short by a crash: make it again (redo), or give its result (skip, with the text)"
-                    }
-                    _ => "waits for approval: approve or deny it (with why)",
+                let (kind, asked) = match wait.kind {
+                    WaitKind::Cut => (
+                        QuestionKind::Cut,
+                        "was cut short by a crash: make it again (redo), or give its result (skip, with the text)",
+                    ),
+                    _ => (
+                        QuestionKind::Approval,
+                        "waits for approval: approve or deny it (with why)",
+                    ),
                 };
                 (
                     format!(
@@ -76,18 +77,14 @@ impl Question {
                     kind,
                 )
             }
-            None => {
-                let asked = call
-                    .input
-                    .as_deref()
-                    .filter(|i| !i.trim().is_empty())
-                    .or(call.system_prompt.as_deref())
-                    .unwrap_or("");
-                (
-                    format!("Role `{role}` of workflow `{}` asks: {asked}", record.start.name),
-                    QuestionKind::Text,
-                )
-            }
+            (WaitKind::Answer, _) => (
+                format!(
+                    "Role `{role}` of workflow `{}` asks: {}",
+                    record.start.name, wait.question
+                ),
+                QuestionKind::Text,
+            ),
+            _ => return None,
         };
         let text: String = text.chars().take(MAX_QUESTION).collect();
         Some(Question { role, text, kind })
