@@ -152,6 +152,9 @@ fn the_sdk_client_calls_answers_and_cancels_over_both_bindings() -> Result<()> {
         ensure!(events.first() == Some(&"task"), "{streamed}");
         ensure!(events.contains(&"TASK_STATE_WORKING"), "steps are told: {streamed}");
         ensure!(events.last() == Some(&"TASK_STATE_INPUT_REQUIRED"), "{streamed}");
+        // Subscribed again while it waits: the task, and that it waits (nothing new to tell).
+        let subscribed = &seen["subscribed"]["events"];
+        ensure!(subscribed == &serde_json::json!(["task", "TASK_STATE_INPUT_REQUIRED"]), "{subscribed}");
         ensure!(seen["canceled"]["state"] == "TASK_STATE_CANCELED", "{}", seen["canceled"]);
         let streamed_id = streamed["id"].as_str().context("the streamed task")?;
         ensure!(env.json(&["thread", streamed_id])?["status"] == "killed");

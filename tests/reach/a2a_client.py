@@ -22,6 +22,7 @@ from a2a.types.a2a_pb2 import (
     Part,
     Role,
     SendMessageRequest,
+    SubscribeToTaskRequest,
     TaskState,
 )
 from google.protobuf.json_format import MessageToDict
@@ -95,6 +96,13 @@ async def main():
             events.append(TaskState.Name(update.status.state))
             streamed = update.task_id
     say("streamed", id=streamed, events=events)
+    resubscribed = []
+    async for event in streaming.subscribe(SubscribeToTaskRequest(id=streamed)):
+        if event.HasField("task"):
+            resubscribed.append("task")
+        elif event.HasField("status_update"):
+            resubscribed.append(TaskState.Name(event.status_update.status.state))
+    say("subscribed", events=resubscribed)
     listed = await client.list_tasks(ListTasksRequest(page_size=10))
     say("listed", ids=[t.id for t in listed.tasks],
         states=[TaskState.Name(t.status.state) for t in listed.tasks])

@@ -142,9 +142,14 @@ impl RequestHandler for Agent {
     ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
         let caller = caller(params)?;
         may_act(&caller)?;
+        // The steps the task has when the message takes it up (none, for a new one).
+        let told_from = match req.message.task_id.as_deref().map(thread_of) {
+            Some(id) => self.app.store.threads().read(id?).map_or(0, |r| r.steps.len()),
+            None => 0,
+        };
         let (id, before) = tasks::take(&self.app.store, &caller.name, &req).await?;
         asked_to_push(&self.app.store, &caller.name, id, &req)?;
-        stream::of(&self.app, id, before)
+        stream::of(&self.app, id, before, told_from)
     }
 
     async fn get_task(
@@ -202,7 +207,7 @@ impl RequestHandler for Agent {
                 "task {id} has ended; GetTask reads it"
             )));
         }
-        stream::of(&self.app, id, None)
+        stream::of(&self.app, id, None, record.steps.len())
     }
 
     async fn create_push_config(

@@ -28,8 +28,10 @@ struct Follow {
     id: ThreadId,
     before: Option<Expected>,
     following: Following,
-    /// The next event of the log to tell (those before it were told, or came before).
+    /// The next event of the log to look at.
     next: usize,
+    /// The steps the thread had when the stream began: those after them are told.
+    told_from: usize,
     /// Items ready to go, in order.
     queued: std::collections::VecDeque<StreamResponse>,
     /// Set once the final items are queued: the stream ends when they are sent.
@@ -37,37 +39,32 @@ struct Follow {
     stopping: tokio::sync::watch::Receiver<bool>,
 }
 
-/// The stream of thread `id`, which a message took up (`before`: the wait it answered).
+/// The stream of thread `id`, which a message took up (`before`: the wait it answered) when it
+/// had `told_from` steps: the steps after those are told.
 pub fn of(
     app: &Arc<App>,
     id: ThreadId,
     before: Option<Expected>,
+    told_from: usize,
 ) -> Result<BoxStream<'static, Result<StreamResponse, A2AError>>, A2AError> {
     let store = app.store.clone();
     let following = app.feeds.follow(&store, id, app.stopping.subscribe()).map_err(a2a_error)?;
-    // The thread's run since it last came to rest (since it started, for a new task) is
-    // told: its steps so far are new to whoever sent the message.
-    let next = following
-        .log
-        .borrow()
-        .events
-        .iter()
-        .rposition(|t| {
-            t.frame.starts_with(b"event: waiting") || t.frame.starts_with(b"event: paused")
-        })
-        .map_or(0, |at| at + 1);
+    // The log is read from its start: steps at or before `told_from` are skipped by their
+    // index, and a rest it tells is checked against the thread as it is now.
+    let next = 0;
     let record = store.threads().read(id).map_err(a2a_error)?;
-    let mut follow = Follow {
+    let follow = Follow {
         store,
         id,
         before,
         following,
         next,
+        told_from,
         queued: [StreamResponse::Task(tasks::task(&record))].into(),
         done: false,
         stopping: app.stopping.subscribe(),
     };
-    follow.rest_if_done()?;
+    // A thread already at rest says so through its log's rest event, after its steps.
     Ok(Box::pin(futures::stream::unfold(follow, |mut follow| async move {
         loop {
             if let Some(item) = follow.queued.pop_front() {
@@ -100,6 +97,11 @@ impl Follow {
             self.next += 1;
             let Some(event) = data_of(&told.frame) else { return Ok(()) };
             return match event["type"].as_str() {
+                Some("step")
+                    if event["index"].as_u64().is_some_and(|i| i as usize <= self.told_from) =>
+                {
+                    Ok(())
+                }
                 Some("step") => {
                     let role = event["step"]["role"].as_str().unwrap_or("?");
                     let content = event["step"]["content"].as_str().unwrap_or_default();
