@@ -217,6 +217,16 @@ async fn a_mailed_link_approves_a_tool_call_once() -> Result<()> {
     ensure!(status(&env, &thread)? == "waiting" && ledger_lines(&ledger).is_empty(), "a GET decided");
     crate::web::interact(&browser, "confirm", None).await?;
     crate::web::wait_for(&browser, "the decision", "return document.body.innerText.includes('Done: approved')").await?;
+    // The thread's page in the web view says who decided, and what was sent.
+    browser.goto(&format!("http://{}/#/thread/{thread}", server.addr)).await?;
+    crate::web::wait_for(
+        &browser,
+        "the thread's decision and deliveries",
+        "const d = document.getElementById('decisions'), n = document.getElementById('notifications'); \
+         return !!d && d.innerText.includes('approve by ada@example.com through link:mail') \
+           && !!n && n.innerText.includes('through mail to ada@example.com: sent');",
+    )
+    .await?;
     browser.close().await?;
     wait_until("the thread completes", || Ok(status(&env, &thread)? == "completed"))?;
     ensure!(ledger_lines(&ledger) == ["a"], "{:?}", ledger_lines(&ledger));

@@ -429,6 +429,10 @@ async function threadView(id) {
         t.children.map((c, i) => el("span", {}, i ? ", " : "", threadLink(c.threadId), ` ${cut(c.name, 80)} `, badge(c.status)))) : null,
       el("div", { class: "muted" }, "Started ", when(start.timestamp)),
       t.usage ? el("div", { class: "muted", id: "usage" }, "Usage: ", usageText(t.usage)) : null,
+      (t.notifications || []).length ? el("div", { class: "muted", id: "notifications" },
+        t.notifications.map((n) => el("div", {}, `Notified (${n.kind}) through ${cut(n.channel, 80)}${n.recipient ? " to " + cut(n.recipient, 120) : ""}: ${n.state}, ${n.attempts} attempt(s)${n.lastError ? " — " + cut(n.lastError, 200) : ""}`))) : null,
+      (t.decisions || []).length ? el("div", { class: "muted", id: "decisions" },
+        t.decisions.map((d) => el("div", {}, `Step ${d.step + 1}: ${d.decision} by ${cut(d.by.who, 120)} through ${cut(d.by.via, 80)} `, when(d.timestamp)))) : null,
       working(t, now),
       actions(t)));
   return el("div", {},
