@@ -1,6 +1,6 @@
 //! What durability costs a durable agent: the same loop of model turns and tool calls, its
-//! entries journaled on disk (a synced write per turn, with the marks of the calls it starts,
-//! and one per tool result) and not journaled at all, on the same model — an endpoint on
+//! entries journaled on disk (a synced write per turn, with the marks of the calls it starts;
+//! the read-only tool's result unsynced, landing with the next turn's) and not journaled at all, on the same model — an endpoint on
 //! loopback that answers after 1 ms — and the same MCP server (the test ledger server, over
 //! stdio, from `target/mcp-venv`: `make mcp-servers`). Prints one JSON object per measurement;
 //! `make bench` puts them in BENCHMARKS.md.

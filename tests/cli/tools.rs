@@ -724,6 +724,39 @@ fn a_kill_at_any_point_of_a_loop_makes_no_tool_call_twice() -> Result<()> {
 }
 
 
+/// The result of a call safe to repeat is not synced alone; it lands with the next turn's
+/// synced write. `kill -9` between the two (after the result was written, before the next turn
+/// was asked): resumed, the thread asks no turn twice and asks no person; the result is kept,
+/// or, where the crash lost it (a database keeps such a write in the process until the next
+/// synced one), the read is made again — and one result of each call is journaled.
+#[test]
+fn a_kill_between_a_safe_calls_result_and_the_next_turn_asks_no_turn_twice() -> Result<()> {
+    let model = MockModel::start(|body| match turn_of(body) {
+        k @ 1..=3 => Turn::call("ledger__read", json!({})).saying(&format!("read {k}")),
+        _ => Turn::answer(DONE),
+    })?;
+    let env = workbench(&model, "", &ledger_server("")?)?;
+    let ledger = env.dir.path().join("ledger");
+    std::fs::write(&ledger, "entry\n")?;
+    let ledger_var = ("LEDGER_FILE", ledger.to_str().context("path")?);
+    let lease = ("UNCAGED_WORKFLOW_LEASE_MS", "1500");
+    let run = env.run_with(
+        &["run", "dev", "-p", "Read the ledger", "--detach"],
+        &[ledger_var, lease, ("UNCAGED_WORKFLOW_CRASH_AT", "tool-result-written:2")],
+    )?;
+    let thread = run.stdout.trim().to_string();
+    no_worker_runs(&env, &thread)?;
+    ensure!(model.asked(3) == 0, "the third turn was asked before the kill");
+    let resumed = env.run_with(&["resume", &thread], &[ledger_var, lease])?;
+    ensure!(resumed.code == 0, "{resumed:?}");
+    ensure!((1..=4).all(|k| model.asked(k) == 1), "a turn was asked twice");
+    let entries = loop_entries(&env, &dev_hash(&env)?, &thread)?;
+    let results = entries.iter().filter(|e| e["entry"] == "toolResult").count();
+    ensure!(results == 3, "one result of each call: {entries:?}");
+    ensure!(!entries.iter().any(|e| e["entry"] == "decision"), "a person was asked: {entries:?}");
+    Ok(())
+}
+
 /// A foreground `run` asks the person at it about a call to approve (`yes`, or `no` and why),
 /// its standard input not a terminal: the first approved, the second denied.
 #[test]

@@ -393,21 +393,27 @@ impl Loop<'_> {
             .map(|(call, tool, args)| async move {
                 let span = telemetry::tool_span(&tool.label, &call.id);
                 let started = Instant::now();
+                let safe = tool.safe_to_repeat;
                 let outcome = toolbox.call(tool, args, secrets).instrument(span.clone()).await;
                 if outcome.is_error {
                     telemetry::record_failure(&span, "tool_error", &head(&outcome.content, 200));
                 }
-                (call.id, outcome, started.elapsed().as_millis() as u64)
+                (call.id, outcome, started.elapsed().as_millis() as u64, safe)
             })
             .collect();
-        while let Some((call_id, outcome, duration_ms)) =
+        while let Some((call_id, outcome, duration_ms, safe)) =
             futures::StreamExt::next(&mut running).await
         {
             crash_point("tool-called");
             let ToolOutcome { content, is_error, cut_from } = outcome;
             let entry = LoopEntry::ToolResult { call_id, content, is_error, duration_ms, cut_from };
             self.state.apply(&entry, self.toolbox);
-            self.journal.record(entry, true).map_err(store)?;
+            // The result of a call that is safe to repeat is not synced alone: it lands with
+            // the next synced write (the next turn's, the call's answer). Lost to a crash
+            // before, the call is left started, and made again (docs/agents.md, "Crashes").
+            // Any other call's result is synced now: lost, it would have to ask a person.
+            self.journal.record(entry, !safe).map_err(store)?;
+            crash_point("tool-result-written");
         }
         let Some(wait) = wait else { return Ok(()) };
         match self.host.decide(&wait).await {
