@@ -724,13 +724,13 @@ fn a_kill_at_any_point_of_a_loop_makes_no_tool_call_twice() -> Result<()> {
 }
 
 
-/// The result of a call safe to repeat is not synced alone; it lands with the next turn's
-/// synced write. `kill -9` between the two (after the result was written, before the next turn
+/// The result of a read-only call is not synced alone; it lands with the next turn's synced
+/// write. `kill -9` between the two (after the result was written, before the next turn
 /// was asked): resumed, the thread asks no turn twice and asks no person; the result is kept,
 /// or, where the crash lost it (a database keeps such a write in the process until the next
 /// synced one), the read is made again — and one result of each call is journaled.
 #[test]
-fn a_kill_between_a_safe_calls_result_and_the_next_turn_asks_no_turn_twice() -> Result<()> {
+fn a_kill_between_a_read_only_calls_result_and_the_next_turn_asks_no_turn_twice() -> Result<()> {
     let model = MockModel::start(|body| match turn_of(body) {
         k @ 1..=3 => Turn::call("ledger__read", json!({})).saying(&format!("read {k}")),
         _ => Turn::answer(DONE),

@@ -24,6 +24,9 @@ pub struct Offered {
     /// A call a crash cut may be made again: the tool says it reads only, or may be repeated,
     /// or its binding lists it in `safe_to_repeat:`.
     pub safe_to_repeat: bool,
+    /// The tool says it only reads (MCP's `readOnlyHint`): a call made again changes nothing,
+    /// whatever changed since.
+    pub read_only: bool,
 }
 
 impl Offered {
@@ -40,9 +43,10 @@ impl Offered {
             return None;
         }
         let hints = tool.annotations.as_ref();
+        let read_only = hints.is_some_and(|h| h.read_only_hint == Some(true));
         let safe_to_repeat = config.safe_to_repeat.contains(&local)
-            || hints
-                .is_some_and(|h| h.read_only_hint == Some(true) || h.idempotent_hint == Some(true));
+            || read_only
+            || hints.is_some_and(|h| h.idempotent_hint == Some(true));
         // A schema the validator cannot compile is offered all the same: the server checks
         // what it is sent.
         let validator =
@@ -56,6 +60,7 @@ impl Offered {
                     .iter()
                     .any(|p| *p == format!("{name}.{local}") || *p == format!("{name}.*")),
             safe_to_repeat,
+            read_only,
             validator,
             tool,
         })

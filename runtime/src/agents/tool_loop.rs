@@ -393,26 +393,27 @@ impl Loop<'_> {
             .map(|(call, tool, args)| async move {
                 let span = telemetry::tool_span(&tool.label, &call.id);
                 let started = Instant::now();
-                let safe = tool.safe_to_repeat;
+                let read_only = tool.read_only;
                 let outcome = toolbox.call(tool, args, secrets).instrument(span.clone()).await;
                 if outcome.is_error {
                     telemetry::record_failure(&span, "tool_error", &head(&outcome.content, 200));
                 }
-                (call.id, outcome, started.elapsed().as_millis() as u64, safe)
+                (call.id, outcome, started.elapsed().as_millis() as u64, read_only)
             })
             .collect();
-        while let Some((call_id, outcome, duration_ms, safe)) =
+        while let Some((call_id, outcome, duration_ms, read_only)) =
             futures::StreamExt::next(&mut running).await
         {
             crash_point("tool-called");
             let ToolOutcome { content, is_error, cut_from } = outcome;
             let entry = LoopEntry::ToolResult { call_id, content, is_error, duration_ms, cut_from };
             self.state.apply(&entry, self.toolbox);
-            // The result of a call that is safe to repeat is not synced alone: it lands with
-            // the next synced write (the next turn's, the call's answer). Lost to a crash
-            // before, the call is left started, and made again (docs/agents.md, "Crashes").
-            // Any other call's result is synced now: lost, it would have to ask a person.
-            self.journal.record(entry, !safe).map_err(store)?;
+            // A read-only call's result is not synced alone: it lands with the next synced
+            // write (the next turn's, the call's answer). Lost to a crash before, the call is
+            // left started and made again, which changes nothing. Any other call's result is
+            // synced now: an idempotent call made again after something else changed what it
+            // wrote would change it again, and any other would have to ask a person.
+            self.journal.record(entry, !read_only).map_err(store)?;
             crash_point("tool-result-written");
         }
         let Some(wait) = wait else { return Ok(()) };
