@@ -307,6 +307,11 @@ async fn a_link_decides_once_and_only_for_its_wait() -> Result<()> {
     let decisions = env.json(&["thread", &b])?["decisions"].clone();
     ensure!(decisions.as_array().map(Vec::len) == Some(1) && decisions[0]["by"]["via"] == "cli", "{decisions}");
 
+    // Its thread deleted: the link says so.
+    env.ok(&["thread", "rm", &b])?;
+    let (code, page) = get(&link(&hook_b, "answer")?).await?;
+    ensure!(code == 409 && page.contains("its thread was deleted"), "{code} {page}");
+
     // Expired: 72 hours and a minute later, a link decides nothing.
     let c = waiting_review(&env, "third")?;
     let hook_c = webhook_of(&receivers, &c)?;

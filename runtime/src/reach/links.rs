@@ -151,6 +151,9 @@ pub fn open(
     let wait = match waits::current(store, link.thread, &expected) {
         Ok(wait) => wait,
         Err(Error::ThreadState { reason, .. }) => return Ok(Err(Refused::Gone(reason))),
+        Err(Error::UnknownThread(_)) => {
+            return Ok(Err(Refused::Gone("its thread was deleted".into())));
+        }
         Err(e) => return Err(e),
     };
     let Some(action) =
@@ -228,6 +231,7 @@ async fn apply(store: &Storage, link: &Link, decision: &Decision) -> Result<Opti
             Ok(_) => None,
             // Another decision won the race for the wait, or it was answered meanwhile.
             Err(Error::ThreadState { reason, .. }) => Some(reason),
+            Err(Error::UnknownThread(_)) => Some("its thread was deleted".into()),
             Err(e) => return Err(e),
         };
     store.links().applied(&link.hash, outcome.as_deref().unwrap_or("applied"))?;
@@ -241,28 +245,38 @@ async fn apply(store: &Storage, link: &Link, decision: &Decision) -> Result<Opti
 pub async fn recover(store: &Storage) -> Result<usize> {
     let mut applied = 0;
     for link in store.links().unapplied()? {
-        let Some(used) = &link.used else { continue };
-        let decision: Decision = match serde_json::from_value(used.decision.clone()) {
-            Ok(decision) => decision,
-            Err(e) => {
-                store.links().applied(&link.hash, &format!("not applied: {e}"))?;
-                continue;
-            }
-        };
-        let expected = Expected { key: link.wait_key.clone(), digest: link.digest.clone() };
-        let recorded_not_handed =
-            waits::current(store, link.thread, &expected).is_ok() && journaled(store, &link)?;
-        if recorded_not_handed {
-            actions::resume(store, link.thread, &RunRequest::default(), Hand::Detach).await?;
-            store.links().applied(&link.hash, "applied")?;
-            applied += 1;
-            continue;
-        }
-        if apply(store, &link, &decision).await?.is_none() {
-            applied += 1;
+        // One that cannot be applied now (a store that fails, a worker that will not start)
+        // holds up none of the others, and is tried again next pass.
+        match recover_one(store, &link).await {
+            Ok(true) => applied += 1,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(
+                "a decision made through a link for thread {}: {}",
+                link.thread,
+                crate::error::chain_line(&e)
+            ),
         }
     }
     Ok(applied)
+}
+
+/// Applies the kept use of `link`; whether it was applied.
+async fn recover_one(store: &Storage, link: &Link) -> Result<bool> {
+    let Some(used) = &link.used else { return Ok(false) };
+    let decision: Decision = match serde_json::from_value(used.decision.clone()) {
+        Ok(decision) => decision,
+        Err(e) => {
+            store.links().applied(&link.hash, &format!("not applied: {e}"))?;
+            return Ok(false);
+        }
+    };
+    let expected = Expected { key: link.wait_key.clone(), digest: link.digest.clone() };
+    if waits::current(store, link.thread, &expected).is_ok() && journaled(store, link)? {
+        actions::resume(store, link.thread, &RunRequest::default(), Hand::Detach).await?;
+        store.links().applied(&link.hash, "applied")?;
+        return Ok(true);
+    }
+    Ok(apply(store, link, &decision).await?.is_none())
 }
 
 /// Whether the thread of `link`'s journal already holds an answer or decision for the call
