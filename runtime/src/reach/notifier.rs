@@ -27,6 +27,10 @@ const LEASE_MS: u64 = 60_000;
 /// How long a delivery another process holds (or that is settled) is not looked at again.
 const RECHECK_MS: u64 = 30_000;
 
+/// How long a thread whose every delivery was sent is not read again while it rests as it
+/// did (a wait that changes changes its summary, and is read at once).
+const SENT_MS: u64 = 10 * 60_000;
+
 /// How often links that expired are forgotten.
 const FORGET_EVERY_MS: u64 = 10 * 60_000;
 
@@ -54,13 +58,30 @@ pub struct Notifier {
     base_url: String,
     /// Deliveries not to look at before a time: settled, or held by another process.
     quiet: HashMap<String, u64>,
+    /// Threads not to read again before a time while their summary says they rest as they did
+    /// (status, steps, when they paused): a pass reads only the threads whose rest is new, or
+    /// whose deliveries are due again — not every waiting thread every poll.
+    rested: HashMap<ThreadId, (Rest, u64)>,
+    /// `notify:` as the last pass read it: when it changes, every thread is looked at again.
+    config: Option<NotifyConfig>,
     forgot_at: u64,
 }
+
+/// How a listing tells a thread's rest.
+type Rest = (ThreadStatus, usize, Option<u64>);
 
 impl Notifier {
     pub fn new(store: Storage, base_url: String) -> Self {
         let owner = format!("serve {}:{}", std::process::id(), ThreadId::new());
-        Notifier { store, owner, base_url, quiet: HashMap::new(), forgot_at: 0 }
+        Notifier {
+            store,
+            owner,
+            base_url,
+            quiet: HashMap::new(),
+            rested: HashMap::new(),
+            config: None,
+            forgot_at: 0,
+        }
     }
 
     /// One pass: recover, then send what is due.
@@ -69,6 +90,10 @@ impl Notifier {
         let (config, public) = (whole.notify, whole.serve.public_url);
         let mut pass = Pass { recovered: links::recover(&self.store).await?, ..Pass::default() };
         let now = now_ms();
+        if self.config.as_ref() != Some(&config) {
+            self.rested.clear();
+            self.config = Some(config.clone());
+        }
         self.quiet.retain(|_, until| *until > now);
         if now.saturating_sub(self.forgot_at) >= FORGET_EVERY_MS {
             self.store.links().forget_expired(now.saturating_sub(KEEP_EXPIRED_MS))?;
@@ -83,7 +108,14 @@ impl Notifier {
             true => query::threads(&self.store, &at_rest)?.threads,
             false => vec![],
         };
+        let listed: std::collections::HashSet<ThreadId> =
+            summaries.iter().map(|s| s.thread_id).collect();
+        self.rested.retain(|id, (_, until)| listed.contains(id) && *until > now);
         for summary in summaries {
+            let rest = (summary.status, summary.steps, summary.paused_at);
+            if self.rested.get(&summary.thread_id).is_some_and(|(seen, _)| *seen == rest) {
+                continue;
+            }
             let record = match self.store.threads().read(summary.thread_id) {
                 Ok(record) => record,
                 Err(e) => {
@@ -91,25 +123,29 @@ impl Notifier {
                     continue;
                 }
             };
-            let Some(wait) = waits::of(&record) else { continue };
-            for (name, channel) in config.channels_for(&wait.workflow, wait.kind) {
-                for recipient in channels::recipients(channel) {
-                    let to = Target { name, channel, recipient, public: public.as_deref() };
-                    self.deliver(&config, &wait, to, &mut pass).await?;
+            let mut next = now_ms() + SENT_MS;
+            if let Some(wait) = waits::of(&record) {
+                for (name, channel) in config.channels_for(&wait.workflow, wait.kind) {
+                    for recipient in channels::recipients(channel) {
+                        let to = Target { name, channel, recipient, public: public.as_deref() };
+                        next = next.min(self.deliver(&config, &wait, to, &mut pass).await?);
+                    }
                 }
             }
+            self.rested.insert(summary.thread_id, (rest, next));
         }
         Ok(pass)
     }
 
-    /// Sends `wait` through channel `name` to `recipient`, if this process claims the delivery.
+    /// Sends `wait` through channel `name` to `recipient`, if this process claims the delivery;
+    /// when it is to be looked at again (sent: never, but the thread is re-read in a while).
     async fn deliver(
         &mut self,
         config: &NotifyConfig,
         wait: &Wait,
         to: Target<'_>,
         pass: &mut Pass,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let Target { name, channel, recipient, public } = to;
         let key = format!(
             "{}/{}/{}/{name}/{}",
@@ -118,8 +154,8 @@ impl Notifier {
             &wait.digest[..16],
             recipient.as_deref().unwrap_or_default()
         );
-        if self.quiet.contains_key(&key) {
-            return Ok(());
+        if let Some(until) = self.quiet.get(&key) {
+            return Ok(*until);
         }
         let now = now_ms();
         let fresh = Notice {
@@ -139,7 +175,7 @@ impl Notifier {
         };
         let Some(claimed) = self.store.notices().claim(&fresh, &self.owner, now, LEASE_MS)? else {
             self.quiet.insert(key, now + RECHECK_MS);
-            return Ok(());
+            return Ok(now + RECHECK_MS);
         };
         crate::faults::crash_point("notice-claimed");
         let base = public.unwrap_or(&self.base_url).trim_end_matches('/');
@@ -169,12 +205,12 @@ impl Notifier {
             }
         };
         self.store.notices().settle(&claimed, &attempt)?;
-        let until = match attempt {
-            Attempt::Failed { retry_at: Some(at), .. } => at,
-            _ => now_ms() + RECHECK_MS,
+        let (until, again) = match attempt {
+            Attempt::Failed { retry_at: Some(at), .. } => (at, at),
+            _ => (now_ms() + RECHECK_MS, now_ms() + SENT_MS),
         };
         self.quiet.insert(key, until);
-        Ok(())
+        Ok(again)
     }
 }
 
