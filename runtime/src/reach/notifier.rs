@@ -17,7 +17,7 @@ use crate::ids::ThreadId;
 use crate::run::query::{self, ThreadQuery};
 use crate::run::waits::{self, Wait};
 use crate::store::Storage;
-use crate::store::notices::{Attempt, Notice, NoticeState};
+use crate::store::notices::{Attempt, Notice};
 use crate::store::notify_config::{Channel, NotifyConfig};
 use crate::store::records::ThreadStatus;
 
@@ -158,21 +158,14 @@ impl Notifier {
             return Ok(*until);
         }
         let now = now_ms();
-        let fresh = Notice {
-            key: key.clone(),
-            thread: wait.thread,
-            wait_key: wait.key.clone(),
-            kind: wait.kind.as_str().into(),
-            channel: name.into(),
-            recipient: recipient.clone(),
-            created: now,
-            state: NoticeState::Sending,
-            attempts: 0,
-            next_at: 0,
-            owner: None,
-            last_error: None,
-            sent_at: None,
-        };
+        let fresh = Notice::fresh(
+            key.clone(),
+            wait.thread,
+            wait.key.clone(),
+            wait.kind.as_str(),
+            name.into(),
+            recipient.clone(),
+        );
         let Some(claimed) = self.store.notices().claim(&fresh, &self.owner, now, LEASE_MS)? else {
             self.quiet.insert(key, now + RECHECK_MS);
             return Ok(now + RECHECK_MS);
@@ -191,19 +184,8 @@ impl Notifier {
         // The delivery's id is the same on every attempt: a receiver tells a repeat by it.
         let id =
             format!("{}-{}", wait.thread, &crate::store::bundles::sha256_hex(key.as_bytes())[..16]);
-        let attempt = match channels::send(name, channel, recipient.as_deref(), &message, &id).await
-        {
-            Ok(()) => {
-                pass.sent.push((wait.thread, name.to_string(), recipient));
-                Attempt::Sent { at: now_ms() }
-            }
-            Err(error) => {
-                let retry_at = (claimed.attempts < config.attempts())
-                    .then(|| now_ms() + backoff_ms(claimed.attempts));
-                pass.failed.push((wait.thread, name.to_string(), error.clone()));
-                Attempt::Failed { error, retry_at }
-            }
-        };
+        let sent = channels::send(name, channel, recipient.as_deref(), &message, &id).await;
+        let attempt = attempted(config, &claimed, sent, pass);
         self.store.notices().settle(&claimed, &attempt)?;
         let (until, again) = match attempt {
             Attempt::Failed { retry_at: Some(at), .. } => (at, at),
@@ -237,38 +219,15 @@ impl Notifier {
                 continue;
             }
             let now = now_ms();
-            let fresh = Notice {
-                key: key.clone(),
-                thread: push.thread,
-                wait_key: rest.clone(),
-                kind: "a2a-push".into(),
-                channel: format!("a2a:{}", push.id),
-                recipient: None,
-                created: now,
-                state: NoticeState::Sending,
-                attempts: 0,
-                next_at: 0,
-                owner: None,
-                last_error: None,
-                sent_at: None,
-            };
+            let channel = format!("a2a:{}", push.id);
+            let fresh = Notice::fresh(key.clone(), push.thread, rest, "a2a-push", channel, None);
             let Some(claimed) = self.store.notices().claim(&fresh, &self.owner, now, LEASE_MS)?
             else {
                 self.quiet.insert(key, now + RECHECK_MS);
                 continue;
             };
-            let attempt = match super::push::send(&push, task, config.a2a_push_private).await {
-                Ok(()) => {
-                    pass.sent.push((push.thread, fresh.channel.clone(), None));
-                    Attempt::Sent { at: now_ms() }
-                }
-                Err(error) => {
-                    let retry_at = (claimed.attempts < config.attempts())
-                        .then(|| now_ms() + backoff_ms(claimed.attempts));
-                    pass.failed.push((push.thread, fresh.channel.clone(), error.clone()));
-                    Attempt::Failed { error, retry_at }
-                }
-            };
+            let sent = super::push::send(&push, task, config.a2a_push_private).await;
+            let attempt = attempted(config, &claimed, sent, pass);
             self.store.notices().settle(&claimed, &attempt)?;
             let until = match attempt {
                 Attempt::Failed { retry_at: Some(at), .. } => at,
@@ -279,6 +238,28 @@ impl Notifier {
             self.quiet.insert(key, until);
         }
         Ok(())
+    }
+}
+
+/// What sending delivery `claimed` came to (`sent`), told in `pass`: sent, or failed and tried
+/// again after its backoff until `notify.attempts` are spent.
+fn attempted(
+    config: &NotifyConfig,
+    claimed: &Notice,
+    sent: std::result::Result<(), String>,
+    pass: &mut Pass,
+) -> Attempt {
+    match sent {
+        Ok(()) => {
+            pass.sent.push((claimed.thread, claimed.channel.clone(), claimed.recipient.clone()));
+            Attempt::Sent { at: now_ms() }
+        }
+        Err(error) => {
+            let retry_at = (claimed.attempts < config.attempts())
+                .then(|| now_ms() + backoff_ms(claimed.attempts));
+            pass.failed.push((claimed.thread, claimed.channel.clone(), error.clone()));
+            Attempt::Failed { error, retry_at }
+        }
     }
 }
 

@@ -42,6 +42,35 @@ pub struct Notice {
     pub sent_at: Option<u64>,
 }
 
+impl Notice {
+    /// A delivery not yet claimed: of thread `thread`'s rest `wait_key` (a wait of `kind`),
+    /// through `channel` to `recipient`, keyed `key`.
+    pub fn fresh(
+        key: String,
+        thread: ThreadId,
+        wait_key: String,
+        kind: &str,
+        channel: String,
+        recipient: Option<String>,
+    ) -> Notice {
+        Notice {
+            key,
+            thread,
+            wait_key,
+            kind: kind.to_string(),
+            channel,
+            recipient,
+            created: crate::clock::now_ms(),
+            state: NoticeState::Sending,
+            attempts: 0,
+            next_at: 0,
+            owner: None,
+            last_error: None,
+            sent_at: None,
+        }
+    }
+}
+
 /// Where a delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
