@@ -72,6 +72,44 @@ impl Drop for RemoteAgent {
     }
 }
 
+/// Sends `POST /a2a/rest/tasks/{task}:cancel`, its body a moment after its headers, then a
+/// listing on the same connection: how many answers came back on it (the task ended: the
+/// cancel is refused, which is as good an answer).
+fn two_requests_on_one_connection(addr: &str, task: &str) -> Result<usize> {
+    use std::io::{Read, Write};
+    let body = format!("{{\"id\":\"{task}\"}}");
+    let head = format!(
+        "POST /a2a/rest/tasks/{task}:cancel HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer \
+         {TOKEN}\r\nA2A-Version: 1.0\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let list = format!(
+        "GET /a2a/rest/tasks?pageSize=1 HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer \
+         {TOKEN}\r\nA2A-Version: 1.0\r\n\r\n"
+    );
+    let mut socket = std::net::TcpStream::connect(addr)?;
+    socket.write_all(head.as_bytes())?;
+    // Two packets, as a client that writes headers and body apart sends them: the server must
+    // not answer (and close) before it has the body.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    socket.write_all(body.as_bytes())?;
+    let mut answers = String::new();
+    let mut buf = [0u8; 65536];
+    socket.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
+    let read = socket.read(&mut buf)?;
+    answers.push_str(&String::from_utf8_lossy(&buf[..read]));
+    // A closed connection refuses the write, or answers it with nothing.
+    if socket.write_all(list.as_bytes()).is_ok() {
+        while answers.matches("HTTP/1.1 ").count() < 2 {
+            match socket.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(read) => answers.push_str(&String::from_utf8_lossy(&buf[..read])),
+            }
+        }
+    }
+    Ok(answers.matches("HTTP/1.1 ").count())
+}
+
 on_both_stores! {
 
 /// `kind: a2a`: a role bound to an agent written with the official SDK's server is answered
@@ -188,6 +226,11 @@ fn the_sdk_client_calls_answers_and_cancels_over_both_bindings() -> Result<()> {
         let pushes = notices.as_array().context("notifications")?;
         ensure!(pushes.len() == states.len() && pushes.iter().all(|n| n["state"] == "sent"), "{notices}");
     }
+    // A body sent after its headers (as httpx writes them) is read even where the SDK's handler
+    // does not read it (HTTP+JSON cancel): the connection stays open for the next request.
+    let asked = client(&serve, &env.dir.path().join("serve.err"), "JSONRPC", &push)?;
+    let task = asked["asked"]["id"].as_str().context("a task")?;
+    ensure!(two_requests_on_one_connection(&serve.addr, task)? == 2, "the connection was closed");
     // Without a token, nothing but the card.
     let anonymous = std::process::Command::new("curl")
         .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST", "-H", "content-type: application/json", "-d", "{}"])

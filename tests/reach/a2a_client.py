@@ -103,11 +103,13 @@ async def main():
         elif event.HasField("status_update"):
             resubscribed.append(TaskState.Name(event.status_update.status.state))
     say("subscribed", events=resubscribed)
+    canceled = await client.cancel_task(CancelTaskRequest(id=streamed))
+    say("canceled", state=TaskState.Name(canceled.status.state))
+    # Right after a cancel, on the same connection (a server that left the cancel's body
+    # unread would close it under this request).
     listed = await client.list_tasks(ListTasksRequest(page_size=10))
     say("listed", ids=[t.id for t in listed.tasks],
         states=[TaskState.Name(t.status.state) for t in listed.tasks])
-    canceled = await client.cancel_task(CancelTaskRequest(id=streamed))
-    say("canceled", state=TaskState.Name(canceled.status.state))
     await http.aclose()
 
 

@@ -110,7 +110,25 @@ async fn checked(
     if path == "/api/v1/health" || path.starts_with("/hooks/") || path.starts_with("/links/") {
         return secure(next.run(request).await);
     }
-    if path == "/mcp" || path == "/a2a" || path.starts_with("/a2a/") {
+    if path == "/mcp" {
+        return secure(mcp_checked(&app, request, next, caller_name).await);
+    }
+    if path == "/a2a" || path.starts_with("/a2a/") {
+        // Read whole before the SDK's handler runs: its HTTP+JSON `tasks/{id}:cancel` ignores
+        // the body a client sends, and a connection whose request body was left unread is
+        // closed after the answer — under a client's next request on it, as a Python client
+        // found. (Bounded as every body is.)
+        let (parts, body) = request.into_parts();
+        let body = match axum::body::to_bytes(body, app.max_body).await {
+            Ok(body) => body,
+            Err(_) => {
+                return refuse(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "the request is over the server's limit (serve.max_body_bytes)",
+                );
+            }
+        };
+        let request = Request::from_parts(parts, axum::body::Body::from(body));
         return secure(mcp_checked(&app, request, next, caller_name).await);
     }
     // An agent card is for discovery: public, as A2A has it (it names the workflows offered,
