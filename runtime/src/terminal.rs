@@ -134,6 +134,14 @@ pub fn html(text: &str) -> String {
     out
 }
 
+/// `text` cut to its first `max` characters, with `…` where it was cut.
+pub fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => std::borrow::Cow::Owned(format!("{}…", &text[..at])),
+        None => std::borrow::Cow::Borrowed(text),
+    }
+}
+
 /// Whether [`line`] shows `c` escaped.
 pub fn is_hidden_in_line(c: char) -> bool {
     c.is_control() || is_invisible_format(c)

@@ -5,21 +5,8 @@ use uncaged_workflow::store::notices::{Attempt, Notice, NoticeState};
 use super::*;
 
 fn notice(thread: ThreadId, channel: &str) -> Notice {
-    Notice {
-        key: format!("{thread}/2.0/d1/{channel}/"),
-        thread,
-        wait_key: "2.0".into(),
-        kind: "approve".into(),
-        channel: channel.into(),
-        recipient: None,
-        created: 10,
-        state: NoticeState::Sending,
-        attempts: 0,
-        next_at: 0,
-        owner: None,
-        last_error: None,
-        sent_at: None,
-    }
+    let key = format!("{thread}/2.0/d1/{channel}/");
+    Notice::fresh(key, thread, "2.0".into(), "approve", channel.into(), None)
 }
 
 contract! {

@@ -123,7 +123,7 @@ impl Message {
         let mut blocks = vec![
             json!({"type": "section", "text": {"type": "mrkdwn", "text": slack_escape(&self.intro())}}),
             json!({"type": "section", "text": {"type": "mrkdwn",
-                "text": format!("```{}```", slack_escape(&cut(&self.details(), 2800)))}}),
+                "text": format!("```{}```", slack_escape(&crate::terminal::cut(&self.details(), 2800)))}}),
         ];
         let mut buttons: Vec<Value> = self
             .links
@@ -166,13 +166,6 @@ impl Message {
 
 fn indent(text: &str) -> String {
     text.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n")
-}
-
-fn cut(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
 }
 
 /// `text` for Slack's markup: its three control characters escaped, as Slack asks.

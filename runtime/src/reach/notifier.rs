@@ -70,6 +70,14 @@ pub struct Notifier {
 /// How a listing tells a thread's rest.
 type Rest = (ThreadStatus, usize, Option<u64>);
 
+/// Where a delivery goes: a channel, its recipient, and the server's public address.
+struct Target<'a> {
+    name: &'a str,
+    channel: &'a Channel,
+    recipient: Option<String>,
+    public: Option<&'a str>,
+}
+
 impl Notifier {
     pub fn new(store: Storage, base_url: String) -> Self {
         let owner = format!("serve {}:{}", std::process::id(), ThreadId::new());
@@ -194,17 +202,7 @@ impl Notifier {
         self.quiet.insert(key, until);
         Ok(again)
     }
-}
 
-/// Where a delivery goes: a channel, its recipient, and the server's public address.
-struct Target<'a> {
-    name: &'a str,
-    channel: &'a Channel,
-    recipient: Option<String>,
-    public: Option<&'a str>,
-}
-
-impl Notifier {
     /// The A2A push notifications due: each push config's task, told once per rest.
     async fn push(&mut self, config: &NotifyConfig, pass: &mut Pass) -> Result<()> {
         for push in self.store.push_configs().all()? {

@@ -204,10 +204,7 @@ pub fn of(record: &ThreadRecord) -> Option<Wait> {
     let digest = digest_of(kind, &key, role.as_deref(), &question, tool.as_ref());
     // The call's own digest is part of what is pinned, not of what is shown.
     let question = question.split('\u{0}').next().unwrap_or_default().trim_end().to_string();
-    let question = match question.char_indices().nth(MAX_QUESTION) {
-        Some((at, _)) => format!("{}…", &question[..at]),
-        None => question,
-    };
+    let question = crate::terminal::cut(&question, MAX_QUESTION).into_owned();
     Some(Wait {
         thread: record.id(),
         workflow: record.start.name.clone(),

@@ -106,12 +106,6 @@ pub enum Attempt {
     },
 }
 
-/// Whether `notice` may be claimed at `now`: never tried, or due again, or its sender's
-/// lease ran out. The rule every backend applies (the database in its `WHERE`).
-pub fn claimable(notice: &Notice, now: u64) -> bool {
-    matches!(notice.state, NoticeState::Retrying | NoticeState::Sending) && notice.next_at <= now
-}
-
 /// Where deliveries are kept.
 pub trait NoticeBackend: Send + Sync + std::fmt::Debug {
     /// Claims delivery `fresh.key` for `owner` until `now + lease_ms`: made (from `fresh`) if
@@ -126,21 +120,44 @@ pub trait NoticeBackend: Send + Sync + std::fmt::Debug {
     fn of_thread(&self, thread: ThreadId) -> Result<Vec<Notice>>;
 }
 
-/// The state `notice`, claimed by `owner` at `now`, is in: the rule both backends' files and
-/// rows follow (a database applies it in SQL too).
-pub fn claimed(notice: &Notice, owner: &str, now: u64, lease_ms: u64) -> Notice {
-    Notice {
+/// Delivery `fresh` as claiming it by `owner` at `now` makes it, given what is kept of it
+/// (`kept`): made if new, taken if due again or its sender's lease ran out; `None` if another
+/// holds it or it is settled. The one rule both backends apply under their lock.
+pub fn claim(
+    kept: Option<Notice>,
+    fresh: &Notice,
+    owner: &str,
+    now: u64,
+    lease_ms: u64,
+) -> Option<Notice> {
+    let notice = match kept {
+        None => fresh.clone(),
+        Some(kept)
+            if matches!(kept.state, NoticeState::Retrying | NoticeState::Sending)
+                && kept.next_at <= now =>
+        {
+            kept
+        }
+        Some(_) => return None,
+    };
+    Some(Notice {
         state: NoticeState::Sending,
         attempts: notice.attempts + 1,
         next_at: now + lease_ms,
         owner: Some(owner.to_string()),
-        ..notice.clone()
-    }
+        ..notice
+    })
 }
 
-/// `notice` after `attempt`, if `owner` still holds it.
-pub fn settled(notice: &Notice, owner: &str, attempt: &Attempt) -> Option<Notice> {
-    if notice.state != NoticeState::Sending || notice.owner.as_deref() != Some(owner) {
+/// What is kept of a delivery (`kept`) once the attempt it was claimed for (`claimed`) came to
+/// `attempt`;
+/// `None` if its claimer lost it meanwhile (another took it when its lease ran out).
+pub fn settle(kept: &Notice, claimed: &Notice, attempt: &Attempt) -> Option<Notice> {
+    let held = kept.state == NoticeState::Sending
+        && kept.attempts == claimed.attempts
+        && kept.owner.is_some()
+        && kept.owner == claimed.owner;
+    if !held {
         return None;
     }
     Some(match attempt {
@@ -148,13 +165,13 @@ pub fn settled(notice: &Notice, owner: &str, attempt: &Attempt) -> Option<Notice
             state: NoticeState::Sent,
             sent_at: Some(*at),
             last_error: None,
-            ..notice.clone()
+            ..kept.clone()
         },
         Attempt::Failed { error, retry_at } => Notice {
             state: if retry_at.is_some() { NoticeState::Retrying } else { NoticeState::Failed },
-            next_at: retry_at.unwrap_or(notice.next_at),
+            next_at: retry_at.unwrap_or(kept.next_at),
             last_error: Some(error.clone()),
-            ..notice.clone()
+            ..kept.clone()
         },
     })
 }

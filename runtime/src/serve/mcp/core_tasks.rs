@@ -310,7 +310,7 @@ fn status(status: ThreadStatus, waits_for_a_person: bool) -> &'static str {
 fn task(record: &ThreadRecord) -> Value {
     // As the extension's task says it (see `super::tasks::task`): waiting, but not on a child.
     let waits = record.waited_child().is_none();
-    let last = super::tasks::last_changed(record);
+    let last = record.last_changed();
     task_json(record.id(), status(record.status(), waits), record.start.timestamp, last)
 }
 

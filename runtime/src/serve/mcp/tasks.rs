@@ -23,15 +23,10 @@ pub fn task(record: &ThreadRecord) -> Task {
         ThreadStatus::Waiting if record.waited_child().is_none() => TaskStatus::InputRequired,
         _ => TaskStatus::Working,
     };
-    let last = last_changed(record);
+    let last = record.last_changed();
     Task::new(record.id().to_string(), status, rfc3339(record.start.timestamp), rfc3339(last))
         .with_status_message(format!("thread {} is {}", record.id(), record.status().as_str()))
         .with_poll_interval_ms(POLL_INTERVAL_MS)
-}
-
-/// When thread `record` last changed, as a task tells it (see [`ThreadRecord::last_changed`]).
-pub fn last_changed(record: &ThreadRecord) -> u64 {
-    record.last_changed()
 }
 
 pub use crate::clock::rfc3339;

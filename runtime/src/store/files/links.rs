@@ -60,10 +60,8 @@ impl LinkBackend for FileLinks {
         link.used = Some(used.clone());
         // The marker first: a crash between the two leaves a marker of an unused link, which
         // `unapplied` skips; the other order could leave a use no one applies.
-        durable::write_atomic(&self.marker(hash), b"").or_else(|_| {
-            durable::create_dir(&self.dir.join("unapplied"))?;
-            durable::write_atomic(&self.marker(hash), b"")
-        })?;
+        durable::create_dir(&self.dir.join("unapplied"))?;
+        durable::write_atomic(&self.marker(hash), b"")?;
         docs::write(&path, &link)?;
         Ok(Consumed::Taken(link))
     }

@@ -35,12 +35,9 @@ impl NoticeBackend for FileNotices {
     ) -> Result<Option<Notice>> {
         let _lock = docs::lock(&self.dir)?;
         let path = self.file(fresh.thread, &fresh.key);
-        let claimed = match docs::read::<Notice>(&path, "read a notice")? {
-            None => notices::claimed(fresh, owner, now, lease_ms),
-            Some(kept) if notices::claimable(&kept, now) => {
-                notices::claimed(&kept, owner, now, lease_ms)
-            }
-            Some(_) => return Ok(None),
+        let kept = docs::read::<Notice>(&path, "read a notice")?;
+        let Some(claimed) = notices::claim(kept, fresh, owner, now, lease_ms) else {
+            return Ok(None);
         };
         docs::write(&path, &claimed)?;
         Ok(Some(claimed))
@@ -49,10 +46,8 @@ impl NoticeBackend for FileNotices {
     fn settle(&self, claimed: &Notice, attempt: &Attempt) -> Result<()> {
         let _lock = docs::lock(&self.dir)?;
         let path = self.file(claimed.thread, &claimed.key);
-        let owner = claimed.owner.as_deref().unwrap_or_default();
         if let Some(kept) = docs::read::<Notice>(&path, "read a notice")?
-            && kept.attempts == claimed.attempts
-            && let Some(settled) = notices::settled(&kept, owner, attempt)
+            && let Some(settled) = notices::settle(&kept, claimed, attempt)
         {
             docs::write(&path, &settled)?;
         }

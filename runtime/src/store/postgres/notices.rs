@@ -81,21 +81,14 @@ impl NoticeBackend for PgNotices {
         now: u64,
         lease_ms: u64,
     ) -> Result<Option<Notice>> {
-        self.change("claim a notice", &fresh.key, fresh.thread, |kept| match kept {
-            None => Some(notices::claimed(fresh, owner, now, lease_ms)),
-            Some(kept) if notices::claimable(&kept, now) => {
-                Some(notices::claimed(&kept, owner, now, lease_ms))
-            }
-            Some(_) => None,
+        self.change("claim a notice", &fresh.key, fresh.thread, |kept| {
+            notices::claim(kept, fresh, owner, now, lease_ms)
         })
     }
 
     fn settle(&self, claimed: &Notice, attempt: &Attempt) -> Result<()> {
-        let owner = claimed.owner.as_deref().unwrap_or_default();
         self.change("settle a notice", &claimed.key, claimed.thread, |kept| {
-            let kept = kept?;
-            (kept.attempts == claimed.attempts).then_some(())?;
-            notices::settled(&kept, owner, attempt)
+            notices::settle(&kept?, claimed, attempt)
         })?;
         Ok(())
     }
