@@ -241,7 +241,6 @@ impl ThreadState {
                 crash_point("agent-call");
             }
         }
-        self.host.before_wait();
         let info = self.host.info.clone();
         let human = self.host.control.human.clone();
         let schemas = self.host.thread.role_schemas.clone();
@@ -275,7 +274,6 @@ impl ThreadState {
             async move {
                 let started = Instant::now();
                 let role = &f.context.role.name;
-                let shape = schemas.get(role).and_then(|s| AnswerShape::of(role, s, llm_extractor));
                 let mut waits_on = None;
                 let answer = match (child, &*f.bound.agent) {
                     (Some((call, Some(children))), _) => match children.call(call).await {
@@ -290,10 +288,18 @@ impl ThreadState {
                          in its own process; `resume` runs it in a worker)",
                         call.workflow
                     ))),
-                    (None, Agent::Human) => match human.ask(&f.context, shape.as_ref()).await {
-                        Some(text) => Ok(AgentAnswer { content: text, meta: None, usage: None }),
-                        None => Err(AgentFailure::Waiting),
-                    },
+                    (None, Agent::Human) => {
+                        // What the answer must hold: worked out only for a person, who is
+                        // shown it (an agent is told by its role's schema).
+                        let shape =
+                            schemas.get(role).and_then(|s| AnswerShape::of(role, s, llm_extractor));
+                        match human.ask(&f.context, shape.as_ref()).await {
+                            Some(text) => {
+                                Ok(AgentAnswer { content: text, meta: None, usage: None })
+                            }
+                            None => Err(AgentFailure::Waiting),
+                        }
+                    }
                     (None, _) => {
                         within(timeout, f.bound.answer(&f.context, &info, f.turns.as_ref())).await
                     }
@@ -312,6 +318,11 @@ impl ThreadState {
                 let keys = fresh.iter().map(|f| (f.seq, f.digest.clone())).collect();
                 out.send(step, keys, fresh.into_iter().map(ask).collect());
             }
+            // Only a thread whose calls did not answer at once waits: it lets go of its files
+            // then (an answer at once, as a scripted agent's, costs no reopening a step).
+            if out.waiting() {
+                self.host.before_wait();
+            }
             while let Some(mut done) = self.next_out().await {
                 // The instance that sent the batch may not be this one: the index is ours.
                 if let Some((_, index)) = indexes.iter().find(|(seq, _)| *seq == done.fresh.seq) {
@@ -329,6 +340,7 @@ impl ThreadState {
             // A process running one thread (`step`, `replay`): the calls are polled here, not
             // spawned, so when the thread is killed this future is dropped, and with it every
             // call in flight (and the process group of each command agent).
+            self.host.before_wait();
             let mut running: FuturesUnordered<_> = fresh.into_iter().map(ask).collect();
             while let Some(done) = running.next().await {
                 if let Err(e) = self.answered(done, responses, &mut stops) {

@@ -123,6 +123,12 @@ impl CallsOut {
         self.batch = Some(Batch { step, left: keys, answers, kept, task });
     }
 
+    /// Whether calls of the batch out are still making their way (on their task): the
+    /// thread is about to wait on them.
+    pub(super) fn waiting(&self) -> bool {
+        self.batch.as_ref().is_some_and(|b| b.answers.is_some())
+    }
+
     /// The batch's next answer for an instance to take, `None` once every one was taken.
     pub(super) async fn next(&mut self) -> Option<Done> {
         let batch = self.batch.as_mut()?;

@@ -242,12 +242,12 @@ impl Journal {
         self.step
     }
 
-    /// Starts counting the calls of step `step` (0-based). Between steps the thread may wait
-    /// (for a pause, for its turn), so the log is released here too.
+    /// Starts counting the calls of step `step` (0-based). The log stays open from one step
+    /// to the next while the thread runs: whatever makes the thread wait (a call that does
+    /// not answer at once, a sleep, giving its instance up) releases it first.
     pub fn begin_step(&mut self, step: usize) {
         self.step = step;
         self.seq = 0;
-        self.release();
     }
 
     /// Releases the log until the next record (see [`CallLog::release`]).
