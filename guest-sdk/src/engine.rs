@@ -116,12 +116,17 @@ struct State {
     /// The thread: the steps the host handed over, then every one yielded since.
     thread: ThreadContext,
     roles: Vec<Role>,
+    /// Each role's schema as the JSON text the extractor is sent, made once per thread rather
+    /// than serialized again at every step.
+    schemas: Vec<String>,
     /// Set once the thread is over; later `next()` calls repeat it.
     finished: Option<Outcome>,
 }
 
 impl<W: Workflow> GuestThread for Generator<W> {
     fn new(input: wit::RunInput, options: wit::RunOptions) -> Self {
+        let roles = W::roles();
+        let schemas = roles.iter().map(|r| r.schema.to_string()).collect();
         Generator {
             state: RefCell::new(State {
                 thread: ThreadContext {
@@ -131,7 +136,8 @@ impl<W: Workflow> GuestThread for Generator<W> {
                     max_rounds: options.max_rounds,
                     trigger_data: input.trigger_data.as_deref().map(parse_meta),
                 },
-                roles: W::roles(),
+                schemas,
+                roles,
                 finished: None,
             }),
             workflow: PhantomData,
@@ -145,8 +151,8 @@ impl<W: Workflow> GuestThread for Generator<W> {
         }
         match advance::<W>(&state) {
             Ok(steps) => {
-                let outputs = steps.iter().map(step_to_wit).collect();
-                state.thread.steps.extend(steps);
+                let outputs = steps.iter().map(|(step, meta)| step_to_wit(step, meta)).collect();
+                state.thread.steps.extend(steps.into_iter().map(|(step, _)| step));
                 wit::Step::Outputs(outputs)
             }
             Err(outcome) => {
@@ -159,8 +165,9 @@ impl<W: Workflow> GuestThread for Generator<W> {
 }
 
 /// Runs one step: moderator, agents (at once), extract. `Err` ends the thread with that
-/// outcome.
-fn advance<W: Workflow>(state: &State) -> Result<Vec<Step>, Outcome> {
+/// outcome. Each step comes with its meta as the JSON text to yield: the extractor's own
+/// text where it parsed, so that meta is not serialized again on its way back.
+fn advance<W: Workflow>(state: &State) -> Result<Vec<(Step, String)>, Outcome> {
     let thread = &state.thread;
     let names = match W::moderator(thread) {
         Next::End(outcome) => return Err(outcome),
@@ -184,16 +191,18 @@ fn advance<W: Workflow>(state: &State) -> Result<Vec<Step>, Outcome> {
     }
     let mut roles = Vec::with_capacity(names.len());
     for name in names {
-        match state.roles.iter().find(|r| r.name == name) {
-            Some(role) => roles.push(role),
+        match state.roles.iter().position(|r| r.name == name) {
+            Some(i) => roles.push((&state.roles[i], &state.schemas[i])),
             None => return Err(W::on_role_error(thread, &RoleError::UnknownRole(name))),
         }
     }
-    let calls: Vec<wit::AgentCall> =
-        roles.iter().map(|role| wit::AgentCall { role: role.name.clone(), input: None }).collect();
+    let calls: Vec<wit::AgentCall> = roles
+        .iter()
+        .map(|(role, _)| wit::AgentCall { role: role.name.clone(), input: None })
+        .collect();
     let answers = host::agents(&calls);
     let mut steps = Vec::with_capacity(roles.len());
-    for (role, answer) in roles.into_iter().zip(answers) {
+    for ((role, schema), answer) in roles.into_iter().zip(answers) {
         let content = answer.map_err(|e| {
             let reason = match e {
                 wit::AgentError::Unavailable(m) => format!("unavailable: {m}"),
@@ -203,7 +212,7 @@ fn advance<W: Workflow>(state: &State) -> Result<Vec<Step>, Outcome> {
             W::on_role_error(thread, &RoleError::Agent { role: role.name.clone(), reason })
         })?;
         let extracted = host::extract(&wit::ExtractRequest {
-            schema: role.schema.to_string(),
+            schema: schema.clone(),
             prompt: role.extract_prompt.clone(),
             content: content.clone(),
         })
@@ -216,12 +225,15 @@ fn advance<W: Workflow>(state: &State) -> Result<Vec<Step>, Outcome> {
             };
             W::on_role_error(thread, &RoleError::Extract { role: role.name.clone(), reason })
         })?;
-        steps.push(Step {
-            role: role.name.clone(),
-            content,
-            meta: parse_meta(&extracted),
-            timestamp: host::now(),
-        });
+        let (meta, text) = match serde_json::from_str(&extracted) {
+            Ok(meta) => (meta, extracted),
+            Err(_) => {
+                let meta = serde_json::Value::String(extracted);
+                let text = meta.to_string();
+                (meta, text)
+            }
+        };
+        steps.push((Step { role: role.name.clone(), content, meta, timestamp: host::now() }, text));
     }
     Ok(steps)
 }
@@ -248,11 +260,11 @@ fn step_from_wit(output: wit::RoleOutput) -> Step {
     }
 }
 
-fn step_to_wit(step: &Step) -> wit::RoleOutput {
+fn step_to_wit(step: &Step, meta: &str) -> wit::RoleOutput {
     wit::RoleOutput {
         role: step.role.clone(),
         content: step.content.clone(),
-        meta: step.meta.to_string(),
+        meta: meta.to_string(),
         timestamp: step.timestamp,
     }
 }
