@@ -440,7 +440,7 @@ def main():
         else:
             lines.append(f"| in-memory per step ≥ 50× lower than LangGraph (N=100) | {peer_us / ours_us:.1f}× | {'yes' if peer_us / ours_us >= 50 else 'no'} |")
             lines.append(f"| in-memory per step within 1.5× of the native floor (N=100) | {ours_us / native_us:.2f}× | {'yes' if ours_us / native_us <= 1.5 else 'no'} |")
-    lines.append(f"| whole 10-step process ≥ 30× faster than LangGraph's | {p[0] / o[0]:.1f}× | {'yes' if p[0] / o[0] >= 30 else 'no'} |")
+    lines.append(f"| whole 10-step process ≥ 50× faster than LangGraph's | {p[0] / o[0]:.1f}× | {'yes' if p[0] / o[0] >= 50 else 'no'} |")
     if ("memory", 10) in medians and ("memory", 1000) in medians:
         flat = medians[("memory", 1000)][0] / medians[("memory", 10)][0]
         lines.append(f"| in-memory per step at N=1000 within 1.5× of N=10 | {flat:.2f}× | {'yes' if flat <= 1.5 else 'no'} |")
@@ -457,6 +457,7 @@ def main():
         lines.append(f"| `add` of a YAML workflow under 0.3 s, warm cache | {a[0]:.0f} ms | {'yes' if a[0] < 300 else 'no'} |")
     lines += conc_targets
     # The sections' own targets, as their last run measured them.
+    lines += telemetry.TARGETS + fan_out.TARGETS
     lines += durable_agents.TARGETS + mcp.TARGETS + starts.TARGETS + fleet.TARGETS + evals.TARGETS
     lines.append("")
     (ROOT / "BENCHMARKS.md").write_text("\n".join(with_notes(lines)))
@@ -528,9 +529,11 @@ if __name__ == "__main__":
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         sh("cargo", "build", "--target", "wasm32-wasip2", "--profile", "guest", "-p", "solve-issue")
         in_place(telemetry.section())
+        targets_in_place(telemetry.TARGETS)
     elif sys.argv[1:] == ["--only", "fan-out"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         in_place(fan_out.section())
+        targets_in_place(fan_out.TARGETS)
     elif sys.argv[1:] == ["--only", "replay"]:
         sh("cargo", "build", "--release", "-p", "uncaged-workflow")
         in_place(replay.section())
