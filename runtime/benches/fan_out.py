@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import workers
+
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = ROOT / "target" / "release" / "uncaged-workflow"
 ITEMS = 100
@@ -67,7 +69,8 @@ def sequential_yaml(items=ITEMS):
 
 
 def run_once(env, name):
-    """The whole `run` of workflow `name`, in milliseconds."""
+    """The whole `run` of workflow `name`, in milliseconds, its worker started for it."""
+    workers.wait_until_gone(env["UNCAGED_WORKFLOW_HOME"])
     started = time.perf_counter()
     done = subprocess.run([BINARY, "run", name, "-p", "go"], env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started

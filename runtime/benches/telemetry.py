@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+import workers
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
 BINARY = TARGET / "release" / "uncaged-workflow"
@@ -50,6 +52,8 @@ class Collector(http.server.BaseHTTPRequestHandler):
 
 
 def run_once(env, answers):
+    # Each run starts its worker: one left by the run before would not have this run's exporter.
+    workers.wait_until_gone(env["UNCAGED_WORKFLOW_HOME"])
     started = time.perf_counter()
     done = subprocess.run([BINARY, "run", "solve-issue", "-p", "Fix the crash", "--max-rounds", str(STEPS),
                            "--agent", f"scripted:{answers}"], env=env, capture_output=True)

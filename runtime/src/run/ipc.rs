@@ -173,13 +173,24 @@ pub async fn connect_or_spawn(store: &Storage, hash: BundleHash) -> Result<Conne
             let announced = spawn_worker(store, hash)?;
             spawned = true;
             // Wait for the worker's "ready" line (or for its exit, when another worker won the
-            // lock) rather than polling the socket: start-up is on every cold `run`'s path.
-            let wait = tokio::task::spawn_blocking(move || {
+            // lock) rather than polling the socket alone: start-up is on every cold `run`'s
+            // path. Another worker, started a moment before by a command that raced this one,
+            // may be serving already, while this one waits up to a second for the lock it
+            // holds: its socket is looked at meanwhile.
+            let mut ready = tokio::task::spawn_blocking(move || {
                 let mut line = String::new();
                 std::io::BufRead::read_line(&mut std::io::BufReader::new(announced), &mut line)
             });
-            let _ = tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), wait)
-                .await;
+            while Instant::now() < deadline {
+                tokio::select! {
+                    _ = &mut ready => break,
+                    () = tokio::time::sleep(Duration::from_millis(5)) => {
+                        if let Some(connection) = connect(home, hash).await? {
+                            return Ok(connection);
+                        }
+                    }
+                }
+            }
             continue;
         }
         if Instant::now() > deadline {

@@ -21,6 +21,10 @@ use crate::store::records::StartRecord;
 /// hand-over.
 const HAND_OVER_ATTEMPTS: usize = 3;
 
+/// Where each start says how long its parts took (`RUST_LOG=uncaged_workflow::starts=debug`):
+/// the trace that finds where the slowest starts wait.
+const TRACE: &str = "uncaged_workflow::starts";
+
 /// Dispatch over a home directory's per-bundle workers.
 pub struct LocalDispatch {
     store: Storage,
@@ -38,7 +42,9 @@ impl LocalDispatch {
         over: &RunRequest,
         follow: bool,
     ) -> Result<(Box<dyn Follower>, Accepted)> {
+        let queueing = std::time::Instant::now();
         self.store.queue().enqueue(id, hash, over)?;
+        tracing::debug!(target: TRACE, "thread {id}: queued in {:?}", queueing.elapsed());
         crate::faults::crash_point("hand-over-queued");
         let taken = self.take_queued(id, hash, follow).await;
         if taken.is_err() {
@@ -79,7 +85,9 @@ impl LocalDispatch {
         hash: BundleHash,
         follow: bool,
     ) -> Result<(Box<dyn Follower>, Accepted)> {
+        let connecting = std::time::Instant::now();
         let mut connection = ipc::connect_or_spawn(&self.store, hash).await?;
+        let connected = connecting.elapsed();
         // The thread's agents use this process's secrets, not the worker's environment: the
         // worker may have been started by another shell, before a key was exported or changed.
         let secrets = Secrets::from_env(&self.store.config()?);
@@ -87,6 +95,11 @@ impl LocalDispatch {
         connection.send(&request).await.map_err(|e| lost(id, hash, e))?;
         match connection.receive::<Reply>().await.map_err(|e| lost(id, hash, e))? {
             Some(Reply::Accepted { pid, cache_hit, steps, .. }) => {
+                tracing::debug!(
+                    target: TRACE,
+                    "thread {id}: worker connected in {connected:?}, took it in {:?}",
+                    connecting.elapsed() - connected
+                );
                 let follower = LocalFollower { connection, id, hash };
                 Ok((Box::new(follower), Accepted { pid: Some(pid), cache_hit, steps }))
             }
@@ -126,7 +139,9 @@ impl Dispatch for LocalDispatch {
     fn start<'a>(&'a self, start: &'a StartRecord) -> BoxFuture<'a, Result<()>> {
         async move {
             let (id, hash) = (start.thread_id, start.hash);
+            let creating = std::time::Instant::now();
             self.store.threads().create_at_rest(start, &[], &[])?;
+            tracing::debug!(target: TRACE, "thread {id}: created in {:?}", creating.elapsed());
             crate::faults::crash_point("start-created");
             self.take(id, hash, &RunRequest::default(), false).await.map(drop)
         }

@@ -24,6 +24,13 @@ const TAKE_WAIT: Duration = Duration::from_secs(1);
 /// How long a worker with no threads waits for one before it exits.
 const IDLE_EXIT: Duration = Duration::from_secs(5);
 
+/// How long a worker stays after its last thread has ended, for the next one. Threads that
+/// come in a burst, each quick, leave their worker without a thread now and then: exiting at
+/// once made the next start spawn a new worker (a process start, the engine, the pool) while
+/// the burst waited — the tail of starts on a home directory (a trace of the slowest 1% of 1,200
+/// API starts from 8 clients: 100–530 ms each, all of it in connecting to a worker).
+const LINGER: Duration = Duration::from_millis(1000);
+
 /// Counts a connection while it is served.
 struct ConnectionGuard(Arc<Worker>);
 
@@ -51,8 +58,9 @@ pub(super) async fn serve(worker: Arc<Worker>, hash: BundleHash) -> Result<()> {
     announce_ready();
     let mut idle_since = Some(Instant::now());
     loop {
+        let wait = || if worker.had_threads.load(Ordering::SeqCst) { LINGER } else { IDLE_EXIT };
         let timeout =
-            idle_since.map_or(Duration::from_secs(3600), |t| IDLE_EXIT.saturating_sub(t.elapsed()));
+            idle_since.map_or(Duration::from_secs(3600), |t| wait().saturating_sub(t.elapsed()));
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((stream, _)) = accepted {
@@ -73,9 +81,9 @@ pub(super) async fn serve(worker: Arc<Worker>, hash: BundleHash) -> Result<()> {
             continue;
         }
         let idle = *idle_since.get_or_insert_with(Instant::now);
-        // Exit when the last thread has ended, or after waiting idle for a first one. A
-        // client that connected just before the socket was removed is still served.
-        if worker.had_threads.load(Ordering::SeqCst) || idle.elapsed() >= IDLE_EXIT {
+        // Exit a moment after the last thread has ended, or after waiting idle for a first
+        // one. A client that connected just before the socket was removed is still served.
+        if idle.elapsed() >= wait() {
             let _ = std::fs::remove_file(&socket);
             let mut late = false;
             while let Ok(Ok((stream, _))) =
