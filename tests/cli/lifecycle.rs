@@ -199,13 +199,9 @@ fn crash_and_resume(crash: Option<&str>, kill_during_call: Option<usize>) -> Res
         crate::thread_id_of(&env.ok(&["run", "solve-issue", "-p", "c", "--agent", &agent])?)?;
     let expected = steps_of(&env, &hash, &reference)?;
     std::fs::remove_file(env.dir.path().join("calls.log"))?;
-    if env.store.is_some() {
-        // The worker that ran it waits a moment for more work: the crashing run must start
-        // its own (which inherits the crash), not hand its thread to that one.
-        wait_until("the first worker exits", || {
-            Ok(env.sql("SELECT count(*) FROM workers")?.trim() == "0")
-        })?;
-    }
+    // The worker that ran it waits a moment for more work: the crashing run must start its
+    // own (which inherits the crash), not hand its thread to that one.
+    env.wait_for_workers_to_exit()?;
 
     // A short lease, for the takeover on a shared store.
     let mut vars = vec![("UNCAGED_WORKFLOW_LEASE_MS", "1000")];

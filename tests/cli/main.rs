@@ -303,6 +303,23 @@ impl Env {
         self.dir.path().join("home")
     }
 
+    /// Waits until no worker of this home or store is live: a worker stays a moment after its
+    /// last thread for the next one, and a test whose next `run` must start a worker of its
+    /// own (with its environment, or to load the bundle afresh) waits it out.
+    pub fn wait_for_workers_to_exit(&self) -> Result<()> {
+        if self.store.is_some() {
+            return wait_until("the workers exit", || {
+                Ok(self.sql("SELECT count(*) FROM workers")?.trim() == "0")
+            });
+        }
+        let run = self.home().join("run");
+        wait_until("the workers exit", || {
+            Ok(!std::fs::read_dir(&run).is_ok_and(|entries| {
+                entries.flatten().any(|e| e.path().extension().is_some_and(|x| x == "sock"))
+            }))
+        })
+    }
+
     /// The binary, on this test's home and store, in its directory.
     pub fn command(&self) -> Command {
         self.command_of(env!("CARGO_BIN_EXE_uncaged-workflow"))

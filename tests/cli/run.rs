@@ -89,16 +89,20 @@ fn second_run_loads_precompiled_code() -> Result<()> {
         let line = info.iter().find(|l| l["content"].as_str().unwrap().contains("AOT cache"));
         Ok(line.map(|l| l["content"].as_str().unwrap().to_string()).unwrap_or_default())
     };
+    // Each run starts a worker of its own, which loads the bundle: the one before has gone.
     for _ in 0..2 {
+        env.wait_for_workers_to_exit()?;
         let out = env.ok(&["run", "solve-issue", "-p", "x"])?;
         assert!(out.lines().next().unwrap().ends_with("(precompiled)"), "{out}");
         assert_eq!(cache_line(&out)?, "bundle loaded from the AOT cache (no compilation)");
     }
     // A deleted cache is rebuilt, not an error.
+    env.wait_for_workers_to_exit()?;
     std::fs::remove_dir_all(env.home().join("cache"))?;
     let out = env.ok(&["run", "solve-issue", "-p", "x"])?;
     assert!(out.lines().next().unwrap().ends_with("(compiled now)"), "{out}");
     assert_eq!(cache_line(&out)?, "bundle compiled (AOT cache miss)");
+    env.wait_for_workers_to_exit()?;
     let out = env.ok(&["run", "solve-issue", "-p", "x"])?;
     assert_eq!(cache_line(&out)?, "bundle loaded from the AOT cache (no compilation)");
     // The worker's own log (`-v` level) says so too.

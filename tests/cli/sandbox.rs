@@ -245,7 +245,8 @@ fn a_stale_or_foreign_aot_cache_file_is_a_miss() -> Result<()> {
     assert!(out.contains("completed (0)"));
     let log = std::fs::read_to_string(env.home().join(format!("run/{hash}.log")))?;
     assert!(log.contains("ignoring unusable AOT cache file"), "{log}");
-    // It was rewritten: the next run loads it.
+    // It was rewritten: the next run (its worker started for it) loads it.
+    env.wait_for_workers_to_exit()?;
     let out = env.ok(&["run", "solve-issue", "-p", "x"])?;
     assert!(out.lines().next().unwrap().ends_with("(precompiled)"), "{out}");
     Ok(())
