@@ -32,7 +32,8 @@ from serve_load import BINARY, BUNDLE, TARGET
 
 CLIENTS = 8
 STARTS = 400
-ROUNDS = 3
+# Five, as the target asks the p99 of each (a file store's tail used to move tenfold between runs).
+ROUNDS = 5
 QUEUED = 1000
 PROBES = 50
 SECRET = "whsec_" + base64.b64encode(b"bench-secret-of-32-bytes-long-ok").decode()
@@ -195,12 +196,18 @@ def section():
     rate = lambda runs: med(r[0] for r in runs)
     p99 = lambda runs: med(r[2] for r in runs)
     busy_median = med(busy)
+
+    def target_row(what, runs):
+        """≥ 1,000 starts a second and a p99 ≤ 50 ms in every round."""
+        worst_rate, worst_p99 = min(r[0] for r in runs), max(r[2] for r in runs)
+        met = worst_rate >= 1000 and worst_p99 <= 50
+        return (f"| {what}: ≥ 1,000/s and p99 ≤ 50 ms in each of {ROUNDS} rounds | {rate(runs):,.0f}/s "
+                f"(lowest round {worst_rate:,.0f}/s), p99 {p99(runs):.0f} ms (highest round {worst_p99:.0f} ms) | "
+                f"{'yes' if met else 'no'} |")
+
     TARGETS[:] = [
-        f"| threads started per second over the API, {CLIENTS} clients, file store, p99 ≤ 50 ms | "
-        f"{rate(files['api']):,.0f}/s, p99 {p99(files['api']):.0f} ms | "
-        f"{'yes' if rate(files['api']) >= 1000 and p99(files['api']) <= 50 else 'no'} |",
-        f"| the same on PostgreSQL (on this machine) | {rate(database['api']):,.0f}/s, p99 {p99(database['api']):.0f} ms | "
-        f"{'yes' if rate(database['api']) >= 1000 and p99(database['api']) <= 50 else 'no'} |",
+        target_row(f"threads started per second over the API, {CLIENTS} clients, file store", files["api"]),
+        target_row("the same on PostgreSQL (on this machine)", database["api"]),
         f"| signed webhook deliveries per second within 1.2× of the API (files / PostgreSQL) | "
         f"{rate(files['api']) / rate(files['hook']):.2f}× / {rate(database['api']) / rate(database['hook']):.2f}× | "
         f"{'yes' if max(rate(files['api']) / rate(files['hook']), rate(database['api']) / rate(database['hook'])) <= 1.2 else 'no'} |",
