@@ -289,16 +289,12 @@ impl ThreadState {
                         call.workflow
                     ))),
                     (None, Agent::Human) => {
-                        // What the answer must hold: worked out only for a person, who is
-                        // shown it (an agent is told by its role's schema).
+                        // What the answer must hold, worked out only for a person (shown it).
                         let shape =
                             schemas.get(role).and_then(|s| AnswerShape::of(role, s, llm_extractor));
-                        match human.ask(&f.context, shape.as_ref()).await {
-                            Some(text) => {
-                                Ok(AgentAnswer { content: text, meta: None, usage: None })
-                            }
-                            None => Err(AgentFailure::Waiting),
-                        }
+                        let text = human.ask(&f.context, shape.as_ref()).await;
+                        let answer = |content| AgentAnswer { content, meta: None, usage: None };
+                        text.map(answer).ok_or(AgentFailure::Waiting)
                     }
                     (None, _) => {
                         within(timeout, f.bound.answer(&f.context, &info, f.turns.as_ref())).await
