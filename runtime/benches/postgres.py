@@ -273,11 +273,11 @@ def takeover(server, runs=3):
 LISTED_THREADS = 100_000
 
 
-# Packing a listing summary as the binary does (`store/postgres/summary.rs`: layout byte 1, then
+# Packing a listing summary as the binary does (`store/postgres/summary.rs`: layout byte 2, then
 # postcard of `ThreadSummary`'s fields in order), for the rows this bench makes without running
 # them; checked against what the binary packed for the thread it ran, so that the listing
 # measured reads packed summaries (a row it could not read would be read from its columns).
-SUMMARY_LAYOUT = 1
+SUMMARY_LAYOUT = 2
 STATUSES = ["running", "paused", "waiting", "interrupted", "completed", "failed", "killed", "queued"]
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -315,7 +315,8 @@ def packed_summary(t):
             + packed_option(t["ended_ms"], varint) + packed_option(None, packed_text)  # waiting role
             + packed_option(None, varint) + packed_option(None, packed_text)  # paused, schedule
             + varint(t["tokens"]) + packed_option(t["cost_usd"], lambda f: struct.pack("<d", f))
-            + packed_option(None, varint))  # parent
+            + packed_option(None, varint)  # parent
+            + packed_option(None, packed_text))  # started by (a request from outside)
 
 
 def listing(server, runs=5):
