@@ -2,15 +2,31 @@
 `run` (a worker stays a moment after its last thread, for the next one: a `run` started in that
 moment hands its thread to it instead of starting one)."""
 
+import fcntl
 import time
 from pathlib import Path
 
 
 def wait_until_gone(home, timeout=30.0):
-    """Returns once no worker serves a socket under `home` (`run/<HASH>.sock`)."""
+    """Returns once no worker serves a socket under `home` (`run/<HASH>.sock`) and none holds
+    its lock (`run/<HASH>.lock`, held until the process is gone: a worker started while the
+    last one still held it would wait for it)."""
     deadline = time.monotonic() + timeout
     run = Path(home) / "run"
-    while any(run.glob("*.sock")):
+    while any(run.glob("*.sock")) or any(held(lock) for lock in run.glob("*.lock")):
         if time.monotonic() > deadline:
             raise TimeoutError(f"a worker of {home} did not exit within {timeout} s")
         time.sleep(0.01)
+
+
+def held(lock):
+    """Whether a process holds `lock` (a worker's `flock`)."""
+    try:
+        with open(lock, "rb") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    except FileNotFoundError:
+        return False
