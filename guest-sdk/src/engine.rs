@@ -115,18 +115,19 @@ pub struct Generator<W> {
 struct State {
     /// The thread: the steps the host handed over, then every one yielded since.
     thread: ThreadContext,
-    roles: Vec<Role>,
-    /// Each role's schema as the JSON text the extractor is sent, made once per thread rather
-    /// than serialized again at every step.
-    schemas: Vec<String>,
+    /// Each role with its schema as the JSON text the extractor is sent, made once per thread
+    /// rather than serialized again at every step.
+    roles: Vec<(Role, String)>,
     /// Set once the thread is over; later `next()` calls repeat it.
     finished: Option<Outcome>,
 }
 
 impl<W: Workflow> GuestThread for Generator<W> {
     fn new(input: wit::RunInput, options: wit::RunOptions) -> Self {
-        let roles = W::roles();
-        let schemas = roles.iter().map(|r| r.schema.to_string()).collect();
+        let roles = W::roles().into_iter().map(|r| {
+            let schema = r.schema.to_string();
+            (r, schema)
+        });
         Generator {
             state: RefCell::new(State {
                 thread: ThreadContext {
@@ -136,8 +137,7 @@ impl<W: Workflow> GuestThread for Generator<W> {
                     max_rounds: options.max_rounds,
                     trigger_data: input.trigger_data.as_deref().map(parse_meta),
                 },
-                schemas,
-                roles,
+                roles: roles.collect(),
                 finished: None,
             }),
             workflow: PhantomData,
@@ -191,8 +191,8 @@ fn advance<W: Workflow>(state: &State) -> Result<Vec<(Step, String)>, Outcome> {
     }
     let mut roles = Vec::with_capacity(names.len());
     for name in names {
-        match state.roles.iter().position(|r| r.name == name) {
-            Some(i) => roles.push((&state.roles[i], &state.schemas[i])),
+        match state.roles.iter().find(|(r, _)| r.name == name) {
+            Some((role, schema)) => roles.push((role, schema)),
             None => return Err(W::on_role_error(thread, &RoleError::UnknownRole(name))),
         }
     }
@@ -225,13 +225,11 @@ fn advance<W: Workflow>(state: &State) -> Result<Vec<(Step, String)>, Outcome> {
             };
             W::on_role_error(thread, &RoleError::Extract { role: role.name.clone(), reason })
         })?;
-        let (meta, text) = match serde_json::from_str(&extracted) {
-            Ok(meta) => (meta, extracted),
-            Err(_) => {
-                let meta = serde_json::Value::String(extracted);
-                let text = meta.to_string();
-                (meta, text)
-            }
+        let meta = parse_meta(&extracted);
+        // Text that was not JSON is kept as a string, which is yielded as its JSON.
+        let text = match &meta {
+            serde_json::Value::String(kept) if *kept == extracted => meta.to_string(),
+            _ => extracted,
         };
         steps.push((Step { role: role.name.clone(), content, meta, timestamp: host::now() }, text));
     }

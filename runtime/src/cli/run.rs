@@ -17,7 +17,8 @@ Agents (--agent, --agent-for ROLE=AGENT, or config.yaml):
                            command, openai (any OpenAI-compatible endpoint) or human
 
 The thread runs in the bundle's worker process (started on demand, shared by all threads of
-the bundle, gone when its last thread ends). Ctrl-C pauses the thread after its current step.
+the bundle, gone a second after its last thread ends). Ctrl-C pauses the thread after its
+current step.
 
 Examples:
   uncaged-workflow run solve-issue -p \"Fix the crash on empty input\"

@@ -56,7 +56,7 @@ pub struct WorkerOptions {
     /// Most threads run at once.
     pub max_threads: usize,
     /// A pool worker exits after this long with nothing to run (one `run` started on demand);
-    /// `None` runs until SIGTERM or Ctrl-C. A bundle's worker exits with its last thread.
+    /// `None` runs until SIGTERM or Ctrl-C. A bundle's worker exits a second after its last thread.
     pub exit_when_idle: Option<Duration>,
     /// On SIGTERM, how long threads may take to finish the step at hand before they are
     /// handed back in the middle of it.
@@ -524,7 +524,7 @@ impl Worker {
             drop(writer);
             let rested = matches!(reply, Reply::Ended { .. } | Reply::Waiting { .. });
             // Counted as a connection while it is passed on: the worker of a home directory's
-            // bundle exits with its last thread, and this work is not done yet.
+            // bundle exits once it has no thread, and this work is not done yet.
             worker.connections.fetch_add(1, Ordering::SeqCst);
             gone.leave();
             let _ = ended_sender.send(reply);

@@ -1,7 +1,7 @@
 //! The socket of a bundle's worker on a home directory (`run/<HASH>.sock`): the commands that
 //! queue a thread hand it over here (with their secrets, and to follow it), `ps` asks what the
 //! worker runs, and `kill` and `pause` wake it to read their requests from the queue. The
-//! worker serves it until its last thread has ended, then exits.
+//! worker serves it until a second after its last thread has ended, then exits.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -48,7 +48,7 @@ impl Drop for ConnectionGuard {
     }
 }
 
-/// Serves bundle `hash`'s socket until no thread is left.
+/// Serves bundle `hash`'s socket until no thread is left and none came for [`LINGER`].
 pub(super) async fn serve(worker: Arc<Worker>, hash: BundleHash) -> Result<()> {
     let home = worker.store.home().clone();
     let socket = ipc::socket_path(&home, hash);
