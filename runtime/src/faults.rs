@@ -9,7 +9,9 @@
 //! `child-delivered` (a child's result is journaled in its parent, which is not handed over),
 //! `upgrade-judged` / `upgrade-recorded` (before and after a thread's move to a version is
 //! appended), `retry-reopening` / `retry-reopened` (before and after a retry is appended),
-//! `hand-over-queued` (a home directory's thread is queued, not yet handed to its worker).
+//! `hand-over-queued` (a home directory's thread is queued, not yet handed to its worker),
+//! `start-created` (a started thread exists, not yet queued on a home directory),
+//! `start-queued` (a started thread is queued, its start not yet answered nor handed over).
 //! Unset, it costs one atomic load per point.
 
 use std::sync::OnceLock;

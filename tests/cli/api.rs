@@ -237,6 +237,34 @@ on_both_stores! {
         Ok(())
     }
 
+    /// A start is answered once its thread is queued, and handed to a worker after: a server
+    /// that dies between the two leaves a start nobody hands over, which the next `serve`
+    /// does by itself (on a home directory, the orphaned queue entry, with its own secrets;
+    /// on a database, a worker made sure of), with no retry from the client.
+    #[test]
+    fn a_start_whose_server_died_before_handing_it_over_runs_with_the_next_server() -> Result<()> {
+        let env = Env::new()?;
+        env.add_solve_issue()?;
+        let token = env.ok(&["token", "create", "--name", "ci"])?.trim().to_string();
+        let crash = [("UNCAGED_WORKFLOW_CRASH_AT", "start-queued:1")];
+        let mut dying = Serve::start(&env, &["--no-schedules"], &crash)?;
+        let api = Api::new(&dying, &token)?;
+        let answer = runtime()?.block_on(api.start("solve-issue", "orphaned"));
+        ensure!(answer.is_err(), "the server answered: {answer:?}");
+        ensure!(!dying.child.wait()?.success());
+        let left = env.json(&["threads"])?;
+        let id = left[0]["threadId"].as_str().context("the thread it queued")?.to_string();
+        // Nobody hands it over now: on a home directory it reads as interrupted.
+        let left_as = if env.store.is_some() { "queued" } else { "interrupted" };
+        assert_eq!((left[0]["status"].clone(), left[0]["steps"].clone()), (json!(left_as), json!(0)));
+        let _serve = Serve::start(&env, &["--no-schedules"], &[])?;
+        wait_until("the orphaned start runs to its end", || {
+            Ok(crate::status(&env, &id)? == "completed")
+        })?;
+        assert_eq!(env.json(&["threads"])?.as_array().context("a list")?.len(), 1);
+        Ok(())
+    }
+
     /// A server killed (-9) in the middle of a burst of keyed starts loses no start it
     /// answered and starts none twice: each key sent again gets the thread its first request
     /// was answered with (or, its answer lost, the one that request made), one thread a key,

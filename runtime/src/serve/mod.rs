@@ -34,6 +34,14 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:8420";
 /// The longest the schedule loop sleeps: a schedule added meanwhile is seen this soon.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
+/// How often `serve` looks for starts answered by a `serve` of the same home that died before
+/// handing them to a worker (and once as it starts).
+const ORPHAN_SWEEP: Duration = Duration::from_secs(10);
+
+/// The longest `serve` waits, as it stops, for the starts it answered to be handed to their
+/// workers; one still under way then is handed over by the next `serve`.
+const HAND_OVER_GRACE: Duration = Duration::from_secs(30);
+
 /// How `serve` runs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -63,6 +71,9 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let addr = options.addr;
+    // A start is answered once its thread is queued; on a home directory it is handed to its
+    // bundle's worker just after (a database's workers claim it), not while the client waits.
+    let store = store.handing_over_after_answer();
     // Each connection holds a descriptor: the soft limit (often 1,024) would cap them low.
     crate::run::worker::raise_open_files_limit();
     if !addr.ip().is_loopback() && options.token.is_none() && store.tokens().list()?.is_empty() {
@@ -123,6 +134,7 @@ pub async fn serve(
     });
     let notifier = crate::reach::notifier::Notifier::new(store.clone(), format!("http://{bound}"));
     let notifying = tokio::spawn(notify_forever(notifier, store.clone(), app.stopping.subscribe()));
+    let sweeping = tokio::spawn(hand_over_orphans_forever(store.clone(), app.stopping.subscribe()));
     let firing =
         options.schedules.then(|| tokio::spawn(fire_forever(store, app.stopping.subscribe())));
     ready(bound);
@@ -148,7 +160,40 @@ pub async fn serve(
         let _ = firing.await;
     }
     let _ = notifying.await;
+    let _ = sweeping.await;
+    if let Some(hand_overs) = app.store.hand_overs() {
+        hand_overs.close();
+        if tokio::time::timeout(HAND_OVER_GRACE, hand_overs.wait()).await.is_err() {
+            say(format_args!(
+                "{} answered start(s) not yet handed to a worker: the next `serve` hands them over",
+                hand_overs.len()
+            ));
+        }
+    }
     Ok(())
+}
+
+/// Hands over the starts a `serve` of this home answered and died before handing to a worker
+/// ([`Dispatch::hand_over_orphaned_starts`](crate::run::dispatch::Dispatch::hand_over_orphaned_starts)):
+/// as it starts, then every [`ORPHAN_SWEEP`], until `stopping`.
+async fn hand_over_orphans_forever(
+    store: Storage,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let dispatch = crate::run::dispatch::of(&store);
+    while !*stopping.borrow() {
+        match dispatch.hand_over_orphaned_starts().await {
+            Ok(0) => {}
+            Ok(handed) => say(format_args!(
+                "handed {handed} start(s) answered by a `serve` that died to their workers"
+            )),
+            Err(e) => say(format_args!("orphaned starts: {}", crate::error::chain_line(&e))),
+        }
+        tokio::select! {
+            _ = crate::clock::sleep_until(now_ms() + ORPHAN_SWEEP.as_millis() as u64, ORPHAN_SWEEP) => {}
+            _ = stopping.changed() => {}
+        }
+    }
 }
 
 /// The notifier's loop (see [`crate::reach::notifier`]): a pass every `notify.poll`, until

@@ -252,6 +252,10 @@ pub struct Storage {
     /// The connection string of a database store, handed to the worker processes this one
     /// starts (in their environment, never on their command line).
     url: Option<String>,
+    /// Hand-overs of starts answered once queued, still under way in this process (a home
+    /// directory's `serve`): waited for before it exits. None: a start is handed over before
+    /// it is answered.
+    hand_overs: Option<tokio_util::task::TaskTracker>,
 }
 
 /// The environment variable that names the store (`postgres://…`).
@@ -279,6 +283,7 @@ impl Storage {
             capacity: capacity.clone(),
             limiter: Arc::new(limiter::Limiter::new(capacity)),
             url: None,
+            hand_overs: None,
         }
     }
 
@@ -313,12 +318,28 @@ impl Storage {
             capacity: capacity.clone(),
             limiter: Arc::new(limiter::Limiter::new(capacity)),
             url: Some(url.to_string()),
+            hand_overs: None,
         })
     }
 
     /// The work queue: where threads wait for a worker, and how workers take them.
     pub fn queue(&self) -> &dyn WorkQueue {
         &*self.queue
+    }
+
+    /// This store, with starts answered once their thread is queued, and handed to a worker
+    /// after the answer (by this process, with its secrets): for a process that stays, and
+    /// waits for [`hand_overs`](Self::hand_overs) before it exits (`serve`). A database's
+    /// starts are answered once queued anyway (its workers claim them).
+    pub fn handing_over_after_answer(mut self) -> Self {
+        self.hand_overs = Some(tokio_util::task::TaskTracker::new());
+        self
+    }
+
+    /// The hand-overs still under way of starts answered once queued, if this store answers
+    /// them so ([`handing_over_after_answer`](Self::handing_over_after_answer)).
+    pub fn hand_overs(&self) -> Option<&tokio_util::task::TaskTracker> {
+        self.hand_overs.as_ref()
     }
 
     /// The connection string of a database store.

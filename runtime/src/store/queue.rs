@@ -136,6 +136,14 @@ pub trait WorkQueue: Send + Sync + fmt::Debug {
     /// [`ThreadStore::create_at_rest`]: crate::store::ThreadStore::create_at_rest
     fn create_queued(&self, start: &StartRecord, request: &RunRequest) -> Result<ThreadRecord>;
 
+    /// Starts answered once queued ([`create_queued`](Self::create_queued)) that nobody hands
+    /// to a worker: on a home directory, those whose `serve` died between the answer and the
+    /// hand-over (the thread and its bundle), for a `serve` to hand over. A database's workers
+    /// claim queued threads themselves: it has none.
+    fn orphaned_starts(&self) -> Result<Vec<(ThreadId, BundleHash)>> {
+        Ok(Vec::new())
+    }
+
     /// Queues thread `id` (of bundle `hash`) to run with `request` laid over its recorded one;
     /// wakes the workers that listen for work.
     fn enqueue(&self, id: ThreadId, hash: BundleHash, request: &RunRequest) -> Result<()>;

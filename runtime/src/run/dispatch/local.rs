@@ -111,6 +111,21 @@ impl LocalDispatch {
         }
     }
 
+    /// Hands thread `id`, queued by a start already answered, to its bundle's worker: `false`
+    /// if someone else did first (a `resume`, another `serve` finding it orphaned). A hand-over
+    /// that fails takes it out of the queue: it waits at rest, interrupted, for `resume`, as a
+    /// thread a command failed to hand over does.
+    async fn hand_over_answered(&self, id: ThreadId, hash: BundleHash) -> Result<bool> {
+        match self.take_queued(id, hash, false).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_busy() => Ok(false),
+            Err(e) => {
+                let _ = self.store.queue().withdraw(id);
+                Err(e)
+            }
+        }
+    }
+
     /// Sends `request` to the live worker of `hash`, if there is one, and reads its answer.
     async fn request(&self, hash: BundleHash, request: &Request) -> Result<Option<Reply>> {
         let Some(mut connection) = ipc::connect(self.store.home(), hash).await? else {
@@ -135,15 +150,61 @@ impl Dispatch for LocalDispatch {
     /// Created at rest, then handed over as [`hand_over`](Self::hand_over) does: a bundle's
     /// worker takes only the threads it is handed over its socket, so a creator that dies
     /// between the two must leave a thread that never ran (which whoever finishes its start
-    /// hands over), not one queued for nobody.
+    /// hands over), not one queued for nobody. A store [handing over after the
+    /// answer](Storage::handing_over_after_answer) (`serve`) answers once the thread is queued
+    /// and hands it over in the background: should this process die first, the start is an
+    /// orphan the next `serve` hands over ([`hand_over_orphaned_starts`](Self::hand_over_orphaned_starts)).
     fn start<'a>(&'a self, start: &'a StartRecord) -> BoxFuture<'a, Result<()>> {
         async move {
             let (id, hash) = (start.thread_id, start.hash);
             let creating = std::time::Instant::now();
-            self.store.threads().create_at_rest(start, &[], &[])?;
-            tracing::debug!(target: TRACE, "thread {id}: created in {:?}", creating.elapsed());
-            crate::faults::crash_point("start-created");
-            self.take(id, hash, &RunRequest::default(), false).await.map(drop)
+            let Some(hand_overs) = self.store.hand_overs() else {
+                self.store.threads().create_at_rest(start, &[], &[])?;
+                tracing::debug!(target: TRACE, "thread {id}: created in {:?}", creating.elapsed());
+                crate::faults::crash_point("start-created");
+                return self.take(id, hash, &RunRequest::default(), false).await.map(drop);
+            };
+            self.store.queue().create_queued(start, &RunRequest::default())?;
+            tracing::debug!(target: TRACE, "thread {id}: created queued in {:?}", creating.elapsed());
+            crate::faults::crash_point("start-queued");
+            let dispatch = LocalDispatch::new(&self.store);
+            hand_overs.spawn(async move {
+                if let Err(e) = dispatch.hand_over_answered(id, hash).await {
+                    tracing::warn!(
+                        "thread {id}: started, but not handed to a worker of bundle {hash}: {}; \
+                         it waits at rest for `resume`",
+                        crate::error::chain_line(&e)
+                    );
+                }
+            });
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn hand_over_orphaned_starts(&self) -> BoxFuture<'_, Result<usize>> {
+        async move {
+            let mut handed = 0;
+            for (id, hash) in self.store.queue().orphaned_starts()? {
+                // Handed over meanwhile (by another `serve`, or a `resume`): its worker has it.
+                if !self.store.threads().read(id).is_ok_and(|record| record.never_ran()) {
+                    continue;
+                }
+                tracing::info!(
+                    "thread {id}: its start was answered by a `serve` that died before \
+                     handing it to a worker; handing it over now"
+                );
+                match self.hand_over_answered(id, hash).await {
+                    Ok(true) => handed += 1,
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(
+                        "thread {id}: not handed to a worker of bundle {hash}: {}; it waits at \
+                         rest for `resume`",
+                        crate::error::chain_line(&e)
+                    ),
+                }
+            }
+            Ok(handed)
         }
         .boxed()
     }

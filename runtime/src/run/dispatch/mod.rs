@@ -99,10 +99,19 @@ pub trait Dispatch: Send + Sync {
     /// Creates the thread `start` records (a new one, with no steps) and hands it to a worker,
     /// detached: as [`ThreadStore::create_at_rest`] and [`hand_over`](Self::hand_over) do, in
     /// as few durable writes as the store allows (on a database, one statement creates it
-    /// queued; the workers' notification goes out as it commits).
+    /// queued; the workers' notification goes out as it commits). It returns once the thread
+    /// is durable and sure to run: on a database once it is queued; on a home directory once
+    /// a worker has it, or, for a store [handing over after the
+    /// answer](crate::store::Storage::handing_over_after_answer), once it is queued.
     ///
     /// [`ThreadStore::create_at_rest`]: crate::store::ThreadStore::create_at_rest
     fn start<'a>(&'a self, start: &'a StartRecord) -> BoxFuture<'a, Result<()>>;
+
+    /// Hands over the starts answered once queued whose process died before it handed them
+    /// to a worker ([`WorkQueue::orphaned_starts`](crate::store::queue::WorkQueue::orphaned_starts)),
+    /// with this process's secrets; how many. A database's workers claim queued threads
+    /// themselves: none there, but a worker is made sure of when threads wait in its queue.
+    fn hand_over_orphaned_starts(&self) -> BoxFuture<'_, Result<usize>>;
 
     /// Asks the worker that holds thread `id` (of bundle `hash`) to kill or pause it, and
     /// wakes it. A thread held by a process that is no worker (a `step` in progress) is

@@ -73,6 +73,7 @@ impl Dispatch for SharedDispatch {
         async move {
             self.store.queue().create_queued(start, &RunRequest::default())?;
             crate::faults::crash_point("start-created");
+            crate::faults::crash_point("start-queued");
             ensure_worker(&self.store)
         }
         .boxed()
@@ -122,6 +123,22 @@ impl Dispatch for SharedDispatch {
     /// A pool worker, taking threads of any bundle (or one) from the queue under leases.
     fn work(&self, options: WorkerOptions) -> BoxFuture<'_, Result<()>> {
         worker::serve_pool(self.store.clone(), options).boxed()
+    }
+
+    /// None to hand over: the pool's workers claim whatever is queued. A start whose process
+    /// died before it made sure a worker is alive waits for one, though: made sure of here.
+    fn hand_over_orphaned_starts(&self) -> BoxFuture<'_, Result<usize>> {
+        async move {
+            // Any live worker claims what is queued: only with none is the queue read.
+            let queue = self.store.queue();
+            if queue.live_workers()? == 0
+                && queue.live_threads()?.iter().any(|thread| thread.worker.is_none())
+            {
+                ensure_worker(&self.store)?;
+            }
+            Ok(0)
+        }
+        .boxed()
     }
 
     fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<super::LiveNews>>> {

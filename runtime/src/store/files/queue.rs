@@ -7,7 +7,9 @@
 //! The commands that queue a thread hand it to the bundle's worker themselves, at once (over
 //! its socket, with their secrets), and withdraw it if the worker cannot take it: a thread
 //! waits here only for the moment of the hand-over. One whose command died in that moment is
-//! at rest, interrupted, and `resume` queues it again.
+//! at rest, interrupted, and `resume` queues it again. A start `serve` answered once queued
+//! ([`WorkQueue::create_queued`]) is handed over just after its answer; should `serve` die
+//! first, the next `serve` hands it over ([`WorkQueue::orphaned_starts`]).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -134,13 +136,28 @@ impl WorkQueue for FileQueue {
         Workers::PerBundle
     }
 
-    /// The thread's file, then its queue entry: a creator that dies between the two leaves a
-    /// thread at rest that never ran, which whoever finishes its start hands over.
+    /// The thread's file, then its queue entry, marked answered: a creator that dies between
+    /// the two leaves a thread at rest that never ran (its start was not answered), which
+    /// whoever finishes its start hands over; one that dies after both, before its hand-over,
+    /// leaves an orphaned start for the next `serve`.
     fn create_queued(&self, start: &StartRecord, request: &RunRequest) -> Result<ThreadRecord> {
         let mut record = self.threads.create_at_rest(start, &[], &[])?;
-        self.enqueue(start.thread_id, start.hash, request)?;
+        crate::faults::crash_point("start-created");
+        Entry::answered(start.hash, request).write(&self.entry(start.thread_id))?;
         record.queued = true;
         Ok(record)
+    }
+
+    fn orphaned_starts(&self) -> Result<Vec<(ThreadId, BundleHash)>> {
+        let mut orphans = Vec::new();
+        for id in self.queued()? {
+            if let Ok(Some(entry)) = Entry::read(&self.entry(id))
+                && entry.is_orphaned_start()
+            {
+                orphans.push((id, entry.hash));
+            }
+        }
+        Ok(orphans)
     }
 
     fn enqueue(&self, id: ThreadId, hash: BundleHash, request: &RunRequest) -> Result<()> {

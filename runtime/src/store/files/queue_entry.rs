@@ -1,10 +1,12 @@
 //! A thread's entry in a home directory's work queue (`run/queue/<ULID>.json`): its bundle, its
-//! run request, and the process that queued it. A bundle's worker there takes only a thread it
-//! is handed over its socket, so an entry says "queued" only while the process that wrote it
-//! is alive to hand it over; one whose writer died in the middle of the hand-over is taken by
-//! nobody, and its thread is at rest (interrupted, never run) for whoever finishes the start
-//! or resumes it. The thread store and the queue both read entries through here, so that every
-//! read of a thread says the same.
+//! run request, the process that queued it, and whether its start was answered already. A
+//! bundle's worker there takes only a thread it is handed over its socket, so an entry says
+//! "queued" only while the process that wrote it is alive to hand it over; one whose writer
+//! died in the middle of the hand-over is taken by nobody, and its thread is at rest
+//! (interrupted, never run) for whoever finishes the start or resumes it — or, when its start
+//! was answered before the hand-over (a `serve`'s), for the next `serve` of the home, which
+//! hands such orphans over. The thread store and the queue both read entries through here, so
+//! that every read of a thread says the same.
 
 use std::path::Path;
 
@@ -27,6 +29,10 @@ pub struct Entry {
     /// Who queued it (none in an entry of a release before this field: read as gone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<Writer>,
+    /// Whether the start was answered once queued, before its hand-over: then it must run even
+    /// if its writer dies first (none of the other entries promised anyone that).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub answered: bool,
 }
 
 /// The process that wrote an entry: its id is trusted only with the start time and the boot
@@ -56,7 +62,24 @@ impl Writer {
 impl Entry {
     /// An entry this process writes now.
     pub fn new(hash: BundleHash, request: &RunRequest) -> Entry {
-        Entry { hash, request: request.clone(), queued_at: now_ms(), by: Writer::this() }
+        Entry {
+            hash,
+            request: request.clone(),
+            queued_at: now_ms(),
+            by: Writer::this(),
+            answered: false,
+        }
+    }
+
+    /// The entry of a start this process answers once it is written.
+    pub fn answered(hash: BundleHash, request: &RunRequest) -> Entry {
+        Entry { answered: true, ..Entry::new(hash, request) }
+    }
+
+    /// Whether it is a start answered before its hand-over whose writer died first: nobody
+    /// hands it over unless whoever finds it does.
+    pub fn is_orphaned_start(&self) -> bool {
+        self.answered && !self.is_handed_over()
     }
 
     /// Whether the process that wrote it is alive to hand the thread over.
