@@ -105,6 +105,10 @@ contract! {
         let created = start_record(hash(1));
         queue.create_queued(&created, &RunRequest::default())?;
         agree(created.thread_id, ThreadStatus::Queued, "created queued")?;
+        // And `ps` lists it as waiting for a worker.
+        let live = queue.live_threads()?;
+        let listed = live.iter().find(|t| t.summary.thread_id == created.thread_id);
+        ensure!(listed.is_some_and(|t| t.worker.is_none()), "listed as queued: {live:?}");
 
         let at_rest = new_thread(store, hash(1))?;
         queue.enqueue(at_rest, hash(1), &RunRequest::default())?;
@@ -120,6 +124,26 @@ contract! {
         })?;
         agree(at_rest, ThreadStatus::Queued, "handed back")?;
         queue.unregister()?;
+        Ok(())
+    }
+
+    /// A start created queued is handed over by the process that queued it while it lives:
+    /// no orphan, on any store, nor is a thread queued again by a command (`resume`). (One whose
+    /// process died first is, on a home directory: the CLI's `a_start_whose_server_died_…`
+    /// crashes a `serve` there; a database's workers claim it and report none.)
+    fn a_start_queued_by_a_live_process_is_no_orphan(store: &Storage) -> Result<()> {
+        let queue = store.queue();
+        let start = start_record(hash(3));
+        queue.create_queued(&start, &RunRequest::default())?;
+        let again = new_thread(store, hash(3))?;
+        queue.enqueue(again, hash(3), &RunRequest::default())?;
+        let orphans = queue.orphaned_starts()?;
+        ensure!(
+            !orphans.iter().any(|(id, _)| *id == start.thread_id || *id == again),
+            "{orphans:?}"
+        );
+        queue.withdraw(start.thread_id)?;
+        queue.withdraw(again)?;
         Ok(())
     }
 

@@ -128,6 +128,14 @@ mod tests {
         entry.by = Some(Writer { pid, started, boot: boot_id() });
         entry.write(&path).unwrap();
         assert!(!waits(&path), "its writer is gone");
+        let read = Entry::read(&path).unwrap().unwrap();
+        assert!(!read.is_orphaned_start(), "no start: a command's, which nobody finishes for it");
+        let mut answered = Entry::answered(BundleHash::of(b"x"), &RunRequest::default());
+        answered.write(&path).unwrap();
+        assert!(!Entry::read(&path).unwrap().unwrap().is_orphaned_start(), "its writer lives");
+        answered.by = entry.by.clone();
+        answered.write(&path).unwrap();
+        assert!(Entry::read(&path).unwrap().unwrap().is_orphaned_start(), "its writer is gone");
         entry.by = None;
         entry.write(&path).unwrap();
         assert!(!waits(&path), "an entry that names nobody");
