@@ -22,6 +22,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import loopback
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "target"
 BINARY = TARGET / "release" / "uncaged-workflow"
@@ -125,8 +127,7 @@ def agent_loop():
 
 def section():
     loop = agent_loop()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Model)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = loopback.serve(Model)
     run_ms, api_ms = [], []
     with tempfile.TemporaryDirectory(dir=TARGET) as home:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}

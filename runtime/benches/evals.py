@@ -27,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 
+import loopback
+
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = ROOT / "target" / "release" / "uncaged-workflow"
 THREADS = 50
@@ -109,9 +111,8 @@ def eval_once(env, args):
 
 
 def section():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    server = loopback.serve(Model)
     port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     live, journal = {}, []
     try:

@@ -26,6 +26,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import loopback
 import postgres
 from serve_load import BINARY, BUNDLE, TARGET
 
@@ -97,8 +98,7 @@ class Provider(http.server.BaseHTTPRequestHandler):
 def fleet(server, threads, retry_after_at=None):
     """Runs `threads` threads on two workers; the provider's record of what it answered."""
     Provider.answered, Provider.retry_after_at = [], retry_after_at
-    provider = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Provider)
-    threading.Thread(target=provider.serve_forever, daemon=True).start()
+    provider = loopback.serve(Provider)
     db = server.database()
     workers, homes = [], []
     try:
@@ -175,8 +175,7 @@ def tool_servers(runs=3):
         f.write(f"#!/bin/sh\necho start >> {starts}\nexec node \"$@\"\n")
     os.chmod(wrapper, 0o755)
     ToolModel.root = str(ROOT)
-    model = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ToolModel)
-    threading.Thread(target=model.serve_forever, daemon=True).start()
+    model = loopback.serve(ToolModel)
     with open(os.path.join(home, "config.yaml"), "w") as f:
         f.write("roles: {" + ", ".join(f"r{i}: coder" for i in range(5)) + "}\n"
                 f"agents:\n  coder:\n    kind: openai\n    base_url: http://127.0.0.1:{model.server_port}/v1\n"

@@ -13,10 +13,10 @@ import os
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+import loopback
 import workers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,8 +63,7 @@ def run_once(env, answers):
 
 
 def section():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = loopback.serve(Collector)
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     off, on = [], []
