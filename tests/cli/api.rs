@@ -9,6 +9,28 @@ use serde_json::{Value, json};
 
 use crate::{Env, Serve, wait_until};
 
+/// The thread a `serve` armed to crash at `point` leaves when `send` starts one through it:
+/// the server dies before it answers, and the thread has never run — queued on a database,
+/// interrupted on a home directory (nobody hands it over until someone does).
+fn left_by_a_dying_server<T: std::fmt::Debug, F: std::future::Future<Output = Result<T>>>(
+    env: &Env,
+    token: &str,
+    point: &str,
+    send: impl FnOnce(Api) -> F,
+) -> Result<String> {
+    let crash = [("UNCAGED_WORKFLOW_CRASH_AT", point)];
+    let mut dying = Serve::start(env, &["--no-schedules"], &crash)?;
+    let api = Api::new(&dying, token)?;
+    let answer = runtime()?.block_on(send(api));
+    ensure!(answer.is_err(), "the server answered: {answer:?}");
+    ensure!(!dying.child.wait()?.success());
+    let left = env.json(&["threads"])?;
+    let id = left[0]["threadId"].as_str().context("the thread it left")?.to_string();
+    let left_as = if env.store.is_some() { "queued" } else { "interrupted" };
+    assert_eq!((left[0]["status"].clone(), left[0]["steps"].clone()), (json!(left_as), json!(0)));
+    Ok(id)
+}
+
 /// A client of one server, with a token.
 struct Api {
     base: String,
@@ -216,16 +238,8 @@ on_both_stores! {
         };
         // The server dies after creating the keyed thread, before handing it to a worker (on
         // a database it was created queued, but no worker was made sure of).
-        let crash = [("UNCAGED_WORKFLOW_CRASH_AT", "start-created:1")];
-        let mut dying = Serve::start(&env, &["--no-schedules"], &crash)?;
-        let api = Api::new(&dying, &token)?;
-        let answer = runtime()?.block_on(send(&api));
-        ensure!(answer.is_err(), "the server answered: {answer:?}");
-        ensure!(!dying.child.wait()?.success());
-        let left = env.json(&["threads"])?;
-        let id = left[0]["threadId"].as_str().context("the thread it created")?.to_string();
-        let left_as = if env.store.is_some() { "queued" } else { "interrupted" };
-        assert_eq!((left[0]["status"].clone(), left[0]["steps"].clone()), (json!(left_as), json!(0)));
+        let send_once = |api: Api| async move { send(&api).await };
+        let id = left_by_a_dying_server(&env, &token, "start-created:1", send_once)?;
         // The client retries with the key: the same thread, handed over now, runs to its end.
         env.advance(Duration::from_secs(2))?;
         let serve = Serve::start(&env, &["--no-schedules"], &[])?;
@@ -246,17 +260,8 @@ on_both_stores! {
         let env = Env::new()?;
         env.add_solve_issue()?;
         let token = env.ok(&["token", "create", "--name", "ci"])?.trim().to_string();
-        let crash = [("UNCAGED_WORKFLOW_CRASH_AT", "start-queued:1")];
-        let mut dying = Serve::start(&env, &["--no-schedules"], &crash)?;
-        let api = Api::new(&dying, &token)?;
-        let answer = runtime()?.block_on(api.start("solve-issue", "orphaned"));
-        ensure!(answer.is_err(), "the server answered: {answer:?}");
-        ensure!(!dying.child.wait()?.success());
-        let left = env.json(&["threads"])?;
-        let id = left[0]["threadId"].as_str().context("the thread it queued")?.to_string();
-        // Nobody hands it over now: on a home directory it reads as interrupted.
-        let left_as = if env.store.is_some() { "queued" } else { "interrupted" };
-        assert_eq!((left[0]["status"].clone(), left[0]["steps"].clone()), (json!(left_as), json!(0)));
+        let start = |api: Api| async move { api.start("solve-issue", "orphaned").await };
+        let id = left_by_a_dying_server(&env, &token, "start-queued:1", start)?;
         let _serve = Serve::start(&env, &["--no-schedules"], &[])?;
         wait_until("the orphaned start runs to its end", || {
             Ok(crate::status(&env, &id)? == "completed")
