@@ -284,8 +284,8 @@ impl WorkQueue for FileQueue {
     }
 
     /// The threads queued and not yet taken, while the process that queued them lives to hand
-    /// them over (a moment for a command's; a `serve`'s starts wait here behind a burst):
-    /// those workers hold list themselves, over their sockets.
+    /// them over (a moment for a command's; a `serve`'s starts wait here behind a burst). The
+    /// threads a worker holds, it lists itself, over its socket.
     fn live_threads(&self) -> Result<Vec<LiveThread>> {
         let mut queued = Vec::new();
         for id in self.queued()? {
