@@ -7,8 +7,8 @@ use super::output::{Table, age, print_json};
 use crate::run::control;
 use crate::terminal;
 
-/// List the threads running in live worker processes, those queued for one, and those
-/// waiting for a human answer (on a database store: in every worker on every machine).
+/// List the threads running in live worker processes, and those waiting for a human answer
+/// (on a database store: in every worker on every machine, and those queued for one).
 #[derive(Debug, Parser)]
 pub struct PsCommand {
     /// Print as JSON

@@ -250,13 +250,6 @@ impl Dispatch for LocalDispatch {
                     all.extend(threads);
                 }
             }
-            // Then those waiting for their hand-over (a worker may have taken one meanwhile:
-            // listed once, as its worker says).
-            for queued in self.store.queue().live_threads()? {
-                if !all.iter().any(|listed| listed.thread_id == queued.summary.thread_id) {
-                    all.push(super::listed(queued));
-                }
-            }
             Ok(all)
         }
         .boxed()

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::queue_entry::{self, Entry};
+use super::queue_entry::Entry;
 use super::threads::FileThreads;
 use crate::durable;
 use crate::error::{Error, Result};
@@ -283,23 +283,10 @@ impl WorkQueue for FileQueue {
         Ok(live)
     }
 
-    /// The threads queued and not yet taken, while the process that queued them lives to hand
-    /// them over (a moment for a command's; a `serve`'s starts wait here behind a burst). The
-    /// threads a worker holds, it lists itself, over its socket.
     fn live_threads(&self) -> Result<Vec<LiveThread>> {
-        let mut queued = Vec::new();
-        for id in self.queued()? {
-            if !queue_entry::waits(&self.entry(id)) {
-                continue;
-            }
-            // Taken or gone meanwhile: its worker lists it, or nobody should.
-            if let Ok(record) = self.threads.read(id)
-                && !record.running
-            {
-                queued.push(LiveThread { summary: record.summary(), activity: None, worker: None });
-            }
-        }
-        Ok(queued)
+        // A thread is queued here only while its command (or `serve`) hands it to the worker,
+        // which then lists it itself (over its socket).
+        Ok(Vec::new())
     }
 
     fn activity(&self, _id: ThreadId) -> Result<Option<Activity>> {
