@@ -28,6 +28,7 @@ import tempfile
 import time
 
 import postgres
+import workers
 from serve_load import BINARY, BUNDLE, TARGET
 
 CLIENTS = 8
@@ -162,6 +163,8 @@ def busy_latency(pg):
             worker.terminate()
             worker.wait(timeout=60)
             server.stop()
+            # And the pool worker `serve` started on demand for the queue, busy on a slow agent.
+            workers.kill_all(home)
 
 
 def measure():
