@@ -337,6 +337,60 @@ on_both_stores! {
         Ok(())
     }
 
+    /// A server killed (-9) in the middle of a burst of starts without keys loses none it
+    /// answered: each start answered 201 was durable when it was answered, and runs to its end
+    /// once a `serve` is back (handed over by it on a home directory if the dead one had not
+    /// yet; on a database, by a worker it makes sure of), with no request sent again.
+    #[test]
+    fn a_server_killed_in_a_burst_of_unkeyed_starts_loses_none_it_answered() -> Result<()> {
+        let env = Env::new()?;
+        let (serve, token) = serving(&env)?;
+        // The kill lands a moment after the first answer (a first start on a database also
+        // starts its worker), while the burst's other starts are in flight.
+        let first_answer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pid = serve.child.id().to_string();
+        let heard = first_answer.clone();
+        let killer = std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !heard.load(std::sync::atomic::Ordering::SeqCst)
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(15));
+            crate::kill_9(&[pid]);
+        });
+        let api = Api::new(&serve, &token)?;
+        let answered: Vec<String> = runtime()?.block_on(async {
+            let sends = (0..40).map(|i| {
+                let (api, first_answer) = (&api, &first_answer);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(i * 4)).await;
+                    let id = api.start("solve-issue", &format!("start {i}")).await.ok();
+                    if id.is_some() {
+                        first_answer.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    id
+                }
+            });
+            futures::future::join_all(sends).await.into_iter().flatten().collect()
+        });
+        killer.join().expect("the killer thread");
+        drop(serve);
+        ensure!(!answered.is_empty(), "no start was answered before the kill");
+        ensure!(answered.len() < 40, "the kill came after the burst");
+        let _serve = Serve::start(&env, &["--no-schedules"], &[])?;
+        wait_until("every start answered runs to its end", || {
+            for id in &answered {
+                if crate::status(&env, id)? != "completed" {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })?;
+        Ok(())
+    }
+
     #[test]
     fn tokens_none_wrong_read_only_and_revoked() -> Result<()> {
         let env = Env::new()?;
