@@ -231,7 +231,7 @@ def section():
     # after the 429.
     after = [round((a[0] - told) * 1e3, 1) for a in closing if told < a[0] < told + 5]
     in_flight = [ms for ms in after if ms <= LIMITER_ROUND * 1e3]
-    inside = len(after) - len(in_flight)
+    let_through = len(after) - len(in_flight)
     ok = [a for a in answered if a[1] == 200]
     span = ok[-1][0] - ok[0][0]
     lines = ["## A fleet on one provider limit", "",
@@ -247,7 +247,7 @@ def section():
                      f"{requests:.1%} / {tokens:.1%} |")
     lines += [f"| one 429 with `Retry-After: 5` (request {CLOSE_AT} of a second run): calls that arrived in those "
               f"5 s, later than a limiter round ({LIMITER_ROUND * 1e3:.0f} ms) after the 429 / within it (let "
-              f"through before the close was heard) | {inside} / {len(in_flight)}"
+              f"through before the close was heard) | {let_through} / {len(in_flight)}"
               + (f" (arrived {', '.join(f'{ms} ms' for ms in after)} after the 429)" if after else "") + " |",
               f"| a thread of 5 agent calls through the filesystem MCP server (npm): server starts / the "
               f"thread's time (median of 3, home directory) | {starts} / {took:.2f} s |", ""]
@@ -259,9 +259,9 @@ def section():
         f"tokens/min: no 429, each busy minute within 95% of each limit | {refused} answers of 429; requests "
         f"{least[0]:.1%}, tokens {least[1]:.1%} | {'yes' if refused == 0 and near else 'no'} |",
         f"| the same with one 429 + `Retry-After: 5`: no call of that limit let through in those 5 s (arriving "
-        f"later than a limiter round after it) | {inside} let through ({len(in_flight)} in flight before the close "
+        f"later than a limiter round after it) | {let_through} let through ({len(in_flight)} in flight before the close "
         f"was heard) | "
-        f"{'yes' if inside == 0 else 'no'} |",
+        f"{'yes' if let_through == 0 else 'no'} |",
         f"| a 5-call agent with the filesystem MCP server (npm): starts once per thread | {starts} "
         f"start{'s' if starts != 1 else ''} | {'yes' if starts == 1 else 'no'} |",
     ]

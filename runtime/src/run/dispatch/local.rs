@@ -111,17 +111,23 @@ impl LocalDispatch {
         }
     }
 
-    /// Hands thread `id`, queued by a start already answered, to its bundle's worker: `false`
-    /// if someone else did first (a `resume`, another `serve` finding it orphaned). A hand-over
-    /// that fails takes it out of the queue: it waits at rest, interrupted, for `resume`, as a
-    /// thread a command failed to hand over does.
-    async fn hand_over_answered(&self, id: ThreadId, hash: BundleHash) -> Result<bool> {
+    /// Hands thread `id`, queued by a start already answered, to its bundle's worker; whether
+    /// this did (not when someone else did first: a `resume`, another `serve` finding it
+    /// orphaned). A hand-over that fails takes it out of the queue, and says so: the client
+    /// had its answer, so the thread waits at rest, interrupted, for `resume`, as a thread a
+    /// command failed to hand over does.
+    async fn hand_over_answered(&self, id: ThreadId, hash: BundleHash) -> bool {
         match self.take_queued(id, hash, false).await {
-            Ok(_) => Ok(true),
-            Err(e) if e.is_busy() => Ok(false),
+            Ok(_) => true,
+            Err(e) if e.is_busy() => false,
             Err(e) => {
                 let _ = self.store.queue().withdraw(id);
-                Err(e)
+                tracing::warn!(
+                    "thread {id}: started, but not handed to a worker of bundle {hash}: {}; \
+                     it waits at rest for `resume`",
+                    crate::error::chain_line(&e)
+                );
+                false
             }
         }
     }
@@ -168,15 +174,7 @@ impl Dispatch for LocalDispatch {
             tracing::debug!(target: TRACE, "thread {id}: created queued in {:?}", creating.elapsed());
             crate::faults::crash_point("start-queued");
             let dispatch = LocalDispatch::new(&self.store);
-            hand_overs.spawn(async move {
-                if let Err(e) = dispatch.hand_over_answered(id, hash).await {
-                    tracing::warn!(
-                        "thread {id}: started, but not handed to a worker of bundle {hash}: {}; \
-                         it waits at rest for `resume`",
-                        crate::error::chain_line(&e)
-                    );
-                }
-            });
+            hand_overs.spawn(async move { dispatch.hand_over_answered(id, hash).await });
             Ok(())
         }
         .boxed()
@@ -194,15 +192,7 @@ impl Dispatch for LocalDispatch {
                     "thread {id}: its start was answered by a `serve` that died before \
                      handing it to a worker; handing it over now"
                 );
-                match self.hand_over_answered(id, hash).await {
-                    Ok(true) => handed += 1,
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(
-                        "thread {id}: not handed to a worker of bundle {hash}: {}; it waits at \
-                         rest for `resume`",
-                        crate::error::chain_line(&e)
-                    ),
-                }
+                handed += usize::from(self.hand_over_answered(id, hash).await);
             }
             Ok(handed)
         }

@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 
 use crate::error::Result;
 use crate::ids::{BundleHash, ThreadId};
-use crate::run::events::{Event, PsEntry, PsState};
+use crate::run::events::{Event, PsEntry};
 use crate::run::worker::WorkerOptions;
 use crate::run_request::RunRequest;
 use crate::store::Storage;
@@ -136,26 +136,6 @@ pub trait Dispatch: Send + Sync {
     /// it, over its socket, on a home directory (none when no worker runs it now: the news
     /// ends with the run); through the store's notifications, on a database.
     fn live(&self, id: ThreadId) -> BoxFuture<'_, Result<Option<LiveNews>>>;
-}
-
-/// A thread the store's queue lists as queued or held (see
-/// [`WorkQueue::live_threads`](crate::store::queue::WorkQueue::live_threads)), as `ps` lists it.
-fn listed(live: crate::store::queue::LiveThread) -> PsEntry {
-    let (summary, activity) = (live.summary, live.activity);
-    PsEntry {
-        thread_id: summary.thread_id,
-        name: summary.name,
-        hash: summary.hash,
-        role: activity.as_ref().and_then(|a| a.role.clone()),
-        agent: activity.as_ref().and_then(|a| a.agent.clone()),
-        working_since: activity.as_ref().and_then(|a| a.working_since),
-        steps: summary.steps,
-        since: activity.as_ref().map_or(summary.timestamp, |a| a.since),
-        pid: live.worker.as_ref().map(|(_, pid)| *pid),
-        host: live.worker.as_ref().map(|(host, _)| host.clone()),
-        state: if live.worker.is_some() { PsState::Running } else { PsState::Queued },
-        waiting_for: activity.as_ref().and_then(|a| a.waiting_for.clone()),
-    }
 }
 
 /// What a follower hears of a thread as it happens (see [`Dispatch::live`]).

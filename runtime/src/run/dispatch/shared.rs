@@ -16,7 +16,7 @@ use crate::agents::human::{WaitingQuestion, parse_decision};
 use crate::error::{Error, Result};
 use crate::ids::{BundleHash, ThreadId};
 use crate::run::answer::{self, Answer};
-use crate::run::events::{Event, PsEntry};
+use crate::run::events::{Event, PsEntry, PsState};
 use crate::run::ipc;
 use crate::run::watch::ThreadReader;
 use crate::run::worker::{self, WorkerOptions};
@@ -96,7 +96,7 @@ impl Dispatch for SharedDispatch {
     }
 
     fn running(&self) -> BoxFuture<'_, Result<Vec<PsEntry>>> {
-        async move { Ok(self.store.queue().live_threads()?.into_iter().map(super::listed).collect()) }
+        async move { Ok(self.store.queue().live_threads()?.into_iter().map(listed).collect()) }
             .boxed()
     }
 
@@ -134,6 +134,26 @@ impl Dispatch for SharedDispatch {
 async fn enqueue(store: &Storage, id: ThreadId, hash: BundleHash, over: &RunRequest) -> Result<()> {
     store.queue().enqueue(id, hash, over)?;
     ensure_worker(store)
+}
+
+/// A thread the store's queue lists as queued or held (see
+/// [`WorkQueue::live_threads`](crate::store::queue::WorkQueue::live_threads)), as `ps` lists it.
+fn listed(live: crate::store::queue::LiveThread) -> PsEntry {
+    let (summary, activity) = (live.summary, live.activity);
+    PsEntry {
+        thread_id: summary.thread_id,
+        name: summary.name,
+        hash: summary.hash,
+        role: activity.as_ref().and_then(|a| a.role.clone()),
+        agent: activity.as_ref().and_then(|a| a.agent.clone()),
+        working_since: activity.as_ref().and_then(|a| a.working_since),
+        steps: summary.steps,
+        since: activity.as_ref().map_or(summary.timestamp, |a| a.since),
+        pid: live.worker.as_ref().map(|(_, pid)| *pid),
+        host: live.worker.as_ref().map(|(host, _)| host.clone()),
+        state: if live.worker.is_some() { PsState::Running } else { PsState::Queued },
+        waiting_for: activity.as_ref().and_then(|a| a.waiting_for.clone()),
+    }
 }
 
 /// How long a worker seen alive (or started) by this process is taken to be alive still,
